@@ -1,0 +1,2 @@
+//! The `uswap` command (being written).
+fn main() {}

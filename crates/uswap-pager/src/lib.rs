@@ -1,0 +1,1 @@
+//! userfaultfd pager (being written).

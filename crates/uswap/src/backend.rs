@@ -1,0 +1,156 @@
+//! Backends: where the data of a stored slot lives.
+//!
+//! A backend stores whole folios (4 KiB << order) and names each by a handle of at most
+//! [`PAYLOAD_BITS`](crate::swap_table::PAYLOAD_BITS) bits, which the engine keeps in the
+//! slot's table word. Backends know nothing of swap counts or the swap cache; the engine calls
+//! them with no cluster lock held except for `free` (lock order: cluster -> backend).
+//!
+//! Implementations: [`MemBackend`] (here, for tests), and the tiers in [`crate::tier`]
+//! (compressed pool, swap file). A backend that moves its own data (pool compaction) reports
+//! each move through [`Relocate`] so the engine can rewrite the word, keeping the entry the
+//! caller holds unchanged.
+
+use crate::error::TierError;
+use crate::swap_table::SwapEntry;
+use crate::sync::{lock, Mutex};
+use std::collections::HashMap;
+
+/// What kind of storage a backend is; decides group charging and statistics.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum TierKind {
+    /// RAM, uncompressed (tests, or a promotion target).
+    Memory,
+    /// Compressed RAM pool (zswap/zram analogue): counts `zswpout`/`zswpin`.
+    Pool,
+    /// A physical swap slot in a file or block device: counts `pswpout`/`pswpin`, and is the
+    /// only kind charged to a group's swap limit.
+    File,
+    /// Remote memory.
+    Remote,
+}
+
+/// Result of a successful store.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Stored {
+    /// The handle to load or free the data with (at most 41 bits).
+    pub handle: u64,
+    /// Bytes of backend storage this object takes (compressed size for a pool, slot bytes
+    /// for a file): what the group is charged.
+    pub bytes: u64,
+}
+
+/// Occupancy of a backend.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Usage {
+    /// Pages (4 KiB units of original data) stored.
+    pub stored_pages: u64,
+    /// Bytes of storage in use, including fragmentation (RAM for a pool, disk for a file).
+    pub used_bytes: u64,
+    /// Configured capacity in bytes (0 = unlimited).
+    pub limit_bytes: u64,
+}
+
+/// Called by a backend that moved an object: returns true if the engine took the new handle
+/// (the backend then frees the old location), false if the owner no longer points at the old
+/// handle (the backend frees the new copy instead).
+pub type Relocate<'a> = &'a mut dyn FnMut(SwapEntry, u64, u64) -> bool;
+
+/// A storage tier.
+pub trait Backend: Send + Sync {
+    /// Short name for statistics and errors ("zpool", "file:/var/tmp").
+    fn name(&self) -> &str;
+    /// The kind of storage.
+    fn kind(&self) -> TierKind;
+    /// Store one folio. `owner` is the virtual slot it belongs to (kept as a reverse map for
+    /// compaction and drain). `Err(TierError::Reject)` means "try the next tier".
+    fn store(&self, data: &[u8], owner: SwapEntry) -> Result<Stored, TierError>;
+    /// Load the folio stored under `handle` into `out` (same length as stored). Data that
+    /// fails its integrity check is an error, never returned.
+    fn load(&self, handle: u64, out: &mut [u8]) -> Result<(), TierError>;
+    /// Free the data under `handle`; returns the bytes released (as charged by `store`).
+    fn free(&self, handle: u64) -> u64;
+    /// Occupancy.
+    fn usage(&self) -> Usage;
+    /// True when the backend is above its high watermark and wants entries moved out
+    /// (writeback). Default: never.
+    fn over_limit(&self) -> bool {
+        false
+    }
+    /// Compact storage, reporting every moved object through `relocate`. Returns bytes
+    /// reclaimed. Default: nothing to do.
+    fn compact(&self, _relocate: Relocate<'_>) -> u64 {
+        0
+    }
+}
+
+/// An uncompressed in-memory backend: the reference implementation every path is tested with.
+pub struct MemBackend {
+    name: String,
+    inner: Mutex<MemInner>,
+    limit_pages: u64,
+}
+
+struct MemInner {
+    next: u64,
+    map: HashMap<u64, Box<[u8]>>,
+    pages: u64,
+}
+
+impl MemBackend {
+    /// A memory backend holding at most `limit_pages` pages (0 = unlimited).
+    pub fn new(name: &str, limit_pages: u64) -> Self {
+        MemBackend {
+            name: name.to_string(),
+            inner: Mutex::new(MemInner { next: 1, map: HashMap::new(), pages: 0 }),
+            limit_pages,
+        }
+    }
+}
+
+impl Backend for MemBackend {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn kind(&self) -> TierKind {
+        TierKind::Memory
+    }
+    fn store(&self, data: &[u8], _owner: SwapEntry) -> Result<Stored, TierError> {
+        let pages = (data.len() / crate::PAGE_SIZE) as u64;
+        let mut g = lock(&self.inner);
+        if self.limit_pages != 0 && g.pages + pages > self.limit_pages {
+            return Err(TierError::Reject);
+        }
+        let h = g.next;
+        g.next += 1;
+        g.map.insert(h, data.into());
+        g.pages += pages;
+        Ok(Stored { handle: h, bytes: data.len() as u64 })
+    }
+    fn load(&self, handle: u64, out: &mut [u8]) -> Result<(), TierError> {
+        let g = lock(&self.inner);
+        let d = g.map.get(&handle).ok_or(TierError::BadHandle(handle))?;
+        if d.len() != out.len() {
+            return Err(TierError::BadHandle(handle));
+        }
+        out.copy_from_slice(d);
+        Ok(())
+    }
+    fn free(&self, handle: u64) -> u64 {
+        let mut g = lock(&self.inner);
+        match g.map.remove(&handle) {
+            Some(d) => {
+                g.pages -= (d.len() / crate::PAGE_SIZE) as u64;
+                d.len() as u64
+            }
+            None => 0,
+        }
+    }
+    fn usage(&self) -> Usage {
+        let g = lock(&self.inner);
+        Usage {
+            stored_pages: g.pages,
+            used_bytes: g.pages * crate::PAGE_SIZE as u64,
+            limit_bytes: self.limit_pages * crate::PAGE_SIZE as u64,
+        }
+    }
+}

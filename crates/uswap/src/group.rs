@@ -1,0 +1,1 @@
+//! (group: being written; see docs/design.md)

@@ -1,0 +1,35 @@
+//! # uswap: a user-space swap engine
+//!
+//! The engine keeps pages that a pager evicted from memory and gives them back on a fault.
+//! Its parts are named after the Linux `mm/` concepts they implement:
+//!
+//! - [`swap_table`]: the 8-byte word per slot that says everything about it (free, cached,
+//!   zero, stored in which tier under which handle, swap count, group).
+//! - [`cluster`]: the cluster allocator over a swap space (free / nonfull / frag / full /
+//!   discard lists, per-order allocation of naturally aligned ranges, per-shard current
+//!   cluster), and the per-cluster tables themselves.
+//! - [`swap_cache`]: the resident copies of slots being swapped in or out; the single
+//!   synchronization point for swap-in (add-or-get).
+//! - [`vswap`]: the virtual swap layer, the [`Engine`](vswap::Engine) callers use. The entry a
+//!   caller holds never changes when its data moves between tiers.
+//! - [`backend`] and [`tier`]: where data lives (zero elision, compressed pool, swap file).
+//! - [`group`]: groups with limits and counters (the memory cgroup analogue).
+//! - [`stats`]: kernel-named counters, sharded so the hot path stays cheap.
+//!
+//! `docs/design.md` in the repository is the contract between these parts (bit layout of the
+//! table word, lock order, engine API).
+
+pub mod backend;
+pub mod cluster;
+pub mod config;
+pub mod error;
+pub mod group;
+pub mod stats;
+pub mod swap_cache;
+pub mod swap_table;
+pub mod sync;
+pub mod tier;
+pub mod vswap;
+
+pub use error::{SwapError, TierError};
+pub use swap_table::{SwapEntry, PAGE_SIZE, SLOTS_PER_CLUSTER};

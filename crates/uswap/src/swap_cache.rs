@@ -1,0 +1,1 @@
+//! (swap_cache: being written; see docs/design.md)

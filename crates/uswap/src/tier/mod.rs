@@ -1,0 +1,1 @@
+//! Storage tiers (being written; see docs/design.md).

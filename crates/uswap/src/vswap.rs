@@ -1,0 +1,1 @@
+//! (vswap: being written; see docs/design.md)
