@@ -1,2 +1,44 @@
-//! The `uswap` command (being written).
-fn main() {}
+//! The `uswap` command: the pager's main job, and the benchmarks that compare uswap with
+//! the kernel's own swap on the same machine in the same run.
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+mod bench;
+
+/// Exit code for bad usage or bad configuration (clap uses 2 as well).
+pub const EXIT_USAGE: u8 = 2;
+
+#[derive(Parser)]
+#[command(
+    name = "uswap",
+    version,
+    about = "User-space swap: a swap table, compressed and encrypted tiers, and a userfaultfd pager"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Benchmarks (each prints what it measured; `--json` for machine-readable output).
+    Bench {
+        #[command(subcommand)]
+        which: bench::Which,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let res = match cli.cmd {
+        Cmd::Bench { which } => bench::run(which),
+    };
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("uswap: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
