@@ -131,7 +131,8 @@ fn faulty(encrypt: bool) -> (FileTier, Arc<FaultEngine>) {
     let file = Arc::new(tempfile::tempfile().unwrap());
     file.set_len(4 * CLUSTER_STRIDE).unwrap();
     let fe = Arc::new(FaultEngine::new(Box::new(PsyncEngine::new(file.clone()))));
-    let t = FileTier::with_engine("file:fault", file, 4 * 512, fe.clone() as Arc<dyn IoEngine>, encrypt, false).unwrap();
+    let t =
+        FileTier::with_engine("file:fault", file, 4 * 512, fe.clone() as Arc<dyn IoEngine>, encrypt, false).unwrap();
     (t, fe)
 }
 

@@ -57,7 +57,9 @@ fn round_trip_every_kind_and_size() {
             for f in [Fill::Random, Fill::Pattern, Fill::Zero, Fill::Partial(1000), Fill::Partial(3500)] {
                 let mut data = vec![0u8; PAGE_SIZE << order];
                 fill(&mut data, f, u64::from(order) * 100 + 7);
-                let st = pool.store(&data, SwapEntry(u64::from(order))).unwrap_or_else(|e| panic!("{cfg:?} {f:?} {order}: {e}"));
+                let st = pool
+                    .store(&data, SwapEntry(u64::from(order)))
+                    .unwrap_or_else(|e| panic!("{cfg:?} {f:?} {order}: {e}"));
                 let mut out = vec![0xffu8; data.len()];
                 pool.load(st.handle, &mut out).unwrap();
                 assert!(out == data, "{cfg:?} {f:?} order {order}");
@@ -183,7 +185,8 @@ fn check_model(pool: &ZPool, model: &Model) {
     pool.check_invariants().unwrap();
     let pages: u64 = model.values().map(|(_, d)| (d.len() / PAGE_SIZE) as u64).sum();
     assert_eq!(pool.usage().stored_pages, pages);
-    let mut spans: Vec<(usize, usize)> = model.values().map(|(h, _)| pool.object_span(*h).expect("live handle")).collect();
+    let mut spans: Vec<(usize, usize)> =
+        model.values().map(|(h, _)| pool.object_span(*h).expect("live handle")).collect();
     spans.sort_unstable();
     for w in spans.windows(2) {
         assert!(w[0].0 + w[0].1 <= w[1].0, "objects overlap: {w:?}");

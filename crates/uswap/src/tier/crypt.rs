@@ -37,7 +37,8 @@ impl PageCipher {
     pub fn new_random() -> Result<Self, TierError> {
         let mut key = [0u8; 32];
         getrandom::fill(&mut key).map_err(|e| TierError::Io { op: "getrandom", msg: e.to_string() })?;
-        let aead = Aes256Gcm::new_from_slice(&key).map_err(|_| TierError::Io { op: "key", msg: "bad key length".into() })?;
+        let aead =
+            Aes256Gcm::new_from_slice(&key).map_err(|_| TierError::Io { op: "key", msg: "bad key length".into() })?;
         // Do not leave a copy of the key on the stack longer than needed.
         key.fill(0);
         std::hint::black_box(&key);

@@ -109,7 +109,9 @@ fn data_off(slot: u64) -> u64 {
     (slot / SLOTS_PER_CLUSTER as u64) * CLUSTER_STRIDE + (slot % SLOTS_PER_CLUSTER as u64) * PAGE_SIZE as u64
 }
 fn meta_off(slot: u64) -> u64 {
-    (slot / SLOTS_PER_CLUSTER as u64) * CLUSTER_STRIDE + DATA_BYTES + (slot % SLOTS_PER_CLUSTER as u64) * META_BYTES as u64
+    (slot / SLOTS_PER_CLUSTER as u64) * CLUSTER_STRIDE
+        + DATA_BYTES
+        + (slot % SLOTS_PER_CLUSTER as u64) * META_BYTES as u64
 }
 fn io_err(op: &'static str, e: std::io::Error) -> TierError {
     TierError::io(op, &e)
@@ -151,10 +153,14 @@ impl FileTier {
         let want = if cfg.size_bytes == 0 { existing } else { cfg.size_bytes };
         let nr_clusters = want / DATA_BYTES;
         if nr_clusters == 0 {
-            return Err(TierError::Io { op: "open swap file", msg: format!("capacity {want} bytes is below one 2 MiB cluster") });
+            return Err(TierError::Io {
+                op: "open swap file",
+                msg: format!("capacity {want} bytes is below one 2 MiB cluster"),
+            });
         }
         let file = Arc::new(file);
-        let is_blk = file.metadata().map(|m| std::os::unix::fs::FileTypeExt::is_block_device(&m.file_type())).unwrap_or(false);
+        let is_blk =
+            file.metadata().map(|m| std::os::unix::fs::FileTypeExt::is_block_device(&m.file_type())).unwrap_or(false);
         if is_blk {
             if nr_clusters * CLUSTER_STRIDE > existing {
                 return Err(TierError::Io {
@@ -268,7 +274,8 @@ impl FileTier {
 
 fn folio_order(len: usize) -> Option<u8> {
     let pages = len / PAGE_SIZE;
-    (len.is_multiple_of(PAGE_SIZE) && pages.is_power_of_two() && pages <= 1 << MAX_ORDER).then(|| pages.trailing_zeros() as u8)
+    (len.is_multiple_of(PAGE_SIZE) && pages.is_power_of_two() && pages <= 1 << MAX_ORDER)
+        .then(|| pages.trailing_zeros() as u8)
 }
 
 impl Backend for FileTier {
@@ -287,7 +294,8 @@ impl Backend for FileTier {
             return Err(TierError::Io { op: "file store", msg: format!("owner {:#x} does not fit a word", owner.0) });
         }
         // The physical slots: no space left means "try the next tier".
-        let slot = self.space.alloc(order, &mut |i| Word::rmap(0, owner.0 + i as u64)).map_err(|_| TierError::Reject)?.0;
+        let slot =
+            self.space.alloc(order, &mut |i| Word::rmap(0, owner.0 + i as u64)).map_err(|_| TierError::Reject)?.0;
         let len = data.len();
         let meta_len = if self.cipher.is_some() { n * META_BYTES } else { 0 };
         let mut buf = self.get_buf(len + meta_len);
@@ -375,7 +383,8 @@ impl Backend for FileTier {
         let n = 1usize << order;
         let Ok(mut g) = self.space.lock_cluster(SwapEntry(slot)) else { return 0 };
         let off = SwapEntry(slot).offset();
-        if off % n != 0 || off + n > SLOTS_PER_CLUSTER || (0..n).any(|i| g.word(off + i).kind() != Kind::Rmap) {
+        if !off.is_multiple_of(n) || off + n > SLOTS_PER_CLUSTER || (0..n).any(|i| g.word(off + i).kind() != Kind::Rmap)
+        {
             return 0;
         }
         if g.free_range(off, n).is_err() {

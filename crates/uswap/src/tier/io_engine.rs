@@ -186,7 +186,12 @@ impl UringEngine {
         let rings = (0..nr_rings.max(1))
             .map(|_| io_uring::IoUring::new(depth).map(Mutex::new).map_err(|e| TierError::io("io_uring setup", &e)))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(UringEngine { file, rings: rings.into_boxed_slice(), depth: depth as usize, quarantine: Mutex::new(Vec::new()) })
+        Ok(UringEngine {
+            file,
+            rings: rings.into_boxed_slice(),
+            depth: depth as usize,
+            quarantine: Mutex::new(Vec::new()),
+        })
     }
 
     /// Submit one batch (at most `depth` ops) and reap all of its completions. `Err(true)` means
@@ -241,7 +246,11 @@ impl UringEngine {
                 } else if r == 0 {
                     err.get_or_insert(TierError::Io {
                         op: if op.write { "write" } else { "read" },
-                        msg: format!("short {}: no progress at offset {}", if op.write { "write" } else { "read" }, op.file_off + done[i] as u64),
+                        msg: format!(
+                            "short {}: no progress at offset {}",
+                            if op.write { "write" } else { "read" },
+                            op.file_off + done[i] as u64
+                        ),
                     });
                 } else {
                     done[i] += r as usize;

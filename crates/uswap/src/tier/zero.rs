@@ -121,8 +121,10 @@ mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
 
-    fn kernels() -> Vec<(&'static str, fn(&[u8]) -> bool)> {
-        let mut v: Vec<(&'static str, fn(&[u8]) -> bool)> = vec![("dispatch", is_zero), ("portable", is_zero_portable)];
+    type Kernel = (&'static str, fn(&[u8]) -> bool);
+
+    fn kernels() -> Vec<Kernel> {
+        let mut v: Vec<Kernel> = vec![("dispatch", is_zero), ("portable", is_zero_portable)];
         #[cfg(target_arch = "x86_64")]
         v.push(("sse2", is_zero_sse2));
         v

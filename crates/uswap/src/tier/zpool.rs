@@ -177,11 +177,18 @@ fn pages_per_zspage(size: usize) -> usize {
     best.0
 }
 
+// Every handle, the large area's included, fits the table word's payload.
+const _: () = assert!((LARGE_CLASS + 1) << (ZS_BITS + OBJ_BITS) <= PAYLOAD_MAX + 1);
+
 fn handle(class: usize, zs: u32, obj: u16) -> u64 {
     (class as u64) << (ZS_BITS + OBJ_BITS) | u64::from(zs) << OBJ_BITS | u64::from(obj)
 }
 fn split(h: u64) -> (usize, u32, u16) {
-    ((h >> (ZS_BITS + OBJ_BITS)) as usize, ((h >> OBJ_BITS) & ((1 << ZS_BITS) - 1)) as u32, (h & ((1 << OBJ_BITS) - 1)) as u16)
+    (
+        (h >> (ZS_BITS + OBJ_BITS)) as usize,
+        ((h >> OBJ_BITS) & ((1 << ZS_BITS) - 1)) as u32,
+        (h & ((1 << OBJ_BITS) - 1)) as u16,
+    )
 }
 
 /// A zspage: `pages` contiguous 4 KiB pages carved into objects of one class.
@@ -711,7 +718,12 @@ impl ZPool {
         if c as u64 == LARGE_CLASS {
             let la = lock(&self.large);
             let idx = (h & ((1 << (ZS_BITS + OBJ_BITS)) - 1)) as usize;
-            return la.slots.get(idx).and_then(|x| x.as_ref()).map(|l| SwapEntry(hdr_owner(l.hdr))).ok_or(TierError::BadHandle(h));
+            return la
+                .slots
+                .get(idx)
+                .and_then(|x| x.as_ref())
+                .map(|l| SwapEntry(hdr_owner(l.hdr)))
+                .ok_or(TierError::BadHandle(h));
         }
         let cl = lock(&self.classes[c]);
         cl.used_hdr(zs_id, obj).map(|hd| SwapEntry(hdr_owner(hd))).ok_or(TierError::BadHandle(h))
@@ -762,7 +774,10 @@ impl ZPool {
                 if !zs.draining && zs.group != cl.group_of(zs.inuse) {
                     return Err(format!("class {c} zspage {id}: wrong fullness group"));
                 }
-                if zs.group != FULL && !zs.draining && cl.groups[usize::from(zs.group)].get(zs.pos as usize) != Some(&(id as u32)) {
+                if zs.group != FULL
+                    && !zs.draining
+                    && cl.groups[usize::from(zs.group)].get(zs.pos as usize) != Some(&(id as u32))
+                {
                     return Err(format!("class {c} zspage {id}: not in its group list"));
                 }
                 used += u64::from(zs.inuse);
@@ -790,8 +805,12 @@ impl ZPool {
         // the others.
         let sources: Vec<u32> = {
             let mut cl = lock(&self.classes[c]);
-            let mut partial: Vec<(u16, u32)> =
-                cl.groups.iter().flatten().map(|&id| (cl.zspages[id as usize].as_ref().expect("zspage").inuse, id)).collect();
+            let mut partial: Vec<(u16, u32)> = cl
+                .groups
+                .iter()
+                .flatten()
+                .map(|&id| (cl.zspages[id as usize].as_ref().expect("zspage").inuse, id))
+                .collect();
             if partial.len() < 2 {
                 return 0;
             }
@@ -867,11 +886,18 @@ impl Backend for ZPool {
     }
     fn store(&self, data: &[u8], owner: SwapEntry) -> Result<Stored, TierError> {
         let pages = data.len() / PAGE_SIZE;
-        if data.is_empty() || !data.len().is_multiple_of(PAGE_SIZE) || !pages.is_power_of_two() || pages > 1 << MAX_ORDER {
+        if data.is_empty()
+            || !data.len().is_multiple_of(PAGE_SIZE)
+            || !pages.is_power_of_two()
+            || pages > 1 << MAX_ORDER
+        {
             return Err(TierError::Io { op: "zpool store", msg: format!("{} bytes is not a folio", data.len()) });
         }
         if owner.0 > PAYLOAD_MAX {
-            return Err(TierError::Io { op: "zpool store", msg: format!("owner {:#x} does not fit a handle", owner.0) });
+            return Err(TierError::Io {
+                op: "zpool store",
+                msg: format!("owner {:#x} does not fit a handle", owner.0),
+            });
         }
         if self.refusing() {
             self.limit_hit.fetch_add(1, Ordering::Relaxed);
@@ -987,7 +1013,7 @@ mod tests {
             let s = class_size(c);
             let k = pages_per_zspage(s);
             let objs = k * PAGE_SIZE / s;
-            assert!(objs >= 1 && objs < 1 << OBJ_BITS);
+            assert!((1..1 << OBJ_BITS).contains(&objs));
             // Never worse than a single page per object would be (zram's "huge" case).
             assert!((objs * s) as f64 / (k * PAGE_SIZE) as f64 >= 0.5, "class {c}");
         }
@@ -995,6 +1021,5 @@ mod tests {
         let h = handle(254, (1 << ZS_BITS) - 1, (1 << OBJ_BITS) - 1);
         assert!(h <= PAYLOAD_MAX);
         assert_eq!(split(h), (254, (1 << ZS_BITS) - 1, (1 << OBJ_BITS) - 1));
-        assert!((LARGE_CLASS << (ZS_BITS + OBJ_BITS) | ((1 << 33) - 1)) <= PAYLOAD_MAX);
     }
 }
