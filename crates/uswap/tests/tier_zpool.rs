@@ -155,7 +155,7 @@ fn full_pool_rejects_with_hysteresis_and_keeps_pages() {
         let (st, _) = kept.pop().unwrap();
         pool.free(st.handle);
     }
-    assert!(!pool.over_limit());
+    assert!(!pool.over_limit(), "{:?} max {max}", pool.usage());
     assert!(pool.store(&small, SwapEntry(999)).is_ok());
     pool.check_invariants().unwrap();
 }

@@ -9,8 +9,8 @@
 //! ([`FolioMode::PerPage`]).
 //!
 //! Allocator (zsmalloc, kernel-reference §4.2): 255 size classes from 48 B to 4112 B spaced by
-//! 16 B; each class carves objects out of "zspages" of 1..=16 contiguous 4 KiB pages (the count
-//! that wastes the least), so objects straddle page boundaries. Every object starts with an
+//! 16 B; each class carves objects out of "zspages" of 1..=8 contiguous 4 KiB pages (the count
+//! that wastes the least; up to 64 for the class of raw pages), so objects straddle page boundaries. Every object starts with an
 //! 8-byte header (used bit, codec, order, length, owner virtual slot) so compaction knows
 //! whom to report a move to; free objects thread a free list through the same 8 bytes. A
 //! class keeps its partially used zspages in four fullness groups; allocation takes from the
@@ -128,7 +128,8 @@ pub const NR_CLASSES: usize = 255;
 const LARGE_CLASS: u64 = 255;
 /// Largest object in a size class (header included).
 pub const CLASS_MAX: usize = CLASS_MIN + CLASS_STEP * (NR_CLASSES - 1);
-const MAX_CHAIN: usize = 16;
+const MAX_CHAIN: usize = 8;
+const HUGE_CHAIN: usize = 64;
 const NR_GROUPS: usize = 4;
 const FULL: u8 = u8::MAX;
 const ZS_BITS: u32 = 21;
@@ -164,10 +165,13 @@ fn class_size(c: usize) -> usize {
 fn class_of(size: usize) -> usize {
     size.saturating_sub(CLASS_MIN).div_ceil(CLASS_STEP)
 }
-/// Pages per zspage for a class: the chain length with the least waste (ties: shortest).
+/// Pages per zspage for a class: the chain length with the least waste (ties: shortest). The
+/// class of raw pages (object > PAGE_SIZE because of its header) may chain up to
+/// `HUGE_CHAIN` pages, so a raw page costs ~1.6% more than 4 KiB instead of ~7%.
 fn pages_per_zspage(size: usize) -> usize {
+    let max = if size > PAGE_SIZE { HUGE_CHAIN } else { MAX_CHAIN };
     let mut best = (1, usize::MAX);
-    for k in 1..=MAX_CHAIN {
+    for k in 1..=max {
         let waste = (k * PAGE_SIZE) % size;
         // Compare waste fractions: waste/k*PAGE.
         if waste * best.0 < best.1.saturating_mul(k) || best.1 == usize::MAX {
@@ -515,7 +519,7 @@ impl ZPool {
     }
 
     fn accept_bytes(&self) -> u64 {
-        self.cfg.max_bytes / 100 * u64::from(self.cfg.accept_percent)
+        (u128::from(self.cfg.max_bytes) * u128::from(self.cfg.accept_percent) / 100) as u64
     }
 
     /// Hysteresis: true while the pool refuses stores.
