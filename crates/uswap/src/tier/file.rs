@@ -236,6 +236,19 @@ impl FileTier {
         Ok(SwapEntry(w.payload()))
     }
 
+    /// Flush written data to the device and drop it from the page cache (benchmarks: the next
+    /// reads come from the device).
+    pub fn sync_and_drop_cache(&self) -> Result<(), TierError> {
+        use std::os::fd::AsRawFd;
+        self._file.sync_data().map_err(|e| io_err("fdatasync", e))?;
+        // SAFETY: posix_fadvise on a valid open fd with integer arguments.
+        let r = unsafe { libc::posix_fadvise(self._file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        if r != 0 {
+            return Err(io_err("posix_fadvise", std::io::Error::from_raw_os_error(r)));
+        }
+        Ok(())
+    }
+
     /// Byte offset of a slot's data in the file (for tests that corrupt the file directly).
     #[doc(hidden)]
     pub fn data_offset(handle: u64) -> u64 {
