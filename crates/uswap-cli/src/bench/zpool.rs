@@ -308,14 +308,14 @@ fn zero_check() -> Value {
 }
 
 /// Restores a hot-added zram device on drop.
-struct ZramDev {
-    id: u32,
+pub(crate) struct ZramDev {
+    pub(crate) id: u32,
     added: bool,
     orig_alg: Option<String>,
 }
 
 impl ZramDev {
-    fn sys(&self, f: &str) -> String {
+    pub(crate) fn sys(&self, f: &str) -> String {
         format!("/sys/block/zram{}/{f}", self.id)
     }
 }
@@ -332,7 +332,7 @@ impl Drop for ZramDev {
 }
 
 /// Hot-add a zram device (never touch one that is in use).
-fn zram_add() -> Result<ZramDev, String> {
+pub(crate) fn zram_add() -> Result<ZramDev, String> {
     if !std::path::Path::new("/sys/class/zram-control/hot_add").exists() {
         return Err("no zram module (/sys/class/zram-control missing)".into());
     }
