@@ -13,6 +13,7 @@
 pub mod crypt;
 pub mod file;
 pub mod io_engine;
+pub mod lz4;
 pub mod zero;
 pub mod zpool;
 

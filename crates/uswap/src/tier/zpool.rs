@@ -2,7 +2,9 @@
 //! [`TierKind::Pool`].
 //!
 //! Data path: a folio is compressed (lz4 by default, zstd level 1 selectable) *outside any
-//! lock* into a per-thread scratch buffer that is reused (zstd contexts too), then copied into
+//! lock* into a per-thread scratch buffer that is reused, as are the compression states (the
+//! LZ4 hash table of [`super::lz4`], zstd contexts): no allocation per page in steady state.
+//! Decompression uses lz4_flex's checked decoder and zstd. The object is then copied into
 //! an object of a size class. Pages that compress worse than the threshold (default 3/4 of
 //! the unit) are stored raw or rejected to the next tier, by policy. Large folios are one
 //! compression unit ([`FolioMode::Whole`]) or one unit per page inside one object
@@ -31,6 +33,7 @@
 //! held across compression, decompression or the relocate callback, and no two pool locks
 //! are ever held together. Counters are relaxed atomics.
 
+use super::lz4::Lz4Table;
 use crate::backend::{Backend, Relocate, Stored, TierKind, Usage};
 use crate::error::TierError;
 use crate::swap_table::{SwapEntry, MAX_ORDER, PAGE_SIZE, PAYLOAD_MAX};
@@ -409,10 +412,11 @@ struct Scratch {
     buf: Vec<u8>,
     zc: Option<(i32, zstd::bulk::Compressor<'static>)>,
     zd: Option<zstd::bulk::Decompressor<'static>>,
+    lz4: Option<Lz4Table>,
 }
 
 thread_local! {
-    static SCRATCH: RefCell<Scratch> = const { RefCell::new(Scratch { buf: Vec::new(), zc: None, zd: None }) };
+    static SCRATCH: RefCell<Scratch> = const { RefCell::new(Scratch { buf: Vec::new(), zc: None, zd: None, lz4: None }) };
 }
 
 fn corrupt(handle: u64) -> TierError {
@@ -422,7 +426,7 @@ fn corrupt(handle: u64) -> TierError {
 /// Compress `src` into `dst` (sized by the caller) with `codec`; None if it did not fit.
 fn compress_unit(s: &mut Scratch, comp: Compressor, src: &[u8], dst: &mut [u8]) -> Option<usize> {
     match comp {
-        Compressor::Lz4 => lz4_flex::block::compress_into(src, dst).ok(),
+        Compressor::Lz4 => s.lz4.get_or_insert_with(Lz4Table::default).compress(src, dst),
         Compressor::Zstd { level } => {
             if s.zc.as_ref().is_none_or(|(l, _)| *l != level) {
                 s.zc = Some((level, zstd::bulk::Compressor::new(level).ok()?));
