@@ -275,7 +275,7 @@ fn compaction_frees_sparse_zspages_and_respects_refusals() {
     }
     // Free 3 of every 4: zspages become sparse.
     for i in 0..2000u64 {
-        if i % 4 != 0 {
+        if !i.is_multiple_of(4) {
             let (h, _) = model.remove(&i).unwrap();
             pool.free(h);
         }
@@ -284,7 +284,7 @@ fn compaction_frees_sparse_zspages_and_respects_refusals() {
     // The "engine" refuses the moves of some entries (busy in its swap cache): those stay put.
     let mut refused = 0;
     let reclaimed = pool.compact(&mut |owner, old, new| {
-        if owner.0 % 512 == 0 {
+        if owner.0.is_multiple_of(512) {
             refused += 1;
             return false;
         }

@@ -344,7 +344,7 @@ impl Backend for FileTier {
     fn load(&self, handle: u64, out: &mut [u8]) -> Result<(), TierError> {
         let (slot, order) = split(handle);
         let n = 1usize << order.min(MAX_ORDER);
-        if order > MAX_ORDER || out.len() != PAGE_SIZE << order || slot % n as u64 != 0 {
+        if order > MAX_ORDER || out.len() != PAGE_SIZE << order || !slot.is_multiple_of(n as u64) {
             return Err(TierError::BadHandle(handle));
         }
         for i in 0..n as u64 {

@@ -243,7 +243,7 @@ mod tests {
                 if rep && src.len() > 8 {
                     let from = (x as usize) % src.len();
                     for k in 0..n { let v = src[from + k % (src.len() - from)]; src.push(v); }
-                } else if b % 3 == 0 {
+                } else if b.is_multiple_of(3) {
                     src.extend(std::iter::repeat_n(b, n));
                 } else {
                     for _ in 0..n { x ^= x << 13; x ^= x >> 7; x ^= x << 17; src.push(x as u8); }
