@@ -95,14 +95,14 @@ fn crypto_only() -> Value {
     let n = 20_000;
     let t = Instant::now();
     for i in 0..n {
-        let _ = c.seal(i, &mut page, &mut meta);
+        let _ = c.seal(i, i, &mut page, &mut meta);
     }
     let seal = t.elapsed();
     let t = Instant::now();
     let mut ok = 0;
     for _ in 0..n {
         let mut p = page.clone();
-        ok += usize::from(c.open(n - 1, &mut p, &meta));
+        ok += usize::from(c.open(n - 1, n - 1, &mut p, &meta));
     }
     let open = t.elapsed();
     json!({

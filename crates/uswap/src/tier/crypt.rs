@@ -7,7 +7,8 @@
 //! - nonce (96 bits) = a 64-bit write counter, unique for the life of the key (an atomic
 //!   `fetch_add`; the key is discarded long before 2^64 writes), followed by the low 32 bits
 //!   of the slot. The counter alone guarantees a nonce is never reused under the key.
-//! - associated data = the physical slot number, so a block copied to another slot fails
+//! - associated data = the physical slot number and the owning virtual slot, so a block
+//!   copied to another slot, or read back for another owner after the slot was reused, fails
 //!   authentication just like a flipped bit.
 //! - the 12-byte nonce and 16-byte tag go to the file beside the data (see `file.rs`), so the
 //!   RAM metadata of a stored page stays at the 8-byte reverse-map word.
@@ -25,6 +26,13 @@ use aes_gcm::{Aes256Gcm, Nonce, Tag};
 pub const META_BYTES: usize = 32;
 const NONCE_BYTES: usize = 12;
 const TAG_BYTES: usize = 16;
+
+fn aad(slot: u64, owner: u64) -> [u8; 16] {
+    let mut a = [0u8; 16];
+    a[..8].copy_from_slice(&slot.to_le_bytes());
+    a[8..].copy_from_slice(&owner.to_le_bytes());
+    a
+}
 
 /// A per-process AES-256-GCM key and nonce counter.
 pub struct PageCipher {
@@ -45,14 +53,14 @@ impl PageCipher {
         Ok(PageCipher { aead, counter: AtomicU64::new(1) })
     }
 
-    /// Encrypt one page in place for physical slot `slot`; writes nonce and tag into `meta`
-    /// (`META_BYTES` long).
-    pub fn seal(&self, slot: u64, page: &mut [u8], meta: &mut [u8]) -> Result<(), TierError> {
+    /// Encrypt one page in place for physical slot `slot` owned by virtual slot `owner`;
+    /// writes nonce and tag into `meta` (`META_BYTES` long).
+    pub fn seal(&self, slot: u64, owner: u64, page: &mut [u8], meta: &mut [u8]) -> Result<(), TierError> {
         let ctr = self.counter.fetch_add(1, Ordering::Relaxed);
         let mut nonce = [0u8; NONCE_BYTES];
         nonce[..8].copy_from_slice(&ctr.to_le_bytes());
         nonce[8..].copy_from_slice(&(slot as u32).to_le_bytes());
-        let aad = slot.to_le_bytes();
+        let aad = aad(slot, owner);
         let tag = self
             .aead
             .encrypt_in_place_detached(Nonce::from_slice(&nonce), &aad, page)
@@ -65,13 +73,13 @@ impl PageCipher {
 
     /// Authenticate and decrypt one page in place. `false` if the page, its metadata or its
     /// slot do not match (the page content is then garbage and must not be returned).
-    pub fn open(&self, slot: u64, page: &mut [u8], meta: &[u8]) -> bool {
+    pub fn open(&self, slot: u64, owner: u64, page: &mut [u8], meta: &[u8]) -> bool {
         if meta.len() < META_BYTES {
             return false;
         }
         let nonce = Nonce::from_slice(&meta[..NONCE_BYTES]);
         let tag = Tag::from_slice(&meta[NONCE_BYTES..NONCE_BYTES + TAG_BYTES]);
-        let aad = slot.to_le_bytes();
+        let aad = aad(slot, owner);
         self.aead.decrypt_in_place_detached(nonce, &aad, page, tag).is_ok()
     }
 }
@@ -86,27 +94,30 @@ mod tests {
         let plain: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
         let mut page = plain.clone();
         let mut meta = [0u8; META_BYTES];
-        c.seal(42, &mut page, &mut meta).unwrap();
+        c.seal(42, 7, &mut page, &mut meta).unwrap();
         assert_ne!(page, plain, "ciphertext differs from the plaintext");
         let sealed = page.clone();
-        assert!(c.open(42, &mut page, &meta));
+        assert!(c.open(42, 7, &mut page, &meta));
         assert_eq!(page, plain);
         // Another slot (block copied elsewhere) fails.
         let mut p2 = sealed.clone();
-        assert!(!c.open(43, &mut p2, &meta));
+        assert!(!c.open(43, 7, &mut p2, &meta));
+        // Another owner (slot reused) fails.
+        let mut p6 = sealed.clone();
+        assert!(!c.open(42, 8, &mut p6, &meta));
         // A flipped bit in the data fails.
         let mut p3 = sealed.clone();
         p3[100] ^= 1;
-        assert!(!c.open(42, &mut p3, &meta));
+        assert!(!c.open(42, 7, &mut p3, &meta));
         // A flipped bit in the tag fails.
         let mut m2 = meta;
         m2[20] ^= 0x80;
         let mut p4 = sealed.clone();
-        assert!(!c.open(42, &mut p4, &m2));
+        assert!(!c.open(42, 7, &mut p4, &m2));
         // Another process's key fails.
         let other = PageCipher::new_random().unwrap();
         let mut p5 = sealed;
-        assert!(!other.open(42, &mut p5, &meta));
+        assert!(!other.open(42, 7, &mut p5, &meta));
     }
 
     #[test]
@@ -116,7 +127,7 @@ mod tests {
         let mut page = [0u8; 64];
         for i in 0..1000u64 {
             let mut meta = [0u8; META_BYTES];
-            c.seal(i % 3, &mut page, &mut meta).unwrap();
+            c.seal(i % 3, 0, &mut page, &mut meta).unwrap();
             assert!(seen.insert(meta[..NONCE_BYTES].to_vec()));
         }
     }

@@ -9,8 +9,8 @@
 //!
 //! On-disk layout, per 512-slot cluster: 2 MiB of page data, then a 16 KiB metadata area of
 //! 32 bytes per slot holding the AES-256-GCM nonce and tag ([`crypt`](super::crypt)). Every page
-//! is encrypted and authenticated with a per-process key and the slot number as associated
-//! data; a page that fails authentication is reported as [`TierError::Corrupt`] and never
+//! is encrypted and authenticated with a per-process key, with the slot number and the owning
+//! virtual slot as associated data; a page that fails authentication is reported as [`TierError::Corrupt`] and never
 //! returned. With encryption off the metadata area is unused.
 //!
 //! Error handling: a failed store frees the slots it allocated and returns the error, so the
@@ -322,7 +322,7 @@ impl Backend for FileTier {
                         .chunks_exact_mut(PAGE_SIZE)
                         .zip(meta.chunks_exact_mut(META_BYTES))
                         .enumerate()
-                        .try_for_each(|(i, (p, m))| c.seal(slot + i as u64, p, m))
+                        .try_for_each(|(i, (p, m))| c.seal(slot + i as u64, owner.0 + i as u64, p, m))
                 }
                 None => Ok(()),
             }
@@ -347,9 +347,16 @@ impl Backend for FileTier {
         if order > MAX_ORDER || out.len() != PAGE_SIZE << order || !slot.is_multiple_of(n as u64) {
             return Err(TierError::BadHandle(handle));
         }
-        for i in 0..n as u64 {
+        // The reverse map names the owner (bound into each page's authentication), and says
+        // the handle is live.
+        let w = self.space.load(SwapEntry(slot)).map_err(|_| TierError::BadHandle(handle))?;
+        if w.kind() != Kind::Rmap {
+            return Err(TierError::BadHandle(handle));
+        }
+        let owner = w.payload();
+        for i in 1..n as u64 {
             let w = self.space.load(SwapEntry(slot + i)).map_err(|_| TierError::BadHandle(handle))?;
-            if w.kind() != Kind::Rmap {
+            if w.kind() != Kind::Rmap || w.payload() != owner + i {
                 return Err(TierError::BadHandle(handle));
             }
         }
@@ -373,7 +380,7 @@ impl Backend for FileTier {
                     .chunks_exact_mut(PAGE_SIZE)
                     .zip(meta.chunks_exact(META_BYTES))
                     .enumerate()
-                    .all(|(i, (p, m))| c.open(slot + i as u64, p, m))
+                    .all(|(i, (p, m))| c.open(slot + i as u64, owner + i as u64, p, m))
             }
             None => true,
         };
