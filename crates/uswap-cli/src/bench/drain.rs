@@ -268,6 +268,21 @@ fn kernel_swapoff(bytes: usize, limit_mib: usize) -> Result<Value, String> {
         return Err(format!("only {used} bytes reached {dev}; is another swap device preferred?"));
     }
     let mm = std::fs::read_to_string(rig.zram.as_ref().ok_or("zram")?.sys("mm_stat")).unwrap_or_default();
+    // The child's own swapped bytes, and any other active swap (whose users may also have
+    // swapped onto our device, which has the top priority: then the kernel side is shared).
+    let child_swap = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmSwap:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024);
+    let others: Vec<String> = std::fs::read_to_string("/proc/swaps")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .filter(|d| d != &dev)
+        .collect();
     // Lift the limit so swapoff can bring everything back without reclaim or OOM.
     std::fs::write(cg.join("memory.limit_in_bytes"), "-1").map_err(|e| format!("lift limit: {e}"))?;
     let t = Instant::now();
@@ -283,6 +298,9 @@ fn kernel_swapoff(bytes: usize, limit_mib: usize) -> Result<Value, String> {
         "device": dev,
         "cgroup_limit_mib": limit_mib,
         "swapped_bytes": used,
+        "child_swapped_bytes": child_swap,
+        "other_active_swap": others,
+        "note": "swapoff time is per GiB on the device (swapped_bytes); other processes may have swapped onto it too",
         "zram_mm_stat": mm.trim(),
         "swapoff_s": (dt.as_secs_f64() * 1000.0).round() / 1000.0,
         "kernel_swapoff_s_per_gib": (dt.as_secs_f64() / (used as f64 / GIB) * 1000.0).round() / 1000.0,
