@@ -236,9 +236,11 @@ impl UringEngine {
                 Err(e) => return Err((true, TierError::io("io_uring wait", &e))),
             }
             for cqe in ring.completion() {
-                reaped += 1;
                 let i = cqe.user_data() as usize;
-                let op = ops[i];
+                // A completion that is not ours cannot happen on a healthy ring (rings that lost
+                // track of a request are replaced); ignore it rather than misattribute it.
+                let Some(&op) = ops.get(i) else { continue };
+                reaped += 1;
                 let r = cqe.result();
                 if r < 0 {
                     let e = std::io::Error::from_raw_os_error(-r);
@@ -290,6 +292,11 @@ impl IoEngine for UringEngine {
                     Err((false, e)) => return (Some(buf), Err(e)),
                     Err((true, e)) => {
                         lock(&self.quarantine).push(buf);
+                        // The ring may still complete requests we no longer track: retire it
+                        // (leaked, never closed under an in-flight request) and start afresh.
+                        if let Ok(fresh) = io_uring::IoUring::new(self.depth as u32) {
+                            std::mem::forget(std::mem::replace(&mut *ring, fresh));
+                        }
                         return (None, Err(e));
                     }
                 }
