@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | `zero` | zero-page elision (no backend: a flag) | |
 //! | `lz4`, `zstd`, `pool` | compressed pool (`pool` = lz4) | `pool=20%` or `pool=512M` (zswap `max_pool_percent`), `accept=90%` (`accept_threshold_percent`), `threshold=75%`, `incompressible=raw\|reject`, `folio=whole\|page`, `comp=lz4\|zstd`, `level=1` |
-//! | `file[:PATH]` | swap file: an unlinked temp file in directory PATH (default `/var/tmp`), or the file/block device PATH | `size=8G`, `engine=psync\|uring`, `encrypt=on\|off`, `discard=on\|off` |
+//! | `file[:PATH]` | swap file: an unlinked temp file in directory PATH (default `/var/tmp`), or the file/block device PATH | `size=8G`, `engine=psync\|uring`, `encrypt=on\|off`, `discard=on\|off`, `direct=on\|off` (O_DIRECT) |
 //! | `mem` | uncompressed RAM (tests) | `pages=N` |
 //!
 //! Every bad value is a [`SwapError::Config`] whose message names it. Parsing checks that a
@@ -175,6 +175,7 @@ fn set_file_key(f: &mut FileConfig, key: &str, v: &str) -> Result<bool, SwapErro
         }
         "encrypt" => f.encrypt = on_off(key, v)?,
         "discard" => f.discard = on_off(key, v)?,
+        "direct" => f.direct = on_off(key, v)?,
         _ => return Ok(false),
     }
     Ok(true)

@@ -27,7 +27,21 @@ fn cfg(engine: EngineKind, encrypt: bool) -> FileConfig {
         engine,
         encrypt,
         discard: false,
+        direct: false,
     }
+}
+
+/// A directory on a file system that supports O_DIRECT (not tmpfs), if any.
+fn direct_dir() -> Option<std::path::PathBuf> {
+    for d in ["/var/tmp", "/tmp"] {
+        let p = std::path::PathBuf::from(d);
+        let c = FileConfig { target: FileTarget::TempIn(p.clone()), direct: true, ..cfg(EngineKind::Psync, true) };
+        if FileTier::open(&c).is_ok() {
+            return Some(p);
+        }
+    }
+    eprintln!("no directory supports O_DIRECT: direct mode not tested");
+    None
 }
 
 fn data(order: u8, kind: u8, seed: u64) -> Vec<u8> {
@@ -44,9 +58,18 @@ fn data(order: u8, kind: u8, seed: u64) -> Vec<u8> {
 
 #[test]
 fn round_trip_every_engine_size_and_kind() {
+    let mut modes = vec![false];
+    let ddir = direct_dir();
+    if ddir.is_some() {
+        modes.push(true);
+    }
     for engine in engines() {
-        for encrypt in [true, false] {
-            let t = FileTier::open(&cfg(engine, encrypt)).unwrap();
+        for (encrypt, direct) in [true, false].into_iter().flat_map(|e| modes.iter().map(move |&d| (e, d))) {
+            let mut c = cfg(engine, encrypt);
+            if direct {
+                c = FileConfig { target: FileTarget::TempIn(ddir.clone().unwrap()), direct, ..c };
+            }
+            let t = FileTier::open(&c).unwrap();
             let mut kept = Vec::new();
             for order in 0..=9u8 {
                 for kind in 0..4u8 {
@@ -64,7 +87,7 @@ fn round_trip_every_engine_size_and_kind() {
             for (h, d) in &kept {
                 let mut out = vec![0u8; d.len()];
                 t.load(*h, &mut out).unwrap();
-                assert!(&out == d, "{engine:?} encrypt={encrypt} len {}", d.len());
+                assert!(&out == d, "{engine:?} encrypt={encrypt} direct={direct} len {}", d.len());
             }
             let pages: usize = kept.iter().map(|(_, d)| d.len() / PAGE_SIZE).sum();
             assert_eq!(t.usage().stored_pages, pages as u64);
@@ -82,10 +105,11 @@ fn round_trip_every_engine_size_and_kind() {
 
 #[test]
 fn the_file_reveals_nothing_and_tampering_is_detected() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir_in(direct_dir().unwrap_or_else(std::env::temp_dir)).unwrap();
     let path = dir.path().join("swap");
-    for encrypt in [false, true] {
-        let c = FileConfig { target: FileTarget::Path(path.clone()), ..cfg(EngineKind::Psync, encrypt) };
+    let direct_ok = direct_dir().is_some();
+    for (encrypt, direct) in [(false, false), (true, false), (true, direct_ok)] {
+        let c = FileConfig { target: FileTarget::Path(path.clone()), direct, ..cfg(EngineKind::Psync, encrypt) };
         let t = FileTier::open(&c).unwrap();
         let mode = std::fs::metadata(&path).unwrap().mode() & 0o777;
         assert_eq!(mode, 0o600);
@@ -246,8 +270,18 @@ fn discard_punches_holes_for_empty_clusters() {
 
 #[test]
 fn concurrent_store_load_free() {
-    for engine in engines() {
-        let t = Arc::new(FileTier::open(&cfg(engine, true)).unwrap());
+    let ddir = direct_dir();
+    let mut cfgs: Vec<FileConfig> = engines().into_iter().map(|e| cfg(e, true)).collect();
+    if let Some(d) = ddir {
+        // Direct mode: concurrent read-modify-write of shared metadata blocks.
+        cfgs.extend(engines().into_iter().map(|e| FileConfig {
+            target: FileTarget::TempIn(d.clone()),
+            direct: true,
+            ..cfg(e, true)
+        }));
+    }
+    for c in cfgs {
+        let t = Arc::new(FileTier::open(&c).unwrap());
         let hs: Vec<_> = (0..3u64)
             .map(|id| {
                 let t = t.clone();

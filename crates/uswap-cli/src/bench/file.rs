@@ -38,13 +38,21 @@ fn mbs(bytes: usize, d: Duration) -> f64 {
     (bytes as f64 / 1e6 / d.as_secs_f64().max(1e-9) * 10.0).round() / 10.0
 }
 
-fn row(dir: &std::path::Path, engine: EngineKind, encrypt: bool, folio: usize, total: usize) -> Result<Value, String> {
+fn row(
+    dir: &std::path::Path,
+    engine: EngineKind,
+    encrypt: bool,
+    direct: bool,
+    folio: usize,
+    total: usize,
+) -> Result<Value, String> {
     let cfg = FileConfig {
         target: FileTarget::TempIn(dir.to_path_buf()),
         size_bytes: (total as u64 + (4 << 20)).next_multiple_of(2 << 20),
         engine,
         encrypt,
         discard: false,
+        direct,
     };
     let t = FileTier::open(&cfg).map_err(|e| e.to_string())?;
     let mut data = vec![0u8; folio];
@@ -76,6 +84,7 @@ fn row(dir: &std::path::Path, engine: EngineKind, encrypt: bool, folio: usize, t
     Ok(json!({
         "engine": t.engine_name(),
         "encrypt": encrypt,
+        "direct": direct,
         "folio": if folio == PAGE_SIZE { "4k" } else { "2m" },
         "bytes": n * folio,
         "write_mb_s": mbs(n * folio, tw),
@@ -123,12 +132,16 @@ pub fn run(a: &Args) -> CliResult {
     let mut rows = Vec::new();
     let mut skipped = Map::new();
     for engine in [EngineKind::Psync, EngineKind::Uring] {
-        for encrypt in [true, false] {
+        for (encrypt, direct) in [(true, false), (false, false), (true, true), (false, true)] {
             for (folio, mib) in [(PAGE_SIZE, a.mib_4k), (2 << 20, a.mib_2m)] {
-                match row(&a.dir, engine, encrypt, folio, mib.max(2) << 20) {
+                match row(&a.dir, engine, encrypt, direct, folio, mib.max(2) << 20) {
                     Ok(r) => rows.push(r),
                     Err(e) if engine == EngineKind::Uring && rows.iter().all(|r| r["engine"] != "io_uring") => {
                         skipped.insert("io_uring".into(), json!(e));
+                        break;
+                    }
+                    Err(e) if direct => {
+                        skipped.insert(format!("{engine:?} direct"), json!(e));
                         break;
                     }
                     Err(e) => return Err(CliError::fail(format!("{engine:?} encrypt={encrypt} folio={folio}: {e}"))),
@@ -138,7 +151,7 @@ pub fn run(a: &Args) -> CliResult {
     }
     let v = json!({
         "dir": a.dir.display().to_string(),
-        "io": "buffered positional I/O on an unlinked O_TMPFILE; data + 32-byte nonce/tag record per page",
+        "io": "positional I/O on an unlinked O_TMPFILE, buffered or O_DIRECT; data + 32-byte nonce/tag record per page (direct: read-modify-write of its 4 KiB block)",
         "rows": rows,
         "aes_256_gcm": crypto_only(),
         "skipped": skipped,
@@ -154,9 +167,10 @@ pub fn run(a: &Args) -> CliResult {
         );
         for r in v["rows"].as_array().into_iter().flatten() {
             println!(
-                "{:<9} {:<8} {:<6} {:>10} {:>14} {:>14} {:>13}",
+                "{:<9} {:<8} {:<7} {:<6} {:>10} {:>14} {:>13} {:>13}",
                 r["engine"].as_str().unwrap_or(""),
                 r["encrypt"].to_string(),
+                r["direct"].to_string(),
                 r["folio"].as_str().unwrap_or(""),
                 r["write_mb_s"].to_string(),
                 r["write_sync_mb_s"].to_string(),

@@ -73,6 +73,9 @@ pub struct FileConfig {
     pub encrypt: bool,
     /// Punch holes for emptied clusters.
     pub discard: bool,
+    /// Bypass the page cache (`O_DIRECT`), so swapped data does not occupy RAM as page
+    /// cache; metadata records are then updated by read-modify-write of aligned 4 KiB blocks.
+    pub direct: bool,
 }
 
 impl Default for FileConfig {
@@ -83,6 +86,7 @@ impl Default for FileConfig {
             engine: EngineKind::Psync,
             encrypt: true,
             discard: false,
+            direct: false,
         }
     }
 }
@@ -96,6 +100,9 @@ pub struct FileTier {
     bufs: Box<[CachePadded<Mutex<Vec<IoBuf>>>]>,
     stored_pages: AtomicU64,
     discard: bool,
+    direct: bool,
+    /// Serialise read-modify-write of metadata blocks in direct mode (striped by cluster).
+    meta_locks: Box<[Mutex<()>]>,
     _file: Arc<File>,
 }
 
@@ -113,15 +120,33 @@ fn meta_off(slot: u64) -> u64 {
         + DATA_BYTES
         + (slot % SLOTS_PER_CLUSTER as u64) * META_BYTES as u64
 }
+/// The 4 KiB-aligned byte range of the metadata area holding the records of `n` slots from
+/// `slot` (direct I/O can only transfer whole aligned blocks).
+fn meta_window(slot: u64, n: usize) -> (u64, usize) {
+    let start = meta_off(slot) / PAGE_SIZE as u64 * PAGE_SIZE as u64;
+    let end = (meta_off(slot) + (n * META_BYTES) as u64).next_multiple_of(PAGE_SIZE as u64);
+    (start, (end - start) as usize)
+}
 fn io_err(op: &'static str, e: std::io::Error) -> TierError {
     TierError::io(op, &e)
 }
 
 /// Open the file a configuration names; returns it with its usable size in bytes.
-pub fn open_target(target: &FileTarget) -> Result<(File, u64), TierError> {
+pub fn open_target(target: &FileTarget, direct: bool) -> Result<(File, u64), TierError> {
     use std::io::{Seek, SeekFrom};
     use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let dflag = if direct { libc::O_DIRECT } else { 0 };
     match target {
+        FileTarget::TempIn(dir) if direct => {
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_TMPFILE | dflag)
+                .mode(0o600)
+                .open(dir)
+                .map_err(|e| io_err("create temporary swap file (O_TMPFILE|O_DIRECT)", e))?;
+            Ok((f, 0))
+        }
         FileTarget::TempIn(dir) => {
             let f = tempfile::tempfile_in(dir).map_err(|e| io_err("create temporary swap file", e))?;
             Ok((f, 0))
@@ -132,6 +157,7 @@ pub fn open_target(target: &FileTarget) -> Result<(File, u64), TierError> {
                 .write(true)
                 .create(true)
                 .truncate(false)
+                .custom_flags(dflag)
                 .mode(0o600)
                 .open(p)
                 .map_err(|e| io_err("open swap file", e))?;
@@ -149,7 +175,7 @@ pub fn open_target(target: &FileTarget) -> Result<(File, u64), TierError> {
 impl FileTier {
     /// Open the tier a configuration describes.
     pub fn open(cfg: &FileConfig) -> Result<Self, TierError> {
-        let (file, existing) = open_target(&cfg.target)?;
+        let (file, existing) = open_target(&cfg.target, cfg.direct)?;
         let want = if cfg.size_bytes == 0 { existing } else { cfg.size_bytes };
         let nr_clusters = want / DATA_BYTES;
         if nr_clusters == 0 {
@@ -180,7 +206,10 @@ impl FileTier {
             FileTarget::TempIn(d) => format!("file:{}", d.display()),
             FileTarget::Path(p) => format!("file:{}", p.display()),
         };
-        Self::with_engine(&name, file, nr_clusters * SLOTS_PER_CLUSTER as u64, io, cfg.encrypt, cfg.discard)
+        let mut t =
+            Self::with_engine(&name, file, nr_clusters * SLOTS_PER_CLUSTER as u64, io, cfg.encrypt, cfg.discard)?;
+        t.direct = cfg.direct;
+        Ok(t)
     }
 
     /// A tier over `file` with `nr_slots` slots and an explicit engine (tests inject faults
@@ -207,6 +236,8 @@ impl FileTier {
             bufs: (0..NR_BUF_SHARDS).map(|_| CachePadded::new(Mutex::new(Vec::new()))).collect(),
             stored_pages: AtomicU64::new(0),
             discard,
+            direct: false,
+            meta_locks: (0..64).map(|_| Mutex::new(())).collect(),
             _file: file,
         })
     }
@@ -271,6 +302,29 @@ impl FileTier {
         }
     }
 
+    /// Direct mode: write the data, and the records by read-modify-write of their aligned
+    /// metadata block(s) under the cluster's stripe lock. `buf` holds data at 0 and the sealed
+    /// records at `len`; the block window goes at the next page boundary.
+    fn write_direct(&self, buf: IoBuf, slot: u64, len: usize, meta_len: usize) -> Result<(), TierError> {
+        let n = meta_len / META_BYTES;
+        let (win_off, win_len) = meta_window(slot, n);
+        let at = (len + meta_len).next_multiple_of(PAGE_SIZE);
+        let _g = lock(&self.meta_locks[(slot as usize / SLOTS_PER_CLUSTER) % self.meta_locks.len()]);
+        let (b, r) = self.io.submit(buf, &[IoOp::read(win_off, at, win_len)]);
+        let mut buf = match (b, r) {
+            (Some(b), Ok(())) => b,
+            (b, r) => {
+                self.put_buf(b);
+                return Err(r.err().unwrap_or(TierError::Io { op: "read", msg: "I/O buffer lost".into() }));
+            }
+        };
+        let rec = at + (meta_off(slot) - win_off) as usize;
+        buf.as_mut_slice().copy_within(len..len + meta_len, rec);
+        let (b, r) = self.io.submit(buf, &[IoOp::write(data_off(slot), 0, len), IoOp::write(win_off, at, win_len)]);
+        self.put_buf(b);
+        r
+    }
+
     fn release_slots(&self, slot: u64, n: usize) {
         if let Ok(mut g) = self.space.lock_cluster(SwapEntry(slot)) {
             let off = SwapEntry(slot).offset();
@@ -311,7 +365,7 @@ impl Backend for FileTier {
             self.space.alloc(order, &mut |i| Word::rmap(0, owner.0 + i as u64)).map_err(|_| TierError::Reject)?.0;
         let len = data.len();
         let meta_len = if self.cipher.is_some() { n * META_BYTES } else { 0 };
-        let mut buf = self.get_buf(len + meta_len);
+        let mut buf = self.get_buf(len + meta_len + if self.direct { meta_window(slot, n).1 + PAGE_SIZE } else { 0 });
         let sealed = {
             let b = buf.as_mut_slice();
             b[..len].copy_from_slice(data);
@@ -328,6 +382,9 @@ impl Backend for FileTier {
             }
         };
         let res = sealed.and_then(|()| {
+            if self.direct && meta_len > 0 {
+                return self.write_direct(buf, slot, len, meta_len);
+            }
             let ops = [IoOp::write(data_off(slot), 0, len), IoOp::write(meta_off(slot), len, meta_len)];
             let (b, r) = self.io.submit(buf, &ops[..if meta_len > 0 { 2 } else { 1 }]);
             self.put_buf(b);
@@ -362,8 +419,16 @@ impl Backend for FileTier {
         }
         let len = out.len();
         let meta_len = if self.cipher.is_some() { n * META_BYTES } else { 0 };
-        let buf = self.get_buf(len + meta_len);
-        let ops = [IoOp::read(data_off(slot), 0, len), IoOp::read(meta_off(slot), len, meta_len)];
+        // In direct mode the records are read as part of their aligned block(s), placed at
+        // `len` (page aligned); `rec` is where our records start in the buffer.
+        let (win_off, win_len) = meta_window(slot, n);
+        let (rec, meta_io) = if self.direct && meta_len > 0 {
+            (len + (meta_off(slot) - win_off) as usize, IoOp::read(win_off, len, win_len))
+        } else {
+            (len, IoOp::read(meta_off(slot), len, meta_len))
+        };
+        let buf = self.get_buf(len + meta_len.max(if self.direct { win_len } else { 0 }));
+        let ops = [IoOp::read(data_off(slot), 0, len), meta_io];
         let (b, r) = self.io.submit(buf, &ops[..if meta_len > 0 { 2 } else { 1 }]);
         let mut buf = match (b, r) {
             (b, Err(e)) => {
@@ -375,7 +440,8 @@ impl Backend for FileTier {
         };
         let ok = match &self.cipher {
             Some(c) => {
-                let (pages, meta) = buf.as_mut_slice()[..len + meta_len].split_at_mut(len);
+                let (pages, rest) = buf.as_mut_slice().split_at_mut(len);
+                let meta = &rest[rec - len..rec - len + meta_len];
                 pages
                     .chunks_exact_mut(PAGE_SIZE)
                     .zip(meta.chunks_exact(META_BYTES))
