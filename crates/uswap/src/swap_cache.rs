@@ -606,7 +606,12 @@ impl SwapCache {
     /// as dead, for the caller to free in its tier. Otherwise each word gets the backing
     /// location back (keeping count and group; REF set if `set_ref`); a dirty folio (no
     /// backing) with live counts cannot leave the cache and is refused.
-    pub fn delete_locked(&self, g: &mut ClusterGuard<'_>, f: &FolioRef<'_>, set_ref: bool) -> Result<Deleted, SwapError> {
+    pub fn delete_locked(
+        &self,
+        g: &mut ClusterGuard<'_>,
+        f: &FolioRef<'_>,
+        set_ref: bool,
+    ) -> Result<Deleted, SwapError> {
         let (first, order) = f.swap();
         let start = first.offset();
         let n = 1usize << order;

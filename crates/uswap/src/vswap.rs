@@ -39,7 +39,7 @@ use crate::cluster::{FragPolicy, SpaceConfig, SwapSpace};
 use crate::error::{SwapError, TierError};
 use crate::group::Groups;
 use crate::stats::{Event, OrderEvent, Stats};
-use crate::swap_cache::{location, AddMode, object_extent, LockedFolio, Lookup, SwapCache, FOLIO_INFLIGHT};
+use crate::swap_cache::{location, object_extent, AddMode, LockedFolio, Lookup, SwapCache, FOLIO_INFLIGHT};
 use crate::swap_table::{Kind, SwapEntry, Word, MAX_ORDER, PAGE_SIZE, PAYLOAD_MAX, SLOTS_PER_CLUSTER, TIER_MAX};
 use crate::sync::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -162,7 +162,12 @@ impl Engine {
             cache: SwapCache::new(),
             tiers: tiers
                 .into_iter()
-                .map(|b| Tier { kind: b.kind(), backend: b, online: AtomicBool::new(true), inflight: AtomicU64::new(0) })
+                .map(|b| Tier {
+                    kind: b.kind(),
+                    backend: b,
+                    online: AtomicBool::new(true),
+                    inflight: AtomicU64::new(0),
+                })
                 .collect(),
             groups: Groups::new(cfg.nr_groups)?,
             stats: Stats::default(),
@@ -688,7 +693,9 @@ impl Engine {
                 self.free_data(group, old, pages);
                 Ok(Moved::Pages(pages))
             }
-            Err(SwapError::Tier(TierError::Reject)) | Err(SwapError::GroupLimit(_)) if matches!(dest, Dest::Drain(_)) => {
+            Err(SwapError::Tier(TierError::Reject)) | Err(SwapError::GroupLimit(_))
+                if matches!(dest, Dest::Drain(_)) =>
+            {
                 // No tier takes it: keep it in memory, as the only copy.
                 lf.set_backing(Word::FREE);
                 self.finish(lf, false, None)?;
@@ -716,7 +723,11 @@ impl Engine {
 
     /// Call `f` for each slot in use in the virtual space, in slot order from `start`,
     /// wrapping around once. Stops when `f` returns false.
-    fn for_each_used(&self, start: u64, f: &mut dyn FnMut(SwapEntry, Word) -> Result<bool, SwapError>) -> Result<(), SwapError> {
+    fn for_each_used(
+        &self,
+        start: u64,
+        f: &mut dyn FnMut(SwapEntry, Word) -> Result<bool, SwapError>,
+    ) -> Result<(), SwapError> {
         let nr_clusters = self.space.nr_clusters();
         if nr_clusters == 0 {
             return Ok(());
@@ -770,7 +781,7 @@ impl Engine {
                         moved += p;
                         self.stats.add(Event::Zswpwb, p);
                     }
-                    Ok(_) => {}
+                    Ok(_) | Err(SwapError::NotInUse(_)) => {}
                     // The target is full or over a group limit: writeback stops; nothing lost.
                     Err(SwapError::Tier(TierError::Reject)) | Err(SwapError::GroupLimit(_)) => {
                         stopped_at = Some(e.0);
@@ -815,6 +826,9 @@ impl Engine {
         let tier = self.tier(t)?;
         tier.online.store(false, Ordering::SeqCst);
         while tier.inflight.load(Ordering::SeqCst) != 0 {
+            #[cfg(loom)]
+            loom::thread::yield_now();
+            #[cfg(not(loom))]
             std::thread::yield_now();
         }
         let mut moved = 0u64;
@@ -823,8 +837,12 @@ impl Engine {
             self.for_each_used(0, &mut |e, w| {
                 if w.kind() == Kind::Stored && usize::from(w.tier()) == t {
                     found += 1;
-                    if let Moved::Pages(p) = self.move_object(e, Dest::Drain(t), Busy::Wait)? {
-                        moved += p;
+                    match self.move_object(e, Dest::Drain(t), Busy::Wait) {
+                        Ok(Moved::Pages(p)) => moved += p,
+                        Ok(_) => {}
+                        // Freed since the scan saw it.
+                        Err(SwapError::NotInUse(_)) => {}
+                        Err(err) => return Err(err),
                     }
                 }
                 Ok(true)
