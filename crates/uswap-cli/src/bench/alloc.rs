@@ -13,9 +13,9 @@ use super::{CliError, CliResult};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap};
 use std::time::Instant;
-use uswap::cluster::{AllocStats, FragPolicy, SpaceConfig, SwapSpace};
+use uswap::cluster::{AllocStats, BucketStats, FragPolicy, SpaceConfig, SwapSpace};
 use uswap::swap_table::{Word, NR_ORDERS, SLOTS_PER_CLUSTER};
 use uswap::{SwapEntry, SwapError};
 
@@ -37,28 +37,33 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
     /// Slots in the swap space (rounded up to 512-slot clusters).
-    #[arg(long, default_value_t = 1 << 19)]
+    #[arg(long, default_value_t = 1 << 18)]
     pub slots: u64,
     /// Fragment policy to run.
     #[arg(long, value_enum, default_value_t = PolicyArg::Both)]
     pub policy: PolicyArg,
     /// Replay steps (one allocation or free decision each).
-    #[arg(long, default_value_t = 3_000_000)]
+    #[arg(long, default_value_t = 1_000_000)]
     pub ops: u64,
-    /// Random seed of the workload.
-    #[arg(long, default_value_t = 42)]
+    /// Random seed of the first run; run `i` uses `seed + i`.
+    #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Number of runs (seeds) per policy; results are averaged.
+    #[arg(long, default_value_t = 4)]
+    pub seeds: u64,
     /// Fill level the churn phase holds (fraction of slots in use).
     #[arg(long, default_value_t = 0.9)]
     pub fill: f64,
+    /// Chance that a random free of a large folio frees only about half of its slots (the
+    /// rest become order-0 entries), as a partial unmap does.
+    #[arg(long, default_value_t = 0.05)]
+    pub partial: f64,
 }
 
 /// Orders of the replay and their share of allocation requests.
 const ORDERS: [(u8, f64); 4] = [(0, 0.60), (2, 0.25), (4, 0.14), (9, 0.01)];
 /// Share of entries that live until a random free picks them.
 const LONG_LIVED: f64 = 0.3;
-/// Chance that a large folio is freed partially (half of its slots now, the rest later).
-const PARTIAL_FREE: f64 = 0.3;
 
 struct Item {
     e: SwapEntry,
@@ -80,13 +85,13 @@ struct OrderResult {
 struct PolicyResult {
     policy: FragPolicy,
     /// Fallback rate per replay order, churn phase (`"0"`, `"2"`, `"4"`, `"9"`).
-    fallback_rate: std::collections::BTreeMap<String, f64>,
+    fallback_rate: BTreeMap<String, f64>,
     /// Fallback rate per replay order over the whole run including the fill.
-    fallback_rate_all: std::collections::BTreeMap<String, f64>,
+    fallback_rate_all: BTreeMap<String, f64>,
     /// Slots requested at order > 0 in the churn phase that had to be split, / requested.
     large_slot_fallback_rate: f64,
     ns_per_alloc: f64,
-    ns_per_alloc_by_order: std::collections::BTreeMap<String, f64>,
+    ns_per_alloc_by_order: BTreeMap<String, f64>,
     orders: Vec<OrderResult>,
     allocs: u64,
     frees: u64,
@@ -107,12 +112,12 @@ fn pick_order(rng: &mut SmallRng) -> u8 {
     0
 }
 
-fn replay(a: &Args, policy: FragPolicy) -> Result<PolicyResult, CliError> {
+fn replay(a: &Args, policy: FragPolicy, seed: u64) -> Result<PolicyResult, CliError> {
     let s = SwapSpace::new(SpaceConfig { nr_slots: a.slots, frag_policy: policy, discard: false, nr_shards: 1 })
         .map_err(|e| CliError::usage(e.to_string()))?;
     let nr = s.nr_slots() as usize;
     let target = (nr as f64 * a.fill) as usize;
-    let mut rng = SmallRng::seed_from_u64(a.seed);
+    let mut rng = SmallRng::seed_from_u64(seed);
     // Live entries: a slab with generation-checked deadlines for the short-lived ones.
     let mut slab: Vec<Option<(Item, u32)>> = Vec::new();
     let mut free_ids: Vec<usize> = Vec::new();
@@ -243,7 +248,7 @@ fn replay(a: &Args, policy: FragPolicy) -> Result<PolicyResult, CliError> {
             free_ids.push(id);
             live -= 1;
             frees += 1;
-            if it.order > 0 && rng.random_bool(PARTIAL_FREE) {
+            if it.order > 0 && rng.random_bool(a.partial) {
                 // Partial unmap: free half of the slots now, keep the others as order-0 entries.
                 let n = 1usize << it.order;
                 let mut g = s.lock_cluster(it.e).map_err(|e| CliError::fail(e.to_string()))?;
@@ -269,9 +274,9 @@ fn replay(a: &Args, policy: FragPolicy) -> Result<PolicyResult, CliError> {
     let stats = s.alloc_stats();
     let rate = |f: u64, n: u64| if n == 0 { 0.0 } else { f as f64 / n as f64 };
     let mut orders = Vec::new();
-    let mut fallback_rate = std::collections::BTreeMap::new();
-    let mut fallback_rate_all = std::collections::BTreeMap::new();
-    let mut ns_by = std::collections::BTreeMap::new();
+    let mut fallback_rate = BTreeMap::new();
+    let mut fallback_rate_all = BTreeMap::new();
+    let mut ns_by = BTreeMap::new();
     for (o, _) in ORDERS {
         let i = o as usize;
         orders.push(OrderResult {
@@ -312,21 +317,99 @@ fn name(p: FragPolicy) -> &'static str {
     }
 }
 
+#[derive(serde::Serialize)]
+struct PolicySummary {
+    policy: FragPolicy,
+    /// Mean over the seeds of the churn-phase fallback rate, per replay order.
+    fallback_rate: BTreeMap<String, f64>,
+    /// The same per seed.
+    fallback_rate_per_seed: BTreeMap<String, Vec<f64>>,
+    /// Mean over the seeds of split slots / requested slots at orders > 0 (churn phase).
+    large_slot_fallback_rate: f64,
+    /// Mean time of one `alloc` call (all orders, failed calls included), over the seeds.
+    ns_per_alloc: f64,
+    /// Seeds where this policy split fewer slots than the other one.
+    seeds_won: usize,
+    /// Frag clusters scanned / found a window, summed over the seeds.
+    frag_scans: u64,
+    frag_hits: u64,
+    /// Bucket statistics: scans and hits summed over the seeds, clusters at the end of the
+    /// last run.
+    buckets: Vec<BucketStats>,
+    runs: Vec<PolicyResult>,
+}
+
+fn summarize(policy: FragPolicy, runs: Vec<PolicyResult>) -> PolicySummary {
+    let k = runs.len().max(1) as f64;
+    let mut fallback_rate = BTreeMap::new();
+    let mut per_seed = BTreeMap::new();
+    for (o, _) in ORDERS {
+        let key = o.to_string();
+        let v: Vec<f64> = runs.iter().map(|r| r.fallback_rate[&key]).collect();
+        fallback_rate.insert(key.clone(), v.iter().sum::<f64>() / k);
+        per_seed.insert(key, v);
+    }
+    let mut buckets = runs.last().map(|r| r.stats.buckets.clone()).unwrap_or_default();
+    for b in buckets.iter_mut() {
+        b.scans = 0;
+        b.hits = 0;
+    }
+    for r in &runs {
+        for (acc, b) in buckets.iter_mut().zip(&r.stats.buckets) {
+            acc.scans += b.scans;
+            acc.hits += b.hits;
+        }
+    }
+    PolicySummary {
+        policy,
+        fallback_rate,
+        fallback_rate_per_seed: per_seed,
+        large_slot_fallback_rate: runs.iter().map(|r| r.large_slot_fallback_rate).sum::<f64>() / k,
+        ns_per_alloc: runs.iter().map(|r| r.ns_per_alloc).sum::<f64>() / k,
+        seeds_won: 0,
+        frag_scans: runs.iter().map(|r| r.stats.frag_scans.iter().sum::<u64>()).sum(),
+        frag_hits: buckets.iter().map(|b| b.hits).sum(),
+        buckets,
+        runs,
+    }
+}
+
 /// Run the benchmark.
 pub fn run(a: &Args) -> CliResult {
     if !(0.05..=0.99).contains(&a.fill) {
         return Err(CliError::usage("--fill must be between 0.05 and 0.99"));
+    }
+    if !(0.0..=1.0).contains(&a.partial) {
+        return Err(CliError::usage("--partial must be between 0 and 1"));
+    }
+    if a.seeds == 0 {
+        return Err(CliError::usage("--seeds must be at least 1"));
     }
     let policies: &[FragPolicy] = match a.policy {
         PolicyArg::ScanOne => &[FragPolicy::ScanOne],
         PolicyArg::Buckets => &[FragPolicy::Buckets],
         PolicyArg::Both => &[FragPolicy::ScanOne, FragPolicy::Buckets],
     };
+    let seeds: Vec<u64> = (0..a.seeds).map(|i| a.seed + i).collect();
     let mut results = Vec::new();
     for &p in policies {
-        results.push(replay(a, p)?);
+        let mut runs = Vec::new();
+        for &seed in &seeds {
+            runs.push(replay(a, p, seed)?);
+        }
+        results.push(summarize(p, runs));
     }
-    // Verdict: fewer split slots wins; time per allocation is reported beside it.
+    if results.len() == 2 {
+        for i in 0..seeds.len() {
+            let (x, y) = (results[0].runs[i].large_slot_fallback_rate, results[1].runs[i].large_slot_fallback_rate);
+            if x < y {
+                results[0].seeds_won += 1;
+            } else if y < x {
+                results[1].seeds_won += 1;
+            }
+        }
+    }
+    // Verdict: fewer split slots (mean over the seeds) wins; time per allocation beside it.
     let verdict = (results.len() == 2).then(|| {
         let (x, y) = (&results[0], &results[1]);
         let lower = if x.large_slot_fallback_rate <= y.large_slot_fallback_rate { x } else { y };
@@ -335,6 +418,7 @@ pub fn run(a: &Args) -> CliResult {
             "lower_fallback": name(lower.policy),
             "faster": name(faster.policy),
             "large_slot_fallback_rate": { name(x.policy): x.large_slot_fallback_rate, name(y.policy): y.large_slot_fallback_rate },
+            "seeds_won": { name(x.policy): x.seeds_won, name(y.policy): y.seeds_won },
             "ns_per_alloc": { name(x.policy): x.ns_per_alloc, name(y.policy): y.ns_per_alloc },
         })
     });
@@ -344,8 +428,9 @@ pub fn run(a: &Args) -> CliResult {
         obj.insert("slots".into(), a.slots.into());
         obj.insert("clusters".into(), a.slots.div_ceil(SLOTS_PER_CLUSTER as u64).into());
         obj.insert("ops".into(), a.ops.into());
-        obj.insert("seed".into(), a.seed.into());
+        obj.insert("seeds".into(), serde_json::json!(seeds));
         obj.insert("fill".into(), a.fill.into());
+        obj.insert("partial".into(), a.partial.into());
         obj.insert(
             "orders_mix".into(),
             serde_json::json!(ORDERS
@@ -363,36 +448,41 @@ pub fn run(a: &Args) -> CliResult {
         return Ok(());
     }
     println!(
-        "alloc replay: {} slots ({} clusters), {} steps, seed {}, fill {:.0}%, orders 0/2/4/9 = {:?}",
+        "alloc replay: {} slots ({} clusters), {} steps x seeds {:?}, fill {:.0}%, partial frees {:.0}%, orders 0/2/4/9 = {:?}",
         a.slots,
         a.slots.div_ceil(SLOTS_PER_CLUSTER as u64),
         a.ops,
-        a.seed,
+        seeds,
         a.fill * 100.0,
+        a.partial * 100.0,
         ORDERS.iter().map(|x| x.1).collect::<Vec<_>>()
     );
     println!(
-        "{:<9} {:>9} {:>9} {:>9} {:>9} {:>11} {:>9} {:>10} {:>8}",
-        "policy", "fb o0", "fb o2", "fb o4", "fb o9", "large-fb", "ns/alloc", "fragscans", "wall s"
+        "{:<9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>10} {:>9}",
+        "policy", "fb o0", "fb o2", "fb o4", "fb o9", "large-fb", "won", "ns/alloc", "fragscans", "fraghits"
     );
     for r in &results {
         println!(
-            "{:<9} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>11.4} {:>9.1} {:>10} {:>8.2}",
+            "{:<9} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>6} {:>9.1} {:>10} {:>9}",
             name(r.policy),
             r.fallback_rate["0"],
             r.fallback_rate["2"],
             r.fallback_rate["4"],
             r.fallback_rate["9"],
             r.large_slot_fallback_rate,
+            r.seeds_won,
             r.ns_per_alloc,
-            r.stats.frag_scans.iter().sum::<u64>(),
-            r.wall_s
+            r.frag_scans,
+            r.frag_hits,
         );
     }
-    println!("(fb = fallback rate in the churn phase at the fill level; large-fb = split slots / requested slots, orders > 0)");
+    println!(
+        "(fb = churn-phase fallback rate, mean over seeds; large-fb = split slots / requested slots at orders > 0; \
+         won = seeds with the lower large-fb)"
+    );
     for r in &results {
         println!("frag buckets ({}): order bucket used-range clusters scans hits p_model", name(r.policy));
-        for b in r.stats.buckets.iter().filter(|b| b.clusters > 0 || b.scans > 0) {
+        for b in r.buckets.iter().filter(|b| b.clusters > 0 || b.scans > 0) {
             println!(
                 "  o{} b{} [{:>3},{:>3}) {:>6} {:>9} {:>9} {}",
                 b.order,

@@ -42,7 +42,15 @@
 //!
 //! the number of clusters to try to find a window with probability `T` if the estimate holds;
 //! more tries than that mean the estimate is wrong and the search stops. A skipped bucket is
-//! still probed once every `EXPLORE_EVERY` allocations so its estimate can recover.
+//! still probed once every `EXPLORE_EVERY` allocations so its estimate can recover, and a
+//! bucket whose clusters cannot hold `2^o` free slots is never tried. A frag cluster changes
+//! bucket when an allocation changes its count (a free moves it to `nonfull`, as in the kernel).
+//!
+//! The buckets also order order-0 stealing: it takes frag clusters fullest bucket first, so
+//! the clusters most likely to serve their own order again are the last to be broken up
+//! (`ScanOne` steals in list order, as the kernel). `uswap bench alloc` shows this matters
+//! more for the fallback rate than the frag search itself, whose hit rate is low under both
+//! policies (a cluster with a new hole goes back to `nonfull`).
 
 use crate::swap_table::{NR_ORDERS, SLOTS_PER_CLUSTER};
 use std::sync::OnceLock;

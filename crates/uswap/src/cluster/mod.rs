@@ -190,12 +190,6 @@ pub struct SwapSpace {
     retired: Mutex<Vec<usize>>,
 }
 
-// SAFETY: the raw table pointers are owned by the space; every access goes through the
-// cluster lock (writers) or an epoch pin (readers), see the module doc.
-unsafe impl Send for SwapSpace {}
-// SAFETY: as above; all interior mutability is atomics and mutexes.
-unsafe impl Sync for SwapSpace {}
-
 impl SwapSpace {
     /// Create a space of `cfg.nr_slots` slots (rounded up to whole clusters), all free.
     pub fn new(cfg: SpaceConfig) -> Result<Self, SwapError> {
@@ -417,25 +411,18 @@ impl SwapSpace {
             }
         }
         if order == 0 {
-            // Order 0 steals from any usable cluster: every frag list, then nonfull of the
-            // other orders. Any cluster on these lists has a free slot.
+            // Order 0 steals from any usable cluster: for each order, its frag lists, then its
+            // nonfull list. Any cluster on these lists has a free slot. Buckets are taken
+            // fullest first, leaving the freest clusters to the orders they serve.
             let nb = self.nr_buckets() as u8;
-            for from in 0..NR_ORDERS as u8 {
-                for b in 0..nb {
-                    while let Some((ci, mut st)) = self.isolate_lock(l_frag(from, b)) {
-                        if let Some(e) = self.scan(ci, &mut st, 0, 0, sh, init)? {
-                            sh.stats.src[Source::Steal as usize][0] += 1;
-                            return Ok(e);
-                        }
-                    }
-                }
-                if from > 0 {
-                    while let Some((ci, mut st)) = self.isolate_lock(l_nonfull(from)) {
-                        if let Some(e) = self.scan(ci, &mut st, 0, 0, sh, init)? {
-                            sh.stats.src[Source::Steal as usize][0] += 1;
-                            return Ok(e);
-                        }
-                    }
+            let steal_lists = || {
+                (0..NR_ORDERS as u8)
+                    .flat_map(move |o| (0..nb).rev().map(move |b| l_frag(o, b)).chain((o > 0).then(|| l_nonfull(o))))
+            };
+            while let Some((ci, mut st)) = self.isolate_lock_in(steal_lists()) {
+                if let Some(e) = self.scan(ci, &mut st, 0, 0, sh, init)? {
+                    sh.stats.src[Source::Steal as usize][0] += 1;
+                    return Ok(e);
                 }
             }
             // Every cluster with a free slot was locked by someone else when we tried it: wait
@@ -526,9 +513,13 @@ impl SwapSpace {
                 Ok(r)
             }
             FragPolicy::Buckets => {
+                let lens: [usize; NR_BUCKETS] = {
+                    let l = lock(&self.lists);
+                    std::array::from_fn(|b| l.len(l_frag(order, b as u8)))
+                };
                 for b in 0..NR_BUCKETS as u8 {
                     let list = l_frag(order, b);
-                    let len = lock(&self.lists).len(list);
+                    let len = lens[b as usize];
                     if len == 0 {
                         continue;
                     }
@@ -559,16 +550,23 @@ impl SwapSpace {
     /// `isolate_lock_cluster`: take the first cluster of `list` whose lock can be taken
     /// without waiting, off the list (flag NONE), locked.
     fn isolate_lock(&self, list: u16) -> Option<(usize, ClusterLockGuard<'_, ClusterState>)> {
+        self.isolate_lock_in(std::iter::once(list))
+    }
+
+    /// [`Self::isolate_lock`] over several lists in turn, under one hold of the list lock.
+    fn isolate_lock_in(&self, lists: impl Iterator<Item = u16>) -> Option<(usize, ClusterLockGuard<'_, ClusterState>)> {
         let mut l = lock(&self.lists);
-        let mut c = l.first(list);
-        while c != NIL {
-            if let Some(mut st) = self.clusters[c as usize].state.try_lock() {
-                debug_assert!(st.flag != ClusterFlag::None);
-                l.remove(c);
-                st.flag = ClusterFlag::None;
-                return Some((c as usize, st));
+        for list in lists {
+            let mut c = l.first(list);
+            while c != NIL {
+                if let Some(mut st) = self.clusters[c as usize].state.try_lock() {
+                    debug_assert!(st.flag != ClusterFlag::None);
+                    l.remove(c);
+                    st.flag = ClusterFlag::None;
+                    return Some((c as usize, st));
+                }
+                c = l.next_of(c);
             }
-            c = l.next_of(c);
         }
         None
     }
