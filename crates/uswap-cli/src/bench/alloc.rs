@@ -91,6 +91,9 @@ struct PolicyResult {
     /// Slots requested at order > 0 in the churn phase that had to be split, / requested.
     large_slot_fallback_rate: f64,
     ns_per_alloc: f64,
+    /// Median and 99th percentile of one `alloc` call (robust to preemption on a busy host).
+    ns_p50: u64,
+    ns_p99: u64,
     ns_per_alloc_by_order: BTreeMap<String, f64>,
     orders: Vec<OrderResult>,
     allocs: u64,
@@ -131,6 +134,7 @@ fn replay(a: &Args, policy: FragPolicy, seed: u64) -> Result<PolicyResult, CliEr
     let mut s_attempts = [0u64; NR_ORDERS];
     let mut s_fails = [0u64; NR_ORDERS];
     let mut ns = [0u128; NR_ORDERS];
+    let mut hist = hdrhistogram::Histogram::<u64>::new(3).map_err(|e| CliError::fail(e.to_string()))?;
     let (mut allocs, mut frees) = (0u64, 0u64);
     let mut steady = false;
     let mut large_req = 0u64;
@@ -183,7 +187,9 @@ fn replay(a: &Args, policy: FragPolicy, seed: u64) -> Result<PolicyResult, CliEr
             let o = order as usize;
             let t = Instant::now();
             let r = s.alloc(order, &mut |_| Word::zero(0, 1));
-            ns[o] += t.elapsed().as_nanos();
+            let d = t.elapsed().as_nanos();
+            ns[o] += d;
+            hist.saturating_record(d as u64);
             attempts[o] += 1;
             if steady {
                 s_attempts[o] += 1;
@@ -209,7 +215,9 @@ fn replay(a: &Args, policy: FragPolicy, seed: u64) -> Result<PolicyResult, CliEr
                         for _ in 0..1 << order {
                             let t = Instant::now();
                             let r0 = s.alloc(0, &mut |_| Word::zero(0, 1));
-                            ns[0] += t.elapsed().as_nanos();
+                            let d = t.elapsed().as_nanos();
+                            ns[0] += d;
+                            hist.saturating_record(d as u64);
                             attempts[0] += 1;
                             if steady {
                                 s_attempts[0] += 1;
@@ -299,6 +307,8 @@ fn replay(a: &Args, policy: FragPolicy, seed: u64) -> Result<PolicyResult, CliEr
         fallback_rate_all,
         large_slot_fallback_rate: rate(large_fail, large_req),
         ns_per_alloc: ns.iter().sum::<u128>() as f64 / total_attempts.max(1) as f64,
+        ns_p50: hist.value_at_quantile(0.5),
+        ns_p99: hist.value_at_quantile(0.99),
         ns_per_alloc_by_order: ns_by,
         orders,
         allocs,
@@ -328,6 +338,9 @@ struct PolicySummary {
     large_slot_fallback_rate: f64,
     /// Mean time of one `alloc` call (all orders, failed calls included), over the seeds.
     ns_per_alloc: f64,
+    /// Mean over the seeds of the median / 99th percentile time of one `alloc` call.
+    ns_p50: f64,
+    ns_p99: f64,
     /// Seeds where this policy split fewer slots than the other one.
     seeds_won: usize,
     /// Frag clusters scanned / found a window, summed over the seeds.
@@ -366,6 +379,8 @@ fn summarize(policy: FragPolicy, runs: Vec<PolicyResult>) -> PolicySummary {
         fallback_rate_per_seed: per_seed,
         large_slot_fallback_rate: runs.iter().map(|r| r.large_slot_fallback_rate).sum::<f64>() / k,
         ns_per_alloc: runs.iter().map(|r| r.ns_per_alloc).sum::<f64>() / k,
+        ns_p50: runs.iter().map(|r| r.ns_p50 as f64).sum::<f64>() / k,
+        ns_p99: runs.iter().map(|r| r.ns_p99 as f64).sum::<f64>() / k,
         seeds_won: 0,
         frag_scans: runs.iter().map(|r| r.stats.frag_scans.iter().sum::<u64>()).sum(),
         frag_hits: buckets.iter().map(|b| b.hits).sum(),
@@ -420,6 +435,7 @@ pub fn run(a: &Args) -> CliResult {
             "large_slot_fallback_rate": { name(x.policy): x.large_slot_fallback_rate, name(y.policy): y.large_slot_fallback_rate },
             "seeds_won": { name(x.policy): x.seeds_won, name(y.policy): y.seeds_won },
             "ns_per_alloc": { name(x.policy): x.ns_per_alloc, name(y.policy): y.ns_per_alloc },
+            "ns_p50": { name(x.policy): x.ns_p50, name(y.policy): y.ns_p50 },
         })
     });
     if a.json {
@@ -458,12 +474,23 @@ pub fn run(a: &Args) -> CliResult {
         ORDERS.iter().map(|x| x.1).collect::<Vec<_>>()
     );
     println!(
-        "{:<9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>10} {:>9}",
-        "policy", "fb o0", "fb o2", "fb o4", "fb o9", "large-fb", "won", "ns/alloc", "fragscans", "fraghits"
+        "{:<9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>4} {:>9} {:>7} {:>7} {:>10} {:>9}",
+        "policy",
+        "fb o0",
+        "fb o2",
+        "fb o4",
+        "fb o9",
+        "large-fb",
+        "won",
+        "ns/alloc",
+        "p50",
+        "p99",
+        "fragscans",
+        "fraghits"
     );
     for r in &results {
         println!(
-            "{:<9} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>6} {:>9.1} {:>10} {:>9}",
+            "{:<9} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>9.4} {:>4} {:>9.1} {:>7.0} {:>7.0} {:>10} {:>9}",
             name(r.policy),
             r.fallback_rate["0"],
             r.fallback_rate["2"],
@@ -472,6 +499,8 @@ pub fn run(a: &Args) -> CliResult {
             r.large_slot_fallback_rate,
             r.seeds_won,
             r.ns_per_alloc,
+            r.ns_p50,
+            r.ns_p99,
             r.frag_scans,
             r.frag_hits,
         );

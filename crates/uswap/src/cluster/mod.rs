@@ -1188,6 +1188,21 @@ mod tests {
     }
 
     #[test]
+    fn metadata_follows_real_allocations() {
+        let s = space(64, FragPolicy::Buckets);
+        let empty = s.metadata_bytes();
+        let per_cluster = std::mem::size_of::<Cluster>() + 10;
+        assert!(per_cluster <= 128, "cluster state grew to {per_cluster} bytes");
+        assert!(empty < 64 * per_cluster + 16 * 1024, "empty space costs {empty} bytes");
+        let e = s.alloc(0, &mut |_| Word::zero(0, 1)).unwrap();
+        assert_eq!(s.metadata_bytes(), empty + std::mem::size_of::<SwapTable>());
+        s.lock_cluster(e).unwrap().set_count(e.offset(), 99).unwrap();
+        assert_eq!(s.metadata_bytes(), empty + std::mem::size_of::<SwapTable>() + 4 * N);
+        s.lock_cluster(e).unwrap().free_range(e.offset(), 1).unwrap();
+        assert_eq!(s.metadata_bytes(), empty);
+    }
+
+    #[test]
     fn bad_init_word_allocates_nothing() {
         let s = space(1, FragPolicy::ScanOne);
         let r = s.alloc(3, &mut |i| if i == 5 { Word::FREE } else { Word::zero(0, 1) });
