@@ -19,7 +19,8 @@
 //!   `isolate_lock_cluster`); a flag changes only with both the cluster and the list lock held.
 //! - A [`ClusterGuard`] is the cluster lock; it relocates the cluster on the lists when it is
 //!   dropped after slots were freed. It must not be held while calling [`SwapSpace::alloc`]
-//!   from the same thread (alloc may try to lock that cluster).
+//!   from the same thread (alloc may try to lock that cluster), and a thread holds at most one
+//!   guard of a space at a time (cluster locks have no order among themselves).
 
 mod frag;
 mod list;
@@ -1114,6 +1115,13 @@ impl Drop for ClusterGuard<'_> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn space_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<SwapSpace>();
+        check::<std::sync::Arc<SwapSpace>>();
+    }
 
     fn space(clusters: usize, policy: FragPolicy) -> SwapSpace {
         SwapSpace::new(SpaceConfig {
