@@ -119,7 +119,11 @@ pub struct Engine {
 /// Order of a folio of `len` bytes.
 fn order_of_len(len: usize) -> Result<u8, SwapError> {
     let pages = len / PAGE_SIZE;
-    if len == 0 || !len.is_multiple_of(PAGE_SIZE) || !pages.is_power_of_two() || pages.trailing_zeros() > u32::from(MAX_ORDER) {
+    if len == 0
+        || !len.is_multiple_of(PAGE_SIZE)
+        || !pages.is_power_of_two()
+        || pages.trailing_zeros() > u32::from(MAX_ORDER)
+    {
         return Err(SwapError::BadLength { len, order: (pages.max(1).trailing_zeros() as u8).min(MAX_ORDER) });
     }
     Ok(pages.trailing_zeros() as u8)

@@ -1,5 +1,5 @@
 //! Loom models of the swap cache and the engine (run with
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p uswap --release --test vswap_loom`):
+//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p uswap --release --test loom_vswap`, or `.ci/loom.sh`):
 //! - two add-or-gets on one entry: exactly one loader, the other waits and sees its bytes;
 //! - add-or-get racing with the winner's delete: every caller gets the bytes, the word ends
 //!   as it began and no folio stays cached;
