@@ -17,7 +17,7 @@ fn engine(tiers: &[Arc<TestBackend>], slots: u64) -> Engine {
 #[test]
 fn bad_input_is_an_error() {
     let pool = Arc::new(TestBackend::new("pool", TierKind::Pool, 0));
-    let e = engine(&[pool.clone()], 1024);
+    let e = engine(std::slice::from_ref(&pool), 1024);
     let d = make_data(0, 3);
     // Wrong lengths.
     assert!(matches!(e.swap_out(0, &d[..100]), Err(SwapError::BadLength { .. })));
@@ -58,7 +58,7 @@ fn bad_input_is_an_error() {
 #[test]
 fn counts_survive_many_dups() {
     let pool = Arc::new(TestBackend::new("pool", TierKind::Pool, 0));
-    let e = engine(&[pool.clone()], 1024);
+    let e = engine(std::slice::from_ref(&pool), 1024);
     let d = make_data(1, 9);
     let a = e.swap_out(0, &d).unwrap();
     for _ in 0..40 {
@@ -140,7 +140,7 @@ fn swap_is_charged_only_on_file_tiers_and_stats_have_kernel_names() {
 #[test]
 fn large_folio_partial_swap_in_and_fallback() {
     let pool = Arc::new(TestBackend::new("pool", TierKind::Pool, 0));
-    let e = engine(&[pool.clone()], 1024);
+    let e = engine(std::slice::from_ref(&pool), 1024);
     let d = make_data(3, 5);
     let a = e.swap_out(0, &d).unwrap();
     // One page of the middle, exclusively: the object stays until all its pages are gone.
