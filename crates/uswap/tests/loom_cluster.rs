@@ -1,6 +1,6 @@
 //! loom model of concurrent allocation and freeing in one cluster.
 //!
-//! Run with `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p uswap --test cluster_loom`
+//! Run with `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p uswap --test loom_cluster`
 //! (a separate target dir keeps the normal build cache).
 //!
 //! Two threads allocate and free order-0 slots in a one-cluster space: each free may empty
