@@ -129,21 +129,7 @@ fn order_of_len(len: usize) -> Result<u8, SwapError> {
     Ok(pages.trailing_zeros() as u8)
 }
 
-/// True if every byte is 0.
-// TODO: switch to `tier::zero::is_zero` (SIMD) once the tier branch is merged.
-fn is_zero(data: &[u8]) -> bool {
-    let mut chunks = data.chunks_exact(64);
-    for c in &mut chunks {
-        let mut acc = 0u64;
-        for w in c.chunks_exact(8) {
-            acc |= u64::from_ne_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
-        }
-        if acc != 0 {
-            return false;
-        }
-    }
-    chunks.remainder().iter().all(|&b| b == 0)
-}
+use crate::tier::zero::is_zero;
 
 impl Engine {
     /// An engine over `tiers`, tried in order on swap-out (tier index = position, at most 8).

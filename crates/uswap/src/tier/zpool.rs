@@ -4,7 +4,7 @@
 //! Data path: a folio is compressed (lz4 by default, zstd level 1 selectable) *outside any
 //! lock* into a per-thread scratch buffer that is reused, as are the compression states (the
 //! LZ4 hash table of [`super::lz4`], zstd contexts): no allocation per page in steady state.
-//! Decompression uses lz4_flex's checked decoder and zstd. The object is then copied into
+//! Decompression uses liblz4's safe decoder and zstd. The object is then copied into
 //! an object of a size class. Pages that compress worse than the threshold (default 3/4 of
 //! the unit) are stored raw or rejected to the next tier, by policy. Large folios are one
 //! compression unit ([`FolioMode::Whole`]) or one unit per page inside one object
@@ -45,7 +45,7 @@ use std::ptr::NonNull;
 /// Compression algorithm.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum Compressor {
-    /// LZ4 block format (lz4_flex).
+    /// LZ4 block format (liblz4).
     Lz4,
     /// zstd at the given level (1 recommended).
     Zstd {
@@ -445,7 +445,7 @@ fn decompress_unit(zd: &mut Option<zstd::bulk::Decompressor<'static>>, codec: u6
             out.copy_from_slice(src);
             true
         }
-        CODEC_LZ4 => lz4_flex::block::decompress_into(src, out).is_ok_and(|n| n == out.len()),
+        CODEC_LZ4 => super::lz4::decompress_exact(src, out),
         CODEC_ZSTD => {
             if zd.is_none() {
                 *zd = zstd::bulk::Decompressor::new().ok();
@@ -458,7 +458,7 @@ fn decompress_unit(zd: &mut Option<zstd::bulk::Decompressor<'static>>, codec: u6
 
 fn bound(comp: Compressor, n: usize) -> usize {
     match comp {
-        Compressor::Lz4 => lz4_flex::block::get_maximum_output_size(n),
+        Compressor::Lz4 => super::lz4::max_compressed_size(n),
         Compressor::Zstd { .. } => zstd::zstd_safe::compress_bound(n),
     }
 }
