@@ -246,7 +246,7 @@ impl Pager {
         if cfg.event_remove {
             features |= uffd::feature::EVENT_REMOVE;
         }
-        let uffd = uffd::Uffd::open(features, uffd::feature::THREAD_ID, false).map_err(PagerError::Unavailable)?;
+        let uffd = uffd::Uffd::open(features, uffd::feature::THREAD_ID, true).map_err(PagerError::Unavailable)?;
         let os = |e: std::io::Error| PagerError::Os(e.to_string());
         let store: Box<dyn PageStore> = match store {
             Some(s) => s,

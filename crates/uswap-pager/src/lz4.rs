@@ -175,12 +175,21 @@ mod tests {
     #[test]
     fn small_output_buffer_is_reported() {
         let mut t = Box::new([0u32; HASH_ENTRIES]);
-        let rnd: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let rnd: Vec<u8> = (0..4096)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 24) as u8
+            })
+            .collect();
         let mut c = vec![0u8; 4096];
         assert!(compress(&rnd, &mut c, &mut t).is_none());
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
         #[test]
         fn roundtrips_arbitrary(data in proptest::collection::vec(0u8..4, 0..9000)) {
             roundtrip(&data);

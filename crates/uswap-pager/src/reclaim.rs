@@ -302,7 +302,6 @@ fn evict_resident(p: &Pager, to_cache: bool, max_pages: usize, next: &mut dyn Fn
         i = j;
     }
     // Copy out.
-    let target = p.cfg.limit_bytes * u64::from(p.cfg.inactive_percent) / 100;
     for bi in 0..b.nblocks {
         let blk = b.blocks[bi];
         if blk.dest == 2 {
@@ -315,7 +314,7 @@ fn evict_resident(p: &Pager, to_cache: bool, max_pages: usize, next: &mut dyn Fn
         // changes them while we read.
         let src = unsafe { std::slice::from_raw_parts(r.addr(blk.page) as *const u8, len) };
         let mut done = false;
-        if to_cache && p.cache.live_bytes() < target {
+        if to_cache {
             if let Some(o) = p.cache.alloc(len) {
                 // SAFETY: the cache object is ours and len bytes long.
                 unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p.cache.ptr(o), len) };
@@ -449,20 +448,24 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
     let batch = p.cfg.reclaim_batch.clamp(1, MAX_BATCH_PAGES);
     let two = p.cfg.replacement == Replacement::TwoList;
     let target = p.cfg.limit_bytes * u64::from(p.cfg.inactive_percent) / 100;
+    let mut next = || {
+        let e = p.active.pop()?;
+        let (slot, gen, page, order) = decode(e);
+        Some((region::by_slot(slot, gen), page, order, false))
+    };
     let mut progress = 0;
-    if two && !p.inactive.is_empty() && (p.cache.live_bytes() >= target || p.active.is_empty()) {
-        progress = shrink_inactive(p, batch);
-    }
-    if progress == 0 {
-        let mut next = || {
-            let e = p.active.pop()?;
-            let (slot, gen, page, order) = decode(e);
-            Some((region::by_slot(slot, gen), page, order, false))
-        };
-        progress = evict_resident(p, two, batch, &mut next);
-    }
-    if progress == 0 && two {
-        progress = shrink_inactive(p, batch);
+    if two {
+        // Age the inactive list first (this is what lowers the charge), then refill it from
+        // the active list so that it keeps its share of the limit.
+        let cache = p.cache.live_bytes();
+        if cache + (batch * PAGE_SIZE) as u64 > target || p.active.is_empty() {
+            progress += shrink_inactive(p, batch);
+        }
+        if p.cache.live_bytes() < target || progress == 0 {
+            progress += evict_resident(p, true, batch, &mut next);
+        }
+    } else {
+        progress = evict_resident(p, false, batch, &mut next);
     }
     IN_RECLAIM.with(|c| c.set(c.get() - 1));
     progress > 0
