@@ -693,3 +693,54 @@ fn release_range(start: usize, end: usize, skip_busy: bool) {
     }
     region::leave();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Pager, PagerConfig, PagerError};
+
+    /// A write to a write-protected page in SIGBUS mode reaches our handler (as SIGBUS), which
+    /// waits while the page is BUSY (being evicted) and lets the write through afterwards.
+    #[test]
+    fn wp_fault_is_delivered_as_sigbus_and_waits_for_the_eviction() {
+        let p = match Pager::new(PagerConfig { limit_bytes: 4 << 20, folio_size: 4096, ..Default::default() }) {
+            Ok(p) => p,
+            Err(PagerError::Unavailable(w)) => {
+                eprintln!("SKIPPED: userfaultfd unavailable: {w}");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let r = p.map(4096 * 4).unwrap();
+        let a = r.as_ptr() as usize;
+        // SAFETY: inside the region.
+        unsafe { (a as *mut u64).write_volatile(1) };
+        region::enter();
+        let inner = region::lookup(a).unwrap();
+        let w = inner.word(0).swap(BUSY, Ordering::AcqRel);
+        region::leave();
+        assert_eq!(w_kind(w), kind::RESIDENT);
+        p.uffd.writeprotect(a, PAGE_SIZE, true, false).unwrap();
+        let waits0 = p.stats().fault_waits;
+        let t = std::thread::spawn(move || {
+            // SAFETY: inside the region (kept alive by the outer scope until join).
+            unsafe { (a as *mut u64).write_volatile(2) };
+        });
+        let t0 = std::time::Instant::now();
+        while p.stats().fault_waits == waits0 {
+            assert!(t0.elapsed().as_secs() < 10, "the writer never reached the handler");
+            std::thread::yield_now();
+        }
+        // The writer is parked in our handler: the page still holds the old value.
+        // SAFETY: reading a write-protected (readable) page.
+        assert_eq!(unsafe { (a as *const u64).read_volatile() }, 1);
+        p.uffd.writeprotect(a, PAGE_SIZE, false, true).unwrap();
+        region::enter();
+        region::lookup(a).unwrap().word(0).store(w, Ordering::Release);
+        region::leave();
+        t.join().unwrap();
+        // SAFETY: as above.
+        assert_eq!(unsafe { (a as *const u64).read_volatile() }, 2);
+        drop(r);
+    }
+}
