@@ -349,10 +349,6 @@ impl Drop for FolioRef<'_> {
 }
 
 impl<'a> LockedFolio<'a> {
-    /// The shared view.
-    pub fn as_ref(&self) -> &FolioRef<'a> {
-        &self.r
-    }
     /// The buffer to fill, if the folio is not UPTODATE yet.
     pub fn data_mut(&mut self) -> Option<&mut [u8]> {
         if self.r.is_uptodate() {

@@ -119,7 +119,11 @@ pub struct Engine {
 /// Order of a folio of `len` bytes.
 fn order_of_len(len: usize) -> Result<u8, SwapError> {
     let pages = len / PAGE_SIZE;
-    if len == 0 || len % PAGE_SIZE != 0 || !pages.is_power_of_two() || pages.trailing_zeros() > u32::from(MAX_ORDER) {
+    if len == 0
+        || !len.is_multiple_of(PAGE_SIZE)
+        || !pages.is_power_of_two()
+        || pages.trailing_zeros() > u32::from(MAX_ORDER)
+    {
         return Err(SwapError::BadLength { len, order: (pages.max(1).trailing_zeros() as u8).min(MAX_ORDER) });
     }
     Ok(pages.trailing_zeros() as u8)
@@ -781,7 +785,7 @@ impl Engine {
                         moved += p;
                         self.stats.add(Event::Zswpwb, p);
                     }
-                    Ok(_) => {}
+                    Ok(_) | Err(SwapError::NotInUse(_)) => {}
                     // The target is full or over a group limit: writeback stops; nothing lost.
                     Err(SwapError::Tier(TierError::Reject)) | Err(SwapError::GroupLimit(_)) => {
                         stopped_at = Some(e.0);
@@ -826,6 +830,9 @@ impl Engine {
         let tier = self.tier(t)?;
         tier.online.store(false, Ordering::SeqCst);
         while tier.inflight.load(Ordering::SeqCst) != 0 {
+            #[cfg(loom)]
+            loom::thread::yield_now();
+            #[cfg(not(loom))]
             std::thread::yield_now();
         }
         let mut moved = 0u64;
@@ -834,8 +841,12 @@ impl Engine {
             self.for_each_used(0, &mut |e, w| {
                 if w.kind() == Kind::Stored && usize::from(w.tier()) == t {
                     found += 1;
-                    if let Moved::Pages(p) = self.move_object(e, Dest::Drain(t), Busy::Wait)? {
-                        moved += p;
+                    match self.move_object(e, Dest::Drain(t), Busy::Wait) {
+                        Ok(Moved::Pages(p)) => moved += p,
+                        Ok(_) => {}
+                        // Freed since the scan saw it.
+                        Err(SwapError::NotInUse(_)) => {}
+                        Err(err) => return Err(err),
                     }
                 }
                 Ok(true)

@@ -30,8 +30,9 @@
 //! `DECAY_AT` scans), so the cut-offs follow what the clusters really look like.
 //!
 //! # Buckets and cut-offs
-//! Frag clusters of an order are split into [`NR_BUCKETS`] lists by used count (bucket `b`
-//! holds `b*N/4 <= used < (b+1)*N/4`); the freest bucket is tried first. Bucket `b` with
+//! Frag clusters of an order are split into [`NR_BUCKETS`] lists by free slots, halving from
+//! one bucket to the next (more than 256 free, more than 128, 64, 32, 16, at most 16), so the
+//! classes stay distinct when the space is nearly full; the freest bucket is tried first. Bucket `b` with
 //! estimate `p` gets a search budget of
 //!
 //! ```text
@@ -41,7 +42,15 @@
 //!
 //! the number of clusters to try to find a window with probability `T` if the estimate holds;
 //! more tries than that mean the estimate is wrong and the search stops. A skipped bucket is
-//! still probed once every `EXPLORE_EVERY` allocations so its estimate can recover.
+//! still probed once every `EXPLORE_EVERY` allocations so its estimate can recover, and a
+//! bucket whose clusters cannot hold `2^o` free slots is never tried. A frag cluster changes
+//! bucket when an allocation changes its count (a free moves it to `nonfull`, as in the kernel).
+//!
+//! The buckets also order order-0 stealing: it takes frag clusters fullest bucket first, so
+//! the clusters most likely to serve their own order again are the last to be broken up
+//! (`ScanOne` steals in list order, as the kernel). `uswap bench alloc` shows this matters
+//! more for the fallback rate than the frag search itself, whose hit rate is low under both
+//! policies (a cluster with a new hole goes back to `nonfull`).
 
 use crate::swap_table::{NR_ORDERS, SLOTS_PER_CLUSTER};
 use std::sync::OnceLock;
@@ -49,7 +58,11 @@ use std::sync::OnceLock;
 const N: usize = SLOTS_PER_CLUSTER;
 
 /// Number of frag buckets per order under [`FragPolicy::Buckets`](super::FragPolicy).
-pub const NR_BUCKETS: usize = 4;
+pub const NR_BUCKETS: usize = 6;
+/// Exclusive upper bound of each bucket's used count. Free space halves from one bucket to
+/// the next (more than 256 free, 128, 64, 32, 16, at most 16), so the buckets still tell
+/// clusters apart when the whole space is 90 % full.
+const BUCKET_END: [u16; NR_BUCKETS] = [256, 384, 448, 480, 496, N as u16 + 1];
 /// Below this estimated success probability a bucket is not searched.
 pub const P_MIN: f64 = 0.05;
 /// Target probability of success within one bucket's budget.
@@ -118,19 +131,21 @@ pub fn success_probability(order: u8, used: usize) -> f64 {
 /// The bucket of a frag cluster with `used` slots taken (0 = freest).
 #[inline]
 pub fn bucket_of(used: u16) -> u8 {
-    ((used as usize * NR_BUCKETS / N).min(NR_BUCKETS - 1)) as u8
+    BUCKET_END.iter().position(|&end| used < end).unwrap_or(NR_BUCKETS - 1) as u8
 }
 
 /// The used-count range `[lo, hi)` of bucket `b`.
 pub fn bucket_range(b: u8) -> (u16, u16) {
-    let b = b as usize;
-    ((b * N / NR_BUCKETS) as u16, ((b + 1) * N / NR_BUCKETS) as u16)
+    let b = (b as usize).min(NR_BUCKETS - 1);
+    (if b == 0 { 0 } else { BUCKET_END[b - 1] }, BUCKET_END[b])
 }
 
-/// The model's success probability for a bucket (at the middle of its range).
+/// The model's success probability for a bucket (at the middle of its range of used counts
+/// that can be in a frag cluster, i.e. below `N`).
 pub fn bucket_prior(order: u8, b: u8) -> f64 {
     let (lo, hi) = bucket_range(b);
-    success_probability(order, (lo as usize + hi as usize) / 2)
+    let hi = (hi as usize).min(N);
+    success_probability(order, (lo as usize + hi) / 2)
 }
 
 /// A bucket's running estimate (per allocator shard).
@@ -213,9 +228,11 @@ mod tests {
     #[test]
     fn buckets_cover_the_range() {
         assert_eq!(bucket_of(0), 0);
-        assert_eq!(bucket_of(127), 0);
-        assert_eq!(bucket_of(128), 1);
-        assert_eq!(bucket_of(511), 3);
+        assert_eq!(bucket_of(255), 0);
+        assert_eq!(bucket_of(256), 1);
+        assert_eq!(bucket_of(495), 4);
+        assert_eq!(bucket_of(511), 5);
+        assert_eq!(bucket_range(5), (496, 513));
         for b in 0..NR_BUCKETS as u8 {
             let (lo, hi) = bucket_range(b);
             assert_eq!(bucket_of(lo), b);

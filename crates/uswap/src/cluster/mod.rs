@@ -19,21 +19,24 @@
 //!   `isolate_lock_cluster`); a flag changes only with both the cluster and the list lock held.
 //! - A [`ClusterGuard`] is the cluster lock; it relocates the cluster on the lists when it is
 //!   dropped after slots were freed. It must not be held while calling [`SwapSpace::alloc`]
-//!   from the same thread (alloc may try to lock that cluster).
+//!   from the same thread (alloc may try to lock that cluster), and a thread holds at most one
+//!   guard of a space at a time (cluster locks have no order among themselves).
 
 mod frag;
 mod list;
+mod lock;
 mod stats;
 
 pub use frag::{bucket_of, bucket_prior, bucket_range, success_probability, NR_BUCKETS};
 pub use stats::{AllocStats, BucketStats};
 
 use crate::swap_table::{SwapEntry, SwapTable, Word, COUNT_MAX, MAX_ORDER, NR_ORDERS, SLOTS_PER_CLUSTER};
-use crate::sync::{lock, thread_shard, AtomicPtr, AtomicUsize, Mutex, MutexGuard, Ordering};
+use crate::sync::{lock, thread_shard, AtomicPtr, AtomicUsize, Mutex, Ordering};
 use crate::SwapError;
 use crossbeam_utils::CachePadded;
 use frag::Estimate;
 use list::{Lists, NIL};
+use lock::{ClusterLock, ClusterLockGuard};
 use stats::{ShardStats, Source};
 
 const N: usize = SLOTS_PER_CLUSTER;
@@ -107,7 +110,7 @@ struct ClusterState {
 }
 
 struct Cluster {
-    state: Mutex<ClusterState>,
+    state: ClusterLock<ClusterState>,
     /// The table, null while the cluster has no used slot. Written under `state`.
     table: AtomicPtr<SwapTable>,
 }
@@ -137,14 +140,6 @@ fn l_nonfull(order: u8) -> u16 {
 #[inline]
 fn l_frag(order: u8, bucket: u8) -> u16 {
     L_FRAG0 + (order as usize * NR_BUCKETS + bucket as usize) as u16
-}
-
-fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
-    match m.try_lock() {
-        Ok(g) => Some(g),
-        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-        Err(std::sync::TryLockError::WouldBlock) => None,
-    }
 }
 
 #[inline]
@@ -196,12 +191,6 @@ pub struct SwapSpace {
     retired: Mutex<Vec<usize>>,
 }
 
-// SAFETY: the raw table pointers are owned by the space; every access goes through the
-// cluster lock (writers) or an epoch pin (readers), see the module doc.
-unsafe impl Send for SwapSpace {}
-// SAFETY: as above; all interior mutability is atomics and mutexes.
-unsafe impl Sync for SwapSpace {}
-
 impl SwapSpace {
     /// Create a space of `cfg.nr_slots` slots (rounded up to whole clusters), all free.
     pub fn new(cfg: SpaceConfig) -> Result<Self, SwapError> {
@@ -218,7 +207,7 @@ impl SwapSpace {
         let nr_clusters = nr_clusters as usize;
         let clusters = (0..nr_clusters)
             .map(|_| Cluster {
-                state: Mutex::new(ClusterState {
+                state: ClusterLock::new(ClusterState {
                     count: 0,
                     order: 0,
                     flag: ClusterFlag::Free,
@@ -331,7 +320,7 @@ impl SwapSpace {
     pub fn lock_cluster(&self, e: SwapEntry) -> Result<ClusterGuard<'_>, SwapError> {
         self.check_entry(e)?;
         let idx = e.cluster();
-        Ok(ClusterGuard { space: self, idx, st: lock(&self.clusters[idx].state), dirty: false })
+        Ok(ClusterGuard { space: self, idx, st: self.clusters[idx].state.lock(), dirty: false })
     }
 
     /// The first cluster at or after `from` that has used slots (a live table), for scanners
@@ -346,7 +335,7 @@ impl SwapSpace {
         if idx >= self.clusters.len() {
             return Err(SwapError::OutOfRange((idx as u64).saturating_mul(N as u64)));
         }
-        Ok(ClusterGuard { space: self, idx, st: lock(&self.clusters[idx].state), dirty: false })
+        Ok(ClusterGuard { space: self, idx, st: self.clusters[idx].state.lock(), dirty: false })
     }
 
     // ---- allocation -------------------------------------------------------------------
@@ -354,10 +343,11 @@ impl SwapSpace {
     /// Allocate `2^order` naturally aligned free slots in one cluster and write `init(i)`
     /// (non-free, inline count below 15) into slot `i`, all under the cluster lock.
     ///
-    /// Fails with `NoSpace { order }` when no such range is found (the caller splits); an
-    /// order-0 allocation only fails when no slot is free (or, with concurrent users, when
-    /// every cluster with a free slot is locked at that instant, as in the kernel). With
-    /// `discard` on, clusters waiting on the discard list are not free yet.
+    /// Fails with `NoSpace { order }` when no such range is found (the caller splits). An
+    /// order-0 allocation only fails when no slot is free: if every cluster with a free slot
+    /// was locked when tried, it waits for one (it can still fail when the only free slots are
+    /// in clusters other allocators hold isolated at that instant). With `discard` on,
+    /// clusters waiting on the discard list are not free yet.
     pub fn alloc(&self, order: u8, init: &mut dyn FnMut(usize) -> Word) -> Result<SwapEntry, SwapError> {
         if order > MAX_ORDER {
             return Err(SwapError::NoSpace { order });
@@ -383,7 +373,7 @@ impl SwapSpace {
         let next = sh.next[o];
         if next != INVALID {
             let ci = (next / N as u64) as usize;
-            let mut st = lock(&self.clusters[ci].state);
+            let mut st = self.clusters[ci].state.lock();
             if usable(&st, order) {
                 let start = if st.count == 0 { 0 } else { (next % N as u64) as usize };
                 if let Some(e) = self.scan(ci, &mut st, start, order, sh, init)? {
@@ -422,29 +412,63 @@ impl SwapSpace {
             }
         }
         if order == 0 {
-            // Order 0 steals from any usable cluster: every frag list, then nonfull of the
-            // other orders. Any cluster on these lists has a free slot.
+            // Order 0 steals from any usable cluster: for each order, its frag lists, then its
+            // nonfull list. Any cluster on these lists has a free slot. Buckets are taken
+            // fullest first, leaving the freest clusters to the orders they serve.
             let nb = self.nr_buckets() as u8;
-            for from in 0..NR_ORDERS as u8 {
-                for b in 0..nb {
-                    while let Some((ci, mut st)) = self.isolate_lock(l_frag(from, b)) {
-                        if let Some(e) = self.scan(ci, &mut st, 0, 0, sh, init)? {
-                            sh.stats.src[Source::Steal as usize][0] += 1;
-                            return Ok(e);
-                        }
-                    }
+            let steal_lists = || {
+                (0..NR_ORDERS as u8)
+                    .flat_map(move |o| (0..nb).rev().map(move |b| l_frag(o, b)).chain((o > 0).then(|| l_nonfull(o))))
+            };
+            while let Some((ci, mut st)) = self.isolate_lock_in(steal_lists()) {
+                if let Some(e) = self.scan(ci, &mut st, 0, 0, sh, init)? {
+                    sh.stats.src[Source::Steal as usize][0] += 1;
+                    return Ok(e);
                 }
-                if from > 0 {
-                    while let Some((ci, mut st)) = self.isolate_lock(l_nonfull(from)) {
-                        if let Some(e) = self.scan(ci, &mut st, 0, 0, sh, init)? {
-                            sh.stats.src[Source::Steal as usize][0] += 1;
-                            return Ok(e);
-                        }
-                    }
-                }
+            }
+            // Every cluster with a free slot was locked by someone else when we tried it: wait
+            // for one (blocking, outside the list lock) rather than fail.
+            if let Some(e) = self.alloc_order0_wait(sh, init)? {
+                sh.stats.src[Source::Steal as usize][0] += 1;
+                return Ok(e);
             }
         }
         Err(SwapError::NoSpace { order })
+    }
+
+    /// Last resort of order 0: pick a cluster with a free slot from the lists, drop the list
+    /// lock, wait for its lock (lock order cluster -> list), and use it if it is still on an
+    /// allocatable list. A few rounds, since the pick may be stale by the time we hold it.
+    fn alloc_order0_wait(
+        &self,
+        sh: &mut Shard,
+        init: &mut dyn FnMut(usize) -> Word,
+    ) -> Result<Option<SwapEntry>, SwapError> {
+        for _ in 0..8 {
+            let cand = {
+                let l = lock(&self.lists);
+                let mut ids = std::iter::once(L_FREE)
+                    .chain((0..NR_ORDERS as u8).map(l_nonfull))
+                    .chain((0..NR_ORDERS as u8).flat_map(|o| (0..NR_BUCKETS as u8).map(move |b| l_frag(o, b))));
+                ids.find_map(|id| {
+                    let c = l.first(id);
+                    (c != NIL).then_some(c as usize)
+                })
+            };
+            let Some(ci) = cand else {
+                return Ok(None);
+            };
+            let mut st = self.clusters[ci].state.lock();
+            if st.flag == ClusterFlag::None || st.flag > ClusterFlag::Frag || st.count as usize >= N {
+                continue;
+            }
+            lock(&self.lists).remove(ci as u32);
+            st.flag = ClusterFlag::None;
+            if let Some(e) = self.scan(ci, &mut st, 0, 0, sh, init)? {
+                return Ok(Some(e));
+            }
+        }
+        Ok(None)
     }
 
     fn nr_buckets(&self) -> usize {
@@ -490,10 +514,18 @@ impl SwapSpace {
                 Ok(r)
             }
             FragPolicy::Buckets => {
+                let lens: [usize; NR_BUCKETS] = {
+                    let l = lock(&self.lists);
+                    std::array::from_fn(|b| l.len(l_frag(order, b as u8)))
+                };
                 for b in 0..NR_BUCKETS as u8 {
                     let list = l_frag(order, b);
-                    let len = lock(&self.lists).len(list);
+                    let len = lens[b as usize];
                     if len == 0 {
+                        continue;
+                    }
+                    // A bucket whose clusters cannot have 2^order free slots is never tried.
+                    if N - (bucket_range(b).0 as usize) < 1 << order {
                         continue;
                     }
                     let budget = sh.est[o][b as usize].budget(bucket_prior(order, b));
@@ -518,17 +550,24 @@ impl SwapSpace {
 
     /// `isolate_lock_cluster`: take the first cluster of `list` whose lock can be taken
     /// without waiting, off the list (flag NONE), locked.
-    fn isolate_lock(&self, list: u16) -> Option<(usize, MutexGuard<'_, ClusterState>)> {
+    fn isolate_lock(&self, list: u16) -> Option<(usize, ClusterLockGuard<'_, ClusterState>)> {
+        self.isolate_lock_in(std::iter::once(list))
+    }
+
+    /// [`Self::isolate_lock`] over several lists in turn, under one hold of the list lock.
+    fn isolate_lock_in(&self, lists: impl Iterator<Item = u16>) -> Option<(usize, ClusterLockGuard<'_, ClusterState>)> {
         let mut l = lock(&self.lists);
-        let mut c = l.first(list);
-        while c != NIL {
-            if let Some(mut st) = try_lock(&self.clusters[c as usize].state) {
-                debug_assert!(st.flag != ClusterFlag::None);
-                l.remove(c);
-                st.flag = ClusterFlag::None;
-                return Some((c as usize, st));
+        for list in lists {
+            let mut c = l.first(list);
+            while c != NIL {
+                if let Some(mut st) = self.clusters[c as usize].state.try_lock() {
+                    debug_assert!(st.flag != ClusterFlag::None);
+                    l.remove(c);
+                    st.flag = ClusterFlag::None;
+                    return Some((c as usize, st));
+                }
+                c = l.next_of(c);
             }
-            c = l.next_of(c);
         }
         None
     }
@@ -719,7 +758,7 @@ impl SwapSpace {
                 c as usize
             };
             discard(ci);
-            let mut st = lock(&self.clusters[ci].state);
+            let mut st = self.clusters[ci].state.lock();
             debug_assert_eq!(st.flag, ClusterFlag::Discard);
             debug_assert_eq!(st.count, 0);
             self.move_cluster(ci, &mut st, ClusterFlag::Free, L_FREE);
@@ -753,21 +792,25 @@ impl SwapSpace {
             s.nonfull_clusters[o as usize] = l.len(l_nonfull(o));
             s.frag_clusters[o as usize] = (0..NR_BUCKETS as u8).map(|b| l.len(l_frag(o, b))).sum();
         }
-        if self.cfg.frag_policy == FragPolicy::Buckets {
-            for o in 0..MAX_ORDER {
-                for b in 0..NR_BUCKETS as u8 {
-                    let (lo, hi) = bucket_range(b);
-                    s.buckets.push(BucketStats {
-                        order: o,
-                        bucket: b,
-                        min_used: lo,
-                        max_used: hi,
-                        clusters: l.len(l_frag(o, b)),
-                        scans: scans[o as usize][b as usize],
-                        hits: hits[o as usize][b as usize],
-                        p_model: bucket_prior(o, b),
-                    });
-                }
+        for o in 0..MAX_ORDER {
+            for b in 0..self.nr_buckets() as u8 {
+                let (lo, hi, p) = match self.cfg.frag_policy {
+                    FragPolicy::Buckets => {
+                        let (lo, hi) = bucket_range(b);
+                        (lo, hi.min(N as u16), Some(bucket_prior(o, b)))
+                    }
+                    FragPolicy::ScanOne => (0, N as u16, None),
+                };
+                s.buckets.push(BucketStats {
+                    order: o,
+                    bucket: b,
+                    min_used: lo,
+                    max_used: hi,
+                    clusters: l.len(l_frag(o, b)),
+                    scans: scans[o as usize][b as usize],
+                    hits: hits[o as usize][b as usize],
+                    p_model: p,
+                });
             }
         }
         s
@@ -781,7 +824,7 @@ impl SwapSpace {
         let mut tables = 0usize;
         let mut extends = 0usize;
         for (ci, c) in self.clusters.iter().enumerate() {
-            let st = lock(&c.state);
+            let st = c.state.lock();
             let l = lock(&self.lists);
             let on = l.on(ci as u32);
             drop(l);
@@ -896,7 +939,7 @@ impl Drop for SwapSpace {
 pub struct ClusterGuard<'a> {
     space: &'a SwapSpace,
     idx: usize,
-    st: MutexGuard<'a, ClusterState>,
+    st: ClusterLockGuard<'a, ClusterState>,
     dirty: bool,
 }
 
@@ -1073,6 +1116,13 @@ impl Drop for ClusterGuard<'_> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn space_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<SwapSpace>();
+        check::<std::sync::Arc<SwapSpace>>();
+    }
+
     fn space(clusters: usize, policy: FragPolicy) -> SwapSpace {
         SwapSpace::new(SpaceConfig {
             nr_slots: (clusters * N) as u64,
@@ -1143,6 +1193,21 @@ mod tests {
             assert_eq!(s.alloc(0, &mut |_| Word::zero(0, 1)), Err(SwapError::NoSpace { order: 0 }));
             s.check_invariants().unwrap();
         }
+    }
+
+    #[test]
+    fn metadata_follows_real_allocations() {
+        let s = space(64, FragPolicy::Buckets);
+        let empty = s.metadata_bytes();
+        let per_cluster = std::mem::size_of::<Cluster>() + 10;
+        assert!(per_cluster <= 128, "cluster state grew to {per_cluster} bytes");
+        assert!(empty < 64 * per_cluster + 16 * 1024, "empty space costs {empty} bytes");
+        let e = s.alloc(0, &mut |_| Word::zero(0, 1)).unwrap();
+        assert_eq!(s.metadata_bytes(), empty + std::mem::size_of::<SwapTable>());
+        s.lock_cluster(e).unwrap().set_count(e.offset(), 99).unwrap();
+        assert_eq!(s.metadata_bytes(), empty + std::mem::size_of::<SwapTable>() + 4 * N);
+        s.lock_cluster(e).unwrap().free_range(e.offset(), 1).unwrap();
+        assert_eq!(s.metadata_bytes(), empty);
     }
 
     #[test]

@@ -65,8 +65,8 @@ pub struct BucketStats {
     pub scans: u64,
     /// Scans that found a window.
     pub hits: u64,
-    /// The model's success probability P(order, middle of the range).
-    pub p_model: f64,
+    /// The model's success probability P(order, middle of the range) (`Buckets` only).
+    pub p_model: Option<f64>,
 }
 
 /// A snapshot of the allocator's counters and lists.
@@ -100,7 +100,7 @@ pub struct AllocStats {
     pub full_clusters: usize,
     /// Clusters waiting for discard.
     pub discard_clusters: usize,
-    /// Per (order, bucket) statistics; empty under `ScanOne`.
+    /// Per (order, bucket) frag statistics for orders 0..=8 (`ScanOne` has one bucket).
     pub buckets: Vec<BucketStats>,
 }
 
