@@ -65,8 +65,9 @@ fn pager(cfg: PagerConfig) -> Option<std::sync::Arc<Pager>> {
 }
 
 /// Pure fault cost: first touch (zero fill) and swap-in of evicted pages, no limit pressure.
-fn fault_cost(mode: FaultMode, folio: usize, size: usize, rows: &mut Vec<Row>) {
+fn fault_cost(mode: FaultMode, folio: usize, size: usize, tiers: &str, rows: &mut Vec<Row>) {
     let cfg = PagerConfig {
+        tiers: tiers.into(),
         limit_bytes: (size as u64) * 4,
         folio_size: folio,
         fault_mode: mode,
@@ -126,7 +127,7 @@ fn fault_cost(mode: FaultMode, folio: usize, size: usize, rows: &mut Vec<Row>) {
 /// usemem-like sequential rewrite of `size` under `limit`, 3 rounds; MB/s of rounds 1-2.
 fn rewrite(cfg: PagerConfig, label: &str, size: usize, rows: &mut Vec<Row>) {
     let folio = cfg.folio_size;
-    let mode = format!("{label}");
+    let mode = label.to_string();
     let Some(p) = pager(cfg) else { return };
     let mut r = p.map(size).unwrap();
     let s = r.as_mut_slice();
@@ -209,16 +210,17 @@ fn main() {
     let a: Vec<String> = std::env::args().collect();
     let only = a.iter().position(|x| x == "--only").and_then(|i| a.get(i + 1)).cloned().unwrap_or_default();
     let want = |s: &str| only.is_empty() || only.split(',').any(|o| s.contains(o));
+    let tiers = a.iter().position(|x| x == "--tiers").and_then(|i| a.get(i + 1)).cloned().unwrap_or("zero,lz4".into());
     let mut rows = Vec::new();
     for folio in [4096usize, 65536, 2 << 20] {
         if !want(&format!("cost{}", folio / 1024)) {
             continue;
         }
         for mode in [FaultMode::Sigbus, FaultMode::Thread] {
-            fault_cost(mode, folio, size / 2, &mut rows);
+            fault_cost(mode, folio, size / 2, &tiers, &mut rows);
         }
     }
-    let base = PagerConfig { limit_bytes: limit, record_latency: true, ..Default::default() };
+    let base = PagerConfig { limit_bytes: limit, record_latency: true, tiers: tiers.clone(), ..Default::default() };
     for folio in [4096usize, 65536] {
         if !want(&format!("rewrite{}", folio / 1024)) {
             continue;
@@ -259,7 +261,7 @@ fn main() {
         println!("{}", serde_json::to_string_pretty(&rows).unwrap());
         return;
     }
-    println!("size {} MiB, limit {} MiB", size >> 20, limit >> 20);
+    println!("size {} MiB, limit {} MiB, tiers {tiers}", size >> 20, limit >> 20);
     println!(
         "{:<26} {:<26} {:>6} {:>8} {:>9} {:>11} {:>8} {:>8} {:>8}",
         "case", "mode", "folio", "faults", "us/fault", "pages/s", "MB/s", "p50us", "p99us"

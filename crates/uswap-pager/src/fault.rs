@@ -1,7 +1,7 @@
 //! The fault path: the SIGBUS handler, fault resolution, and the event thread.
 //!
 //! With `UFFD_FEATURE_SIGBUS` a missing (or write-protected) page of a region raises SIGBUS in
-//! the thread that touched it. [`on_sigbus`] reads `si_addr`, finds the region in the
+//! the thread that touched it. The handler (`on_sigbus`) reads `si_addr`, finds the region in the
 //! lock-free registry, and [`resolve`]s the page in that thread: swap-in (or zero-fill, or a
 //! refault from the swap cache) and one `UFFDIO_COPY`; returning retries the instruction. A
 //! SIGBUS for an address outside every region is passed on to the handler installed before
@@ -448,10 +448,12 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
     };
     // swap_ra_hit: a fault right after the previous readahead window consumed it.
     let ra = r.ra_end.load(Ordering::Relaxed);
-    if ra != usize::MAX && ra >> 16 == pg && ra & 0xffff > 0 {
-        if r.ra_end.compare_exchange(ra, usize::MAX, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
-            inc(&p.counters.swap_ra_hit, (ra & 0xffff) as u64);
-        }
+    if ra != usize::MAX
+        && ra >> 16 == pg
+        && ra & 0xffff > 0
+        && r.ra_end.compare_exchange(ra, usize::MAX, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    {
+        inc(&p.counters.swap_ra_hit, (ra & 0xffff) as u64);
     }
     let mut old = [0u64; 512];
     let mut claimed = [false; 512];

@@ -35,6 +35,10 @@
 //! (`examples/basic.rs` runs the same and explains why it skips when userfaultfd is not
 //! permitted.)
 
+#![deny(missing_docs)]
+// Parallel per-page arrays (claimed[i], old[i], words[i]) read clearer with index loops.
+#![allow(clippy::needless_range_loop)]
+
 pub mod arena;
 pub mod fault;
 pub mod lz4;

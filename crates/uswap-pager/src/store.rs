@@ -316,7 +316,11 @@ impl Lz4Store {
             out.copy_from_slice(src);
             return Ok(());
         }
-        lz4::decompress(src, out).map_err(|_| StoreError::Corrupt(entry))
+        if lz4::decompress(src, out) {
+            Ok(())
+        } else {
+            Err(StoreError::Corrupt(entry))
+        }
     }
 
     /// Number of slots in the space.
@@ -340,7 +344,7 @@ fn unsafe_align(d: &[u8]) -> (&[u8], &[u64], &[u8]) {
 impl PageStore for Lz4Store {
     fn store(&self, _group: u16, data: &[u8]) -> Result<u64, StoreError> {
         let pages = data.len() / PAGE_SIZE;
-        if pages == 0 || !pages.is_power_of_two() || data.len() % PAGE_SIZE != 0 || pages > 512 {
+        if pages == 0 || !pages.is_power_of_two() || !data.len().is_multiple_of(PAGE_SIZE) || pages > 512 {
             return Err(StoreError::Other(format!("bad folio length {}", data.len())));
         }
         let order = pages.trailing_zeros() as usize;
@@ -487,6 +491,78 @@ impl Drop for Lz4Store {
     }
 }
 
+/// The uswap engine ([`uswap::vswap::Engine`]) as a [`PageStore`]: virtual swap entries over
+/// the configured tiers (zero elision, compressed pool, swap file). This is the default store;
+/// `tiers = "builtin:..."` selects [`Lz4Store`] instead.
+pub struct EngineStore {
+    engine: uswap::vswap::Engine,
+    group: u16,
+}
+
+impl EngineStore {
+    /// Build the engine from a tiers string (`"zero,lz4"`, `"zero,lz4,file:/var/tmp"`, ...).
+    pub fn new(tiers: &str, virtual_slots: u64, group: u16) -> Result<EngineStore, StoreError> {
+        let tc = uswap::config::TiersConfig::parse(tiers).map_err(|e| StoreError::Other(e.to_string()))?;
+        let backends = tc.build().map_err(|e| StoreError::Other(e.to_string()))?;
+        let cfg = uswap::vswap::EngineConfig {
+            virtual_slots: virtual_slots.max(512),
+            zero_elision: tc.zero_elision,
+            nr_groups: (usize::from(group) + 1).max(64),
+            ..Default::default()
+        };
+        let engine = uswap::vswap::Engine::new(cfg, backends).map_err(|e| StoreError::Other(e.to_string()))?;
+        Ok(EngineStore { engine, group })
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &uswap::vswap::Engine {
+        &self.engine
+    }
+}
+
+fn engine_err(e: uswap::SwapError, entry: u64) -> StoreError {
+    match e {
+        uswap::SwapError::NoSpace { order } => StoreError::NoSpace { order },
+        uswap::SwapError::OutOfRange(_) | uswap::SwapError::NotInUse(_) | uswap::SwapError::BadFolio { .. } => {
+            StoreError::BadEntry(entry)
+        }
+        uswap::SwapError::Tier(uswap::TierError::Corrupt { .. }) => StoreError::Corrupt(entry),
+        other => StoreError::Other(other.to_string()),
+    }
+}
+
+impl PageStore for EngineStore {
+    fn store(&self, group: u16, data: &[u8]) -> Result<u64, StoreError> {
+        self.engine.swap_out(group, data).map(|e| e.0).map_err(|e| engine_err(e, u64::MAX))
+    }
+    fn load(&self, entry: u64, out: &mut [u8]) -> Result<(), StoreError> {
+        self.engine.swap_in(uswap::SwapEntry(entry), out, false).map_err(|e| engine_err(e, entry))
+    }
+    fn dup(&self, entry: u64, nr: u32) -> Result<(), StoreError> {
+        self.engine.dup(uswap::SwapEntry(entry), nr as usize).map_err(|e| engine_err(e, entry))
+    }
+    fn put(&self, entry: u64, nr: u32) {
+        let _ = self.engine.put(uswap::SwapEntry(entry), nr as usize);
+    }
+    fn pool_bytes(&self) -> u64 {
+        self.engine.groups().usage(self.group).map(|u| u.pool_bytes).unwrap_or(0)
+    }
+    fn stats_json(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self.engine.stats().snapshot()).unwrap_or_default();
+        if let (Some(m), Ok(u)) = (v.as_object_mut(), self.engine.groups().usage(self.group)) {
+            m.insert("engine".into(), "uswap".into());
+            m.insert("group".into(), serde_json::to_value(u).unwrap_or_default());
+            let tiers: Vec<serde_json::Value> = (0..self.engine.nr_tiers())
+                .filter_map(|t| self.engine.tier_usage(t).ok())
+                .map(|u| serde_json::to_value(u).unwrap_or_default())
+                .collect();
+            m.insert("tiers".into(), tiers.into());
+            m.insert("stored_pages".into(), u.swapped_pages.into());
+        }
+        v
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -598,77 +674,5 @@ mod tests {
                 }
             }
         }
-    }
-}
-
-/// The uswap engine ([`uswap::vswap::Engine`]) as a [`PageStore`]: virtual swap entries over
-/// the configured tiers (zero elision, compressed pool, swap file). This is the default store;
-/// `tiers = "builtin:..."` selects [`Lz4Store`] instead.
-pub struct EngineStore {
-    engine: uswap::vswap::Engine,
-    group: u16,
-}
-
-impl EngineStore {
-    /// Build the engine from a tiers string (`"zero,lz4"`, `"zero,lz4,file:/var/tmp"`, ...).
-    pub fn new(tiers: &str, virtual_slots: u64, group: u16) -> Result<EngineStore, StoreError> {
-        let tc = uswap::config::TiersConfig::parse(tiers).map_err(|e| StoreError::Other(e.to_string()))?;
-        let backends = tc.build().map_err(|e| StoreError::Other(e.to_string()))?;
-        let cfg = uswap::vswap::EngineConfig {
-            virtual_slots: virtual_slots.max(512),
-            zero_elision: tc.zero_elision,
-            nr_groups: (usize::from(group) + 1).max(64),
-            ..Default::default()
-        };
-        let engine = uswap::vswap::Engine::new(cfg, backends).map_err(|e| StoreError::Other(e.to_string()))?;
-        Ok(EngineStore { engine, group })
-    }
-
-    /// The engine.
-    pub fn engine(&self) -> &uswap::vswap::Engine {
-        &self.engine
-    }
-}
-
-fn engine_err(e: uswap::SwapError, entry: u64) -> StoreError {
-    match e {
-        uswap::SwapError::NoSpace { order } => StoreError::NoSpace { order },
-        uswap::SwapError::OutOfRange(_) | uswap::SwapError::NotInUse(_) | uswap::SwapError::BadFolio { .. } => {
-            StoreError::BadEntry(entry)
-        }
-        uswap::SwapError::Tier(uswap::TierError::Corrupt { .. }) => StoreError::Corrupt(entry),
-        other => StoreError::Other(other.to_string()),
-    }
-}
-
-impl PageStore for EngineStore {
-    fn store(&self, group: u16, data: &[u8]) -> Result<u64, StoreError> {
-        self.engine.swap_out(group, data).map(|e| e.0).map_err(|e| engine_err(e, u64::MAX))
-    }
-    fn load(&self, entry: u64, out: &mut [u8]) -> Result<(), StoreError> {
-        self.engine.swap_in(uswap::SwapEntry(entry), out, false).map_err(|e| engine_err(e, entry))
-    }
-    fn dup(&self, entry: u64, nr: u32) -> Result<(), StoreError> {
-        self.engine.dup(uswap::SwapEntry(entry), nr as usize).map_err(|e| engine_err(e, entry))
-    }
-    fn put(&self, entry: u64, nr: u32) {
-        let _ = self.engine.put(uswap::SwapEntry(entry), nr as usize);
-    }
-    fn pool_bytes(&self) -> u64 {
-        self.engine.groups().usage(self.group).map(|u| u.pool_bytes).unwrap_or(0)
-    }
-    fn stats_json(&self) -> serde_json::Value {
-        let mut v = serde_json::to_value(self.engine.stats().snapshot()).unwrap_or_default();
-        if let (Some(m), Ok(u)) = (v.as_object_mut(), self.engine.groups().usage(self.group)) {
-            m.insert("engine".into(), "uswap".into());
-            m.insert("group".into(), serde_json::to_value(u).unwrap_or_default());
-            let tiers: Vec<serde_json::Value> = (0..self.engine.nr_tiers())
-                .filter_map(|t| self.engine.tier_usage(t).ok())
-                .map(|u| serde_json::to_value(u).unwrap_or_default())
-                .collect();
-            m.insert("tiers".into(), tiers.into());
-            m.insert("stored_pages".into(), u.swapped_pages.into());
-        }
-        v
     }
 }

@@ -65,8 +65,8 @@ fn prefault_makes_pages_resident() {
     // SAFETY: the range is our region.
     unsafe { uswap_pager::prefault(r.as_ptr().add(8192), 3 * 4096, true) };
     assert_eq!(r.page_states()[1], 3);
-    // SAFETY: memory outside any region is left alone.
     let v = vec![1u8; 4096];
+    // SAFETY: memory outside any region is left alone.
     unsafe { uswap_pager::prefault(v.as_ptr(), v.len(), false) };
     assert!(r.as_slice().iter().all(|&b| b == 0xab));
 }
