@@ -323,6 +323,7 @@ fn fill(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wak
             publish_resident(p, r, head, n, &claimed[..n]);
             p.cache.free(o);
             inc(&p.counters.fault_cache, 1);
+            p.ws.hit(n as u64);
             true
         }
         kind::SWAPPED if k0 > 0 => {

@@ -189,6 +189,7 @@ pub struct Pager {
     pub(crate) madv: sys::Madviser,
     pub(crate) stop: AtomicBool,
     pub(crate) reclaim_wake: AtomicU32,
+    pub(crate) ws: reclaim::Workingset,
     threads: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
@@ -276,6 +277,7 @@ impl Pager {
             madv: sys::Madviser::new(),
             stop: AtomicBool::new(false),
             reclaim_wake: AtomicU32::new(0),
+            ws: reclaim::Workingset::default(),
             threads: std::sync::Mutex::new(Vec::new()),
             cfg,
             uffd,

@@ -26,6 +26,7 @@ fn majors(replacement: Replacement) -> Option<(u64, u64)> {
     for (pg, page) in r.as_slice().chunks(4096).enumerate() {
         assert_eq!(common::check_page(page, 5, pg, false), None, "page {pg}");
     }
+    eprintln!("{replacement:?}: {st:?}");
     Some((st.fault_swapin - before.fault_swapin, st.fault_cache - before.fault_cache))
 }
 
