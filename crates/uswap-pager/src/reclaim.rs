@@ -492,7 +492,7 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
         Some((region::by_slot(slot, gen), page, order, false))
     };
     let mut progress = 0;
-    let bypass = two && p.ws.bypassed() && p.ws.tick.fetch_add(1, Ordering::Relaxed) % 8 != 0;
+    let bypass = two && p.ws.bypassed() && !p.ws.tick.fetch_add(1, Ordering::Relaxed).is_multiple_of(8);
     if bypass {
         if p.cache.live_bytes() + (batch * PAGE_SIZE) as u64 > target {
             progress += shrink_inactive(p, batch);
