@@ -40,8 +40,20 @@ fn fill_word(buf: &mut [u8], round: u64) {
     }
 }
 
+/// CPU seconds (user + system) used by the whole process so far: robust to other load on
+/// the machine, unlike wall time.
+fn cpu_s() -> f64 {
+    // SAFETY: getrusage fills the struct we pass.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
 #[derive(serde::Serialize)]
 struct Row {
+    cpu_us_per_fault: f64,
     case: String,
     mode: String,
     folio_kb: usize,
@@ -81,13 +93,16 @@ fn fault_cost(mode: FaultMode, folio: usize, size: usize, tiers: &str, rows: &mu
     let base = r.as_ptr();
     // First touch: one write per page (zero-fill faults).
     let t = Instant::now();
+    let c0 = cpu_s();
     for off in (0..size).step_by(4096) {
         // SAFETY: inside the region.
         unsafe { base.add(off).write_volatile(off as u8) };
     }
     let dt = t.elapsed().as_secs_f64();
     let s = p.stats();
+    let cpu = cpu_s() - c0;
     rows.push(Row {
+        cpu_us_per_fault: cpu * 1e6 / s.faults.max(1) as f64,
         case: "zero-fill".into(),
         mode: format!("{mode:?}"),
         folio_kb: folio / 1024,
@@ -102,6 +117,7 @@ fn fault_cost(mode: FaultMode, folio: usize, size: usize, tiers: &str, rows: &mu
     r.evict_all();
     let f0 = p.stats().faults;
     let t = Instant::now();
+    let c0 = cpu_s();
     let mut x = 0u8;
     for off in (0..size).step_by(4096) {
         // SAFETY: inside the region.
@@ -111,7 +127,9 @@ fn fault_cost(mode: FaultMode, folio: usize, size: usize, tiers: &str, rows: &mu
     std::hint::black_box(x);
     let s = p.stats();
     let faults = s.faults - f0;
+    let cpu = cpu_s() - c0;
     rows.push(Row {
+        cpu_us_per_fault: cpu * 1e6 / faults.max(1) as f64,
         case: "swap-in".into(),
         mode: format!("{mode:?}"),
         folio_kb: folio / 1024,
@@ -134,6 +152,7 @@ fn rewrite(cfg: PagerConfig, label: &str, size: usize, rows: &mut Vec<Row>) {
     fill_word(s, 0);
     let f0 = p.stats().faults;
     let t = Instant::now();
+    let c0 = cpu_s();
     for round in 1..3u64 {
         for chunk in s.chunks_mut(1 << 20) {
             fill_word(chunk, round);
@@ -141,7 +160,9 @@ fn rewrite(cfg: PagerConfig, label: &str, size: usize, rows: &mut Vec<Row>) {
     }
     let dt = t.elapsed().as_secs_f64();
     let st = p.stats();
+    let cpu = cpu_s() - c0;
     rows.push(Row {
+        cpu_us_per_fault: cpu * 1e6 / (st.faults - f0).max(1) as f64,
         case: "seq-rewrite".into(),
         mode,
         folio_kb: folio / 1024,
@@ -166,6 +187,7 @@ fn random_touch(cfg: PagerConfig, label: &str, size: usize, skew: bool, rows: &m
     let f0 = p.stats().faults;
     let hits0 = p.stats();
     let t = Instant::now();
+    let c0 = cpu_s();
     let n = pages * 2;
     for _ in 0..n {
         x ^= x << 13;
@@ -190,7 +212,9 @@ fn random_touch(cfg: PagerConfig, label: &str, size: usize, skew: bool, rows: &m
     }
     let faults = st.faults - f0;
     let major = st.fault_swapin - hits0.fault_swapin;
+    let cpu = cpu_s() - c0;
     rows.push(Row {
+        cpu_us_per_fault: cpu * 1e6 / faults.max(1) as f64,
         case: if skew { format!("skewed-touch major={major}") } else { format!("random-touch major={major}") },
         mode: label.into(),
         folio_kb: folio / 1024,
@@ -262,18 +286,20 @@ fn main() {
         return;
     }
     println!("size {} MiB, limit {} MiB, tiers {tiers}", size >> 20, limit >> 20);
+    println!("us/fault = wall time per fault; cpu_us/f = process CPU (all threads) per fault; p50/p99 = in-handler latency");
     println!(
-        "{:<26} {:<26} {:>6} {:>8} {:>9} {:>11} {:>8} {:>8} {:>8}",
-        "case", "mode", "folio", "faults", "us/fault", "pages/s", "MB/s", "p50us", "p99us"
+        "{:<26} {:<26} {:>6} {:>8} {:>9} {:>9} {:>11} {:>8} {:>8} {:>8}",
+        "case", "mode", "folio", "faults", "us/fault", "cpu_us/f", "pages/s", "MB/s", "p50us", "p99us"
     );
     for r in &rows {
         println!(
-            "{:<26} {:<26} {:>5}K {:>8} {:>9.2} {:>11.0} {:>8.0} {:>8.1} {:>8.1}",
+            "{:<26} {:<26} {:>5}K {:>8} {:>9.2} {:>9.2} {:>11.0} {:>8.0} {:>8.1} {:>8.1}",
             r.case,
             r.mode,
             r.folio_kb,
             r.faults,
             r.us_per_fault,
+            r.cpu_us_per_fault,
             r.pages_per_s,
             r.mb_s,
             r.p50_ns.unwrap_or(0) as f64 / 1e3,
