@@ -286,7 +286,9 @@ fn main() {
         return;
     }
     println!("size {} MiB, limit {} MiB, tiers {tiers}", size >> 20, limit >> 20);
-    println!("us/fault = wall time per fault; cpu_us/f = process CPU (all threads) per fault; p50/p99 = in-handler latency");
+    println!(
+        "us/fault = wall time per fault; cpu_us/f = process CPU (all threads) per fault; p50/p99 = in-handler latency"
+    );
     println!(
         "{:<26} {:<26} {:>6} {:>8} {:>9} {:>9} {:>11} {:>8} {:>8} {:>8}",
         "case", "mode", "folio", "faults", "us/fault", "cpu_us/f", "pages/s", "MB/s", "p50us", "p99us"
