@@ -23,14 +23,21 @@
 //! - **Large folios**: a region pages in 4 KiB, 64 KiB or 2 MiB folios; a folio is stored whole
 //!   (one compression unit, one `UFFDIO_COPY`) and split when the store has no contiguous slots.
 //!
-//! ```no_run
-//! use uswap_pager::{Pager, PagerConfig};
-//! let pager = Pager::new(PagerConfig { limit_bytes: 64 << 20, ..Default::default() })?;
-//! let mut r = pager.map(256 << 20)?;          // 4x the limit
+//! ```
+//! use uswap_pager::{Pager, PagerConfig, PagerError};
+//! let pager = match Pager::new(PagerConfig { limit_bytes: 16 << 20, ..Default::default() }) {
+//!     Ok(p) => p,
+//!     Err(PagerError::Unavailable(why)) => {
+//!         eprintln!("skipped: {why}"); // not root and userfaultfd not permitted
+//!         return;
+//!     }
+//!     Err(e) => panic!("{e}"),
+//! };
+//! let mut r = pager.map(64 << 20).unwrap();   // 4x the limit
 //! r.as_mut_slice().fill(7);                    // pages out as it goes
-//! assert!(r.as_slice().iter().all(|&b| b == 7)); // and back in
+//! assert!(r.as_slice().iter().step_by(4096).all(|&b| b == 7)); // and back in
+//! assert!(pager.stats().evicted_pages > 0);
 //! println!("{}", serde_json::to_string(&pager.stats()).unwrap());
-//! # Ok::<(), uswap_pager::PagerError>(())
 //! ```
 //! (`examples/basic.rs` runs the same and explains why it skips when userfaultfd is not
 //! permitted.)
