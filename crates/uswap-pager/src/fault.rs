@@ -656,9 +656,13 @@ pub(crate) fn event_loop(p: &Pager) {
         if n <= 0 {
             continue;
         }
+        let seq = p.ev_reads.fetch_add(1, Ordering::SeqCst) + 1;
         let n = match p.uffd.read_msgs(&mut msgs) {
             Ok(n) => n,
-            Err(_) => continue,
+            Err(_) => {
+                p.ev_done.store(seq, Ordering::SeqCst);
+                continue;
+            }
         };
         for m in &msgs[..n] {
             match crate::uffd::decode(m) {
@@ -690,6 +694,7 @@ pub(crate) fn event_loop(p: &Pager) {
                 Event::Unknown(_) => {}
             }
         }
+        p.ev_done.store(seq, Ordering::SeqCst);
     }
 }
 
@@ -703,15 +708,7 @@ fn release_range(start: usize, end: usize, skip_busy: bool) {
             Some(r) => {
                 let lo = (a - r.start) / PAGE_SIZE;
                 let hi = ((end.min(r.start + r.len)) - r.start).div_ceil(PAGE_SIZE);
-                if skip_busy {
-                    for q in lo..hi {
-                        if w_kind(r.word(q).load(Ordering::Acquire)) != kind::BUSY {
-                            reclaim::release_pages(r, q, q + 1, false);
-                        }
-                    }
-                } else {
-                    reclaim::release_pages(r, lo, hi, false);
-                }
+                reclaim::release_pages_ex(r, lo, hi, false, skip_busy);
                 a = r.start + hi * PAGE_SIZE;
             }
             None => a += PAGE_SIZE,

@@ -197,6 +197,10 @@ pub struct Pager {
     pub(crate) stop: AtomicBool,
     pub(crate) reclaim_wake: AtomicU32,
     pub(crate) ws: reclaim::Workingset,
+    /// Event reads started / fully processed (orders the pager's own madvise REMOVE events
+    /// before its evictions publish, when `event_remove` is on).
+    pub(crate) ev_reads: std::sync::atomic::AtomicU64,
+    pub(crate) ev_done: std::sync::atomic::AtomicU64,
     threads: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
@@ -230,6 +234,11 @@ impl Pager {
                 cfg.limit_bytes,
                 4 * cfg.folio_size
             )));
+        }
+        if cfg.event_remove && cfg.fault_mode == FaultMode::Thread {
+            return Err(PagerError::Config(
+                "event_remove needs fault_mode Sigbus (the handler thread would wait for itself)".into(),
+            ));
         }
         if cfg.inactive_percent > 90 {
             return Err(PagerError::Config("inactive_percent must be at most 90".into()));
@@ -285,6 +294,8 @@ impl Pager {
             stop: AtomicBool::new(false),
             reclaim_wake: AtomicU32::new(0),
             ws: reclaim::Workingset::default(),
+            ev_reads: std::sync::atomic::AtomicU64::new(0),
+            ev_done: std::sync::atomic::AtomicU64::new(0),
             threads: std::sync::Mutex::new(Vec::new()),
             cfg,
             uffd,

@@ -388,6 +388,15 @@ fn evict_resident(p: &Pager, to_cache: bool, max_pages: usize, next: &mut dyn Fn
     if niov > 0 {
         let calls = p.madv.dontneed(&iov[..niov]);
         inc(&p.counters.madvise_calls, calls);
+        if p.cfg.event_remove {
+            // Our madvise raised REMOVE events, acknowledged by the event thread's read() but
+            // maybe not yet processed: wait until they are, while our pages are still BUSY
+            // (which the event thread skips), so they cannot release what we publish next.
+            let target = p.ev_reads.load(Ordering::SeqCst);
+            while p.ev_done.load(Ordering::SeqCst) < target && !p.stop.load(Ordering::Relaxed) {
+                std::thread::yield_now();
+            }
+        }
     }
     // Publish.
     let mut out = 0usize;
@@ -629,6 +638,12 @@ pub(crate) fn evict_region(r: &'static RegionInner) -> usize {
 /// zero-fill. `live` = the mapping stays (drop the resident pages with `MADV_DONTNEED` too);
 /// otherwise the memory is going away (unmap, region drop).
 pub(crate) fn release_pages(r: &RegionInner, a: usize, b: usize, live: bool) {
+    release_pages_ex(r, a, b, live, false)
+}
+
+/// [`release_pages`]; with `skip_busy`, pages another thread holds are left alone instead of
+/// waited for (the madvise events of the pager's own evictions).
+pub(crate) fn release_pages_ex(r: &RegionInner, a: usize, b: usize, live: bool, skip_busy: bool) {
     let p = r.pager();
     let b = b.min(r.npages);
     let mut pg = a;
@@ -637,6 +652,7 @@ pub(crate) fn release_pages(r: &RegionInner, a: usize, b: usize, live: bool) {
         let w = r.word(pg).load(Ordering::Acquire);
         match w_kind(w) {
             kind::NONE => pg += 1,
+            kind::BUSY if skip_busy => pg += 1,
             kind::BUSY => std::thread::yield_now(),
             kind::RESIDENT => {
                 if r.word(pg).compare_exchange(w, word(kind::NONE, 0, 0), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
@@ -664,7 +680,11 @@ pub(crate) fn release_pages(r: &RegionInner, a: usize, b: usize, live: bool) {
                     for i in 0..got {
                         r.word(head + i).store(w, Ordering::Release);
                     }
-                    std::thread::yield_now();
+                    if skip_busy {
+                        pg += 1;
+                    } else {
+                        std::thread::yield_now();
+                    }
                     continue;
                 }
                 let o = crate::arena::Obj {
