@@ -160,6 +160,9 @@ fn rewrite(cfg: PagerConfig, label: &str, size: usize, rows: &mut Vec<Row>) {
     }
     let dt = t.elapsed().as_secs_f64();
     let st = p.stats();
+    if std::env::var_os("FP_STATS").is_some() {
+        eprintln!("{label}: {}", serde_json::to_string(&st).unwrap());
+    }
     let cpu = cpu_s() - c0;
     rows.push(Row {
         cpu_us_per_fault: cpu * 1e6 / (st.faults - f0).max(1) as f64,
