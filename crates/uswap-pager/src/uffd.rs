@@ -195,13 +195,27 @@ impl Uffd {
         if avail & required != required {
             return Err(format!("this kernel lacks userfaultfd features {:#x} (has {avail:#x})", required & !avail));
         }
-        let want = required | (optional & avail);
-        let mut api = g::uffdio_api { api: u64::from(g::UFFD_API), features: want, ioctls: 0 };
-        // SAFETY: as above.
-        if unsafe { libc::ioctl(fd.as_raw_fd(), io::UFFDIO_API as _, &mut api) } != 0 {
-            return Err(format!("UFFDIO_API(features {want:#x}): {}", std::io::Error::last_os_error()));
+        let mut want = required | (optional & avail);
+        let mut fd = fd;
+        loop {
+            let mut api = g::uffdio_api { api: u64::from(g::UFFD_API), features: want, ioctls: 0 };
+            // SAFETY: as above.
+            if unsafe { libc::ioctl(fd.as_raw_fd(), io::UFFDIO_API as _, &mut api) } == 0 {
+                return Ok(Uffd { fd, features: want, ioctls: api.ioctls });
+            }
+            let e = errno();
+            if e == libc::EPERM && want & feature::EVENT_FORK != 0 {
+                // The fork event needs CAP_SYS_PTRACE; go on without it (a child process then
+                // does not inherit the registration) on a fresh fd.
+                want &= !feature::EVENT_FORK;
+                fd = Self::open_fd(flags)?;
+                continue;
+            }
+            if e == libc::EPERM {
+                return Err(format!("{PERMIT_HINT} (UFFDIO_API with features {want:#x} was refused)"));
+            }
+            return Err(format!("UFFDIO_API(features {want:#x}): {}", std::io::Error::from_raw_os_error(e)));
         }
-        Ok(Uffd { fd, features: want, ioctls: api.ioctls })
     }
 
     fn open_fd(flags: i32) -> Result<OwnedFd, String> {
