@@ -1,0 +1,92 @@
+//! Model test of the fault and reclaim state machines: random writes, reads, evictions and
+//! discards on a small region under a tight limit, checked against a plain array.
+mod common;
+use proptest::prelude::*;
+use uswap_pager::{PagerConfig, Replacement, SwapinPolicy};
+
+#[derive(Clone, Debug)]
+enum Op {
+    Write(usize, u64),
+    Read(usize),
+    EvictAll,
+    Discard(usize, usize),
+}
+
+fn op(pages: usize) -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0..pages, any::<u64>()).prop_map(|(p, v)| Op::Write(p, v)),
+        6 => (0..pages).prop_map(Op::Read),
+        1 => Just(Op::EvictAll),
+        1 => (0..pages, 1..8usize).prop_map(|(p, n)| Op::Discard(p, n)),
+    ]
+}
+
+fn page_val(v: u64, i: usize) -> u64 {
+    if v == 0 {
+        0
+    } else {
+        v ^ (i as u64 / 4)
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #[test]
+    fn pager_matches_a_plain_array(
+        folio in prop_oneof![Just(4096usize), Just(65536usize)],
+        two in any::<bool>(),
+        never in any::<bool>(),
+        builtin in any::<bool>(),
+        ops in proptest::collection::vec(op(64), 1..120),
+    ) {
+        let cfg = PagerConfig {
+            limit_bytes: 4 * folio as u64 + 8 * 4096,
+            folio_size: folio,
+            replacement: if two { Replacement::TwoList } else { Replacement::Fifo },
+            swapin: if never { SwapinPolicy::Never } else { SwapinPolicy::Always },
+            tiers: if builtin { "builtin:zero,lz4".into() } else { "zero,lz4".into() },
+            ..Default::default()
+        };
+        let Some(p) = common::pager(cfg) else { return Ok(()) };
+        let r = p.map(64 * 4096 * if folio > 4096 { 4 } else { 1 }).unwrap();
+        let pages = 64;
+        let mut model = vec![0u64; pages];
+        let base = r.as_ptr() as usize;
+        for o in ops {
+            match o {
+                Op::Write(pg, v) => {
+                    for i in 0..512 {
+                        // SAFETY: inside the region.
+                        unsafe { ((base + pg * 4096 + i * 8) as *mut u64).write_volatile(page_val(v, i)) };
+                    }
+                    model[pg] = v;
+                }
+                Op::Read(pg) => {
+                    for i in (0..512).step_by(37) {
+                        // SAFETY: inside the region.
+                        let got = unsafe { ((base + pg * 4096 + i * 8) as *const u64).read_volatile() };
+                        prop_assert_eq!(got, page_val(model[pg], i), "page {} word {}", pg, i);
+                    }
+                }
+                Op::EvictAll => {
+                    r.evict_all();
+                }
+                Op::Discard(pg, n) => {
+                    let n = n.min(pages - pg);
+                    r.discard(pg * 4096, n * 4096);
+                    model[pg..pg + n].fill(0);
+                }
+            }
+            let st = p.stats();
+            prop_assert!(st.charged_bytes <= st.limit_bytes + folio as u64 + 8 * 4096, "{:?}", st);
+        }
+        for (pg, &v) in model.iter().enumerate() {
+            for i in 0..512 {
+                prop_assert_eq!(r.as_slice()[pg * 4096 + i * 8..pg * 4096 + i * 8 + 8].to_vec(), page_val(v, i).to_le_bytes().to_vec());
+            }
+        }
+        drop(r);
+        prop_assert_eq!(p.stats().engine["stored_pages"].as_u64().unwrap(), 0);
+        prop_assert_eq!(p.stats().resident_bytes, 0);
+    }
+}
