@@ -340,11 +340,12 @@ fn run_one(
             let before = kernel::vmstat(k.guard.ops());
             let ops = k.guard.ops();
             let cg = k.cgroup.clone();
+            let cg_before = cg.as_ref().map(|c| c.stat(ops));
             let res = worker::spawn(&args, &mut prog, &mut || {
                 json!({
                     "zram_mm_stat": z.mm_stat(ops),
                     "vmstat": kernel::delta(&before, &kernel::vmstat(ops)),
-                    "memcg": cg.as_ref().map(|c| c.stat(ops)),
+                    "memcg": cg.as_ref().map(|c| c.stat_delta(ops, cg_before.as_ref())),
                 })
             });
             let off = setup::swapoff(&mut k.guard, &z.dev);
@@ -360,12 +361,13 @@ fn run_one(
             let before = kernel::vmstat(k.guard.ops());
             let ops = k.guard.ops();
             let cg = k.cgroup.clone();
+            let cg_before = cg.as_ref().map(|c| c.stat(ops));
             let comp = zs.compressor.clone();
             let res = worker::spawn(&args, &mut prog, &mut || {
                 json!({
                     "zswap_compressor": comp,
                     "vmstat": kernel::delta(&before, &kernel::vmstat(ops)),
-                    "memcg": cg.as_ref().map(|c| c.stat(ops)),
+                    "memcg": cg.as_ref().map(|c| c.stat_delta(ops, cg_before.as_ref())),
                 })
             });
             let off = setup::swapoff(&mut k.guard, &zs.file);
@@ -494,6 +496,9 @@ pub fn run(a: &Args) -> CliResult {
         println!("{}", Value::Object(out));
     } else {
         print_table(a, &p, &sides, &modes, &k, &results);
+        for f in &failures {
+            println!("FAILED: {f}");
+        }
         for e in &restore_errors {
             eprintln!("uswap: could not restore: {e}");
         }
@@ -697,7 +702,11 @@ pub fn demo(d: &DemoArgs) -> CliResult {
         }
         println!("swap statistics: {}", serde_json::to_string_pretty(&stats).unwrap_or_default());
     }
-    drop(region);
+    // The process ends right after this: leave the region and pager to the kernel instead of
+    // tearing them down (a pager's teardown joins its fault-event thread, which is not part of
+    // the demo and must not be able to hold it up).
+    std::mem::forget(region);
+    std::mem::forget(backing);
     Ok(())
 }
 

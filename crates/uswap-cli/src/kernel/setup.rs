@@ -164,6 +164,20 @@ impl Cgroup {
             .collect();
         serde_json::Value::Object(m)
     }
+    /// `stat` minus an earlier `stat` for the counters; `swap` (a level) is kept as is.
+    pub fn stat_delta(&self, ops: &dyn SysOps, before: Option<&serde_json::Value>) -> serde_json::Value {
+        let mut now = self.stat(ops);
+        if let (serde_json::Value::Object(m), Some(b)) = (&mut now, before) {
+            for (k, v) in m.iter_mut() {
+                if k == "swap" || k == "zswapped" {
+                    continue;
+                }
+                let old = b.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0);
+                *v = serde_json::json!(v.as_u64().unwrap_or(0).saturating_sub(old));
+            }
+        }
+        now
+    }
 }
 
 /// Create memory cgroup `name` with `limit` bytes (v2 if the unified hierarchy is mounted,

@@ -74,23 +74,45 @@ impl Backing for PlainMem {
 /// The uswap pager as a backing: regions under `limit` bytes with `folio`-sized folios and
 /// the given tiers (`default` = the pager's default).
 pub fn uswap(limit: u64, folio: u64, tiers: &str) -> Result<Box<dyn Backing>, String> {
-    // The pager (branch `pager`) is not merged yet: stand in with plain memory so the rest of
-    // the harness runs; the description says so in every report.
-    let _ = (limit, folio, tiers);
-    Ok(Box::new(Unpaged))
+    let mut cfg = uswap_pager::PagerConfig { limit_bytes: limit, folio_size: folio as usize, ..Default::default() };
+    if tiers != "default" {
+        cfg.tiers = tiers.to_string();
+    }
+    let desc = format!("uswap pager, limit {}, folio {}, tiers {}", fmt_size(limit), fmt_size(folio), cfg.tiers);
+    let pager = uswap_pager::Pager::new(cfg).map_err(|e| format!("uswap pager: {e}"))?;
+    Ok(Box::new(UswapMem { pager, desc }))
 }
 
-/// Stand-in until the pager lands: plain memory, labelled as such.
-struct Unpaged;
+/// Regions of a uswap pager.
+struct UswapMem {
+    pager: std::sync::Arc<uswap_pager::Pager>,
+    desc: String,
+}
 
-impl Backing for Unpaged {
+struct UswapMapping(uswap_pager::Region);
+
+impl Mapping for UswapMapping {
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.0.as_ptr()
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+impl Backing for UswapMem {
     fn describe(&self) -> String {
-        "PLAIN MEMORY STAND-IN (uswap pager not available in this build)".into()
+        self.desc.clone()
     }
     fn map(&self, len: usize) -> Result<Box<dyn Mapping>, String> {
-        PlainMem.map(len)
+        let r = self.pager.map(len).map_err(|e| format!("uswap pager: map {}: {e}", fmt_size(len as u64)))?;
+        Ok(Box::new(UswapMapping(r)))
     }
     fn stats(&self) -> serde_json::Value {
-        serde_json::json!({})
+        let mut v = serde_json::to_value(self.pager.stats()).unwrap_or(serde_json::Value::Null);
+        if let serde_json::Value::Object(m) = &mut v {
+            m.insert("charged_bytes".into(), serde_json::json!(self.pager.charged_bytes()));
+        }
+        v
     }
 }
