@@ -44,8 +44,9 @@ pub struct Args {
     /// Interleaved runs per backend and mode (medians are reported) [default: 3; 1 with --quick].
     #[arg(long)]
     pub runs: Option<u32>,
-    /// Pinning: `both` (unpinned runs, then runs with every side pinned to the last CPU),
-    /// `none`, or a CPU number (pinned only) [default: both; none with --quick].
+    /// Pinning: `last` (every side pinned to the last CPU; stable figures), `none`
+    /// (unpinned), `both` (unpinned runs, then pinned runs: both figures, twice the time), or
+    /// a CPU number [default: last; none with --quick].
     #[arg(long)]
     pub pin: Option<String>,
     /// uswap folio size (4K, 64K or 2M).
@@ -156,14 +157,15 @@ fn plan(a: &Args) -> Result<Plan, CliError> {
         return Err(CliError::usage(format!("--rounds {rounds}: must be 1..=1000")));
     }
     let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let pin = a.pin.clone().unwrap_or_else(|| if q { "none".into() } else { "both".into() });
+    let pin = a.pin.clone().unwrap_or_else(|| if q { "none".into() } else { "last".into() });
     let modes = match pin.as_str() {
         "none" | "unpinned" => vec![None],
+        "last" | "pinned" => vec![Some(ncpu - 1)],
         "both" => vec![None, Some(ncpu - 1)],
         n => match n.parse::<usize>() {
             Ok(c) if c < ncpu => vec![Some(c)],
             Ok(c) => return Err(CliError::usage(format!("--pin {c}: this machine has CPUs 0..{}", ncpu - 1))),
-            Err(_) => return Err(CliError::usage(format!("--pin {n:?}: expected none, both or a CPU number"))),
+            Err(_) => return Err(CliError::usage(format!("--pin {n:?}: expected last, none, both or a CPU number"))),
         },
     };
     let (mut zram, mut zswap) = (false, false);
@@ -729,7 +731,9 @@ mod tests {
     fn defaults_and_quick_mode() {
         let p = plan(&parse(&[]).unwrap()).unwrap();
         assert_eq!((p.size, p.limit, p.runs, p.rounds, p.folio), (1 << 30, 256 << 20, 3, 3, 64 << 10));
-        assert_eq!(p.modes.len(), 2);
+        let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        assert_eq!(p.modes, vec![Some(ncpu - 1)]);
+        assert_eq!(plan(&parse(&["--pin", "both"]).unwrap()).unwrap().modes, vec![None, Some(ncpu - 1)]);
         assert!(p.zram && p.zswap);
         let q = plan(&parse(&["--quick"]).unwrap()).unwrap();
         assert_eq!((q.size, q.limit, q.runs, q.rounds, q.modes.clone()), (256 << 20, 64 << 20, 1, 2, vec![None]));
