@@ -595,9 +595,15 @@ fn print_table(a: &Args, p: &Plan, sides: &[Side], modes: &Map<String, Value>, k
         "{:<10} {:<13} {:>9} {:>16} {:>12} {:>10} {:>16}",
         "mode", "side", "seq MB/s", "seq p50/p99 us", "rand touch/s", "rand MB/s", "rand p50/p99 us"
     );
-    for (name, m) in modes {
-        for &side in sides {
+    for (mi, pin) in p.modes.iter().enumerate() {
+        let name = if pin.is_some() { "pinned" } else { "unpinned" };
+        let Some(m) = modes.get(name) else { continue };
+        for (si, &side) in sides.iter().enumerate() {
             let kk = side.key();
+            if results[mi][si].reports.is_empty() {
+                println!("{name:<10} {kk:<13} every run failed (see FAILED below)");
+                continue;
+            }
             let g = |key: String| m.get(&key).and_then(Value::as_f64).unwrap_or(0.0);
             println!(
                 "{:<10} {:<13} {:>9.1} {:>16} {:>12.0} {:>10.1} {:>16}",
@@ -702,7 +708,12 @@ pub fn demo(d: &DemoArgs) -> CliResult {
         if cfg.verify {
             println!("verified: {} bytes read back, all correct", res.verified_bytes);
         }
-        println!("swap statistics: {}", serde_json::to_string_pretty(&stats).unwrap_or_default());
+        println!("swap statistics ({}):", backing.describe());
+        if let Value::Object(m) = &stats {
+            for (k, v) in m {
+                println!("  {k:<18} {v}");
+            }
+        }
     }
     // The process ends right after this: leave the region and pager to the kernel instead of
     // tearing them down (a pager's teardown joins its fault-event thread, which is not part of
