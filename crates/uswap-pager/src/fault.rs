@@ -1,7 +1,7 @@
 //! The fault path: the SIGBUS handler, fault resolution, and the event thread.
 //!
 //! With `UFFD_FEATURE_SIGBUS` a missing (or write-protected) page of a region raises SIGBUS in
-//! the thread that touched it. [`on_sigbus`] reads `si_addr`, finds the region in the
+//! the thread that touched it. The handler (`on_sigbus`) reads `si_addr`, finds the region in the
 //! lock-free registry, and [`resolve`]s the page in that thread: swap-in (or zero-fill, or a
 //! refault from the swap cache) and one `UFFDIO_COPY`; returning retries the instruction. A
 //! SIGBUS for an address outside every region is passed on to the handler installed before
@@ -241,6 +241,9 @@ fn rollback(r: &RegionInner, first: usize, old: &[u64], claimed: &[bool]) {
 }
 
 fn fatal(msg: &str) -> ! {
+    if std::env::var_os("USWAP_PAGER_DEBUG").is_some() {
+        eprintln!("{}", std::backtrace::Backtrace::force_capture());
+    }
     // SAFETY: write(2) of a static message to stderr, then abort: both signal-safe.
     unsafe {
         libc::write(2, msg.as_ptr().cast(), msg.len());
@@ -320,6 +323,7 @@ fn fill(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wak
             publish_resident(p, r, head, n, &claimed[..n]);
             p.cache.free(o);
             inc(&p.counters.fault_cache, 1);
+            p.ws.hit(n as u64);
             true
         }
         kind::SWAPPED if k0 > 0 => {
@@ -352,7 +356,21 @@ fn fill(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wak
                 }
                 let bi = p.bufs.take();
                 let buf = p.bufs.buf(bi, PAGE_SIZE << k0);
-                if p.store.load(e_head, buf).is_err() {
+                // The whole folio in one load, or its still-stored parts block by block.
+                let mut res = Ok(());
+                if all {
+                    res = p.store.load(e_head, buf);
+                } else {
+                    reclaim::blocks(0, n, &|i| claimed[i], |i, k| {
+                        if res.is_ok() {
+                            res = p.store.load(e_head + i as u64, &mut buf[i * PAGE_SIZE..(i + (1 << k)) * PAGE_SIZE]);
+                        }
+                    });
+                }
+                if let Err(e) = res {
+                    if std::env::var_os("USWAP_PAGER_DEBUG").is_some() {
+                        eprintln!("load {e_head:#x} order {k0}: {e}");
+                    }
                     fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
                 }
                 let ok = copy_runs(p, r, head, n, &claimed[..n], buf.as_ptr(), wake);
@@ -393,12 +411,15 @@ fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, wak
         return false;
     }
     let bi = p.bufs.take();
-    let buf = p.bufs.buf(bi, PAGE_SIZE << k0);
-    if p.store.load(e_head, buf).is_err() {
+    let buf = p.bufs.buf(bi, PAGE_SIZE);
+    if let Err(err) = p.store.load(e, buf) {
+        if std::env::var_os("USWAP_PAGER_DEBUG").is_some() {
+            eprintln!("load-one {e:#x} order {k0} pg {pg} w0 {w0:#x} head {e_head:#x}: {err}");
+        }
         fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
     }
-    // SAFETY: page pg is claimed and missing; the buffer holds the folio.
-    let res = unsafe { p.uffd.copy(r.addr(pg), buf.as_ptr().add((pg - head) * PAGE_SIZE), PAGE_SIZE, false, wake) };
+    // SAFETY: page pg is claimed and missing; the buffer holds its data.
+    let res = unsafe { p.uffd.copy(r.addr(pg), buf.as_ptr(), PAGE_SIZE, false, wake) };
     p.bufs.give(bi);
     if res.is_err() {
         r.word(pg).store(w0, Ordering::Release);
@@ -428,10 +449,12 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
     };
     // swap_ra_hit: a fault right after the previous readahead window consumed it.
     let ra = r.ra_end.load(Ordering::Relaxed);
-    if ra != usize::MAX && ra >> 16 == pg && ra & 0xffff > 0 {
-        if r.ra_end.compare_exchange(ra, usize::MAX, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
-            inc(&p.counters.swap_ra_hit, (ra & 0xffff) as u64);
-        }
+    if ra != usize::MAX
+        && ra >> 16 == pg
+        && ra & 0xffff > 0
+        && r.ra_end.compare_exchange(ra, usize::MAX, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    {
+        inc(&p.counters.swap_ra_hit, (ra & 0xffff) as u64);
     }
     let mut old = [0u64; 512];
     let mut claimed = [false; 512];
@@ -479,7 +502,10 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
             }
             let dst = &mut buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE];
             if w_kind(old[i]) == kind::SWAPPED {
-                if p.store.load(w_payload(old[i]), dst).is_err() {
+                if let Err(e) = p.store.load(w_payload(old[i]), dst) {
+                    if std::env::var_os("USWAP_PAGER_DEBUG").is_some() {
+                        eprintln!("load {:#x} order 0: {e}", w_payload(old[i]));
+                    }
                     fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
                 }
             } else {
@@ -692,4 +718,55 @@ fn release_range(start: usize, end: usize, skip_busy: bool) {
         }
     }
     region::leave();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Pager, PagerConfig, PagerError};
+
+    /// A write to a write-protected page in SIGBUS mode reaches our handler (as SIGBUS), which
+    /// waits while the page is BUSY (being evicted) and lets the write through afterwards.
+    #[test]
+    fn wp_fault_is_delivered_as_sigbus_and_waits_for_the_eviction() {
+        let p = match Pager::new(PagerConfig { limit_bytes: 4 << 20, folio_size: 4096, ..Default::default() }) {
+            Ok(p) => p,
+            Err(PagerError::Unavailable(w)) => {
+                eprintln!("SKIPPED: userfaultfd unavailable: {w}");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let r = p.map(4096 * 4).unwrap();
+        let a = r.as_ptr() as usize;
+        // SAFETY: inside the region.
+        unsafe { (a as *mut u64).write_volatile(1) };
+        region::enter();
+        let inner = region::lookup(a).unwrap();
+        let w = inner.word(0).swap(BUSY, Ordering::AcqRel);
+        region::leave();
+        assert_eq!(w_kind(w), kind::RESIDENT);
+        p.uffd.writeprotect(a, PAGE_SIZE, true, false).unwrap();
+        let waits0 = p.stats().fault_waits;
+        let t = std::thread::spawn(move || {
+            // SAFETY: inside the region (kept alive by the outer scope until join).
+            unsafe { (a as *mut u64).write_volatile(2) };
+        });
+        let t0 = std::time::Instant::now();
+        while p.stats().fault_waits == waits0 {
+            assert!(t0.elapsed().as_secs() < 10, "the writer never reached the handler");
+            std::thread::yield_now();
+        }
+        // The writer is parked in our handler: the page still holds the old value.
+        // SAFETY: reading a write-protected (readable) page.
+        assert_eq!(unsafe { (a as *const u64).read_volatile() }, 1);
+        p.uffd.writeprotect(a, PAGE_SIZE, false, true).unwrap();
+        region::enter();
+        region::lookup(a).unwrap().word(0).store(w, Ordering::Release);
+        region::leave();
+        t.join().unwrap();
+        // SAFETY: as above.
+        assert_eq!(unsafe { (a as *const u64).read_volatile() }, 2);
+        drop(r);
+    }
 }

@@ -37,6 +37,39 @@ thread_local! {
     pub static IN_RECLAIM: Cell<u32> = const { Cell::new(0) };
 }
 
+/// Workingset detection for the two-list policy: how many demoted pages come back from the
+/// swap cache. When almost none do (a streaming workload), the inactive stage only costs a
+/// copy and a minor fault, so reclaim bypasses it (evicting active folios straight to the
+/// store, like FIFO) while still sending one batch in eight through it to keep measuring.
+#[derive(Default)]
+pub struct Workingset {
+    demoted: std::sync::atomic::AtomicU64,
+    hits: std::sync::atomic::AtomicU64,
+    tick: std::sync::atomic::AtomicU64,
+    bypass: AtomicBool,
+}
+
+impl Workingset {
+    /// Pages refaulted from the swap cache.
+    pub(crate) fn hit(&self, n: u64) {
+        self.hits.fetch_add(n, Ordering::Relaxed);
+    }
+    /// Pages demoted into the swap cache; re-decides the bypass once per `window` pages.
+    fn demoted(&self, n: u64, window: u64) {
+        let d = self.demoted.fetch_add(n, Ordering::Relaxed) + n;
+        if d >= window {
+            let h = self.hits.swap(0, Ordering::Relaxed);
+            self.demoted.store(0, Ordering::Relaxed);
+            // Refaults under 1/32 of the demotions: the inactive list is not paying off.
+            self.bypass.store(h * 32 < d, Ordering::Relaxed);
+        }
+    }
+    /// True while the inactive stage is bypassed.
+    pub fn bypassed(&self) -> bool {
+        self.bypass.load(Ordering::Relaxed)
+    }
+}
+
 /// A bounded FIFO of folio references, preallocated.
 pub struct Ring {
     buf: *mut u64,
@@ -302,7 +335,6 @@ fn evict_resident(p: &Pager, to_cache: bool, max_pages: usize, next: &mut dyn Fn
         i = j;
     }
     // Copy out.
-    let target = p.cfg.limit_bytes * u64::from(p.cfg.inactive_percent) / 100;
     for bi in 0..b.nblocks {
         let blk = b.blocks[bi];
         if blk.dest == 2 {
@@ -315,7 +347,7 @@ fn evict_resident(p: &Pager, to_cache: bool, max_pages: usize, next: &mut dyn Fn
         // changes them while we read.
         let src = unsafe { std::slice::from_raw_parts(r.addr(blk.page) as *const u8, len) };
         let mut done = false;
-        if to_cache && p.cache.live_bytes() < target {
+        if to_cache {
             if let Some(o) = p.cache.alloc(len) {
                 // SAFETY: the cache object is ours and len bytes long.
                 unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p.cache.ptr(o), len) };
@@ -375,6 +407,8 @@ fn evict_resident(p: &Pager, to_cache: bool, max_pages: usize, next: &mut dyn Fn
         }
         if blk.dest == 1 {
             inc(&p.counters.demoted_pages, n as u64);
+            let window = (p.cfg.limit_bytes * u64::from(p.cfg.inactive_percent) / 100 / PAGE_SIZE as u64).max(64);
+            p.ws.demoted(n as u64, window);
             if !p.inactive.push(entry(r, blk.page, blk.order)) {
                 // Inactive list full: this folio stays cached until it refaults or its region
                 // goes; count it as a reclaim failure.
@@ -446,23 +480,36 @@ fn shrink_inactive(p: &Pager, max_pages: usize) -> usize {
 pub(crate) fn reclaim_batch(p: &Pager) -> bool {
     IN_RECLAIM.with(|c| c.set(c.get() + 1));
     inc(&p.counters.reclaim_batches, 1);
-    let batch = p.cfg.reclaim_batch.clamp(1, MAX_BATCH_PAGES);
+    // At most 1/64 of the limit per batch (kernel: SWAP_CLUSTER_MAX against the LRU size), so
+    // a small limit is not emptied by one batch.
+    let limit_pages = (p.cfg.limit_bytes / PAGE_SIZE as u64) as usize;
+    let batch = p.cfg.reclaim_batch.min(limit_pages / 64).clamp(16, MAX_BATCH_PAGES);
     let two = p.cfg.replacement == Replacement::TwoList;
     let target = p.cfg.limit_bytes * u64::from(p.cfg.inactive_percent) / 100;
+    let mut next = || {
+        let e = p.active.pop()?;
+        let (slot, gen, page, order) = decode(e);
+        Some((region::by_slot(slot, gen), page, order, false))
+    };
     let mut progress = 0;
-    if two && !p.inactive.is_empty() && (p.cache.live_bytes() >= target || p.active.is_empty()) {
-        progress = shrink_inactive(p, batch);
-    }
-    if progress == 0 {
-        let mut next = || {
-            let e = p.active.pop()?;
-            let (slot, gen, page, order) = decode(e);
-            Some((region::by_slot(slot, gen), page, order, false))
-        };
-        progress = evict_resident(p, two, batch, &mut next);
-    }
-    if progress == 0 && two {
-        progress = shrink_inactive(p, batch);
+    let bypass = two && p.ws.bypassed() && !p.ws.tick.fetch_add(1, Ordering::Relaxed).is_multiple_of(8);
+    if bypass {
+        if p.cache.live_bytes() + (batch * PAGE_SIZE) as u64 > target {
+            progress += shrink_inactive(p, batch);
+        }
+        progress += evict_resident(p, false, batch, &mut next);
+    } else if two {
+        // Age the inactive list first (this is what lowers the charge), then refill it from
+        // the active list so that it keeps its share of the limit.
+        let cache = p.cache.live_bytes();
+        if cache + (batch * PAGE_SIZE) as u64 > target || p.active.is_empty() {
+            progress += shrink_inactive(p, batch);
+        }
+        if p.cache.live_bytes() < target || progress == 0 {
+            progress += evict_resident(p, true, batch, &mut next);
+        }
+    } else {
+        progress = evict_resident(p, false, batch, &mut next);
     }
     IN_RECLAIM.with(|c| c.set(c.get() - 1));
     progress > 0

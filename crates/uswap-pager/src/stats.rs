@@ -178,6 +178,8 @@ pub struct PagerStats {
     pub efault_retries: u64,
     /// Store errors seen (evictions abandoned, page kept resident).
     pub store_errors: u64,
+    /// The two-list policy currently bypasses its inactive stage (streaming access).
+    pub inactive_bypassed: bool,
     /// The store's own counters.
     pub engine: serde_json::Value,
 }
@@ -227,6 +229,7 @@ pub(crate) fn snapshot(p: &Pager) -> PagerStats {
         events_fork: g(&c.ev_fork),
         efault_retries: g(&c.efault_retries),
         store_errors: g(&c.store_errors),
+        inactive_bypassed: p.ws.bypassed(),
         engine: p.store.stats_json(),
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! In SIGBUS mode a system call that touches a missing page of a region (a `read()` into a
 //! swapped-out buffer) does not fault into our handler: it fails with `EFAULT`. The wrappers
-//! here ([`read`], [`pread`], [`write`], [`readv`], [`recv`], ...) touch the buffer from user
+//! here ([`read()`](fn@read), [`pread`], [`write()`](fn@write), [`readv_raw`], [`recvfrom_raw`], ...) touch the buffer from user
 //! space first ([`prefault`]), which runs the normal fault path, and retry the call when it
 //! still fails with `EFAULT` (an eviction raced the call). With the `interpose` feature the
 //! same wrappers are exported as the C symbols `read`, `pread64`, `write`, ... for the
@@ -296,6 +296,7 @@ pub unsafe fn recvfrom_raw(
 ) -> isize {
     // SAFETY: forwarding the caller's arguments.
     retry_efault(&[(buf as usize, n)], true, || {
+        // SAFETY: forwarding the caller's arguments.
         sys_ret(unsafe { libc::syscall(libc::SYS_recvfrom, fd, buf, n, flags, addr, alen) })
     })
 }
@@ -314,6 +315,7 @@ pub unsafe fn sendto_raw(
 ) -> isize {
     // SAFETY: forwarding the caller's arguments.
     retry_efault(&[(buf as usize, n)], false, || {
+        // SAFETY: forwarding the caller's arguments.
         sys_ret(unsafe { libc::syscall(libc::SYS_sendto, fd, buf, n, flags, addr, alen) })
     })
 }

@@ -6,7 +6,12 @@ use uswap_pager::{Pager, PagerConfig, PagerError};
 
 /// A pager, or `None` with a printed reason when userfaultfd is not available here.
 pub fn pager(cfg: PagerConfig) -> Option<Arc<Pager>> {
-    match Pager::new(cfg) {
+    check(Pager::new(cfg))
+}
+
+/// Unwrap a pager result, printing why the test is skipped when userfaultfd is unavailable.
+pub fn check(r: Result<Arc<Pager>, PagerError>) -> Option<Arc<Pager>> {
+    match r {
         Ok(p) => Some(p),
         Err(PagerError::Unavailable(why)) => {
             eprintln!("SKIPPED: userfaultfd unavailable: {why}");
@@ -16,20 +21,37 @@ pub fn pager(cfg: PagerConfig) -> Option<Arc<Pager>> {
     }
 }
 
-/// The byte pattern of page `pg` at offset `i` for a given seed (compressible but distinct).
-pub fn pat(seed: u64, pg: usize, i: usize) -> u8 {
-    let x = (pg as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ seed;
-    ((x >> (8 * (i % 8))) as u8).wrapping_add((i / 64) as u8)
+/// splitmix64.
+pub fn mix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
 }
 
-/// Fill one page of `buf` (4096 bytes) with the pattern.
-pub fn fill_page(buf: &mut [u8], seed: u64, pg: usize) {
-    for (i, b) in buf.iter_mut().enumerate() {
-        *b = pat(seed, pg, i);
+/// Word `i` of page `pg` for `seed`: patterned (compressible: a motif of 8 words repeated)
+/// or random.
+pub fn word(seed: u64, pg: usize, i: usize, random: bool) -> u64 {
+    if random {
+        mix64(seed ^ ((pg as u64) << 20) ^ i as u64)
+    } else {
+        mix64(seed ^ ((pg as u64) << 20) ^ (i % 8) as u64 ^ ((i / 128) as u64) << 8)
     }
 }
 
-/// Check a page; returns the first bad offset.
-pub fn check_page(buf: &[u8], seed: u64, pg: usize) -> Option<usize> {
-    buf.iter().enumerate().find(|(i, &b)| b != pat(seed, pg, *i)).map(|(i, _)| i)
+/// Fill page `pg` (a 4096-byte slice) with its words.
+pub fn fill_page(page: &mut [u8], seed: u64, pg: usize, random: bool) {
+    for (i, c) in page.chunks_exact_mut(8).enumerate() {
+        c.copy_from_slice(&word(seed, pg, i, random).to_le_bytes());
+    }
+}
+
+/// Check page `pg`; returns the first bad byte offset.
+pub fn check_page(page: &[u8], seed: u64, pg: usize, random: bool) -> Option<usize> {
+    for (i, c) in page.chunks_exact(8).enumerate() {
+        if c != word(seed, pg, i, random).to_le_bytes() {
+            return Some(i * 8);
+        }
+    }
+    None
 }
