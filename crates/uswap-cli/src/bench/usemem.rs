@@ -346,6 +346,7 @@ fn run_one(
             let res = worker::spawn(&args, &mut prog, &mut || {
                 json!({
                     "zram_mm_stat": z.mm_stat(ops),
+                    "swaps_active": setup::active_swaps(ops),
                     "vmstat": kernel::delta(&before, &kernel::vmstat(ops)),
                     "memcg": cg.as_ref().map(|c| c.stat_delta(ops, cg_before.as_ref())),
                 })
@@ -368,6 +369,7 @@ fn run_one(
             let res = worker::spawn(&args, &mut prog, &mut || {
                 json!({
                     "zswap_compressor": comp,
+                    "swaps_active": setup::active_swaps(ops),
                     "vmstat": kernel::delta(&before, &kernel::vmstat(ops)),
                     "memcg": cg.as_ref().map(|c| c.stat_delta(ops, cg_before.as_ref())),
                 })

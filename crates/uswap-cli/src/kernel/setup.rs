@@ -69,7 +69,8 @@ impl Zram {
     }
 }
 
-fn active_swaps(ops: &dyn SysOps) -> Vec<String> {
+/// Swap areas listed in /proc/swaps.
+pub fn active_swaps(ops: &dyn SysOps) -> Vec<String> {
     ops.read(Path::new("proc/swaps"))
         .map(|s| s.lines().skip(1).filter_map(|l| l.split_whitespace().next().map(String::from)).collect())
         .unwrap_or_default()
