@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 mod bench;
+mod kernel;
 
 /// Exit code for bad usage or bad configuration (clap uses 2 as well).
 pub const EXIT_USAGE: u8 = 2;
@@ -27,12 +28,16 @@ enum Cmd {
         #[command(subcommand)]
         which: bench::Which,
     },
+    /// The main job: a usemem-like workload on a uswap region under a limit with the default
+    /// tiers, ending in throughput and swap statistics.
+    Demo(bench::usemem::DemoArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let res = match cli.cmd {
         Cmd::Bench { which } => bench::run(which),
+        Cmd::Demo(a) => bench::usemem::demo(&a),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

@@ -57,7 +57,7 @@ pub enum Which {
     /// Online drain of a tier, against the kernel's swapoff from zram.
     Drain(drain::Args),
     /// usemem-like workload under a limit: uswap pager against kernel swap in a memory cgroup.
-    Usemem(usemem::Args),
+    Usemem(Box<usemem::Args>),
 }
 
 /// Run one benchmark.

@@ -1,0 +1,477 @@
+//! Setting up kernel swap and a memory cgroup for one benchmark, each step recorded in the
+//! [`Restore`] guard before the next one starts (so a failure half-way undoes exactly what
+//! was done). zram: a hot-added device (or a free one; never one listed in /proc/swaps) with
+//! lz4 and a swap header. zswap: its module parameters plus a swap file on /var/tmp. cgroup:
+//! v1 (`memory.limit_in_bytes`) or v2 (`memory.max`). Single-threaded, like the guard.
+
+use super::restore::{Restore, Undo};
+use super::SysOps;
+use std::io::{Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Priority given to our swap devices (above any the machine already has).
+pub const SWAP_PRIO: i32 = 32000;
+
+/// Write a version-1 Linux swap header for a swap area of `bytes` into `dev` (relative to
+/// the ops root), like `mkswap`.
+pub fn write_swap_header(ops: &dyn SysOps, dev: &Path, bytes: u64) -> Result<(), String> {
+    const PAGE: u64 = 4096;
+    let pages = bytes / PAGE;
+    if pages < 10 {
+        return Err(format!("swap area of {bytes} bytes is too small"));
+    }
+    let mut h = vec![0u8; PAGE as usize];
+    // struct swap_header_v1_2 at offset 1024: version, last_page, nr_badpages, uuid, label.
+    h[1024..1028].copy_from_slice(&1u32.to_ne_bytes());
+    let last = u32::try_from(pages - 1).map_err(|_| format!("swap area of {bytes} bytes is too large"))?;
+    h[1028..1032].copy_from_slice(&last.to_ne_bytes());
+    let mut uuid = [0u8; 16];
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(1);
+    uuid.copy_from_slice(&(seed ^ (u128::from(std::process::id()) << 64)).to_le_bytes());
+    uuid[6] = (uuid[6] & 0x0f) | 0x40;
+    uuid[8] = (uuid[8] & 0x3f) | 0x80;
+    h[1036..1052].copy_from_slice(&uuid);
+    h[1052..1063].copy_from_slice(b"uswap-bench");
+    h[PAGE as usize - 10..].copy_from_slice(b"SWAPSPACE2");
+    let path = ops.path(dev);
+    let mut f =
+        std::fs::OpenOptions::new().write(true).open(&path).map_err(|e| format!("open {}: {e}", path.display()))?;
+    f.seek(SeekFrom::Start(0))
+        .and_then(|_| f.write_all(&h))
+        .and_then(|_| f.sync_all())
+        .map_err(|e| format!("writing the swap header to {}: {e}", path.display()))?;
+    Ok(())
+}
+
+/// A zram device set up as swap (not yet enabled).
+#[derive(Debug, Clone)]
+pub struct Zram {
+    /// Device number.
+    pub id: u32,
+    /// `dev/zramN`, relative to the root.
+    pub dev: PathBuf,
+    /// Whether we hot-added it (else we borrowed a free one).
+    pub hot_added: bool,
+}
+
+impl Zram {
+    /// `orig_data_size`, `compr_data_size`, `mem_used_total`, `same_pages` and the ratio.
+    pub fn mm_stat(&self, ops: &dyn SysOps) -> serde_json::Value {
+        let s = ops.read(&PathBuf::from(format!("sys/block/zram{}/mm_stat", self.id))).unwrap_or_default();
+        let f: Vec<u64> = s.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+        let get = |i: usize| f.get(i).copied().unwrap_or(0);
+        let ratio = if get(1) > 0 { get(0) as f64 / get(1) as f64 } else { 0.0 };
+        serde_json::json!({
+            "orig_data_size": get(0), "compr_data_size": get(1), "mem_used_total": get(2),
+            "same_pages": get(5), "ratio": (ratio * 100.0).round() / 100.0,
+        })
+    }
+}
+
+/// Swap areas listed in /proc/swaps.
+pub fn active_swaps(ops: &dyn SysOps) -> Vec<String> {
+    ops.read(Path::new("proc/swaps"))
+        .map(|s| s.lines().skip(1).filter_map(|l| l.split_whitespace().next().map(String::from)).collect())
+        .unwrap_or_default()
+}
+
+/// Set up a zram device with `algo` and `disksize` bytes as a swap area.
+pub fn setup_zram(r: &mut Restore, disksize: u64, algo: &str) -> Result<Zram, String> {
+    let hot_add = Path::new("sys/class/zram-control/hot_add");
+    let (id, hot_added) = if r.ops().exists(hot_add) {
+        let id: u32 = r
+            .ops()
+            .read(hot_add)
+            .map_err(|e| format!("zram hot_add: {e}"))?
+            .parse()
+            .map_err(|_| "zram hot_add returned no device number".to_string())?;
+        r.done(Undo::ZramHotRemove(id));
+        (id, true)
+    } else {
+        // Borrow a free device: initstate 0 and not a swap area.
+        let swaps = active_swaps(r.ops());
+        let mut found = None;
+        for id in 0..64u32 {
+            let init = PathBuf::from(format!("sys/block/zram{id}/initstate"));
+            let dev = format!("/dev/zram{id}");
+            if r.ops().read(&init).is_ok_and(|s| s == "0") && !swaps.contains(&dev) {
+                found = Some(id);
+                break;
+            }
+        }
+        let id = found.ok_or("no zram device available (load the zram module: modprobe zram)")?;
+        (id, false)
+    };
+    r.done(Undo::ZramReset(id));
+    let sys = PathBuf::from(format!("sys/block/zram{id}"));
+    let ops = r.ops();
+    let algo_path = sys.join("comp_algorithm");
+    let offered = ops.read(&algo_path).map_err(|e| format!("zram{id}: comp_algorithm: {e}"))?;
+    if !offered.split_whitespace().any(|a| a.trim_matches(|c| c == '[' || c == ']') == algo) {
+        return Err(format!("zram does not offer {algo} (comp_algorithm: {offered})"));
+    }
+    ops.write(&algo_path, algo).map_err(|e| format!("zram{id}: setting comp_algorithm {algo}: {e}"))?;
+    ops.write(&sys.join("disksize"), &disksize.to_string()).map_err(|e| format!("zram{id}: disksize: {e}"))?;
+    let dev = PathBuf::from(format!("dev/zram{id}"));
+    for _ in 0..100 {
+        if ops.exists(&dev) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    write_swap_header(ops, &dev, disksize)?;
+    Ok(Zram { id, dev, hot_added })
+}
+
+/// Turn a swap area on (recorded for swapoff).
+pub fn swapon(r: &mut Restore, dev: &Path) -> Result<(), String> {
+    r.ops().swapon(dev, SWAP_PRIO).map_err(|e| format!("swapon {}: {e}", r.ops().path(dev).display()))?;
+    r.done(Undo::Swapoff(dev.to_path_buf()));
+    Ok(())
+}
+
+/// Turn a swap area we enabled off again now.
+pub fn swapoff(r: &mut Restore, dev: &Path) -> Result<(), String> {
+    r.undo_now(&Undo::Swapoff(dev.to_path_buf()))
+}
+
+/// A memory cgroup with a limit.
+#[derive(Debug, Clone)]
+pub struct Cgroup {
+    /// Directory relative to the root.
+    pub dir: PathBuf,
+    /// 1 or 2.
+    pub version: u8,
+}
+
+impl Cgroup {
+    /// Absolute path of the file a process writes its pid to, to join.
+    pub fn procs_file(&self, ops: &dyn SysOps) -> PathBuf {
+        ops.path(&self.dir.join("cgroup.procs"))
+    }
+    /// Selected lines of memory.stat.
+    pub fn stat(&self, ops: &dyn SysOps) -> serde_json::Value {
+        let keys = ["swap", "pgmajfault", "pgfault", "zswpout", "zswpin", "zswapped", "workingset_refault_anon"];
+        let s = ops.read(&self.dir.join("memory.stat")).unwrap_or_default();
+        let m: serde_json::Map<String, serde_json::Value> = s
+            .lines()
+            .filter_map(|l| {
+                let mut it = l.split_whitespace();
+                let k = it.next()?;
+                let v: u64 = it.next()?.parse().ok()?;
+                keys.contains(&k).then(|| (k.to_string(), serde_json::json!(v)))
+            })
+            .collect();
+        serde_json::Value::Object(m)
+    }
+    /// `stat` minus an earlier `stat` for the counters; `swap` (a level) is kept as is.
+    pub fn stat_delta(&self, ops: &dyn SysOps, before: Option<&serde_json::Value>) -> serde_json::Value {
+        let mut now = self.stat(ops);
+        if let (serde_json::Value::Object(m), Some(b)) = (&mut now, before) {
+            for (k, v) in m.iter_mut() {
+                if k == "swap" || k == "zswapped" {
+                    continue;
+                }
+                let old = b.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0);
+                *v = serde_json::json!(v.as_u64().unwrap_or(0).saturating_sub(old));
+            }
+        }
+        now
+    }
+}
+
+/// Create memory cgroup `name` with `limit` bytes (v2 if the unified hierarchy is mounted,
+/// else v1's memory controller).
+pub fn setup_cgroup(r: &mut Restore, name: &str, limit: u64) -> Result<Cgroup, String> {
+    let base = Path::new("sys/fs/cgroup");
+    if r.ops().exists(&base.join("cgroup.controllers")) {
+        let ctl = r.ops().read(&base.join("cgroup.controllers")).unwrap_or_default();
+        if !ctl.split_whitespace().any(|c| c == "memory") {
+            return Err("cgroup v2 without the memory controller".into());
+        }
+        let sub = base.join("cgroup.subtree_control");
+        let cur = r.ops().read(&sub).unwrap_or_default();
+        if !cur.split_whitespace().any(|c| c == "memory") {
+            r.ops().write(&sub, "+memory").map_err(|e| format!("enabling the memory controller: {e}"))?;
+            r.done(Undo::Write { rel: sub, value: "-memory".into() });
+        }
+        let dir = base.join(name);
+        r.ops().mkdir_cgroup(&dir).map_err(|e| format!("creating cgroup {}: {e}", dir.display()))?;
+        r.done(Undo::Rmdir(dir.clone()));
+        r.ops().write(&dir.join("memory.max"), &limit.to_string()).map_err(|e| format!("memory.max: {e}"))?;
+        Ok(Cgroup { dir, version: 2 })
+    } else if r.ops().exists(&base.join("memory/memory.limit_in_bytes")) {
+        let dir = base.join("memory").join(name);
+        r.ops().mkdir_cgroup(&dir).map_err(|e| format!("creating cgroup {}: {e}", dir.display()))?;
+        r.done(Undo::Rmdir(dir.clone()));
+        r.ops()
+            .write(&dir.join("memory.limit_in_bytes"), &limit.to_string())
+            .map_err(|e| format!("memory.limit_in_bytes: {e}"))?;
+        Ok(Cgroup { dir, version: 1 })
+    } else {
+        Err("no memory cgroup controller mounted under /sys/fs/cgroup".into())
+    }
+}
+
+/// zswap in front of a swap file of ours.
+#[derive(Debug, Clone)]
+pub struct Zswap {
+    /// The swap file, relative to the root.
+    pub file: PathBuf,
+    /// The compressor zswap uses in our runs.
+    pub compressor: String,
+}
+
+const ZSWAP: &str = "sys/module/zswap/parameters";
+
+impl Zswap {
+    /// Turn zswap on or off (its previous value is restored by the guard at the end).
+    pub fn set_enabled(&self, ops: &dyn SysOps, on: bool) -> Result<(), String> {
+        ops.write(&Path::new(ZSWAP).join("enabled"), if on { "Y" } else { "N" })
+            .map_err(|e| format!("zswap enabled: {e}"))
+    }
+}
+
+/// Record zswap's parameters for restore, choose `compressor` (keeping the current one if the
+/// kernel refuses it), and create a swap file of `bytes` at `file` (relative to the root).
+/// zswap is left disabled; `Zswap::set_enabled` turns it on for a run.
+pub fn setup_zswap(r: &mut Restore, file: &Path, bytes: u64, compressor: &str) -> Result<Zswap, String> {
+    let params = Path::new(ZSWAP);
+    if !r.ops().exists(&params.join("enabled")) {
+        return Err("this kernel has no zswap (no /sys/module/zswap)".into());
+    }
+    let enabled = params.join("enabled");
+    let comp = params.join("compressor");
+    let old_enabled = r.ops().read(&enabled).map_err(|e| format!("zswap enabled: {e}"))?;
+    let old_comp = r.ops().read(&comp).map_err(|e| format!("zswap compressor: {e}"))?;
+    r.done(Undo::Write { rel: comp.clone(), value: old_comp.clone() });
+    r.done(Undo::Write { rel: enabled.clone(), value: old_enabled });
+    r.ops().write(&enabled, "N").map_err(|e| format!("zswap enabled: {e}"))?;
+    let used = match r.ops().write(&comp, compressor) {
+        Ok(()) => r.ops().read(&comp).unwrap_or(old_comp),
+        Err(_) => old_comp,
+    };
+
+    let path = r.ops().path(file);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(|e| format!("creating swap file {}: {e}", path.display()))?;
+    r.done(Undo::RemoveFile(file.to_path_buf()));
+    use std::os::unix::fs::PermissionsExt;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600)).map_err(|e| format!("chmod {}: {e}", path.display()))?;
+    rustix::fs::fallocate(&f, rustix::fs::FallocateFlags::empty(), 0, bytes)
+        .map_err(|e| format!("fallocate {} ({bytes} bytes): {e}", path.display()))?;
+    drop(f);
+    write_swap_header(r.ops(), file, bytes)?;
+    Ok(Zswap { file: file.to_path_buf(), compressor: used })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::io;
+    use std::rc::Rc;
+
+    /// A fake machine: a temp directory laid out like /sys, /proc and /dev, with swapon and
+    /// swapoff recorded instead of performed.
+    struct FakeOps {
+        root: PathBuf,
+        log: Rc<RefCell<Vec<String>>>,
+        fail_swapon: bool,
+    }
+
+    impl SysOps for FakeOps {
+        fn root(&self) -> &Path {
+            &self.root
+        }
+        fn swapon(&self, rel: &Path, prio: i32) -> io::Result<()> {
+            if self.fail_swapon {
+                return Err(io::Error::from_raw_os_error(libc::EINVAL));
+            }
+            self.log.borrow_mut().push(format!("swapon {} {prio}", rel.display()));
+            Ok(())
+        }
+        fn swapoff(&self, rel: &Path) -> io::Result<()> {
+            self.log.borrow_mut().push(format!("swapoff {}", rel.display()));
+            Ok(())
+        }
+        fn mkdir_cgroup(&self, rel: &Path) -> io::Result<()> {
+            std::fs::create_dir(self.path(rel))?;
+            std::fs::write(self.path(&rel.join("cgroup.procs")), "")
+        }
+        fn rmdir_cgroup(&self, rel: &Path) -> io::Result<()> {
+            self.log.borrow_mut().push(format!("rmdir {}", rel.display()));
+            std::fs::remove_dir_all(self.path(rel))
+        }
+    }
+
+    struct TempRoot(PathBuf);
+    impl Drop for TempRoot {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn fake_machine(tag: &str, cgroup_v2: bool) -> (TempRoot, FakeOps, Rc<RefCell<Vec<String>>>) {
+        let root = std::env::temp_dir().join(format!("uswap-fake-sys-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let w = |p: &str, v: &str| {
+            let p = root.join(p);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, v).unwrap();
+        };
+        w("sys/class/zram-control/hot_add", "1\n");
+        w("sys/class/zram-control/hot_remove", "");
+        w("sys/block/zram1/comp_algorithm", "[lzo-rle] lzo lz4 zstd\n");
+        w("sys/block/zram1/disksize", "0\n");
+        w("sys/block/zram1/reset", "");
+        w("sys/block/zram1/mm_stat", "1000 100 200 0 200 3 0 0 0\n");
+        w("dev/zram1", "");
+        w("proc/swaps", "Filename Type Size Used Priority\n");
+        w("sys/module/zswap/parameters/enabled", "N\n");
+        w("sys/module/zswap/parameters/compressor", "lzo\n");
+        std::fs::create_dir_all(root.join("var/tmp")).unwrap();
+        if cgroup_v2 {
+            w("sys/fs/cgroup/cgroup.controllers", "cpu io memory pids\n");
+            w("sys/fs/cgroup/cgroup.subtree_control", "cpu\n");
+        } else {
+            w("sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n");
+        }
+        let log = Rc::new(RefCell::new(Vec::new()));
+        let ops = FakeOps { root: root.clone(), log: log.clone(), fail_swapon: false };
+        (TempRoot(root), ops, log)
+    }
+
+    fn read(root: &Path, p: &str) -> String {
+        std::fs::read_to_string(root.join(p)).unwrap().trim().to_string()
+    }
+
+    #[test]
+    fn full_setup_then_drop_restores_everything() {
+        let (tmp, ops, log) = fake_machine("full", false);
+        let root = tmp.0.clone();
+        {
+            let mut r = Restore::new(Box::new(ops));
+            let z = setup_zram(&mut r, 64 << 20, "lz4").unwrap();
+            assert_eq!((z.id, z.hot_added), (1, true));
+            assert_eq!(read(&root, "sys/block/zram1/comp_algorithm"), "lz4");
+            assert_eq!(read(&root, "sys/block/zram1/disksize"), (64u64 << 20).to_string());
+            let hdr = std::fs::read(root.join("dev/zram1")).unwrap();
+            assert_eq!(&hdr[4086..4096], b"SWAPSPACE2");
+            assert_eq!(u32::from_ne_bytes(hdr[1028..1032].try_into().unwrap()), (64 << 20) / 4096 - 1);
+            assert_eq!(z.mm_stat(r.ops())["ratio"], 10.0);
+
+            let cg = setup_cgroup(&mut r, "uswap-test", 256 << 20).unwrap();
+            assert_eq!(cg.version, 1);
+            assert_eq!(
+                read(&root, "sys/fs/cgroup/memory/uswap-test/memory.limit_in_bytes"),
+                (256u64 << 20).to_string()
+            );
+
+            let zs = setup_zswap(&mut r, Path::new("var/tmp/test.swap"), 1 << 20, "lz4").unwrap();
+            assert_eq!(zs.compressor, "lz4");
+            assert_eq!(std::fs::metadata(root.join("var/tmp/test.swap")).unwrap().len(), 1 << 20);
+            zs.set_enabled(r.ops(), true).unwrap();
+            assert_eq!(read(&root, "sys/module/zswap/parameters/enabled"), "Y");
+
+            // A run: swapon, then swapoff right after; the guard forgets it.
+            swapon(&mut r, &z.dev).unwrap();
+            swapoff(&mut r, &z.dev).unwrap();
+            // Leave one swapped on, as if interrupted mid-run.
+            swapon(&mut r, &zs.file).unwrap();
+            // Dropping the guard restores the machine.
+        }
+        let log = log.borrow().clone();
+        assert_eq!(
+            log,
+            vec![
+                "swapon dev/zram1 32000",
+                "swapoff dev/zram1",
+                "swapon var/tmp/test.swap 32000",
+                "swapoff var/tmp/test.swap",
+                "rmdir sys/fs/cgroup/memory/uswap-test",
+            ]
+        );
+        assert!(!root.join("var/tmp/test.swap").exists());
+        assert!(!root.join("sys/fs/cgroup/memory/uswap-test").exists());
+        assert_eq!(read(&root, "sys/module/zswap/parameters/enabled"), "N");
+        assert_eq!(read(&root, "sys/module/zswap/parameters/compressor"), "lzo");
+        assert_eq!(read(&root, "sys/block/zram1/reset"), "1");
+        assert_eq!(read(&root, "sys/class/zram-control/hot_remove"), "1");
+    }
+
+    #[test]
+    fn failure_half_way_undoes_what_was_done() {
+        let (tmp, ops, _log) = fake_machine("half", false);
+        let root = tmp.0.clone();
+        std::fs::write(root.join("sys/block/zram1/comp_algorithm"), "[lzo-rle] lzo\n").unwrap();
+        let mut r = Restore::new(Box::new(ops));
+        let e = setup_zram(&mut r, 64 << 20, "lz4").unwrap_err();
+        assert!(e.contains("does not offer lz4"), "{e}");
+        assert_eq!(r.pending(), &[Undo::ZramHotRemove(1), Undo::ZramReset(1)]);
+        assert!(r.restore().is_empty());
+        assert_eq!(read(&root, "sys/class/zram-control/hot_remove"), "1");
+        assert_eq!(read(&root, "sys/block/zram1/reset"), "1");
+        assert!(r.pending().is_empty());
+    }
+
+    #[test]
+    fn failed_swapon_is_not_recorded_and_panic_still_restores() {
+        let (tmp, mut ops, log) = fake_machine("panic", true);
+        let root = tmp.0.clone();
+        ops.fail_swapon = true;
+        let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut r = Restore::new(Box::new(ops));
+            let cg = setup_cgroup(&mut r, "uswap-v2", 1 << 20).unwrap();
+            assert_eq!(cg.version, 2);
+            assert_eq!(read(&root, "sys/fs/cgroup/uswap-v2/memory.max"), "1048576");
+            let z = setup_zram(&mut r, 1 << 20, "lz4").unwrap();
+            assert!(swapon(&mut r, &z.dev).is_err());
+            assert!(!r.pending().iter().any(|u| matches!(u, Undo::Swapoff(_))));
+            panic!("boom");
+        }));
+        assert!(res.is_err());
+        assert!(log.borrow().iter().all(|l| !l.starts_with("swap")));
+        assert!(!root.join("sys/fs/cgroup/uswap-v2").exists());
+        // We enabled the memory controller in subtree_control, so we disabled it again.
+        assert_eq!(read(&root, "sys/fs/cgroup/cgroup.subtree_control"), "-memory");
+        assert_eq!(read(&root, "sys/class/zram-control/hot_remove"), "1");
+    }
+
+    #[test]
+    fn borrows_only_a_free_zram_device_not_in_use_as_swap() {
+        let (tmp, ops, _log) = fake_machine("borrow", false);
+        let root = tmp.0.clone();
+        std::fs::remove_file(root.join("sys/class/zram-control/hot_add")).unwrap();
+        let w = |p: &str, v: &str| {
+            std::fs::create_dir_all(root.join(p).parent().unwrap()).unwrap();
+            std::fs::write(root.join(p), v).unwrap();
+        };
+        w("sys/block/zram0/initstate", "0");
+        w("sys/block/zram1/initstate", "0");
+        w("proc/swaps", "Filename Type Size Used Priority\n/dev/zram0 partition 100 0 5\n");
+        let mut r = Restore::new(Box::new(ops));
+        let z = setup_zram(&mut r, 1 << 20, "lz4").unwrap();
+        assert_eq!((z.id, z.hot_added), (1, false));
+        assert_eq!(r.pending(), &[Undo::ZramReset(1)]);
+        drop(r);
+        // Nothing was hot-removed.
+        assert_eq!(read(&root, "sys/class/zram-control/hot_remove"), "");
+    }
+
+    #[test]
+    fn no_zswap_no_cgroup_are_clear_errors() {
+        let (tmp, ops, _log) = fake_machine("none", false);
+        let root = tmp.0.clone();
+        std::fs::remove_dir_all(root.join("sys/module/zswap")).unwrap();
+        std::fs::remove_dir_all(root.join("sys/fs/cgroup")).unwrap();
+        let mut r = Restore::new(Box::new(ops));
+        assert!(setup_zswap(&mut r, Path::new("var/tmp/x.swap"), 1 << 20, "lz4").unwrap_err().contains("no zswap"));
+        assert!(setup_cgroup(&mut r, "x", 1 << 20).unwrap_err().contains("no memory cgroup"));
+        assert!(r.pending().is_empty());
+    }
+}
