@@ -195,6 +195,9 @@ pub struct Pager {
     pub(crate) bufs: fault::BufPool,
     pub(crate) madv: sys::Madviser,
     pub(crate) stop: AtomicBool,
+    /// An eventfd the event thread polls next to the uffd; written once by `Drop` so the
+    /// thread leaves its `poll` at once instead of at its next timeout.
+    pub(crate) stop_fd: std::os::fd::OwnedFd,
     pub(crate) reclaim_wake: AtomicU32,
     pub(crate) ws: reclaim::Workingset,
     /// Event reads started / fully processed (orders the pager's own madvise REMOVE events
@@ -282,6 +285,13 @@ impl Pager {
         }
         let uffd = uffd::Uffd::open(features, uffd::feature::THREAD_ID, true).map_err(PagerError::Unavailable)?;
         let os = |e: std::io::Error| PagerError::Os(e.to_string());
+        // SAFETY: eventfd with valid flags returns a new fd or -1.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if efd < 0 {
+            return Err(PagerError::Os(format!("eventfd: {}", std::io::Error::last_os_error())));
+        }
+        // SAFETY: a new fd we own.
+        let stop_fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(efd) };
         let ring_cap = ((cfg.limit_bytes as usize / PAGE_SIZE) * 2 + 4096).next_power_of_two();
         let pager = Arc::new(Pager {
             cache: arena::Arena::new(64 << 30).map_err(os)?,
@@ -292,6 +302,7 @@ impl Pager {
             bufs: fault::BufPool::new().map_err(os)?,
             madv: sys::Madviser::new(),
             stop: AtomicBool::new(false),
+            stop_fd,
             reclaim_wake: AtomicU32::new(0),
             ws: reclaim::Workingset::default(),
             ev_reads: std::sync::atomic::AtomicU64::new(0),
@@ -357,6 +368,11 @@ impl Pager {
 impl Drop for Pager {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
+        // Wake the event thread out of poll() (it never blocks in read(): the uffd is
+        // non-blocking) and the background reclaimer out of its futex wait.
+        let one = 1u64;
+        // SAFETY: an 8-byte write of a valid u64 to our eventfd.
+        unsafe { libc::write(std::os::fd::AsRawFd::as_raw_fd(&self.stop_fd), (&one as *const u64).cast(), 8) };
         sys::futex_wake(&self.reclaim_wake);
         let th = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         for t in th {
