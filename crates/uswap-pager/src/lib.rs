@@ -48,7 +48,6 @@
 
 pub mod arena;
 pub mod fault;
-pub mod lz4;
 pub mod reclaim;
 pub mod region;
 pub mod stats;

@@ -18,9 +18,9 @@
 //! popped it until it is published by `store`.
 
 use crate::arena::{Arena, Obj};
-use crate::lz4;
 use crate::PAGE_SIZE;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use uswap::tier::lz4::{decompress_exact, Lz4Table};
 
 /// Maximum folio order (2 MiB).
 pub const MAX_ORDER: u8 = 9;
@@ -99,7 +99,8 @@ const OBJ_ZERO: u64 = 1 << 63;
 
 struct Scratch {
     buf: *mut u8,
-    table: *mut [u32; lz4::HASH_ENTRIES],
+    /// liblz4's compression state, preallocated (no allocation per store).
+    table: std::cell::UnsafeCell<Lz4Table>,
 }
 
 /// A compressed in-memory store (the `lz4` tier with zero-page elision), signal-safe.
@@ -162,15 +163,13 @@ impl Lz4Store {
         let nslots = nslots.clamp(512, 1 << 36);
         let slots = map_noreserve(nslots as usize * 8)?.cast();
         let objs = map_noreserve(nslots as usize * 8)?.cast();
-        let per = SCRATCH_BYTES.div_ceil(4096) * 4096 + std::mem::size_of::<[u32; lz4::HASH_ENTRIES]>();
+        let per = SCRATCH_BYTES.div_ceil(4096) * 4096;
         let mem = map_noreserve(per * SCRATCH)?;
         let scratch = (0..SCRATCH)
             .map(|i| {
                 // SAFETY: inside the scratch mapping.
                 let buf = unsafe { mem.add(i * per) };
-                // SAFETY: the table follows the buffer inside the same slice of the mapping.
-                let table = unsafe { buf.add(SCRATCH_BYTES.div_ceil(4096) * 4096) }.cast();
-                Scratch { buf, table }
+                Scratch { buf, table: std::cell::UnsafeCell::new(Lz4Table::default()) }
             })
             .collect();
         Ok(Lz4Store {
@@ -316,7 +315,7 @@ impl Lz4Store {
             out.copy_from_slice(src);
             return Ok(());
         }
-        if lz4::decompress(src, out) {
+        if decompress_exact(src, out) {
             Ok(())
         } else {
             Err(StoreError::Corrupt(entry))
@@ -361,10 +360,10 @@ impl PageStore for Lz4Store {
         } else {
             let si = self.take_scratch();
             let sc = &self.scratch[si];
-            // SAFETY: scratch si is exclusively ours until given back; buf is SCRATCH_BYTES long
-            // and table is a properly aligned [u32; HASH_ENTRIES] inside the scratch mapping.
-            let (buf, table) = unsafe { (std::slice::from_raw_parts_mut(sc.buf, data.len()), &mut *sc.table) };
-            let clen = if self.compress { lz4::compress(data, &mut buf[..data.len() - 1], table) } else { None };
+            // SAFETY: scratch si (its buffer, SCRATCH_BYTES long, and its table) is exclusively
+            // ours until given back.
+            let (buf, table) = unsafe { (std::slice::from_raw_parts_mut(sc.buf, data.len()), &mut *sc.table.get()) };
+            let clen = if self.compress { table.compress(data, &mut buf[..data.len() - 1]) } else { None };
             let (src, len, raw): (&[u8], usize, bool) = match clen {
                 Some(n) => (&buf[..n], n, false),
                 None => (data, data.len(), true),
