@@ -267,10 +267,13 @@ impl Pager {
             (None, Some(_)) => {
                 Box::new(Lz4Store::new(cfg.swap_slots, 64 << 30, compress).map_err(|e| PagerError::Os(e.to_string()))?)
             }
-            (None, None) => Box::new(
-                store::EngineStore::new(&cfg.tiers, cfg.swap_slots, cfg.group)
-                    .map_err(|e| PagerError::Config(format!("tiers `{}`: {e}", cfg.tiers)))?,
-            ),
+            (None, None) => {
+                let s = store::EngineStore::new(&cfg.tiers, cfg.swap_slots, cfg.group)
+                    .map_err(|e| PagerError::Config(format!("tiers `{}`: {e}", cfg.tiers)))?;
+                s.reserve_swapin(cfg.folio_size.trailing_zeros() as u8 - 12)
+                    .map_err(|e| PagerError::Os(e.to_string()))?;
+                Box::new(s)
+            }
         };
         let mut features = uffd::feature::PAGEFAULT_FLAG_WP
             | uffd::feature::EVENT_UNMAP

@@ -510,7 +510,16 @@ impl EngineStore {
             ..Default::default()
         };
         let engine = uswap::vswap::Engine::new(cfg, backends).map_err(|e| StoreError::Other(e.to_string()))?;
-        Ok(EngineStore { engine, group })
+        let s = EngineStore { engine, group };
+        s.reserve_swapin(4)?;
+        Ok(s)
+    }
+
+    /// Preallocate the engine's swap-cache folios for swap-ins of up to `max_order` (done for
+    /// 64 KiB at creation; the pager adds 2 MiB for 2 MiB folios): swap-ins run in the SIGBUS
+    /// handler and must not call malloc.
+    pub fn reserve_swapin(&self, max_order: u8) -> Result<(), StoreError> {
+        self.engine.reserve_swapin(max_order).map_err(|e| StoreError::Other(e.to_string()))
     }
 
     /// The engine.

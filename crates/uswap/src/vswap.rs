@@ -192,7 +192,7 @@ impl Engine {
         self.nr_slots
     }
     fn tier(&self, t: usize) -> Result<&Tier, SwapError> {
-        self.tiers.get(t).ok_or(SwapError::Config(format!("no tier {t}")))
+        self.tiers.get(t).ok_or_else(|| SwapError::Config(format!("no tier {t}")))
     }
     /// Occupancy of tier `t`.
     pub fn tier_usage(&self, t: usize) -> Result<Usage, SwapError> {
@@ -425,7 +425,7 @@ impl Engine {
     fn fill(&self, lf: &mut LockedFolio<'_>) -> Result<(), SwapError> {
         let b = lf.backing();
         let tier = self.tier(usize::from(b.tier()))?;
-        let buf = lf.data_mut().ok_or(SwapError::Config("filling an uptodate folio".into()))?;
+        let buf = lf.data_mut().ok_or_else(|| SwapError::Config("filling an uptodate folio".into()))?;
         let pages = (buf.len() / PAGE_SIZE) as u64;
         tier.backend.load(b.payload(), buf)?;
         match tier.kind {
@@ -504,6 +504,12 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// Preallocate swap-cache folios for swap-ins of up to `max_order` (see
+    /// [`SwapCache::reserve`]), so a swap-in from a signal handler does not call malloc.
+    pub fn reserve_swapin(&self, max_order: u8) -> Result<(), SwapError> {
+        self.cache.reserve(max_order, 2)
     }
 
     /// Swap in `[entry, entry + out.len()/4096)` (`out.len()` = 4096 << order, `entry` aligned
@@ -591,7 +597,7 @@ impl Engine {
                     let f = self
                         .cache
                         .try_get(w.payload())
-                        .ok_or(SwapError::Config(format!("slot {:#x} names a freed folio", entry.0)))?;
+                        .ok_or_else(|| SwapError::Config(format!("slot {:#x} names a freed folio", entry.0)))?;
                     let (first, order) = f.swap();
                     let (s, n) = (first.offset(), 1usize << order);
                     if !f.is_locked() && (s..s + n).all(|j| g.count(j) == 0) {
