@@ -194,6 +194,8 @@ pub struct Pager {
     pub(crate) bufs: fault::BufPool,
     pub(crate) madv: sys::Madviser,
     pub(crate) stop: AtomicBool,
+    /// The store keeps its RAM under half the limit (see [`PageStore::limit_ram`]).
+    pub(crate) pool_capped: bool,
     /// An eventfd the event thread polls next to the uffd; written once by `Drop` so the
     /// thread leaves its `poll` at once instead of at its next timeout.
     pub(crate) stop_fd: std::os::fd::OwnedFd,
@@ -275,6 +277,10 @@ impl Pager {
                 Box::new(s)
             }
         };
+        // resident + swap cache + pool <= limit: with a tier outside RAM, cap the pool at half
+        // the limit so reclaim always has resident pages to evict (without one, the pool grows
+        // with the data and the limit holds only while the data compresses below it).
+        let pool_capped = store.limit_ram(cfg.group, cfg.limit_bytes / 2);
         let mut features = uffd::feature::PAGEFAULT_FLAG_WP
             | uffd::feature::EVENT_UNMAP
             | uffd::feature::EVENT_REMAP
@@ -304,6 +310,7 @@ impl Pager {
             bufs: fault::BufPool::new().map_err(os)?,
             madv: sys::Madviser::new(),
             stop: AtomicBool::new(false),
+            pool_capped,
             stop_fd,
             reclaim_wake: AtomicU32::new(0),
             ws: reclaim::Workingset::default(),

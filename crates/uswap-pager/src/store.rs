@@ -66,6 +66,14 @@ pub trait PageStore: Send + Sync {
     fn pool_bytes(&self) -> u64;
     /// Engine counters for statistics (free-form JSON).
     fn stats_json(&self) -> serde_json::Value;
+    /// Keep the RAM holding `group`'s stored data at most about `bytes`, sending what does not
+    /// fit to a tier outside RAM (a file). Returns false, changing nothing, when every tier is
+    /// in RAM: the store then grows with the data and the pager's limit holds only while the
+    /// data compresses below it.
+    fn limit_ram(&self, group: u16, bytes: u64) -> bool {
+        let _ = (group, bytes);
+        false
+    }
 }
 
 impl<T: PageStore + ?Sized> PageStore for std::sync::Arc<T> {
@@ -496,12 +504,15 @@ impl Drop for Lz4Store {
 pub struct EngineStore {
     engine: uswap::vswap::Engine,
     group: u16,
+    /// Some tier is not in RAM (a file): the pool can be capped.
+    has_disk: bool,
 }
 
 impl EngineStore {
     /// Build the engine from a tiers string (`"zero,lz4"`, `"zero,lz4,file:/var/tmp"`, ...).
     pub fn new(tiers: &str, virtual_slots: u64, group: u16) -> Result<EngineStore, StoreError> {
         let tc = uswap::config::TiersConfig::parse(tiers).map_err(|e| StoreError::Other(e.to_string()))?;
+        let has_disk = tc.tiers.iter().any(|t| matches!(t, uswap::config::TierSpec::File(_)));
         let backends = tc.build().map_err(|e| StoreError::Other(e.to_string()))?;
         let cfg = uswap::vswap::EngineConfig {
             virtual_slots: virtual_slots.max(512),
@@ -510,7 +521,7 @@ impl EngineStore {
             ..Default::default()
         };
         let engine = uswap::vswap::Engine::new(cfg, backends).map_err(|e| StoreError::Other(e.to_string()))?;
-        let s = EngineStore { engine, group };
+        let s = EngineStore { engine, group, has_disk };
         s.reserve_swapin(4)?;
         Ok(s)
     }
@@ -554,6 +565,10 @@ impl PageStore for EngineStore {
     }
     fn pool_bytes(&self) -> u64 {
         self.engine.groups().usage(self.group).map(|u| u.pool_bytes).unwrap_or(0)
+    }
+    fn limit_ram(&self, group: u16, bytes: u64) -> bool {
+        // The group's pool_max: a store over it is refused by the pool and goes to the file.
+        self.has_disk && self.engine.groups().set_pool_max(group, bytes).is_ok()
     }
     fn stats_json(&self) -> serde_json::Value {
         let mut v = serde_json::to_value(self.engine.stats().snapshot()).unwrap_or_default();
