@@ -52,6 +52,9 @@ pub const FOLIO_INFLIGHT: u64 = PAYLOAD_MAX;
 const F_LOCKED: u32 = 1;
 const F_UPTODATE: u32 = 2;
 const F_ERROR: u32 = 4;
+/// With F_ERROR: the owner read only the part it needed and dropped the folio on purpose; a
+/// waiter retries without counting a failure.
+const F_PARTIAL: u32 = 64;
 const F_DIRTY: u32 = 8;
 const F_WAITERS: u32 = 16;
 
@@ -298,6 +301,11 @@ impl<'a> FolioRef<'a> {
     pub fn is_error(&self) -> bool {
         self.flags() & F_ERROR != 0
     }
+    /// The owner read only part of the object and dropped the folio (see
+    /// [`LockedFolio::set_partial`]): not a failure.
+    pub fn is_partial(&self) -> bool {
+        self.flags() & F_PARTIAL != 0
+    }
     /// The folio is the only copy of its data (no backing).
     pub fn is_dirty(&self) -> bool {
         self.flags() & F_DIRTY != 0
@@ -375,6 +383,11 @@ impl<'a> LockedFolio<'a> {
     /// Mark the folio failed (waiters retry).
     pub fn set_error(&mut self) {
         self.r.folio.flags.fetch_or(F_ERROR, Ordering::Release);
+    }
+    /// Mark the folio dropped after a partial read: not uptodate, waiters retry (and do not
+    /// count it as a failure); finish it like a failed folio.
+    pub fn set_partial(&mut self) {
+        self.r.folio.flags.fetch_or(F_ERROR | F_PARTIAL, Ordering::Release);
     }
     /// Change the backing location (after the data was stored elsewhere, or FREE to make the
     /// folio the only copy, which also marks it dirty). Call under the cluster lock.

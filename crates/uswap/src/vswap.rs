@@ -437,6 +437,26 @@ impl Engine {
         Ok(())
     }
 
+    /// Decode the stored object of a folio just added to the cache up to the end of
+    /// `[entry, entry + out.len()/4096)` and copy that part into `out` (the folio is not
+    /// made uptodate).
+    fn fill_part(&self, lf: &mut LockedFolio<'_>, entry: SwapEntry, out: &mut [u8]) -> Result<(), SwapError> {
+        let b = lf.backing();
+        let first = lf.swap().0;
+        let tier = self.tier(usize::from(b.tier()))?;
+        let buf = lf.data_mut().ok_or_else(|| SwapError::Config("filling an uptodate folio".into()))?;
+        let at = (entry.0 - first.0) as usize * PAGE_SIZE;
+        let need = at + out.len();
+        tier.backend.load_prefix(b.payload(), buf, need)?;
+        match tier.kind {
+            TierKind::Pool => self.stats.add(Event::Zswpin, (need / PAGE_SIZE) as u64),
+            TierKind::File => self.stats.add(Event::Pswpin, (need / PAGE_SIZE) as u64),
+            _ => {}
+        }
+        out.copy_from_slice(&buf[at..need]);
+        Ok(())
+    }
+
     /// Copy the part of folio data covering `[entry, entry + out.len()/4096)`.
     fn copy_out(first: SwapEntry, data: &[u8], entry: SwapEntry, out: &mut [u8]) {
         let at = (entry.0 - first.0) as usize * PAGE_SIZE;
@@ -474,6 +494,12 @@ impl Engine {
                         self.stats.add_order(OrderEvent::Swpin, order, 1);
                         return Ok(false);
                     }
+                    if f.is_partial() {
+                        // Its owner read only its own part; the words are back: look again.
+                        drop(f);
+                        std::thread::yield_now();
+                        continue;
+                    }
                     // The owner failed; the words are back: try again (and meet the error
                     // ourselves if it persists).
                     failures += 1;
@@ -485,6 +511,17 @@ impl Engine {
                     }
                 }
                 Lookup::Added(mut lf) => {
+                    if !free && out.len() < lf.data_mut().map_or(0, |d| d.len()) {
+                        // A part of a larger object (a 4 KiB fault on a 64 KiB folio): decode
+                        // only up to the end of that part, copy it, and drop the folio
+                        // (it is not uptodate; the words go back to the stored object).
+                        let res = self.fill_part(&mut lf, entry, out);
+                        lf.set_partial();
+                        self.finish(lf, false, None)?;
+                        res?;
+                        self.stats.add_order(OrderEvent::Swpin, order, 1);
+                        return Ok(false);
+                    }
                     if let Err(e) = self.fill(&mut lf) {
                         lf.set_error();
                         self.finish(lf, false, None)?;

@@ -486,6 +486,29 @@ fn decompress_unit(zd: &mut Option<zstd::bulk::Decompressor<'static>>, codec: u6
     }
 }
 
+extern "C" {
+    fn LZ4_decompress_safe_partial(
+        src: *const std::ffi::c_char,
+        dst: *mut std::ffi::c_char,
+        src_size: std::ffi::c_int,
+        target_output_size: std::ffi::c_int,
+        dst_capacity: std::ffi::c_int,
+    ) -> std::ffi::c_int;
+}
+
+/// Decode the first `need` bytes (at least) of one LZ4 block into `out`.
+fn lz4_decompress_prefix(src: &[u8], out: &mut [u8], need: usize) -> bool {
+    let (Ok(n), Ok(cap), Ok(want)) =
+        (std::ffi::c_int::try_from(src.len()), std::ffi::c_int::try_from(out.len()), std::ffi::c_int::try_from(need))
+    else {
+        return false;
+    };
+    // SAFETY: `src` is readable for `n` bytes and `out` writable for `cap` bytes; liblz4's
+    // safe partial decoder never reads or writes outside them and returns < 0 on bad input.
+    let r = unsafe { LZ4_decompress_safe_partial(src.as_ptr().cast(), out.as_mut_ptr().cast(), n, want, cap) };
+    r >= want
+}
+
 fn bound(comp: Compressor, n: usize) -> usize {
     match comp {
         Compressor::Lz4 => super::lz4::max_compressed_size(n),
@@ -986,6 +1009,30 @@ impl Backend for ZPool {
             }
             let len = self.payload_len(handle, hdr)?;
             self.decode(handle, hdr, len, &mut s, out)
+        })
+    }
+
+    fn load_prefix(&self, handle: u64, out: &mut [u8], need: usize) -> Result<(), TierError> {
+        SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            let hdr = self.fetch(handle, &mut s)?;
+            if out.len() != PAGE_SIZE << hdr_order(hdr) {
+                return Err(TierError::BadHandle(handle));
+            }
+            let len = self.payload_len(handle, hdr)?;
+            let codec = hdr_codec(hdr);
+            if codec & CODEC_PERPAGE != 0 || codec & 3 != CODEC_LZ4 || need >= out.len() {
+                return self.decode(handle, hdr, len, &mut s, out);
+            }
+            // One LZ4 unit: liblz4 stops once `need` bytes are out (the prefix is exact: a
+            // corrupt block fails here as it would in a full decode of that prefix).
+            let src = &s.buf[HDR..HDR + len];
+            if lz4_decompress_prefix(src, out, need) {
+                Ok(())
+            } else {
+                self.decompress_fail.fetch_add(1, Ordering::Relaxed);
+                Err(corrupt(handle))
+            }
         })
     }
 
