@@ -25,7 +25,7 @@ use crate::reclaim::{self, entry};
 use crate::region::{self, kind, w_kind, w_order, w_payload, word, RegionInner, BUSY};
 use crate::stats::{inc, now_ns};
 use crate::uffd::Event;
-use crate::{FaultMode, Pager, ReclaimMode, SwapinPolicy, PAGE_SIZE};
+use crate::{Pager, ReclaimMode, SwapinPolicy, PAGE_SIZE};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
@@ -648,12 +648,21 @@ unsafe fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_
 /// Read the uffd until the pager stops: events always, page faults in thread mode.
 pub(crate) fn event_loop(p: &Pager) {
     let mut msgs = [crate::uffd::empty_msg(); 64];
-    let thread_mode = p.cfg.fault_mode == FaultMode::Thread;
+    let stop_fd = std::os::fd::AsRawFd::as_raw_fd(&p.stop_fd);
     while !p.stop.load(Ordering::Acquire) {
-        let mut pfd = libc::pollfd { fd: p.uffd.raw(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd.
-        let n = unsafe { libc::poll(&mut pfd, 1, if thread_mode { 20 } else { 100 }) };
-        if n <= 0 {
+        // The uffd is non-blocking: the thread only ever waits here, on the uffd and on the
+        // stop eventfd that `Pager::drop` writes, so teardown never waits for a timeout or a
+        // fault that will not come.
+        let mut pfd = [
+            libc::pollfd { fd: p.uffd.raw(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: stop_fd, events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: two valid pollfds.
+        let n = unsafe { libc::poll(pfd.as_mut_ptr(), 2, -1) };
+        if n <= 0 || pfd[1].revents != 0 || pfd[0].revents & libc::POLLIN == 0 {
+            if pfd[0].revents & libc::POLLNVAL != 0 {
+                break;
+            }
             continue;
         }
         let seq = p.ev_reads.fetch_add(1, Ordering::SeqCst) + 1;

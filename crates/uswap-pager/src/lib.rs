@@ -48,7 +48,6 @@
 
 pub mod arena;
 pub mod fault;
-pub mod lz4;
 pub mod reclaim;
 pub mod region;
 pub mod stats;
@@ -195,6 +194,11 @@ pub struct Pager {
     pub(crate) bufs: fault::BufPool,
     pub(crate) madv: sys::Madviser,
     pub(crate) stop: AtomicBool,
+    /// The store keeps its RAM under half the limit (see [`PageStore::limit_ram`]).
+    pub(crate) pool_capped: bool,
+    /// An eventfd the event thread polls next to the uffd; written once by `Drop` so the
+    /// thread leaves its `poll` at once instead of at its next timeout.
+    pub(crate) stop_fd: std::os::fd::OwnedFd,
     pub(crate) reclaim_wake: AtomicU32,
     pub(crate) ws: reclaim::Workingset,
     /// Event reads started / fully processed (orders the pager's own madvise REMOVE events
@@ -265,11 +269,18 @@ impl Pager {
             (None, Some(_)) => {
                 Box::new(Lz4Store::new(cfg.swap_slots, 64 << 30, compress).map_err(|e| PagerError::Os(e.to_string()))?)
             }
-            (None, None) => Box::new(
-                store::EngineStore::new(&cfg.tiers, cfg.swap_slots, cfg.group)
-                    .map_err(|e| PagerError::Config(format!("tiers `{}`: {e}", cfg.tiers)))?,
-            ),
+            (None, None) => {
+                let s = store::EngineStore::new(&cfg.tiers, cfg.swap_slots, cfg.group)
+                    .map_err(|e| PagerError::Config(format!("tiers `{}`: {e}", cfg.tiers)))?;
+                s.reserve_swapin(cfg.folio_size.trailing_zeros() as u8 - 12)
+                    .map_err(|e| PagerError::Os(e.to_string()))?;
+                Box::new(s)
+            }
         };
+        // resident + swap cache + pool <= limit: with a tier outside RAM, cap the pool at half
+        // the limit so reclaim always has resident pages to evict (without one, the pool grows
+        // with the data and the limit holds only while the data compresses below it).
+        let pool_capped = store.limit_ram(cfg.group, cfg.limit_bytes / 2);
         let mut features = uffd::feature::PAGEFAULT_FLAG_WP
             | uffd::feature::EVENT_UNMAP
             | uffd::feature::EVENT_REMAP
@@ -282,6 +293,13 @@ impl Pager {
         }
         let uffd = uffd::Uffd::open(features, uffd::feature::THREAD_ID, true).map_err(PagerError::Unavailable)?;
         let os = |e: std::io::Error| PagerError::Os(e.to_string());
+        // SAFETY: eventfd with valid flags returns a new fd or -1.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if efd < 0 {
+            return Err(PagerError::Os(format!("eventfd: {}", std::io::Error::last_os_error())));
+        }
+        // SAFETY: a new fd we own.
+        let stop_fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(efd) };
         let ring_cap = ((cfg.limit_bytes as usize / PAGE_SIZE) * 2 + 4096).next_power_of_two();
         let pager = Arc::new(Pager {
             cache: arena::Arena::new(64 << 30).map_err(os)?,
@@ -292,6 +310,8 @@ impl Pager {
             bufs: fault::BufPool::new().map_err(os)?,
             madv: sys::Madviser::new(),
             stop: AtomicBool::new(false),
+            pool_capped,
+            stop_fd,
             reclaim_wake: AtomicU32::new(0),
             ws: reclaim::Workingset::default(),
             ev_reads: std::sync::atomic::AtomicU64::new(0),
@@ -357,6 +377,11 @@ impl Pager {
 impl Drop for Pager {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
+        // Wake the event thread out of poll() (it never blocks in read(): the uffd is
+        // non-blocking) and the background reclaimer out of its futex wait.
+        let one = 1u64;
+        // SAFETY: an 8-byte write of a valid u64 to our eventfd.
+        unsafe { libc::write(std::os::fd::AsRawFd::as_raw_fd(&self.stop_fd), (&one as *const u64).cast(), 8) };
         sys::futex_wake(&self.reclaim_wake);
         let th = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         for t in th {

@@ -162,6 +162,9 @@ pub struct PagerStats {
     pub charged_bytes: u64,
     /// The limit.
     pub limit_bytes: u64,
+    /// The store's RAM is capped (at half the limit) with the overflow going to a file tier,
+    /// so the limit holds for any data; false when every tier is in RAM.
+    pub pool_capped: bool,
     /// Median fault latency in ns, if recorded.
     pub fault_p50_ns: Option<u64>,
     /// 99th percentile fault latency in ns, if recorded.
@@ -221,6 +224,7 @@ pub(crate) fn snapshot(p: &Pager) -> PagerStats {
         pool_bytes: pool,
         charged_bytes: resident + cache + pool,
         limit_bytes: p.cfg.limit_bytes,
+        pool_capped: p.pool_capped,
         fault_p50_ns: c.percentile(0.5),
         fault_p99_ns: c.percentile(0.99),
         events_unmap: g(&c.ev_unmap),

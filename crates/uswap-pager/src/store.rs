@@ -18,9 +18,9 @@
 //! popped it until it is published by `store`.
 
 use crate::arena::{Arena, Obj};
-use crate::lz4;
 use crate::PAGE_SIZE;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use uswap::tier::lz4::{decompress_exact, Lz4Table};
 
 /// Maximum folio order (2 MiB).
 pub const MAX_ORDER: u8 = 9;
@@ -66,6 +66,14 @@ pub trait PageStore: Send + Sync {
     fn pool_bytes(&self) -> u64;
     /// Engine counters for statistics (free-form JSON).
     fn stats_json(&self) -> serde_json::Value;
+    /// Keep the RAM holding `group`'s stored data at most about `bytes`, sending what does not
+    /// fit to a tier outside RAM (a file). Returns false, changing nothing, when every tier is
+    /// in RAM: the store then grows with the data and the pager's limit holds only while the
+    /// data compresses below it.
+    fn limit_ram(&self, group: u16, bytes: u64) -> bool {
+        let _ = (group, bytes);
+        false
+    }
 }
 
 impl<T: PageStore + ?Sized> PageStore for std::sync::Arc<T> {
@@ -99,7 +107,8 @@ const OBJ_ZERO: u64 = 1 << 63;
 
 struct Scratch {
     buf: *mut u8,
-    table: *mut [u32; lz4::HASH_ENTRIES],
+    /// liblz4's compression state, preallocated (no allocation per store).
+    table: std::cell::UnsafeCell<Lz4Table>,
 }
 
 /// A compressed in-memory store (the `lz4` tier with zero-page elision), signal-safe.
@@ -162,15 +171,13 @@ impl Lz4Store {
         let nslots = nslots.clamp(512, 1 << 36);
         let slots = map_noreserve(nslots as usize * 8)?.cast();
         let objs = map_noreserve(nslots as usize * 8)?.cast();
-        let per = SCRATCH_BYTES.div_ceil(4096) * 4096 + std::mem::size_of::<[u32; lz4::HASH_ENTRIES]>();
+        let per = SCRATCH_BYTES.div_ceil(4096) * 4096;
         let mem = map_noreserve(per * SCRATCH)?;
         let scratch = (0..SCRATCH)
             .map(|i| {
                 // SAFETY: inside the scratch mapping.
                 let buf = unsafe { mem.add(i * per) };
-                // SAFETY: the table follows the buffer inside the same slice of the mapping.
-                let table = unsafe { buf.add(SCRATCH_BYTES.div_ceil(4096) * 4096) }.cast();
-                Scratch { buf, table }
+                Scratch { buf, table: std::cell::UnsafeCell::new(Lz4Table::default()) }
             })
             .collect();
         Ok(Lz4Store {
@@ -316,7 +323,7 @@ impl Lz4Store {
             out.copy_from_slice(src);
             return Ok(());
         }
-        if lz4::decompress(src, out) {
+        if decompress_exact(src, out) {
             Ok(())
         } else {
             Err(StoreError::Corrupt(entry))
@@ -361,10 +368,10 @@ impl PageStore for Lz4Store {
         } else {
             let si = self.take_scratch();
             let sc = &self.scratch[si];
-            // SAFETY: scratch si is exclusively ours until given back; buf is SCRATCH_BYTES long
-            // and table is a properly aligned [u32; HASH_ENTRIES] inside the scratch mapping.
-            let (buf, table) = unsafe { (std::slice::from_raw_parts_mut(sc.buf, data.len()), &mut *sc.table) };
-            let clen = if self.compress { lz4::compress(data, &mut buf[..data.len() - 1], table) } else { None };
+            // SAFETY: scratch si (its buffer, SCRATCH_BYTES long, and its table) is exclusively
+            // ours until given back.
+            let (buf, table) = unsafe { (std::slice::from_raw_parts_mut(sc.buf, data.len()), &mut *sc.table.get()) };
+            let clen = if self.compress { table.compress(data, &mut buf[..data.len() - 1]) } else { None };
             let (src, len, raw): (&[u8], usize, bool) = match clen {
                 Some(n) => (&buf[..n], n, false),
                 None => (data, data.len(), true),
@@ -497,12 +504,15 @@ impl Drop for Lz4Store {
 pub struct EngineStore {
     engine: uswap::vswap::Engine,
     group: u16,
+    /// Some tier is not in RAM (a file): the pool can be capped.
+    has_disk: bool,
 }
 
 impl EngineStore {
     /// Build the engine from a tiers string (`"zero,lz4"`, `"zero,lz4,file:/var/tmp"`, ...).
     pub fn new(tiers: &str, virtual_slots: u64, group: u16) -> Result<EngineStore, StoreError> {
         let tc = uswap::config::TiersConfig::parse(tiers).map_err(|e| StoreError::Other(e.to_string()))?;
+        let has_disk = tc.tiers.iter().any(|t| matches!(t, uswap::config::TierSpec::File(_)));
         let backends = tc.build().map_err(|e| StoreError::Other(e.to_string()))?;
         let cfg = uswap::vswap::EngineConfig {
             virtual_slots: virtual_slots.max(512),
@@ -511,7 +521,16 @@ impl EngineStore {
             ..Default::default()
         };
         let engine = uswap::vswap::Engine::new(cfg, backends).map_err(|e| StoreError::Other(e.to_string()))?;
-        Ok(EngineStore { engine, group })
+        let s = EngineStore { engine, group, has_disk };
+        s.reserve_swapin(4)?;
+        Ok(s)
+    }
+
+    /// Preallocate the engine's swap-cache folios for swap-ins of up to `max_order` (done for
+    /// 64 KiB at creation; the pager adds 2 MiB for 2 MiB folios): swap-ins run in the SIGBUS
+    /// handler and must not call malloc.
+    pub fn reserve_swapin(&self, max_order: u8) -> Result<(), StoreError> {
+        self.engine.reserve_swapin(max_order).map_err(|e| StoreError::Other(e.to_string()))
     }
 
     /// The engine.
@@ -546,6 +565,10 @@ impl PageStore for EngineStore {
     }
     fn pool_bytes(&self) -> u64 {
         self.engine.groups().usage(self.group).map(|u| u.pool_bytes).unwrap_or(0)
+    }
+    fn limit_ram(&self, group: u16, bytes: u64) -> bool {
+        // The group's pool_max: a store over it is refused by the pool and goes to the file.
+        self.has_disk && self.engine.groups().set_pool_max(group, bytes).is_ok()
     }
     fn stats_json(&self) -> serde_json::Value {
         let mut v = serde_json::to_value(self.engine.stats().snapshot()).unwrap_or_default();

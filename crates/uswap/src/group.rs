@@ -105,7 +105,7 @@ impl Groups {
     }
 
     fn get(&self, g: u16) -> Result<&Group, SwapError> {
-        self.groups.get(usize::from(g)).ok_or(SwapError::Config(format!("no group {g}")))
+        self.groups.get(usize::from(g)).ok_or_else(|| SwapError::Config(format!("no group {g}")))
     }
 
     /// Check that `g` names a group.

@@ -52,6 +52,9 @@ pub const FOLIO_INFLIGHT: u64 = PAYLOAD_MAX;
 const F_LOCKED: u32 = 1;
 const F_UPTODATE: u32 = 2;
 const F_ERROR: u32 = 4;
+/// With F_ERROR: the owner read only the part it needed and dropped the folio on purpose; a
+/// waiter retries without counting a failure.
+const F_PARTIAL: u32 = 64;
 const F_DIRTY: u32 = 8;
 const F_WAITERS: u32 = 16;
 
@@ -179,12 +182,22 @@ impl Drop for Arena {
     }
 }
 
-#[derive(Default)]
 struct FreeLists {
     /// Folios whose buffer fits this order.
     by_order: [Vec<u64>; NR_ORDERS],
     /// Folios without a buffer.
     bare: Vec<u64>,
+}
+
+impl Default for FreeLists {
+    fn default() -> Self {
+        // Capacity for everything a shard may keep, so recycling never grows a Vec (the fault
+        // path may run in a signal handler).
+        FreeLists {
+            by_order: std::array::from_fn(|o| Vec::with_capacity(keep_per_order(o))),
+            bare: Vec::with_capacity(64),
+        }
+    }
 }
 
 /// How many folios with a buffer of `order` a shard keeps.
@@ -288,6 +301,11 @@ impl<'a> FolioRef<'a> {
     pub fn is_error(&self) -> bool {
         self.flags() & F_ERROR != 0
     }
+    /// The owner read only part of the object and dropped the folio (see
+    /// [`LockedFolio::set_partial`]): not a failure.
+    pub fn is_partial(&self) -> bool {
+        self.flags() & F_PARTIAL != 0
+    }
     /// The folio is the only copy of its data (no backing).
     pub fn is_dirty(&self) -> bool {
         self.flags() & F_DIRTY != 0
@@ -365,6 +383,11 @@ impl<'a> LockedFolio<'a> {
     /// Mark the folio failed (waiters retry).
     pub fn set_error(&mut self) {
         self.r.folio.flags.fetch_or(F_ERROR, Ordering::Release);
+    }
+    /// Mark the folio dropped after a partial read: not uptodate, waiters retry (and do not
+    /// count it as a failure); finish it like a failed folio.
+    pub fn set_partial(&mut self) {
+        self.r.folio.flags.fetch_or(F_ERROR | F_PARTIAL, Ordering::Release);
     }
     /// Change the backing location (after the data was stored elsewhere, or FREE to make the
     /// folio the only copy, which also marks it dirty). Call under the cluster lock.
@@ -481,21 +504,56 @@ impl SwapCache {
         }
     }
 
-    /// A free folio with a buffer for `order`, refcount 0, owned by the caller.
+    /// Preallocate folios with buffers so that swap-in of folios up to `max_order` takes its
+    /// folio from a free list instead of the heap (the pager's fault path runs in a SIGBUS
+    /// handler, where malloc is forbidden): every shard gets `per_shard` folios of each order
+    /// up to 64 KiB, and shards 0 and 1 one of each larger order (any shard can take them,
+    /// see [`Self::alloc_folio`]). Call outside the fault path; idempotent (tops up).
+    pub fn reserve(&self, max_order: u8, per_shard: usize) -> Result<(), SwapError> {
+        for o in 0..=usize::from(max_order.min(MAX_ORDER)) {
+            for sh in 0..NR_SHARDS {
+                let want = if o <= 4 { per_shard.min(keep_per_order(o)) } else { usize::from(sh < 2) };
+                loop {
+                    if lock(&self.shards[sh]).by_order[o].len() >= want {
+                        break;
+                    }
+                    let id = self.arena.new_id()?;
+                    let folio =
+                        self.arena.get(id).ok_or_else(|| SwapError::Config("swap cache arena lost a folio".into()))?;
+                    // SAFETY: a fresh folio: refcount 0, no reference reads `data`.
+                    unsafe { *folio.data.get() = vec![0u8; PAGE_SIZE << o].into_boxed_slice() };
+                    lock(&self.shards[sh]).by_order[o].push(id);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A free folio with a buffer for `order`, refcount 0, owned by the caller: from this
+    /// thread's shard, else from any other shard whose lock is free (the reserve), and only
+    /// when every list is empty from the heap.
     fn alloc_folio(&self, order: u8) -> Result<(u64, &Folio), SwapError> {
         let o = usize::from(order);
-        let popped = {
-            let mut fl = lock(&self.shards[thread_shard() % NR_SHARDS]);
-            match fl.by_order[o].pop() {
-                Some(id) => Some((id, true)),
-                None => fl.bare.pop().map(|id| (id, false)),
+        let home = thread_shard() % NR_SHARDS;
+        let mut popped = lock(&self.shards[home]).by_order[o].pop().map(|id| (id, true));
+        if popped.is_none() {
+            for k in 1..NR_SHARDS {
+                if let Ok(mut fl) = self.shards[(home + k) % NR_SHARDS].try_lock() {
+                    if let Some(id) = fl.by_order[o].pop() {
+                        popped = Some((id, true));
+                        break;
+                    }
+                }
             }
-        };
+        }
+        if popped.is_none() {
+            popped = lock(&self.shards[home]).bare.pop().map(|id| (id, false));
+        }
         let (id, has_buf) = match popped {
             Some(x) => x,
             None => (self.arena.new_id()?, false),
         };
-        let folio = self.arena.get(id).ok_or(SwapError::Config("swap cache arena lost a folio".into()))?;
+        let folio = self.arena.get(id).ok_or_else(|| SwapError::Config("swap cache arena lost a folio".into()))?;
         if !has_buf {
             let buf = vec![0u8; PAGE_SIZE << order].into_boxed_slice();
             // SAFETY: the folio came off a free list or is fresh: refcount 0, so `try_get`
@@ -552,7 +610,7 @@ impl SwapCache {
                 }
                 let f = self
                     .try_get(w.payload())
-                    .ok_or(SwapError::Config(format!("swap cache: slot {:#x} names a freed folio", entry.0)))?;
+                    .ok_or_else(|| SwapError::Config(format!("swap cache: slot {:#x} names a freed folio", entry.0)))?;
                 if !f.covers(entry, n as u64) {
                     return Ok(Lookup::Mixed);
                 }

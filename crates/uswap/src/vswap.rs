@@ -192,7 +192,7 @@ impl Engine {
         self.nr_slots
     }
     fn tier(&self, t: usize) -> Result<&Tier, SwapError> {
-        self.tiers.get(t).ok_or(SwapError::Config(format!("no tier {t}")))
+        self.tiers.get(t).ok_or_else(|| SwapError::Config(format!("no tier {t}")))
     }
     /// Occupancy of tier `t`.
     pub fn tier_usage(&self, t: usize) -> Result<Usage, SwapError> {
@@ -425,7 +425,7 @@ impl Engine {
     fn fill(&self, lf: &mut LockedFolio<'_>) -> Result<(), SwapError> {
         let b = lf.backing();
         let tier = self.tier(usize::from(b.tier()))?;
-        let buf = lf.data_mut().ok_or(SwapError::Config("filling an uptodate folio".into()))?;
+        let buf = lf.data_mut().ok_or_else(|| SwapError::Config("filling an uptodate folio".into()))?;
         let pages = (buf.len() / PAGE_SIZE) as u64;
         tier.backend.load(b.payload(), buf)?;
         match tier.kind {
@@ -434,6 +434,26 @@ impl Engine {
             _ => {}
         }
         lf.set_uptodate();
+        Ok(())
+    }
+
+    /// Decode the stored object of a folio just added to the cache up to the end of
+    /// `[entry, entry + out.len()/4096)` and copy that part into `out` (the folio is not
+    /// made uptodate).
+    fn fill_part(&self, lf: &mut LockedFolio<'_>, entry: SwapEntry, out: &mut [u8]) -> Result<(), SwapError> {
+        let b = lf.backing();
+        let first = lf.swap().0;
+        let tier = self.tier(usize::from(b.tier()))?;
+        let buf = lf.data_mut().ok_or_else(|| SwapError::Config("filling an uptodate folio".into()))?;
+        let at = (entry.0 - first.0) as usize * PAGE_SIZE;
+        let need = at + out.len();
+        tier.backend.load_prefix(b.payload(), buf, need)?;
+        match tier.kind {
+            TierKind::Pool => self.stats.add(Event::Zswpin, (need / PAGE_SIZE) as u64),
+            TierKind::File => self.stats.add(Event::Pswpin, (need / PAGE_SIZE) as u64),
+            _ => {}
+        }
+        out.copy_from_slice(&buf[at..need]);
         Ok(())
     }
 
@@ -474,6 +494,12 @@ impl Engine {
                         self.stats.add_order(OrderEvent::Swpin, order, 1);
                         return Ok(false);
                     }
+                    if f.is_partial() {
+                        // Its owner read only its own part; the words are back: look again.
+                        drop(f);
+                        std::thread::yield_now();
+                        continue;
+                    }
                     // The owner failed; the words are back: try again (and meet the error
                     // ourselves if it persists).
                     failures += 1;
@@ -485,6 +511,17 @@ impl Engine {
                     }
                 }
                 Lookup::Added(mut lf) => {
+                    if !free && out.len() < lf.data_mut().map_or(0, |d| d.len()) {
+                        // A part of a larger object (a 4 KiB fault on a 64 KiB folio): decode
+                        // only up to the end of that part, copy it, and drop the folio
+                        // (it is not uptodate; the words go back to the stored object).
+                        let res = self.fill_part(&mut lf, entry, out);
+                        lf.set_partial();
+                        self.finish(lf, false, None)?;
+                        res?;
+                        self.stats.add_order(OrderEvent::Swpin, order, 1);
+                        return Ok(false);
+                    }
                     if let Err(e) = self.fill(&mut lf) {
                         lf.set_error();
                         self.finish(lf, false, None)?;
@@ -504,6 +541,12 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// Preallocate swap-cache folios for swap-ins of up to `max_order` (see
+    /// [`SwapCache::reserve`]), so a swap-in from a signal handler does not call malloc.
+    pub fn reserve_swapin(&self, max_order: u8) -> Result<(), SwapError> {
+        self.cache.reserve(max_order, 2)
     }
 
     /// Swap in `[entry, entry + out.len()/4096)` (`out.len()` = 4096 << order, `entry` aligned
@@ -591,7 +634,7 @@ impl Engine {
                     let f = self
                         .cache
                         .try_get(w.payload())
-                        .ok_or(SwapError::Config(format!("slot {:#x} names a freed folio", entry.0)))?;
+                        .ok_or_else(|| SwapError::Config(format!("slot {:#x} names a freed folio", entry.0)))?;
                     let (first, order) = f.swap();
                     let (s, n) = (first.offset(), 1usize << order);
                     if !f.is_locked() && (s..s + n).all(|j| g.count(j) == 0) {

@@ -717,11 +717,8 @@ pub fn demo(d: &DemoArgs) -> CliResult {
             }
         }
     }
-    // The process ends right after this: leave the region and pager to the kernel instead of
-    // tearing them down (a pager's teardown joins its fault-event thread, which is not part of
-    // the demo and must not be able to hold it up).
-    std::mem::forget(region);
-    std::mem::forget(backing);
+    drop(region);
+    drop(backing);
     Ok(())
 }
 

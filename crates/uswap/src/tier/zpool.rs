@@ -216,7 +216,14 @@ struct Class {
     free_ids: Vec<u32>,
     groups: [Vec<u32>; NR_GROUPS],
     used_objs: u64,
+    /// Up to [`SPARE_ZSPAGES`] emptied zspages kept for the next `new_zspage`, so a pool whose size hovers (the
+    /// steady state of a pager under its limit) does not free and allocate memory on every
+    /// swap-out/swap-in pair (which may run in a SIGBUS handler). Not counted as pool bytes.
+    spare: Vec<NonNull<u8>>,
 }
+
+/// Empty zspages a class keeps (see `Class::spare`).
+const SPARE_ZSPAGES: usize = 8;
 
 // SAFETY: a Class owns its zspages' memory exclusively; it is only touched under its mutex.
 unsafe impl Send for Class {}
@@ -233,6 +240,7 @@ impl Class {
             free_ids: Vec::new(),
             groups: Default::default(),
             used_objs: 0,
+            spare: Vec::with_capacity(SPARE_ZSPAGES),
         }
     }
     fn zspage_bytes(&self) -> usize {
@@ -321,8 +329,11 @@ impl Class {
             }
             None => return None,
         };
-        // SAFETY: the layout has a non-zero size.
-        let p = unsafe { std::alloc::alloc_zeroed(self.layout()) };
+        let p = match self.spare.pop() {
+            Some(m) => m.as_ptr(),
+            // SAFETY: the layout has a non-zero size.
+            None => unsafe { std::alloc::alloc_zeroed(self.layout()) },
+        };
         let Some(mem) = NonNull::new(p) else {
             self.free_ids.push(id);
             return None;
@@ -357,8 +368,12 @@ impl Class {
         self.used_objs -= 1;
         if zs.inuse == 0 {
             let zs = self.zspages[id as usize].take().expect("zspage");
-            // SAFETY: allocated in new_zspage with this class's layout; no handle names it now.
-            unsafe { std::alloc::dealloc(zs.mem.as_ptr(), self.layout()) };
+            if self.spare.len() < SPARE_ZSPAGES {
+                self.spare.push(zs.mem);
+            } else {
+                // SAFETY: allocated in new_zspage with this class's layout; no handle names it now.
+                unsafe { std::alloc::dealloc(zs.mem.as_ptr(), self.layout()) };
+            }
             self.free_ids.push(id);
             return true;
         }
@@ -370,6 +385,10 @@ impl Class {
 impl Drop for Class {
     fn drop(&mut self) {
         let layout = self.layout();
+        for m in self.spare.drain(..) {
+            // SAFETY: allocated in new_zspage with this layout, freed exactly once here.
+            unsafe { std::alloc::dealloc(m.as_ptr(), layout) };
+        }
         for zs in self.zspages.drain(..).flatten() {
             // SAFETY: allocated in new_zspage with this layout, freed exactly once here.
             unsafe { std::alloc::dealloc(zs.mem.as_ptr(), layout) };
@@ -389,13 +408,24 @@ struct Large {
 struct LargeArea {
     slots: Vec<Option<Large>>,
     free: Vec<u32>,
+    /// Freed allocations (pointer, size) kept for reuse by an object of the same page-rounded
+    /// size: large folios store objects of a few sizes over and over, and the store/free pair
+    /// may run in a SIGBUS handler. At most [`SPARE_LARGE`]; not counted as pool bytes.
+    spare: Vec<(NonNull<u8>, usize)>,
 }
+
+/// Freed large-object allocations kept for reuse.
+const SPARE_LARGE: usize = 32;
 
 // SAFETY: the area owns its allocations exclusively and is only touched under its mutex.
 unsafe impl Send for LargeArea {}
 
 impl Drop for LargeArea {
     fn drop(&mut self) {
+        for (m, alloc) in self.spare.drain(..) {
+            // SAFETY: allocated with (alloc, PAGE_SIZE) in store_large; kept here only.
+            unsafe { std::alloc::dealloc(m.as_ptr(), large_layout(alloc)) };
+        }
         for l in self.slots.drain(..).flatten() {
             // SAFETY: allocated with (alloc, PAGE_SIZE) in store_large; freed once.
             unsafe { std::alloc::dealloc(l.mem.as_ptr(), large_layout(l.alloc)) };
@@ -454,6 +484,29 @@ fn decompress_unit(zd: &mut Option<zstd::bulk::Decompressor<'static>>, codec: u6
         }
         _ => false,
     }
+}
+
+extern "C" {
+    fn LZ4_decompress_safe_partial(
+        src: *const std::ffi::c_char,
+        dst: *mut std::ffi::c_char,
+        src_size: std::ffi::c_int,
+        target_output_size: std::ffi::c_int,
+        dst_capacity: std::ffi::c_int,
+    ) -> std::ffi::c_int;
+}
+
+/// Decode the first `need` bytes (at least) of one LZ4 block into `out`.
+fn lz4_decompress_prefix(src: &[u8], out: &mut [u8], need: usize) -> bool {
+    let (Ok(n), Ok(cap), Ok(want)) =
+        (std::ffi::c_int::try_from(src.len()), std::ffi::c_int::try_from(out.len()), std::ffi::c_int::try_from(need))
+    else {
+        return false;
+    };
+    // SAFETY: `src` is readable for `n` bytes and `out` writable for `cap` bytes; liblz4's
+    // safe partial decoder never reads or writes outside them and returns < 0 on bad input.
+    let r = unsafe { LZ4_decompress_safe_partial(src.as_ptr().cast(), out.as_mut_ptr().cast(), n, want, cap) };
+    r >= want
 }
 
 fn bound(comp: Compressor, n: usize) -> usize {
@@ -624,9 +677,19 @@ impl ZPool {
         if self.would_overflow(alloc as u64) {
             return Err(TierError::Reject);
         }
-        // SAFETY: non-zero size.
-        let p = unsafe { std::alloc::alloc(large_layout(alloc)) };
-        let mem = NonNull::new(p).ok_or(TierError::Reject)?;
+        // Reuse the smallest spare allocation that fits and wastes at most a quarter.
+        let reuse = {
+            let mut la = lock(&self.large);
+            let best = (0..la.spare.len())
+                .filter(|&i| la.spare[i].1 >= alloc && la.spare[i].1 <= alloc + alloc / 4)
+                .min_by_key(|&i| la.spare[i].1);
+            best.map(|i| la.spare.swap_remove(i))
+        };
+        let (mem, alloc) = match reuse {
+            Some((m, a)) => (m, a),
+            // SAFETY: non-zero size.
+            None => (NonNull::new(unsafe { std::alloc::alloc(large_layout(alloc)) }).ok_or(TierError::Reject)?, alloc),
+        };
         // SAFETY: `mem` has `alloc >= size` bytes, s.buf has `size` bytes, they do not overlap.
         unsafe { std::ptr::copy_nonoverlapping(s.buf.as_ptr(), mem.as_ptr(), size) };
         let mut la = lock(&self.large);
@@ -949,6 +1012,30 @@ impl Backend for ZPool {
         })
     }
 
+    fn load_prefix(&self, handle: u64, out: &mut [u8], need: usize) -> Result<(), TierError> {
+        SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            let hdr = self.fetch(handle, &mut s)?;
+            if out.len() != PAGE_SIZE << hdr_order(hdr) {
+                return Err(TierError::BadHandle(handle));
+            }
+            let len = self.payload_len(handle, hdr)?;
+            let codec = hdr_codec(hdr);
+            if codec & CODEC_PERPAGE != 0 || codec & 3 != CODEC_LZ4 || need >= out.len() {
+                return self.decode(handle, hdr, len, &mut s, out);
+            }
+            // One LZ4 unit: liblz4 stops once `need` bytes are out (the prefix is exact: a
+            // corrupt block fails here as it would in a full decode of that prefix).
+            let src = &s.buf[HDR..HDR + len];
+            if lz4_decompress_prefix(src, out, need) {
+                Ok(())
+            } else {
+                self.decompress_fail.fetch_add(1, Ordering::Relaxed);
+                Err(corrupt(handle))
+            }
+        })
+    }
+
     fn free(&self, h: u64) -> u64 {
         let (c, zs_id, obj) = split(h);
         if c as u64 == LARGE_CLASS {
@@ -956,14 +1043,20 @@ impl Backend for ZPool {
             let mut la = lock(&self.large);
             let Some(l) = la.slots.get_mut(idx).and_then(Option::take) else { return 0 };
             la.free.push(idx as u32);
+            let kept = la.spare.len() < SPARE_LARGE;
+            if kept {
+                la.spare.push((l.mem, l.alloc));
+            }
             drop(la);
             self.stored_pages.fetch_sub(1 << hdr_order(l.hdr), Ordering::Relaxed);
             if hdr_codec(l.hdr) == CODEC_RAW {
                 self.incompressible.fetch_sub(1 << hdr_order(l.hdr), Ordering::Relaxed);
             }
             self.total.fetch_sub(l.alloc as u64, Ordering::Relaxed);
-            // SAFETY: allocated in place() with this layout; removed from the area above.
-            unsafe { std::alloc::dealloc(l.mem.as_ptr(), large_layout(l.alloc)) };
+            if !kept {
+                // SAFETY: allocated in place() with this layout; removed from the area above.
+                unsafe { std::alloc::dealloc(l.mem.as_ptr(), large_layout(l.alloc)) };
+            }
             return l.alloc as u64;
         }
         let Some(m) = self.classes.get(c) else { return 0 };

@@ -60,7 +60,6 @@ pub fn child_main(
     }
     let backing = make_backing()?;
     let mut region = backing.map(size)?;
-    let _keep = &backing;
     let out = std::io::stdout();
     let mut progress = |n: u64| {
         let mut o = out.lock();
@@ -83,13 +82,13 @@ pub fn child_main(
         let mut o = out.lock();
         writeln!(o, "result {line}").and_then(|_| o.flush()).map_err(|e| e.to_string())?;
     }
-    // Keep the region alive until the parent has sampled the kernel's counters, then end the
-    // process without tearing the backing down: the measurement is over, the kernel frees
-    // everything at exit, and a pager's teardown (joining its fault-event thread) is not part
-    // of what is measured and must not be able to hold the benchmark up.
+    // Keep the region alive until the parent has sampled the kernel's counters, then tear it
+    // down normally.
     let mut sink = Vec::new();
     let _ = std::io::stdin().read_to_end(&mut sink);
-    std::process::exit(0)
+    drop(region);
+    drop(backing);
+    Ok(())
 }
 
 /// The parent's side: run `uswap bench usemem --worker ...` with `args`, feed `progress`,
