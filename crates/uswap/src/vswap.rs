@@ -868,10 +868,17 @@ impl Engine {
         loop {
             let mut found = 0u64;
             self.for_each_used(0, &mut |e, w| {
-                if w.kind() == Kind::Stored && usize::from(w.tier()) == t {
-                    found += 1;
+                // A cached folio hides its backing: if that backing is in tier `t`, the folio
+                // would put it back when it leaves the cache, so cached slots are moved too
+                // (move_object checks the backing and does nothing for other tiers).
+                let cached = w.kind() == Kind::Cached;
+                if cached || (w.kind() == Kind::Stored && usize::from(w.tier()) == t) {
                     match self.move_object(e, Dest::Drain(t), Busy::Wait) {
-                        Ok(Moved::Pages(p)) => moved += p,
+                        Ok(Moved::Pages(p)) => {
+                            moved += p;
+                            found += 1;
+                        }
+                        Ok(_) if !cached => found += 1,
                         Ok(_) => {}
                         // Freed since the scan saw it.
                         Err(SwapError::NotInUse(_)) => {}
