@@ -150,7 +150,7 @@ impl Default for PagerConfig {
         PagerConfig {
             limit_bytes: 256 << 20,
             folio_size: 65536,
-            tiers: "zero,lz4".into(),
+            tiers: "zero,lz4,file:/var/tmp".into(),
             swapin: SwapinPolicy::Always,
             fault_mode: FaultMode::Sigbus,
             reclaim: ReclaimMode::Direct,

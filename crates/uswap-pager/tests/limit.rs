@@ -34,6 +34,13 @@ fn incompressible_data_stays_under_the_limit_with_a_file_tier() {
 
 #[test]
 fn ram_only_tiers_are_not_capped() {
-    let Some(p) = common::pager(PagerConfig { limit_bytes: 8 << 20, ..Default::default() }) else { return };
+    let cfg = PagerConfig { limit_bytes: 8 << 20, tiers: "zero,lz4".into(), ..Default::default() };
+    let Some(p) = common::pager(cfg) else { return };
     assert!(!p.stats().pool_capped);
+}
+
+#[test]
+fn the_default_tiers_have_a_file_so_the_limit_can_hold() {
+    let Some(p) = common::pager(PagerConfig { limit_bytes: 8 << 20, ..Default::default() }) else { return };
+    assert!(p.stats().pool_capped);
 }
