@@ -1,1 +1,417 @@
-//! (config: being written; see docs/design.md)
+//! Tier configuration that reads like the kernel's knobs: `--tiers zero,lz4,file:/var/tmp`.
+//!
+//! Grammar: a comma-separated list of items. An item is a tier, optionally followed by
+//! `:`-separated arguments, or a bare `key=value` that applies to the most recent tier that
+//! knows the key (so `lz4,pool=20%,accept=90%` and `lz4:pool=20%:accept=90%` are the same).
+//!
+//! | tier | meaning | keys |
+//! |---|---|---|
+//! | `zero` | zero-page elision (no backend: a flag) | |
+//! | `lz4`, `zstd`, `pool` | compressed pool (`pool` = lz4) | `pool=20%` or `pool=512M` (zswap `max_pool_percent`), `accept=90%` (`accept_threshold_percent`), `threshold=75%`, `incompressible=raw\|reject`, `folio=whole\|page`, `comp=lz4\|zstd`, `level=1` |
+//! | `file[:PATH]` | swap file: an unlinked temp file in directory PATH (default `/var/tmp`), or the file/block device PATH | `size=8G`, `engine=psync\|uring`, `encrypt=on\|off`, `discard=on\|off` |
+//! | `mem` | uncompressed RAM (tests) | `pages=N` |
+//!
+//! Every bad value is a [`SwapError::Config`] whose message names it. Parsing checks that a
+//! file tier's directory exists and is writable, so a typo fails at start-up, not at the first
+//! writeback. This module holds no state and takes no lock.
+
+use crate::backend::{Backend, MemBackend};
+use crate::error::SwapError;
+use crate::swap_table::TIER_MAX;
+use crate::tier::file::{EngineKind, FileConfig, FileTarget, FileTier};
+use crate::tier::zpool::{Compressor, FolioMode, Incompressible, PoolConfig, ZPool};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Default directory of the swap file.
+pub const DEFAULT_FILE_DIR: &str = "/var/tmp";
+/// zswap's default `max_pool_percent`.
+pub const DEFAULT_POOL_PERCENT: u8 = 20;
+
+/// One configured tier.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum TierSpec {
+    /// Compressed pool.
+    Pool(PoolConfig),
+    /// Swap file.
+    File(FileConfig),
+    /// Uncompressed RAM, at most this many pages (0 = unlimited).
+    Memory(u64),
+}
+
+/// A parsed `--tiers` string.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct TiersConfig {
+    /// Detect zero pages and store nothing for them.
+    pub zero_elision: bool,
+    /// The backends, in order of preference (tier index = position).
+    pub tiers: Vec<TierSpec>,
+}
+
+fn bad(msg: String) -> SwapError {
+    SwapError::Config(msg)
+}
+
+/// Total RAM in bytes (`MemTotal` of /proc/meminfo).
+pub fn mem_total_bytes() -> Result<u64, SwapError> {
+    let s = std::fs::read_to_string("/proc/meminfo").map_err(|e| bad(format!("cannot read /proc/meminfo: {e}")))?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .ok_or_else(|| bad("no MemTotal in /proc/meminfo".into()))
+}
+
+/// Parse `N%` with 1 <= N <= 100.
+fn percent(key: &str, v: &str) -> Result<u8, SwapError> {
+    let n = v
+        .strip_suffix('%')
+        .and_then(|n| n.parse::<u8>().ok())
+        .filter(|n| (1..=100).contains(n))
+        .ok_or_else(|| bad(format!("bad percent '{v}' for {key}= (expected 1%..100%)")))?;
+    Ok(n)
+}
+
+/// Parse a size: bytes with an optional K/M/G/T suffix (powers of 1024).
+pub fn parse_size(key: &str, v: &str) -> Result<u64, SwapError> {
+    let err = || bad(format!("bad size '{v}' for {key}= (expected a number with optional K, M, G or T)"));
+    let (num, mul) = match v.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_uppercase() {
+                'K' => 1u64 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                _ => return Err(err()),
+            };
+            (&v[..i], m)
+        }
+        _ => (v, 1),
+    };
+    num.parse::<u64>().ok().and_then(|n| n.checked_mul(mul)).filter(|&n| n > 0).ok_or_else(err)
+}
+
+fn on_off(key: &str, v: &str) -> Result<bool, SwapError> {
+    match v {
+        "on" | "yes" | "1" | "true" => Ok(true),
+        "off" | "no" | "0" | "false" => Ok(false),
+        _ => Err(bad(format!("bad value '{v}' for {key}= (expected on or off)"))),
+    }
+}
+
+fn check_dir(dir: &Path) -> Result<(), SwapError> {
+    let md = std::fs::metadata(dir).map_err(|e| bad(format!("swap file directory '{}': {e}", dir.display())))?;
+    if !md.is_dir() {
+        return Err(bad(format!("swap file directory '{}' is not a directory", dir.display())));
+    }
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(|_| bad(format!("swap file directory '{}' has a NUL byte", dir.display())))?;
+    // SAFETY: access(2) with a valid NUL-terminated path.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+        return Err(bad(format!("swap file directory '{}' is not writable", dir.display())));
+    }
+    Ok(())
+}
+
+fn set_pool_key(p: &mut PoolConfig, key: &str, v: &str, mem: &mut Option<u64>) -> Result<bool, SwapError> {
+    match key {
+        "pool" | "max" => {
+            p.max_bytes = if v.ends_with('%') {
+                let pct = percent(key, v)?;
+                let total = match mem {
+                    Some(t) => *t,
+                    None => *mem.insert(mem_total_bytes()?),
+                };
+                total / 100 * u64::from(pct)
+            } else {
+                parse_size(key, v)?
+            };
+        }
+        "accept" => p.accept_percent = percent(key, v)?,
+        "threshold" => p.threshold_percent = percent(key, v)?,
+        "incompressible" => {
+            p.incompressible = match v {
+                "raw" | "store" => Incompressible::StoreRaw,
+                "reject" => Incompressible::Reject,
+                _ => return Err(bad(format!("bad value '{v}' for incompressible= (expected raw or reject)"))),
+            }
+        }
+        "folio" => {
+            p.folio_mode = match v {
+                "whole" => FolioMode::Whole,
+                "page" | "perpage" => FolioMode::PerPage,
+                _ => return Err(bad(format!("bad value '{v}' for folio= (expected whole or page)"))),
+            }
+        }
+        "comp" | "compressor" => {
+            p.compressor = match v {
+                "lz4" => Compressor::Lz4,
+                "zstd" => Compressor::Zstd { level: 1 },
+                _ => return Err(bad(format!("unknown compressor '{v}' (expected lz4 or zstd)"))),
+            }
+        }
+        "level" => {
+            let l = v
+                .parse::<i32>()
+                .ok()
+                .filter(|l| (1..=19).contains(l))
+                .ok_or_else(|| bad(format!("bad zstd level '{v}' (expected 1..19)")))?;
+            p.compressor = Compressor::Zstd { level: l };
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+fn set_file_key(f: &mut FileConfig, key: &str, v: &str) -> Result<bool, SwapError> {
+    match key {
+        "size" => f.size_bytes = parse_size(key, v)?,
+        "engine" => {
+            f.engine = match v {
+                "psync" | "pread" => EngineKind::Psync,
+                "uring" | "io_uring" => EngineKind::Uring,
+                _ => return Err(bad(format!("unknown I/O engine '{v}' (expected psync or uring)"))),
+            }
+        }
+        "encrypt" => f.encrypt = on_off(key, v)?,
+        "discard" => f.discard = on_off(key, v)?,
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+fn set_key(spec: &mut TierSpec, key: &str, v: &str, mem: &mut Option<u64>) -> Result<bool, SwapError> {
+    match spec {
+        TierSpec::Pool(p) => set_pool_key(p, key, v, mem),
+        TierSpec::File(f) => set_file_key(f, key, v),
+        TierSpec::Memory(n) if key == "pages" => {
+            *n = v.parse().map_err(|_| bad(format!("bad page count '{v}' for pages=")))?;
+            Ok(true)
+        }
+        TierSpec::Memory(_) => Ok(false),
+    }
+}
+
+impl TiersConfig {
+    /// Parse a `--tiers` string.
+    pub fn parse(s: &str) -> Result<TiersConfig, SwapError> {
+        let mut cfg = TiersConfig { zero_elision: false, tiers: Vec::new() };
+        let mut mem = None;
+        if s.trim().is_empty() {
+            return Err(bad("empty --tiers (expected e.g. zero,lz4,file:/var/tmp)".into()));
+        }
+        for item in s.split(',').map(str::trim) {
+            if item.is_empty() {
+                return Err(bad(format!("empty item in --tiers '{s}'")));
+            }
+            let mut parts = item.split(':');
+            let head = parts.next().unwrap_or_default();
+            if let Some((key, v)) = head.split_once('=') {
+                // A bare key=value: the most recent tier that knows the key.
+                let mut done = false;
+                for t in cfg.tiers.iter_mut().rev() {
+                    if set_key(t, key, v, &mut mem)? {
+                        done = true;
+                        break;
+                    }
+                }
+                if !done {
+                    return Err(bad(format!("option '{item}' does not apply to any tier before it")));
+                }
+                continue;
+            }
+            let mut spec = match head {
+                "zero" => {
+                    cfg.zero_elision = true;
+                    if let Some(a) = parts.next() {
+                        return Err(bad(format!("tier 'zero' takes no argument, got '{a}'")));
+                    }
+                    continue;
+                }
+                "lz4" | "pool" | "zswap" => TierSpec::Pool(PoolConfig::default()),
+                "zstd" => {
+                    TierSpec::Pool(PoolConfig { compressor: Compressor::Zstd { level: 1 }, ..PoolConfig::default() })
+                }
+                "file" => TierSpec::File(FileConfig {
+                    target: FileTarget::TempIn(PathBuf::from(DEFAULT_FILE_DIR)),
+                    ..FileConfig::default()
+                }),
+                "mem" => TierSpec::Memory(0),
+                _ => {
+                    return Err(bad(format!("unknown tier '{head}' (expected zero, lz4, zstd, pool, file or mem)")));
+                }
+            };
+            let mut explicit_limit = false;
+            for a in parts {
+                match a.split_once('=') {
+                    Some((k, v)) => {
+                        if !set_key(&mut spec, k, v, &mut mem)? {
+                            return Err(bad(format!("unknown option '{k}' for tier '{head}'")));
+                        }
+                        explicit_limit |= k == "pool" || k == "max";
+                    }
+                    None => match &mut spec {
+                        TierSpec::File(f) => {
+                            let p = PathBuf::from(a);
+                            f.target = if p.is_dir() || a.ends_with('/') {
+                                FileTarget::TempIn(p)
+                            } else {
+                                FileTarget::Path(p)
+                            };
+                        }
+                        _ => return Err(bad(format!("unexpected argument '{a}' for tier '{head}'"))),
+                    },
+                }
+            }
+            if let TierSpec::Pool(p) = &mut spec {
+                if !explicit_limit && p.max_bytes == 0 {
+                    let total = match mem {
+                        Some(t) => t,
+                        None => *mem.insert(mem_total_bytes()?),
+                    };
+                    p.max_bytes = total / 100 * u64::from(DEFAULT_POOL_PERCENT);
+                }
+            }
+            cfg.tiers.push(spec);
+        }
+        if cfg.tiers.len() > usize::from(TIER_MAX) + 1 {
+            return Err(bad(format!("{} tiers configured, at most {}", cfg.tiers.len(), TIER_MAX + 1)));
+        }
+        for t in &cfg.tiers {
+            if let TierSpec::File(f) = t {
+                match &f.target {
+                    FileTarget::TempIn(d) => check_dir(d)?,
+                    FileTarget::Path(p) => {
+                        if !p.exists() {
+                            check_dir(p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")))?;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(cfg)
+    }
+
+    /// Build the backends, in order (tier index = position).
+    pub fn build(&self) -> Result<Vec<Arc<dyn Backend>>, SwapError> {
+        self.tiers
+            .iter()
+            .enumerate()
+            .map(|(i, t)| -> Result<Arc<dyn Backend>, SwapError> {
+                Ok(match t {
+                    TierSpec::Pool(p) => {
+                        let name = match p.compressor {
+                            Compressor::Lz4 => "zpool:lz4".to_string(),
+                            Compressor::Zstd { level } => format!("zpool:zstd-{level}"),
+                        };
+                        Arc::new(ZPool::new(&name, p.clone()))
+                    }
+                    TierSpec::File(f) => Arc::new(
+                        FileTier::open(f)
+                            .map_err(|e| bad(format!("tier {i} ({}): {e}", describe_target(&f.target))))?,
+                    ),
+                    TierSpec::Memory(n) => Arc::new(MemBackend::new("mem", *n)),
+                })
+            })
+            .collect()
+    }
+}
+
+fn describe_target(t: &FileTarget) -> String {
+    match t {
+        FileTarget::TempIn(d) => format!("temporary file in {}", d.display()),
+        FileTarget::Path(p) => p.display().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::TierKind;
+
+    fn err(s: &str) -> String {
+        match TiersConfig::parse(s) {
+            Err(SwapError::Config(m)) => m,
+            other => panic!("{s}: expected a config error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_kernel_like_strings() {
+        let c = TiersConfig::parse("zero,lz4,file:/var/tmp").unwrap();
+        assert!(c.zero_elision);
+        assert_eq!(c.tiers.len(), 2);
+        let TierSpec::Pool(p) = &c.tiers[0] else { panic!() };
+        assert_eq!(p.compressor, Compressor::Lz4);
+        let ram = mem_total_bytes().unwrap();
+        assert_eq!(p.max_bytes, ram / 100 * 20);
+        assert_eq!(p.accept_percent, 90);
+        let TierSpec::File(f) = &c.tiers[1] else { panic!() };
+        assert_eq!(f.target, FileTarget::TempIn("/var/tmp".into()));
+        assert!(f.encrypt);
+
+        let c = TiersConfig::parse("zstd,pool=10%,accept=80%,threshold=60%,incompressible=reject,folio=page").unwrap();
+        assert!(!c.zero_elision);
+        let TierSpec::Pool(p) = &c.tiers[0] else { panic!() };
+        assert_eq!(p.compressor, Compressor::Zstd { level: 1 });
+        assert_eq!(p.max_bytes, ram / 100 * 10);
+        assert_eq!((p.accept_percent, p.threshold_percent), (80, 60));
+        assert_eq!((p.incompressible, p.folio_mode), (Incompressible::Reject, FolioMode::PerPage));
+
+        let a = TiersConfig::parse(
+            "lz4:pool=256M:comp=zstd:level=3, file:/tmp:size=1G:engine=uring:encrypt=off:discard=on",
+        )
+        .unwrap();
+        let TierSpec::Pool(p) = &a.tiers[0] else { panic!() };
+        assert_eq!((p.max_bytes, p.compressor), (256 << 20, Compressor::Zstd { level: 3 }));
+        let TierSpec::File(f) = &a.tiers[1] else { panic!() };
+        assert_eq!((f.size_bytes, f.engine, f.encrypt, f.discard), (1 << 30, EngineKind::Uring, false, true));
+        // Options as separate items go to the latest tier that knows them.
+        let b =
+            TiersConfig::parse("lz4,file:/tmp,size=1G,pool=256M,comp=zstd,level=3,engine=uring,encrypt=off,discard=on")
+                .unwrap();
+        assert_eq!(a, b);
+        assert_eq!(TiersConfig::parse("mem:pages=10").unwrap().tiers, vec![TierSpec::Memory(10)]);
+        assert!(TiersConfig::parse("file").is_ok());
+    }
+
+    #[test]
+    fn bad_values_name_themselves() {
+        assert!(err("zero,lz5").contains("'lz5'"));
+        assert!(err("").contains("empty"));
+        assert!(err("lz4,,file").contains("empty item"));
+        assert!(err("lz4,pool=120%").contains("'120%'"));
+        assert!(err("lz4,pool=0%").contains("'0%'"));
+        assert!(err("lz4,accept=ninety%").contains("'ninety%'"));
+        assert!(err("lz4:pool=12Q").contains("'12Q'"));
+        assert!(err("lz4:comp=lzo").contains("'lzo'"));
+        assert!(err("zstd:level=99").contains("'99'"));
+        assert!(err("pool=20%").contains("'pool=20%'"));
+        assert!(err("zero:x").contains("'x'"));
+        assert!(err("lz4:bogus=1").contains("'bogus'"));
+        assert!(err("file:/nonexistent/dir/").contains("/nonexistent/dir"));
+        assert!(err("file:/nonexistent/dir/swapfile").contains("/nonexistent/dir"));
+        assert!(err("file:/tmp:engine=aio").contains("'aio'"));
+        assert!(err("file:/tmp:encrypt=maybe").contains("'maybe'"));
+        assert!(err("file:/tmp:size=-1").contains("'-1'"));
+        assert!(err("mem,mem,mem,mem,mem,mem,mem,mem,mem").contains("at most 8"));
+        // A directory that exists but is not writable (skipped when running as root).
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(err("file:/proc").contains("not writable"));
+        }
+        assert!(err("file:/etc/hostname/").contains("/etc/hostname"));
+    }
+
+    #[test]
+    fn builds_backends_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = TiersConfig::parse(&format!("zero,lz4:pool=64M,file:{}:size=64M", dir.path().display())).unwrap();
+        let b = c.build().unwrap();
+        assert_eq!(b.iter().map(|b| b.kind()).collect::<Vec<_>>(), vec![TierKind::Pool, TierKind::File]);
+        assert_eq!(b[0].usage().limit_bytes, 64 << 20);
+        assert_eq!(b[1].usage().limit_bytes, 64 << 20);
+        // Nothing left in the directory: the file is unlinked.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+}

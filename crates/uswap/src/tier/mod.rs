@@ -1,1 +1,20 @@
-//! Storage tiers (being written; see docs/design.md).
+//! Storage tiers behind the [`Backend`](crate::backend::Backend) trait.
+//!
+//! - [`zero`]: zero-page detection (nothing is stored for an all-zero page).
+//! - [`zpool`]: the compressed RAM pool (zswap/zram in user space) with a zsmalloc-like
+//!   size-class allocator, a size limit with hysteresis, and compaction.
+//! - [`file`]: the swap file or block device, with the cluster allocator over its physical
+//!   slots, pluggable I/O engines ([`io_engine`]) and AES-256-GCM at rest ([`crypt`]).
+//!
+//! Every tier locks only its own internal state (lock order: the engine's cluster lock, then
+//! a tier's internal locks); compression, encryption and I/O run outside any tier lock except
+//! the per-ring lock of the io_uring engine.
+
+pub mod crypt;
+pub mod file;
+pub mod io_engine;
+pub mod lz4;
+pub mod zero;
+pub mod zpool;
+
+pub use zero::is_zero;

@@ -1,0 +1,746 @@
+//! The fault path: the SIGBUS handler, fault resolution, and the event thread.
+//!
+//! With `UFFD_FEATURE_SIGBUS` a missing (or write-protected) page of a region raises SIGBUS in
+//! the thread that touched it. [`on_sigbus`] reads `si_addr`, finds the region in the
+//! lock-free registry, and [`resolve`]s the page in that thread: swap-in (or zero-fill, or a
+//! refault from the swap cache) and one `UFFDIO_COPY`; returning retries the instruction. A
+//! SIGBUS for an address outside every region is passed on to the handler installed before
+//! ours (or the default action, which kills the process as it would have).
+//!
+//! The handler may have interrupted anything, `malloc` included, so this path allocates
+//! nothing and takes no lock the interrupted code could hold: page claims are CASes on the
+//! page words, buffers come from a fixed pool taken by CAS ([`BufPool`]), counters are
+//! atomics, and the store is signal-safe by contract. Concurrent faults on one folio: the
+//! first CASes its pages to `BUSY` and fills it; the others see `BUSY`, wait (spin, then
+//! `sched_yield`) without holding anything, and retry. On x86-64 bit 1 of the page-fault
+//! error code (`REG_ERR` in the ucontext) says whether the access was a write.
+//!
+//! The event thread reads the uffd: in SIGBUS mode only non-cooperative events (munmap,
+//! mremap, fork, and madvise if enabled); in [`FaultMode::Thread`](crate::FaultMode) also the
+//! page-fault messages, which it resolves the same way and then wakes the faulting thread.
+//!
+//! Locking: none beyond the page-word claims described in [`crate::region`].
+
+use crate::reclaim::{self, entry};
+use crate::region::{self, kind, w_kind, w_order, w_payload, word, RegionInner, BUSY};
+use crate::stats::{inc, now_ns};
+use crate::uffd::Event;
+use crate::{FaultMode, Pager, ReclaimMode, SwapinPolicy, PAGE_SIZE};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+const NBUF: usize = 32;
+const BUF_BYTES: usize = 2 << 20;
+
+/// A fixed pool of 2 MiB buffers taken and returned by CAS on a bit mask, plus a shared
+/// all-zero buffer (never written) for zero-fill copies.
+pub struct BufPool {
+    mem: *mut u8,
+    free: AtomicU64,
+    zero: *const u8,
+}
+
+// SAFETY: buffers are handed out exclusively through the atomic mask.
+unsafe impl Send for BufPool {}
+// SAFETY: as above.
+unsafe impl Sync for BufPool {}
+
+impl BufPool {
+    /// Reserve the pool (memory is committed on first use of each buffer).
+    pub fn new() -> std::io::Result<BufPool> {
+        let bytes = NBUF * BUF_BYTES + BUF_BYTES;
+        // SAFETY: anonymous private mapping.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mem: *mut u8 = p.cast();
+        // SAFETY: the last 2 MiB of the mapping; made read-only so it stays zero.
+        let zero = unsafe { mem.add(NBUF * BUF_BYTES) };
+        // SAFETY: protecting our own mapping.
+        unsafe { libc::mprotect(zero.cast(), BUF_BYTES, libc::PROT_READ) };
+        Ok(BufPool { mem, free: AtomicU64::new((1u64 << NBUF) - 1), zero })
+    }
+
+    /// Take a buffer (waits by yielding if all are in use).
+    pub fn take(&self) -> usize {
+        loop {
+            let f = self.free.load(Ordering::Acquire);
+            if f == 0 {
+                std::thread::yield_now();
+                continue;
+            }
+            let i = f.trailing_zeros() as usize;
+            if self.free.compare_exchange_weak(f, f & !(1 << i), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                return i;
+            }
+        }
+    }
+
+    /// Return a buffer.
+    pub fn give(&self, i: usize) {
+        self.free.fetch_or(1 << i, Ordering::Release);
+    }
+
+    /// Buffer `i` as a slice of `len` bytes.
+    #[allow(clippy::mut_from_ref)]
+    pub fn buf(&self, i: usize, len: usize) -> &mut [u8] {
+        assert!(i < NBUF && len <= BUF_BYTES);
+        // SAFETY: buffer i is owned by the caller that took it; inside the mapping.
+        unsafe { std::slice::from_raw_parts_mut(self.mem.add(i * BUF_BYTES), len) }
+    }
+
+    /// A read-only all-zero buffer of 2 MiB.
+    pub fn zero(&self) -> *const u8 {
+        self.zero
+    }
+}
+
+impl Drop for BufPool {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the pool created in new.
+        unsafe { libc::munmap(self.mem.cast(), NBUF * BUF_BYTES + BUF_BYTES) };
+    }
+}
+
+/// Outcome of [`handle_fault`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Handled {
+    /// The address is in a region and was served (or the region is going away).
+    Yes,
+    /// Not one of ours.
+    NotOurs,
+}
+
+/// Serve a fault at `addr`. `write` = the access was a write; `wake` = wake threads blocked
+/// on the page (message mode).
+pub fn handle_fault(addr: usize, write: bool, wake: bool) -> Handled {
+    region::enter();
+    let Some(r) = region::lookup(addr) else {
+        region::leave();
+        return Handled::NotOurs;
+    };
+    let p = r.pager();
+    let t0 = if p.cfg.record_latency { now_ns() } else { 0 };
+    inc(&p.counters.faults, 1);
+    let pg = (addr - r.start) / PAGE_SIZE;
+    resolve(p, r, pg, write, wake);
+    if p.cfg.record_latency {
+        p.counters.record_latency(now_ns() - t0);
+    }
+    region::leave();
+    Handled::Yes
+}
+
+fn wait_not_busy(p: &Pager, r: &RegionInner, pg: usize) {
+    inc(&p.counters.fault_waits, 1);
+    let mut spins = 0u32;
+    while w_kind(r.word(pg).load(Ordering::Acquire)) == kind::BUSY {
+        if spins < 64 {
+            std::hint::spin_loop();
+            spins += 1;
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+fn maybe_reclaim(p: &Pager, need: u64) {
+    let charged = p.charged_bytes();
+    match p.cfg.reclaim {
+        ReclaimMode::Direct => {
+            if charged + need > p.cfg.limit_bytes {
+                reclaim::direct_reclaim(p, need);
+            }
+        }
+        ReclaimMode::Background => {
+            if charged + need > reclaim::wake_mark(p) {
+                crate::sys::futex_wake(&p.reclaim_wake);
+            }
+            if charged + need > p.cfg.limit_bytes {
+                reclaim::direct_reclaim(p, need);
+            }
+        }
+    }
+}
+
+/// Resolve page `pg` of `r` (the fault path proper).
+pub fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool, wake: bool) {
+    maybe_reclaim(p, (PAGE_SIZE << r.folio_order) as u64);
+    let mut reclaimed = false;
+    loop {
+        let w = r.word(pg).load(Ordering::Acquire);
+        match w_kind(w) {
+            kind::RESIDENT => {
+                // Mapped as far as we know: another thread just filled it, or the program
+                // dropped it with madvise (then it reads as zero, as anonymous memory does).
+                inc(&p.counters.fault_spurious, 1);
+                let _ = p.uffd.zeropage(r.addr(pg), PAGE_SIZE, wake);
+                if wake {
+                    let _ = p.uffd.wake(r.addr(pg), PAGE_SIZE);
+                }
+                return;
+            }
+            kind::BUSY => {
+                if reclaim::IN_RECLAIM.with(|c| c.get()) > 0 {
+                    // A fault inside our own reclaim on a page we hold: the program discarded
+                    // it behind our back; it reads as zero.
+                    let _ = p.uffd.zeropage(r.addr(pg), PAGE_SIZE, wake);
+                    return;
+                }
+                wait_not_busy(p, r, pg);
+            }
+            _ => {
+                if fill(p, r, pg, w, write, wake) {
+                    return;
+                }
+                if !reclaimed {
+                    reclaimed = true;
+                }
+            }
+        }
+    }
+}
+
+fn seq_fault(r: &RegionInner, pg: usize) -> (bool, u32) {
+    let fp = 1usize << r.folio_order;
+    let last = r.last_fault.swap(pg, Ordering::Relaxed);
+    let seq = last != usize::MAX && (pg / fp == last / fp + 1 || pg / fp == last / fp || pg == last + 1);
+    let streak = if seq {
+        r.seq_streak.fetch_add(1, Ordering::Relaxed) + 1
+    } else {
+        r.seq_streak.store(0, Ordering::Relaxed);
+        0
+    };
+    (seq || last == usize::MAX, streak)
+}
+
+fn large_ok(p: &Pager, r: &RegionInner) -> bool {
+    match p.cfg.swapin {
+        SwapinPolicy::Always => true,
+        SwapinPolicy::Never => false,
+        SwapinPolicy::Madvise => r.huge_hint.load(Ordering::Relaxed),
+    }
+}
+
+fn rollback(r: &RegionInner, first: usize, old: &[u64], claimed: &[bool]) {
+    for (i, &o) in old.iter().enumerate() {
+        if claimed[i] {
+            r.word(first + i).store(o, Ordering::Release);
+        }
+    }
+}
+
+fn fatal(msg: &str) -> ! {
+    // SAFETY: write(2) of a static message to stderr, then abort: both signal-safe.
+    unsafe {
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+        libc::abort()
+    }
+}
+
+/// Publish claimed pages `[first, first+n)` as RESIDENT in aligned blocks and queue them.
+fn publish_resident(p: &Pager, r: &RegionInner, first: usize, n: usize, claimed: &[bool]) -> usize {
+    let mut count = 0;
+    reclaim::blocks(first, n, &|i| claimed[i], |pg, k| {
+        for q in pg..pg + (1 << k) {
+            r.word(q).store(word(kind::RESIDENT, k, 0), Ordering::Release);
+        }
+        p.active.push(entry(r, pg, k));
+        count += 1 << k;
+    });
+    p.resident_pages.fetch_add(count as i64, Ordering::AcqRel);
+    inc(&p.counters.pages_mapped, count as u64);
+    count
+}
+
+/// Copy claimed runs of `[first, first+n)` from `src` (laid out like the range) into place.
+fn copy_runs(p: &Pager, r: &RegionInner, first: usize, n: usize, claimed: &[bool], src: *const u8, wake: bool) -> bool {
+    let mut i = 0;
+    while i < n {
+        if !claimed[i] {
+            i += 1;
+            continue;
+        }
+        let mut j = i;
+        while j < n && claimed[j] {
+            j += 1;
+        }
+        // SAFETY: src holds n pages; the destination pages are claimed (BUSY) and missing.
+        let res = unsafe { p.uffd.copy(r.addr(first + i), src.add(i * PAGE_SIZE), (j - i) * PAGE_SIZE, false, wake) };
+        if res.is_err() {
+            return false;
+        }
+        i = j;
+    }
+    true
+}
+
+/// Fill the folio around `pg` (state `w0`). Returns false when it lost a race (retry).
+fn fill(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wake: bool) -> bool {
+    let k0 = w_order(w0);
+    match w_kind(w0) {
+        kind::CACHED => {
+            // Refault of an inactive folio: promote it whole from the swap cache.
+            let n = 1usize << k0;
+            let head = pg & !(n - 1);
+            let mut got = 0;
+            while got < n && r.word(head + got).compare_exchange(w0, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+            {
+                got += 1;
+            }
+            if got < n {
+                for i in 0..got {
+                    r.word(head + i).store(w0, Ordering::Release);
+                }
+                return false;
+            }
+            let o = crate::arena::Obj {
+                off: w_payload(w0) as usize * crate::arena::GRANULE,
+                class: crate::arena::class_of(PAGE_SIZE << k0).unwrap_or(0),
+            };
+            // SAFETY: the cache object holds the folio; the pages are claimed and missing.
+            let res = unsafe { p.uffd.copy(r.addr(head), p.cache.ptr(o), PAGE_SIZE << k0, false, wake) };
+            if res.is_err() {
+                for i in 0..n {
+                    r.word(head + i).store(w0, Ordering::Release);
+                }
+                return true; // the mapping is gone (unmapped): nothing to serve
+            }
+            let claimed = [true; 512];
+            publish_resident(p, r, head, n, &claimed[..n]);
+            p.cache.free(o);
+            inc(&p.counters.fault_cache, 1);
+            true
+        }
+        kind::SWAPPED if k0 > 0 => {
+            let n = 1usize << k0;
+            let head = pg & !(n - 1);
+            let e_head = w_payload(w0) - (pg - head) as u64;
+            let (seq, _) = seq_fault(r, pg);
+            let whole = large_ok(p, r) && (!p.cfg.adaptive || seq);
+            if whole {
+                // Take every page of the folio still in the store (pages swapped in alone
+                // earlier are skipped), load the folio once, copy the runs.
+                let mut claimed = [false; 512];
+                let mut all = true;
+                for i in 0..n {
+                    let want = word(kind::SWAPPED, k0, e_head + i as u64);
+                    claimed[i] =
+                        r.word(head + i).compare_exchange(want, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok();
+                    all &= claimed[i];
+                }
+                let restore = |claimed: &[bool]| {
+                    for i in 0..n {
+                        if claimed[i] {
+                            r.word(head + i).store(word(kind::SWAPPED, k0, e_head + i as u64), Ordering::Release);
+                        }
+                    }
+                };
+                if !claimed[pg - head] {
+                    restore(&claimed[..n]);
+                    return false;
+                }
+                let bi = p.bufs.take();
+                let buf = p.bufs.buf(bi, PAGE_SIZE << k0);
+                if p.store.load(e_head, buf).is_err() {
+                    fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
+                }
+                let ok = copy_runs(p, r, head, n, &claimed[..n], buf.as_ptr(), wake);
+                p.bufs.give(bi);
+                if !ok {
+                    restore(&claimed[..n]);
+                    return true;
+                }
+                for i in 0..n {
+                    if claimed[i] {
+                        p.store.put(e_head + i as u64, 1);
+                    }
+                }
+                publish_resident(p, r, head, n, &claimed[..n]);
+                if all {
+                    inc(&p.counters.swpin[k0 as usize], 1);
+                } else {
+                    inc(&p.counters.swpin_fallback[k0 as usize], 1);
+                }
+                inc(&p.counters.fault_swapin, 1);
+                true
+            } else {
+                fill_one_of_large(p, r, pg, w0, wake)
+            }
+        }
+        _ => fill_small(p, r, pg, w0, write, wake),
+    }
+}
+
+/// Swap in only page `pg` of a large stored folio (`swpin_fallback`).
+fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, wake: bool) -> bool {
+    let k0 = w_order(w0);
+    let n = 1usize << k0;
+    let head = pg & !(n - 1);
+    let e = w_payload(w0);
+    let e_head = e - (pg - head) as u64;
+    if r.word(pg).compare_exchange(w0, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+        return false;
+    }
+    let bi = p.bufs.take();
+    let buf = p.bufs.buf(bi, PAGE_SIZE << k0);
+    if p.store.load(e_head, buf).is_err() {
+        fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
+    }
+    // SAFETY: page pg is claimed and missing; the buffer holds the folio.
+    let res = unsafe { p.uffd.copy(r.addr(pg), buf.as_ptr().add((pg - head) * PAGE_SIZE), PAGE_SIZE, false, wake) };
+    p.bufs.give(bi);
+    if res.is_err() {
+        r.word(pg).store(w0, Ordering::Release);
+        return true;
+    }
+    p.store.put(e, 1);
+    publish_resident(p, r, pg, 1, &[true]);
+    inc(&p.counters.swpin_fallback[k0 as usize], 1);
+    inc(&p.counters.swpin[0], 1);
+    inc(&p.counters.fault_swapin, 1);
+    true
+}
+
+/// Zero-fill or 4 KiB swap-in around `pg`: the whole folio of the region when faults are
+/// sequential (or not adaptive), a readahead window in 4 KiB regions, else just the page.
+fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wake: bool) -> bool {
+    let fo = r.folio_order;
+    let (seq, streak) = seq_fault(r, pg);
+    let (first, n) = if fo > 0 && (seq || !p.cfg.adaptive) {
+        let n = 1usize << fo;
+        (pg & !(n - 1), n)
+    } else if fo == 0 && w_kind(w0) == kind::SWAPPED && p.cfg.readahead_pages > 1 && streak > 0 {
+        let win = (1usize << streak.min(9)).min(p.cfg.readahead_pages).min(r.npages - pg);
+        (pg, win)
+    } else {
+        (pg, 1)
+    };
+    // swap_ra_hit: a fault right after the previous readahead window consumed it.
+    let ra = r.ra_end.load(Ordering::Relaxed);
+    if ra != usize::MAX && ra >> 16 == pg && ra & 0xffff > 0 {
+        if r.ra_end.compare_exchange(ra, usize::MAX, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+            inc(&p.counters.swap_ra_hit, (ra & 0xffff) as u64);
+        }
+    }
+    let mut old = [0u64; 512];
+    let mut claimed = [false; 512];
+    let mut any_swapped = false;
+    let mut nclaimed = 0;
+    for i in 0..n {
+        let q = first + i;
+        let w = if q == pg { w0 } else { r.word(q).load(Ordering::Acquire) };
+        let k = w_kind(w);
+        let ok = (k == kind::NONE || (k == kind::SWAPPED && w_order(w) == 0))
+            && r.word(q).compare_exchange(w, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok();
+        if ok {
+            old[i] = w;
+            claimed[i] = true;
+            nclaimed += 1;
+            any_swapped |= k == kind::SWAPPED;
+        } else if q == pg {
+            rollback(r, first, &old[..n], &claimed[..n]);
+            return false;
+        } else if fo == 0 {
+            // Readahead window: stop at the first page we cannot take.
+            break;
+        }
+    }
+    let _ = nclaimed;
+    let pgi = pg - first;
+    if !any_swapped && !write && n == 1 {
+        // A read of a never-written page: map the shared zero page.
+        if p.uffd.zeropage(r.addr(pg), PAGE_SIZE, wake).is_err() {
+            rollback(r, first, &old[..n], &claimed[..n]);
+            return true;
+        }
+        publish_resident(p, r, pg, 1, &claimed[pgi..pgi + 1]);
+        inc(&p.counters.fault_zero, 1);
+        return true;
+    }
+    let src: *const u8;
+    let mut bi = usize::MAX;
+    if any_swapped {
+        bi = p.bufs.take();
+        let buf = p.bufs.buf(bi, n * PAGE_SIZE);
+        for i in 0..n {
+            if !claimed[i] {
+                continue;
+            }
+            let dst = &mut buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE];
+            if w_kind(old[i]) == kind::SWAPPED {
+                if p.store.load(w_payload(old[i]), dst).is_err() {
+                    fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
+                }
+            } else {
+                dst.fill(0);
+            }
+        }
+        src = buf.as_ptr();
+    } else {
+        src = p.bufs.zero();
+    }
+    let ok = copy_runs(p, r, first, n, &claimed[..n], src, wake);
+    if bi != usize::MAX {
+        p.bufs.give(bi);
+    }
+    if !ok {
+        rollback(r, first, &old[..n], &claimed[..n]);
+        return true;
+    }
+    let mut swapped = 0u64;
+    for i in 0..n {
+        if claimed[i] && w_kind(old[i]) == kind::SWAPPED {
+            p.store.put(w_payload(old[i]), 1);
+            swapped += 1;
+        }
+    }
+    publish_resident(p, r, first, n, &claimed[..n]);
+    if w_kind(w0) == kind::SWAPPED {
+        inc(&p.counters.fault_swapin, 1);
+        inc(&p.counters.swpin[0], swapped);
+        if fo == 0 && n > 1 {
+            inc(&p.counters.swap_ra, swapped - 1);
+            r.ra_end.store(((first + n) << 16) | ((swapped - 1) as usize & 0xffff), Ordering::Relaxed);
+        }
+    } else {
+        inc(&p.counters.fault_zero, 1);
+        if swapped > 0 {
+            inc(&p.counters.swpin[0], swapped);
+        }
+    }
+    true
+}
+
+// ---------------------------------------------------------------------------------------
+// SIGBUS handler
+
+static PREV: OnceLock<libc::sigaction> = OnceLock::new();
+
+/// Install the process-wide SIGBUS handler (once). The previous handler is kept and called
+/// for addresses outside every region.
+pub fn install_sigbus_handler() -> Result<(), String> {
+    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
+    DONE.get_or_init(|| {
+        // Warm up everything the handler touches lazily (TLS shard index, size classes).
+        let _ = crate::arena::class_of(0);
+        let _ = reclaim::IN_RECLAIM.with(|c| c.get());
+        // SAFETY: building a sigaction with our handler; sigaction(2) with valid pointers.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_sigbus as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(libc::SIGBUS, &sa, &mut old) != 0 {
+                return Err(format!("sigaction(SIGBUS): {}", std::io::Error::last_os_error()));
+            }
+            let _ = PREV.set(old);
+        }
+        Ok(())
+    })
+    .clone()
+}
+
+/// The SIGBUS handler.
+extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: errno slot of this thread; the kernel passes valid info and ucontext pointers.
+    unsafe {
+        let errno = *libc::__errno_location();
+        let addr = (*info).si_addr() as usize;
+        let write = fault_is_write(ctx);
+        if (*info).si_code > 0 && handle_fault(addr, write, false) == Handled::Yes {
+            *libc::__errno_location() = errno;
+            return;
+        }
+        chain(sig, info, ctx);
+        *libc::__errno_location() = errno;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn fault_is_write(ctx: *mut libc::c_void) -> bool {
+    if ctx.is_null() {
+        return true;
+    }
+    // SAFETY: for SA_SIGINFO handlers the third argument is the ucontext_t.
+    let uc = unsafe { &*(ctx as *const libc::ucontext_t) };
+    uc.uc_mcontext.gregs[libc::REG_ERR as usize] & 2 != 0
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn fault_is_write(_ctx: *mut libc::c_void) -> bool {
+    // Unknown: treat as a write (a zero page is then never mapped for it).
+    true
+}
+
+/// Pass a SIGBUS that is not ours to the previous handler, or restore the default action.
+///
+/// # Safety
+/// - Must be called from the SIGBUS handler with the kernel's arguments.
+unsafe fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let Some(prev) = PREV.get() else { return };
+    let h = prev.sa_sigaction;
+    if h == libc::SIG_DFL || h == libc::SIG_IGN {
+        // SAFETY: restoring the default disposition; returning re-runs the faulting access,
+        // which then terminates the process as it would have without us. A SIGBUS sent by
+        // kill() is re-raised.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = libc::SIG_DFL;
+            libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut());
+            if (*info).si_code <= 0 {
+                libc::raise(libc::SIGBUS);
+            }
+        }
+        return;
+    }
+    if prev.sa_flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: the previous handler was installed as an SA_SIGINFO handler.
+        let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) = unsafe { std::mem::transmute(h) };
+        f(sig, info, ctx);
+    } else {
+        // SAFETY: a plain handler.
+        let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(h) };
+        f(sig);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Event thread
+
+/// Read the uffd until the pager stops: events always, page faults in thread mode.
+pub(crate) fn event_loop(p: &Pager) {
+    let mut msgs = [crate::uffd::empty_msg(); 64];
+    let thread_mode = p.cfg.fault_mode == FaultMode::Thread;
+    while !p.stop.load(Ordering::Acquire) {
+        let mut pfd = libc::pollfd { fd: p.uffd.raw(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, if thread_mode { 20 } else { 100 }) };
+        if n <= 0 {
+            continue;
+        }
+        let n = match p.uffd.read_msgs(&mut msgs) {
+            Ok(n) => n,
+            Err(_) => continue,
+        };
+        for m in &msgs[..n] {
+            match crate::uffd::decode(m) {
+                Event::Pagefault { addr, write, wp } => {
+                    if wp {
+                        inc(&p.counters.fault_wp, 1);
+                    }
+                    let a = addr as usize & !(PAGE_SIZE - 1);
+                    if handle_fault(a, write, true) == Handled::NotOurs {
+                        let _ = p.uffd.wake(a, PAGE_SIZE);
+                    }
+                }
+                Event::Fork { uffd } => {
+                    inc(&p.counters.ev_fork, 1);
+                    // Serving the child is issue 5 (the LD_PRELOAD runner); without a handler
+                    // its uffd is closed, which unregisters the child's copies of the regions.
+                    // SAFETY: the kernel gave us this fd.
+                    unsafe { libc::close(uffd) };
+                }
+                Event::Remap { .. } => inc(&p.counters.ev_remap, 1),
+                Event::Remove { start, end } => {
+                    inc(&p.counters.ev_remove, 1);
+                    release_range(start as usize, end as usize, true);
+                }
+                Event::Unmap { start, end } => {
+                    inc(&p.counters.ev_unmap, 1);
+                    release_range(start as usize, end as usize, false);
+                }
+                Event::Unknown(_) => {}
+            }
+        }
+    }
+}
+
+/// Release swap entries of every region page in `[start, end)` (after munmap or madvise).
+/// For madvise (`skip_busy`), pages that are `BUSY` are the pager's own evictions and are left.
+fn release_range(start: usize, end: usize, skip_busy: bool) {
+    region::enter();
+    let mut a = start & !(PAGE_SIZE - 1);
+    while a < end {
+        match region::lookup(a) {
+            Some(r) => {
+                let lo = (a - r.start) / PAGE_SIZE;
+                let hi = ((end.min(r.start + r.len)) - r.start).div_ceil(PAGE_SIZE);
+                if skip_busy {
+                    for q in lo..hi {
+                        if w_kind(r.word(q).load(Ordering::Acquire)) != kind::BUSY {
+                            reclaim::release_pages(r, q, q + 1, false);
+                        }
+                    }
+                } else {
+                    reclaim::release_pages(r, lo, hi, false);
+                }
+                a = r.start + hi * PAGE_SIZE;
+            }
+            None => a += PAGE_SIZE,
+        }
+    }
+    region::leave();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Pager, PagerConfig, PagerError};
+
+    /// A write to a write-protected page in SIGBUS mode reaches our handler (as SIGBUS), which
+    /// waits while the page is BUSY (being evicted) and lets the write through afterwards.
+    #[test]
+    fn wp_fault_is_delivered_as_sigbus_and_waits_for_the_eviction() {
+        let p = match Pager::new(PagerConfig { limit_bytes: 4 << 20, folio_size: 4096, ..Default::default() }) {
+            Ok(p) => p,
+            Err(PagerError::Unavailable(w)) => {
+                eprintln!("SKIPPED: userfaultfd unavailable: {w}");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let r = p.map(4096 * 4).unwrap();
+        let a = r.as_ptr() as usize;
+        // SAFETY: inside the region.
+        unsafe { (a as *mut u64).write_volatile(1) };
+        region::enter();
+        let inner = region::lookup(a).unwrap();
+        let w = inner.word(0).swap(BUSY, Ordering::AcqRel);
+        region::leave();
+        assert_eq!(w_kind(w), kind::RESIDENT);
+        p.uffd.writeprotect(a, PAGE_SIZE, true, false).unwrap();
+        let waits0 = p.stats().fault_waits;
+        let t = std::thread::spawn(move || {
+            // SAFETY: inside the region (kept alive by the outer scope until join).
+            unsafe { (a as *mut u64).write_volatile(2) };
+        });
+        let t0 = std::time::Instant::now();
+        while p.stats().fault_waits == waits0 {
+            assert!(t0.elapsed().as_secs() < 10, "the writer never reached the handler");
+            std::thread::yield_now();
+        }
+        // The writer is parked in our handler: the page still holds the old value.
+        // SAFETY: reading a write-protected (readable) page.
+        assert_eq!(unsafe { (a as *const u64).read_volatile() }, 1);
+        p.uffd.writeprotect(a, PAGE_SIZE, false, true).unwrap();
+        region::enter();
+        region::lookup(a).unwrap().word(0).store(w, Ordering::Release);
+        region::leave();
+        t.join().unwrap();
+        // SAFETY: as above.
+        assert_eq!(unsafe { (a as *const u64).read_volatile() }, 2);
+        drop(r);
+    }
+}

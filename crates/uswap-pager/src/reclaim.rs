@@ -1,0 +1,709 @@
+//! Reclaim: keeping a pager's charge (resident pages + swap cache + compressed pool) under its
+//! limit, with kernel-style active and inactive lists.
+//!
+//! - The **active list** ([`Ring`] `active`) holds folios in the order they were mapped.
+//!   Shrinking it takes the oldest folios, write-protects them (`UFFDIO_WRITEPROTECT`), copies
+//!   them out and drops them with one `process_madvise(MADV_DONTNEED)` per batch. With the
+//!   two-list policy the copy goes to the swap cache (the inactive list: unmapped but
+//!   uncompressed, so a refault is a cheap `UFFDIO_COPY` that promotes the folio back); with
+//!   FIFO it is compressed straight into the store.
+//! - The **inactive list** is shrunk when the swap cache exceeds its share of the limit: the
+//!   oldest cached folios are compressed into the store and their cache memory freed.
+//! - A write to a folio being evicted hits the write protection, and the faulting thread waits
+//!   until the folio has left (then it refaults it); so no write is lost. Until the batch's
+//!   `DONTNEED` is done the pages stay `BUSY`, and only then is their new state published.
+//! - If the store has no contiguous range for a large folio (`NoSpace`), the folio is split in
+//!   halves and retried (`swpout_fallback`). If the store fails, the eviction is undone: write
+//!   protection is removed and the folio stays resident.
+//!
+//! Locking: each ring is a preallocated circular buffer behind a tiny spinlock that is never
+//! held across anything but the push/pop itself (so a signal handler cannot deadlock on it);
+//! pages are claimed by CAS to `BUSY` (see [`crate::region`]). Nothing here allocates.
+
+use crate::region::{self, kind, w_kind, w_order, w_payload, word, RegionInner, BUSY};
+use crate::stats::inc;
+use crate::store::StoreError;
+use crate::{Pager, Replacement, PAGE_SIZE};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+/// Most pages one reclaim batch handles.
+pub const MAX_BATCH_PAGES: usize = 1024;
+const MAX_BLOCKS: usize = 256;
+
+thread_local! {
+    /// Depth of reclaim on this thread (a fault taken inside our own reclaim must not wait
+    /// for pages this thread holds).
+    pub static IN_RECLAIM: Cell<u32> = const { Cell::new(0) };
+}
+
+/// A bounded FIFO of folio references, preallocated.
+pub struct Ring {
+    buf: *mut u64,
+    mask: usize,
+    head: AtomicUsize,
+    tail: AtomicUsize,
+    lock: AtomicBool,
+}
+
+// SAFETY: buf is only accessed under the spinlock.
+unsafe impl Send for Ring {}
+// SAFETY: as above.
+unsafe impl Sync for Ring {}
+
+impl Ring {
+    /// A ring of `cap` entries (a power of two).
+    pub fn new(cap: usize) -> std::io::Result<Ring> {
+        let cap = cap.next_power_of_two();
+        // SAFETY: anonymous mapping for the entries.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                cap * 8,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Ring {
+            buf: p.cast(),
+            mask: cap - 1,
+            head: AtomicUsize::new(0),
+            tail: AtomicUsize::new(0),
+            lock: AtomicBool::new(false),
+        })
+    }
+
+    fn lock(&self) {
+        while self.lock.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            std::hint::spin_loop();
+        }
+    }
+    fn unlock(&self) {
+        self.lock.store(false, Ordering::Release);
+    }
+
+    /// Append; false when full.
+    pub fn push(&self, e: u64) -> bool {
+        self.lock();
+        let (h, t) = (self.head.load(Ordering::Relaxed), self.tail.load(Ordering::Relaxed));
+        let ok = t - h <= self.mask;
+        if ok {
+            // SAFETY: index masked into the buffer; exclusive under the lock.
+            unsafe { *self.buf.add(t & self.mask) = e };
+            self.tail.store(t + 1, Ordering::Relaxed);
+        }
+        self.unlock();
+        ok
+    }
+
+    /// Take the oldest entry.
+    pub fn pop(&self) -> Option<u64> {
+        self.lock();
+        let (h, t) = (self.head.load(Ordering::Relaxed), self.tail.load(Ordering::Relaxed));
+        let r = if h == t {
+            None
+        } else {
+            // SAFETY: as in push.
+            let e = unsafe { *self.buf.add(h & self.mask) };
+            self.head.store(h + 1, Ordering::Relaxed);
+            Some(e)
+        };
+        self.unlock();
+        r
+    }
+
+    /// Entries queued (approximate without the lock).
+    pub fn len(&self) -> usize {
+        self.tail.load(Ordering::Relaxed).wrapping_sub(self.head.load(Ordering::Relaxed))
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the buffer created in new.
+        unsafe { libc::munmap(self.buf.cast(), (self.mask + 1) * 8) };
+    }
+}
+
+/// Encode a folio reference: region slot and generation, first page, order.
+#[inline]
+pub fn entry(r: &RegionInner, page: usize, order: u32) -> u64 {
+    entry_raw(r.slot, r.gen, page, order)
+}
+
+/// Encode a folio reference from its parts.
+#[inline]
+pub fn entry_raw(slot: usize, gen: u32, page: usize, order: u32) -> u64 {
+    (slot as u64 & 0xfff) | (u64::from(gen & 0xffff) << 12) | (u64::from(order) << 28) | ((page as u64) << 32)
+}
+
+/// Decode a folio reference.
+#[inline]
+pub fn decode(e: u64) -> (usize, u32, usize, u32) {
+    ((e & 0xfff) as usize, ((e >> 12) & 0xffff) as u32, (e >> 32) as usize, ((e >> 28) & 0xf) as u32)
+}
+
+/// Split the claimed pages of `[first, first + n)` (bit i of `mask` set = page claimed) into
+/// naturally aligned power-of-two blocks; calls `f(page, order)` for each.
+pub fn blocks(first: usize, n: usize, claimed: &dyn Fn(usize) -> bool, mut f: impl FnMut(usize, u32)) {
+    let mut i = 0;
+    while i < n {
+        if !claimed(i) {
+            i += 1;
+            continue;
+        }
+        let mut k = (n.trailing_zeros()).min(((first + i) | (1 << 31)).trailing_zeros());
+        loop {
+            let len = 1usize << k;
+            if i % len == 0 && i + len <= n && (i..i + len).all(claimed) {
+                break;
+            }
+            k -= 1;
+        }
+        f(first + i, k);
+        i += 1 << k;
+    }
+}
+
+#[derive(Copy, Clone)]
+struct Block {
+    r: *const RegionInner,
+    page: usize,
+    order: u32,
+    /// Index of the block's first new word in the words array.
+    w: usize,
+    /// 0 = store, 1 = cache, 2 = aborted.
+    dest: u8,
+}
+
+/// Store `data` (one folio of `order`) and write the pages' new SWAPPED words into `out`,
+/// splitting on `NoSpace`.
+pub(crate) fn store_folio(p: &Pager, data: &[u8], order: u32, out: &mut [u64]) -> Result<(), StoreError> {
+    match p.store.store(p.cfg.group, data) {
+        Ok(e) => {
+            for (i, o) in out.iter_mut().enumerate().take(1 << order) {
+                *o = word(kind::SWAPPED, order, e + i as u64);
+            }
+            inc(&p.counters.swpout[order as usize], 1);
+            inc(&p.counters.evicted_folios, 1);
+            inc(&p.counters.evicted_pages, 1 << order);
+            Ok(())
+        }
+        Err(StoreError::NoSpace { .. }) if order > 0 => {
+            inc(&p.counters.swpout_fallback[order as usize], 1);
+            let half = data.len() / 2;
+            let n = 1usize << (order - 1);
+            store_folio(p, &data[..half], order - 1, &mut out[..n])?;
+            if let Err(e) = store_folio(p, &data[half..], order - 1, &mut out[n..2 * n]) {
+                release_words(p, &out[..n]);
+                return Err(e);
+            }
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Drop the store references held by SWAPPED words.
+fn release_words(p: &Pager, words: &[u64]) {
+    for &w in words {
+        if w_kind(w) == kind::SWAPPED {
+            p.store.put(w_payload(w), 1);
+        }
+    }
+}
+
+/// Claim the RESIDENT pages of `[page, page + 2^order)` (any order when `any_order`); returns
+/// a bit mask of the pages claimed (bit i = page + i) in `claimed`.
+fn claim_resident(r: &RegionInner, page: usize, order: u32, any_order: bool, claimed: &mut [bool]) -> usize {
+    let n = (1usize << order).min(r.npages - page);
+    let mut c = 0;
+    for i in 0..n {
+        claimed[i] = false;
+        let w = r.word(page + i).load(Ordering::Acquire);
+        if w_kind(w) == kind::RESIDENT
+            && (any_order || w_order(w) == order)
+            && r.word(page + i).compare_exchange(w, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        {
+            claimed[i] = true;
+            c += 1;
+        }
+    }
+    c
+}
+
+struct Batch {
+    blocks: [Block; MAX_BLOCKS],
+    nblocks: usize,
+    words: [u64; MAX_BATCH_PAGES + 512],
+    nwords: usize,
+}
+
+/// Evict candidate folios taken by `next` (returns `(region, page, order, any_order)`):
+/// write-protect, copy to the cache (`to_cache`) or the store, drop, publish. Returns pages
+/// taken off the resident set.
+/// A candidate from a list: `None` region = stale entry, skipped.
+type Candidate = (Option<&'static RegionInner>, usize, u32, bool);
+
+fn evict_resident(p: &Pager, to_cache: bool, max_pages: usize, next: &mut dyn FnMut() -> Option<Candidate>) -> usize {
+    // SAFETY: Batch is plain data (pointers, integers); all-zero is a valid "empty" value.
+    let mut b: Batch = unsafe { std::mem::zeroed() };
+    let mut claimed = [false; 512];
+    let mut pages = 0usize;
+    while pages < max_pages && b.nblocks < MAX_BLOCKS - 16 {
+        let Some((r, page, order, any)) = next() else { break };
+        let Some(r) = r else { continue };
+        if page >= r.npages || order > 9 {
+            continue;
+        }
+        if claim_resident(r, page, order, any, &mut claimed) == 0 {
+            continue;
+        }
+        let n = (1usize << order).min(r.npages - page);
+        blocks(page, n, &|i| claimed[i], |pg, k| {
+            b.blocks[b.nblocks] = Block { r, page: pg, order: k, w: b.nwords, dest: 0 };
+            b.nblocks += 1;
+            b.nwords += 1 << k;
+            pages += 1 << k;
+        });
+    }
+    if b.nblocks == 0 {
+        return 0;
+    }
+    // Write-protect, merging adjacent blocks of one region into one call.
+    let mut i = 0;
+    while i < b.nblocks {
+        let r0 = b.blocks[i].r;
+        let start = b.blocks[i].page;
+        let mut end = start + (1 << b.blocks[i].order);
+        let mut j = i + 1;
+        while j < b.nblocks && b.blocks[j].r == r0 && b.blocks[j].page == end {
+            end += 1 << b.blocks[j].order;
+            j += 1;
+        }
+        // SAFETY: r0 came from the registry inside enter()/leave().
+        let r = unsafe { &*r0 };
+        inc(&p.counters.wp_calls, 1);
+        if p.uffd.writeprotect(r.addr(start), (end - start) * PAGE_SIZE, true, false).is_err() {
+            for blk in &mut b.blocks[i..j] {
+                blk.dest = 2;
+            }
+        }
+        i = j;
+    }
+    // Copy out.
+    for bi in 0..b.nblocks {
+        let blk = b.blocks[bi];
+        if blk.dest == 2 {
+            continue;
+        }
+        // SAFETY: as above.
+        let r = unsafe { &*blk.r };
+        let len = PAGE_SIZE << blk.order;
+        // SAFETY: the block's pages are claimed (BUSY), mapped and write-protected: nobody
+        // changes them while we read.
+        let src = unsafe { std::slice::from_raw_parts(r.addr(blk.page) as *const u8, len) };
+        let mut done = false;
+        if to_cache {
+            if let Some(o) = p.cache.alloc(len) {
+                // SAFETY: the cache object is ours and len bytes long.
+                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p.cache.ptr(o), len) };
+                let cw = word(kind::CACHED, blk.order, (o.off / crate::arena::GRANULE) as u64);
+                b.words[blk.w..blk.w + (1 << blk.order)].fill(cw);
+                b.blocks[bi].dest = 1;
+                done = true;
+            }
+        }
+        if !done {
+            if let Err(e) = store_folio(p, src, blk.order, &mut b.words[blk.w..blk.w + (1 << blk.order)]) {
+                let _ = e;
+                inc(&p.counters.store_errors, 1);
+                b.blocks[bi].dest = 2;
+                // SAFETY: r as above.
+                let _ = p.uffd.writeprotect(r.addr(blk.page), len, false, true);
+            }
+        }
+    }
+    // Drop the copied pages in one batch.
+    let mut iov: [libc::iovec; MAX_BLOCKS] = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MAX_BLOCKS];
+    let mut niov = 0;
+    for blk in &b.blocks[..b.nblocks] {
+        if blk.dest == 2 {
+            continue;
+        }
+        // SAFETY: as above.
+        let r = unsafe { &*blk.r };
+        let a = r.addr(blk.page);
+        let len = PAGE_SIZE << blk.order;
+        if niov > 0 && iov[niov - 1].iov_base as usize + iov[niov - 1].iov_len == a {
+            iov[niov - 1].iov_len += len;
+        } else {
+            iov[niov] = libc::iovec { iov_base: a as *mut _, iov_len: len };
+            niov += 1;
+        }
+    }
+    if niov > 0 {
+        let calls = p.madv.dontneed(&iov[..niov]);
+        inc(&p.counters.madvise_calls, calls);
+    }
+    // Publish.
+    let mut out = 0usize;
+    for blk in &b.blocks[..b.nblocks] {
+        // SAFETY: as above.
+        let r = unsafe { &*blk.r };
+        let n = 1usize << blk.order;
+        if blk.dest == 2 {
+            for i in 0..n {
+                r.word(blk.page + i).store(word(kind::RESIDENT, blk.order, 0), Ordering::Release);
+            }
+            p.active.push(entry(r, blk.page, blk.order));
+            continue;
+        }
+        for i in 0..n {
+            r.word(blk.page + i).store(b.words[blk.w + i], Ordering::Release);
+        }
+        if blk.dest == 1 {
+            inc(&p.counters.demoted_pages, n as u64);
+            if !p.inactive.push(entry(r, blk.page, blk.order)) {
+                // Inactive list full: this folio stays cached until it refaults or its region
+                // goes; count it as a reclaim failure.
+                inc(&p.counters.reclaim_fail, 1);
+            }
+        }
+        out += n;
+    }
+    p.resident_pages.fetch_sub(out as i64, Ordering::AcqRel);
+    out
+}
+
+/// Compress the oldest inactive (cached) folios into the store. Returns pages freed from the
+/// cache.
+fn shrink_inactive(p: &Pager, max_pages: usize) -> usize {
+    let mut done = 0;
+    let mut words = [0u64; 512];
+    while done < max_pages {
+        let Some(e) = p.inactive.pop() else { break };
+        let (slot, gen, page, order) = decode(e);
+        let Some(r) = region::by_slot(slot, gen) else { continue };
+        if page >= r.npages {
+            continue;
+        }
+        let n = 1usize << order;
+        let w0 = r.word(page).load(Ordering::Acquire);
+        if w_kind(w0) != kind::CACHED || w_order(w0) != order {
+            continue; // promoted or released since
+        }
+        // Claim the whole cached piece (all pages carry the same word).
+        let mut got = 0;
+        while got < n && r.word(page + got).compare_exchange(w0, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            got += 1;
+        }
+        if got < n {
+            for i in 0..got {
+                r.word(page + i).store(w0, Ordering::Release);
+            }
+            continue;
+        }
+        let o = crate::arena::Obj {
+            off: w_payload(w0) as usize * crate::arena::GRANULE,
+            class: crate::arena::class_of(PAGE_SIZE << order).unwrap_or(0),
+        };
+        // SAFETY: the cache object holds this folio's bytes and is ours (pages claimed).
+        let data = unsafe { std::slice::from_raw_parts(p.cache.ptr(o), PAGE_SIZE << order) };
+        match store_folio(p, data, order, &mut words[..n]) {
+            Ok(()) => {
+                for i in 0..n {
+                    r.word(page + i).store(words[i], Ordering::Release);
+                }
+                p.cache.free(o);
+                done += n;
+            }
+            Err(_) => {
+                inc(&p.counters.store_errors, 1);
+                for i in 0..n {
+                    r.word(page + i).store(w0, Ordering::Release);
+                }
+                p.inactive.push(e);
+                break;
+            }
+        }
+    }
+    done
+}
+
+/// One reclaim step. Returns true if it made progress.
+pub(crate) fn reclaim_batch(p: &Pager) -> bool {
+    IN_RECLAIM.with(|c| c.set(c.get() + 1));
+    inc(&p.counters.reclaim_batches, 1);
+    let batch = p.cfg.reclaim_batch.clamp(1, MAX_BATCH_PAGES);
+    let two = p.cfg.replacement == Replacement::TwoList;
+    let target = p.cfg.limit_bytes * u64::from(p.cfg.inactive_percent) / 100;
+    let mut next = || {
+        let e = p.active.pop()?;
+        let (slot, gen, page, order) = decode(e);
+        Some((region::by_slot(slot, gen), page, order, false))
+    };
+    let mut progress = 0;
+    if two {
+        // Age the inactive list first (this is what lowers the charge), then refill it from
+        // the active list so that it keeps its share of the limit.
+        let cache = p.cache.live_bytes();
+        if cache + (batch * PAGE_SIZE) as u64 > target || p.active.is_empty() {
+            progress += shrink_inactive(p, batch);
+        }
+        if p.cache.live_bytes() < target || progress == 0 {
+            progress += evict_resident(p, true, batch, &mut next);
+        }
+    } else {
+        progress = evict_resident(p, false, batch, &mut next);
+    }
+    IN_RECLAIM.with(|c| c.set(c.get() - 1));
+    progress > 0
+}
+
+/// Reclaim until `need` more bytes fit under the limit (or nothing more can be reclaimed).
+pub(crate) fn direct_reclaim(p: &Pager, need: u64) {
+    let limit = p.cfg.limit_bytes;
+    let mut stuck = 0;
+    while p.charged_bytes() + need > limit {
+        if reclaim_batch(p) {
+            stuck = 0;
+        } else {
+            stuck += 1;
+            if stuck > 2 {
+                inc(&p.counters.reclaim_fail, 1);
+                return;
+            }
+        }
+    }
+}
+
+/// The background reclaimer (`ReclaimMode::Background`): keeps the charge under a low
+/// watermark, sleeping on a futex the fault path wakes.
+pub(crate) fn kswapd(p: &Pager) {
+    let limit = p.cfg.limit_bytes;
+    let low = limit - (limit / 16).max((p.cfg.reclaim_batch * PAGE_SIZE * 2) as u64).min(limit / 2);
+    while !p.stop.load(Ordering::Acquire) {
+        let v = p.reclaim_wake.load(Ordering::Acquire);
+        region::enter();
+        let mut n = 0;
+        while p.charged_bytes() > low && n < 64 && reclaim_batch(p) {
+            n += 1;
+        }
+        region::leave();
+        if n == 0 {
+            crate::sys::futex_wait(&p.reclaim_wake, v, 20);
+        }
+    }
+}
+
+/// The low watermark at which the fault path wakes the background reclaimer.
+pub(crate) fn wake_mark(p: &Pager) -> u64 {
+    let limit = p.cfg.limit_bytes;
+    limit - (limit / 32).max((p.cfg.reclaim_batch * PAGE_SIZE) as u64).min(limit / 4)
+}
+
+/// Evict every resident and cached page of `r` to the store. Call inside enter()/leave().
+pub(crate) fn evict_region(r: &'static RegionInner) -> usize {
+    let p = r.pager();
+    IN_RECLAIM.with(|c| c.set(c.get() + 1));
+    let fo = r.folio_order;
+    let mut next_page = 0usize;
+    let mut total = 0;
+    loop {
+        let mut next = || {
+            if next_page >= r.npages {
+                return None;
+            }
+            let pg = next_page;
+            next_page += 1 << fo;
+            Some((Some(r), pg, fo, true))
+        };
+        let n = evict_resident(p, false, MAX_BATCH_PAGES / 2, &mut next);
+        total += n;
+        if next_page >= r.npages {
+            break;
+        }
+    }
+    // Cached folios of this region: compress them now.
+    let mut words = [0u64; 512];
+    let mut pg = 0;
+    while pg < r.npages {
+        let w0 = r.word(pg).load(Ordering::Acquire);
+        if w_kind(w0) != kind::CACHED {
+            pg += 1;
+            continue;
+        }
+        let order = w_order(w0);
+        let n = 1usize << order;
+        let head = pg & !(n - 1);
+        let mut got = 0;
+        while got < n && r.word(head + got).compare_exchange(w0, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            got += 1;
+        }
+        if got < n {
+            for i in 0..got {
+                r.word(head + i).store(w0, Ordering::Release);
+            }
+            pg = head + n;
+            continue;
+        }
+        let o = crate::arena::Obj {
+            off: w_payload(w0) as usize * crate::arena::GRANULE,
+            class: crate::arena::class_of(PAGE_SIZE << order).unwrap_or(0),
+        };
+        // SAFETY: cache object of this claimed piece.
+        let data = unsafe { std::slice::from_raw_parts(p.cache.ptr(o), PAGE_SIZE << order) };
+        if store_folio(p, data, order, &mut words[..n]).is_ok() {
+            for i in 0..n {
+                r.word(head + i).store(words[i], Ordering::Release);
+            }
+            p.cache.free(o);
+            total += n;
+        } else {
+            for i in 0..n {
+                r.word(head + i).store(w0, Ordering::Release);
+            }
+        }
+        pg = head + n;
+    }
+    IN_RECLAIM.with(|c| c.set(c.get() - 1));
+    total
+}
+
+/// Release pages `[a, b)` of `r`: free their swap entries and cache copies and make them
+/// zero-fill. `live` = the mapping stays (drop the resident pages with `MADV_DONTNEED` too);
+/// otherwise the memory is going away (unmap, region drop).
+pub(crate) fn release_pages(r: &RegionInner, a: usize, b: usize, live: bool) {
+    let p = r.pager();
+    let b = b.min(r.npages);
+    let mut pg = a;
+    let mut resident = 0i64;
+    while pg < b {
+        let w = r.word(pg).load(Ordering::Acquire);
+        match w_kind(w) {
+            kind::NONE => pg += 1,
+            kind::BUSY => std::thread::yield_now(),
+            kind::RESIDENT => {
+                if r.word(pg).compare_exchange(w, word(kind::NONE, 0, 0), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                    resident += 1;
+                    pg += 1;
+                }
+            }
+            kind::SWAPPED => {
+                if r.word(pg).compare_exchange(w, word(kind::NONE, 0, 0), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                    p.store.put(w_payload(w), 1);
+                    pg += 1;
+                }
+            }
+            kind::CACHED => {
+                let order = w_order(w);
+                let n = 1usize << order;
+                let head = pg & !(n - 1);
+                let mut got = 0;
+                while got < n
+                    && r.word(head + got).compare_exchange(w, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+                {
+                    got += 1;
+                }
+                if got < n {
+                    for i in 0..got {
+                        r.word(head + i).store(w, Ordering::Release);
+                    }
+                    std::thread::yield_now();
+                    continue;
+                }
+                let o = crate::arena::Obj {
+                    off: w_payload(w) as usize * crate::arena::GRANULE,
+                    class: crate::arena::class_of(PAGE_SIZE << order).unwrap_or(0),
+                };
+                for i in 0..n {
+                    let q = head + i;
+                    if q >= a && q < b {
+                        r.word(q).store(word(kind::NONE, 0, 0), Ordering::Release);
+                        continue;
+                    }
+                    // Outside the range: keep the data, as a 4 KiB page in the store.
+                    // SAFETY: page i of the claimed cache object.
+                    let d = unsafe { std::slice::from_raw_parts(p.cache.ptr(o).add(i * PAGE_SIZE), PAGE_SIZE) };
+                    let mut nw = [0u64; 1];
+                    if store_folio(p, d, 0, &mut nw).is_ok() {
+                        r.word(q).store(nw[0], Ordering::Release);
+                    } else {
+                        // Cannot keep it out of memory: map it back.
+                        inc(&p.counters.store_errors, 1);
+                        // SAFETY: the cache page is readable; q is claimed and missing.
+                        let _ = unsafe { p.uffd.copy(r.addr(q), d.as_ptr(), PAGE_SIZE, false, true) };
+                        r.word(q).store(word(kind::RESIDENT, 0, 0), Ordering::Release);
+                        p.resident_pages.fetch_add(1, Ordering::AcqRel);
+                        p.active.push(entry(r, q, 0));
+                    }
+                }
+                p.cache.free(o);
+                pg = head + n;
+            }
+            _ => pg += 1,
+        }
+    }
+    p.resident_pages.fetch_sub(resident, Ordering::AcqRel);
+    if live && b > a {
+        // SAFETY: advice on the region's own memory.
+        unsafe { libc::madvise(r.addr(a) as *mut _, (b - a) * PAGE_SIZE, libc::MADV_DONTNEED) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_is_fifo_and_bounded() {
+        let r = Ring::new(4).unwrap();
+        for i in 0..4 {
+            assert!(r.push(i));
+        }
+        assert!(!r.push(9));
+        assert_eq!(r.pop(), Some(0));
+        assert!(r.push(4));
+        let v: Vec<u64> = std::iter::from_fn(|| r.pop()).collect();
+        assert_eq!(v, vec![1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn blocks_cover_claimed_pages_with_aligned_pieces() {
+        let check = |first: usize, n: usize, set: &[usize]| {
+            let claimed = |i: usize| set.contains(&i);
+            let mut seen = vec![];
+            blocks(first, n, &claimed, |pg, k| {
+                assert_eq!((pg - first) % (1 << k), 0);
+                assert_eq!(pg % (1 << k), 0, "aligned in the region");
+                for q in pg..pg + (1 << k) {
+                    seen.push(q - first);
+                }
+            });
+            let mut want: Vec<usize> = set.to_vec();
+            want.sort();
+            assert_eq!(seen, want);
+        };
+        check(0, 16, &(0..16).collect::<Vec<_>>());
+        check(16, 16, &[0, 1, 2, 3, 5, 8, 9, 10, 11, 12, 13, 14, 15]);
+        check(0, 1, &[0]);
+        check(512, 512, &(1..512).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn entries_roundtrip() {
+        let e = entry_raw(4095, 0xfffe, 123_456, 4);
+        assert_eq!(decode(e), (4095, 0xfffe, 123_456, 4));
+    }
+}

@@ -1,0 +1,415 @@
+//! Managed regions: the mapping, its per-page state words, and the process-wide registry the
+//! SIGBUS handler searches.
+//!
+//! Every 4 KiB page of a region has one `AtomicU64` state word (the pager's page table, in a
+//! `MAP_NORESERVE` array so untouched parts cost nothing):
+//!
+//! ```text
+//!  63                                 8 7 6   3 2   0
+//! +------------------------------------+-+-----+-----+
+//! |              PAYLOAD               |R|ORDER|KIND |
+//! +------------------------------------+-+-----+-----+
+//! ```
+//! KIND: `NONE` (never populated or discarded: a fault zero-fills), `RESIDENT` (mapped; ORDER is
+//! the folio it was mapped with and is queued as), `BUSY` (locked by one thread that is filling
+//! or evicting it), `CACHED` (unmapped, uncompressed copy in the swap cache: PAYLOAD is the
+//! cache object, ORDER the cached piece), `SWAPPED` (PAYLOAD is this page's swap entry, ORDER
+//! the stored folio it belongs to). R marks a page brought in by readahead.
+//!
+//! Locking: a page changes state only by CAS. `BUSY` is the per-page lock: a thread that CASes a
+//! page to `BUSY` owns it until it publishes the next state; no thread ever waits for a `BUSY`
+//! page while it holds other `BUSY` pages (claims are all-or-nothing and rolled back), so
+//! there is no lock-order deadlock. The registry is a fixed array of slots read lock-free by
+//! the handler; a region is retired by clearing its slot and waiting until no thread is inside
+//! pager code ([`enter`]/[`leave`]).
+
+use crate::Pager;
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Page state kinds.
+pub mod kind {
+    /// Never populated, or discarded: a fault zero-fills.
+    pub const NONE: u64 = 0;
+    /// Mapped.
+    pub const RESIDENT: u64 = 1;
+    /// Locked by a thread filling or evicting it.
+    pub const BUSY: u64 = 2;
+    /// Unmapped, uncompressed in the swap cache (inactive list).
+    pub const CACHED: u64 = 3;
+    /// Stored in the page store.
+    pub const SWAPPED: u64 = 4;
+}
+
+/// Kind of a word.
+#[inline]
+pub fn w_kind(w: u64) -> u64 {
+    w & 7
+}
+/// Order of a word.
+#[inline]
+pub fn w_order(w: u64) -> u32 {
+    ((w >> 3) & 0xf) as u32
+}
+/// Payload of a word.
+#[inline]
+pub fn w_payload(w: u64) -> u64 {
+    w >> 8
+}
+/// Readahead mark of a word.
+#[inline]
+pub fn w_ra(w: u64) -> bool {
+    w & 0x80 != 0
+}
+/// Build a word.
+#[inline]
+pub fn word(kind: u64, order: u32, payload: u64) -> u64 {
+    kind | (u64::from(order) << 3) | (payload << 8)
+}
+/// The BUSY word (no payload).
+pub const BUSY: u64 = kind::BUSY;
+
+/// Maximum number of live regions in the process.
+pub const MAX_REGIONS: usize = 4096;
+
+struct Slot {
+    start: AtomicUsize,
+    end: AtomicUsize,
+    ptr: AtomicPtr<RegionInner>,
+    gen: AtomicU32,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const SLOT_INIT: Slot = Slot {
+    start: AtomicUsize::new(0),
+    end: AtomicUsize::new(0),
+    ptr: AtomicPtr::new(std::ptr::null_mut()),
+    gen: AtomicU32::new(0),
+};
+static REGISTRY: [Slot; MAX_REGIONS] = [SLOT_INIT; MAX_REGIONS];
+static HIGH: AtomicUsize = AtomicUsize::new(0);
+static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Mark this thread as using region pointers from the registry (handler, reclaim, events).
+#[inline]
+pub fn enter() {
+    ACTIVE.fetch_add(1, Ordering::SeqCst);
+}
+/// End of [`enter`].
+#[inline]
+pub fn leave() {
+    ACTIVE.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// Find the region containing `addr`. Call between [`enter`] and [`leave`]; the reference is
+/// valid until `leave`.
+#[inline]
+pub fn lookup(addr: usize) -> Option<&'static RegionInner> {
+    let n = HIGH.load(Ordering::Acquire);
+    for s in &REGISTRY[..n] {
+        if addr >= s.start.load(Ordering::Relaxed) && addr < s.end.load(Ordering::Relaxed) {
+            let p = s.ptr.load(Ordering::Acquire);
+            if !p.is_null() {
+                // SAFETY: a non-null slot pointer names a live RegionInner; retirement clears
+                // the slot and waits for ACTIVE to drain before freeing it.
+                let r = unsafe { &*p };
+                if addr >= r.start && addr < r.start + r.len {
+                    return Some(r);
+                }
+            }
+        }
+    }
+    None
+}
+
+/// True if `[a, b)` overlaps a live region (no dereference: safe outside [`enter`]).
+pub fn overlaps(a: usize, b: usize) -> bool {
+    let n = HIGH.load(Ordering::Acquire);
+    REGISTRY[..n].iter().any(|s| {
+        let (st, en) = (s.start.load(Ordering::Relaxed), s.end.load(Ordering::Relaxed));
+        en != 0 && st < b && en > a
+    })
+}
+
+/// Find a region by slot and generation (from a reclaim queue entry).
+#[inline]
+pub fn by_slot(slot: usize, gen: u32) -> Option<&'static RegionInner> {
+    let s = REGISTRY.get(slot)?;
+    let p = s.ptr.load(Ordering::Acquire);
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: as in lookup.
+    let r = unsafe { &*p };
+    (r.gen == gen && s.gen.load(Ordering::Relaxed) == gen).then_some(r)
+}
+
+/// The shared part of a region, reachable from the signal handler.
+pub struct RegionInner {
+    /// First byte (folio aligned).
+    pub start: usize,
+    /// Length in bytes (multiple of the folio size).
+    pub len: usize,
+    /// Number of 4 KiB pages.
+    pub npages: usize,
+    /// Folio order of the region.
+    pub folio_order: u32,
+    /// The pager (outlives the region: the Region holds an Arc).
+    pub pager: *const Pager,
+    words: *mut AtomicU64,
+    /// Registry slot.
+    pub slot: usize,
+    /// Registry generation.
+    pub gen: u32,
+    /// `madvise(MADV_HUGEPAGE)`-like hint for the `Madvise` swap-in policy.
+    pub huge_hint: std::sync::atomic::AtomicBool,
+    /// Last faulting page (sequential detection) and the current readahead window.
+    pub last_fault: AtomicUsize,
+    /// Sequential-fault streak (adaptive granularity and readahead window).
+    pub seq_streak: AtomicU32,
+    /// Last readahead window: `end << 16 | pages read ahead` (for swap_ra_hit).
+    pub ra_end: AtomicUsize,
+    map_len: usize,
+    map_base: usize,
+}
+
+// SAFETY: every shared field is atomic or immutable; words point to a mapping owned by self.
+unsafe impl Send for RegionInner {}
+// SAFETY: as above.
+unsafe impl Sync for RegionInner {}
+
+impl RegionInner {
+    /// The state word of page `i`.
+    #[inline]
+    pub fn word(&self, i: usize) -> &AtomicU64 {
+        debug_assert!(i < self.npages);
+        // SAFETY: i < npages and the words mapping holds npages words for the region's life.
+        unsafe { &*self.words.add(i) }
+    }
+
+    /// Address of page `i`.
+    #[inline]
+    pub fn addr(&self, i: usize) -> usize {
+        self.start + i * crate::PAGE_SIZE
+    }
+
+    /// The pager.
+    #[inline]
+    pub fn pager(&self) -> &Pager {
+        // SAFETY: the Region owning this inner holds an Arc<Pager> until after retirement.
+        unsafe { &*self.pager }
+    }
+}
+
+/// A managed region of anonymous memory, paged by its [`Pager`] under the pager's limit.
+///
+/// Use it as ordinary memory through [`Region::as_ptr`] or [`Region::as_mut_slice`]; pages are
+/// swapped out when the pager is over its limit and swapped back in on access. Dropping the
+/// region unmaps it and frees its swap entries.
+pub struct Region {
+    inner: *mut RegionInner,
+    pager: Arc<Pager>,
+}
+
+// SAFETY: the region's memory and state are shared-safe (atomics); the raw pointer is owned.
+unsafe impl Send for Region {}
+// SAFETY: as above.
+unsafe impl Sync for Region {}
+
+fn mmap_anon(len: usize, noreserve: bool) -> std::io::Result<usize> {
+    let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+    if noreserve {
+        flags |= libc::MAP_NORESERVE;
+    }
+    // SAFETY: anonymous mapping with no address hint.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(p as usize)
+}
+
+impl Region {
+    pub(crate) fn create(pager: &Arc<Pager>, len: usize) -> Result<Region, crate::PagerError> {
+        let folio = pager.cfg.folio_size;
+        let len = len.max(1).div_ceil(folio) * folio;
+        let map_len = len + folio;
+        let base =
+            mmap_anon(map_len, true).map_err(|e| crate::PagerError::Os(format!("mmap of {map_len} bytes: {e}")))?;
+        let start = base.div_ceil(folio) * folio;
+        let npages = len / crate::PAGE_SIZE;
+        let words = match mmap_anon(npages * 8, true) {
+            Ok(w) => w as *mut AtomicU64,
+            Err(e) => {
+                // SAFETY: unmapping the mapping we just created.
+                unsafe { libc::munmap(base as *mut _, map_len) };
+                return Err(crate::PagerError::Os(format!("mmap of page table: {e}")));
+            }
+        };
+        let undo = |msg: String| {
+            // SAFETY: unmapping mappings we created.
+            unsafe {
+                libc::munmap(base as *mut _, map_len);
+                libc::munmap(words.cast(), npages * 8);
+            }
+            crate::PagerError::Os(msg)
+        };
+        let mode = crate::uffd::mode::MISSING | crate::uffd::mode::WP;
+        if let Err(e) = pager.uffd.register(start, len, mode) {
+            return Err(undo(format!("{e} (region of {len} bytes)")));
+        }
+        // Claim a registry slot.
+        let mut slot = None;
+        for (i, s) in REGISTRY.iter().enumerate() {
+            if s.ptr.load(Ordering::Relaxed).is_null()
+                && s.start.load(Ordering::Relaxed) == 0
+                && s.start.compare_exchange(0, start, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+            {
+                slot = Some(i);
+                break;
+            }
+        }
+        let Some(slot) = slot else {
+            let _ = pager.uffd.unregister(start, len);
+            return Err(undo(format!("too many regions (at most {MAX_REGIONS})")));
+        };
+        let s = &REGISTRY[slot];
+        let gen = s.gen.fetch_add(1, Ordering::AcqRel).wrapping_add(1) & 0xffff;
+        s.gen.store(gen, Ordering::Release);
+        let inner = Box::into_raw(Box::new(RegionInner {
+            start,
+            len,
+            npages,
+            folio_order: (folio / crate::PAGE_SIZE).trailing_zeros(),
+            pager: Arc::as_ptr(pager),
+            words,
+            slot,
+            gen,
+            huge_hint: std::sync::atomic::AtomicBool::new(false),
+            last_fault: AtomicUsize::new(usize::MAX),
+            seq_streak: AtomicU32::new(0),
+            ra_end: AtomicUsize::new(usize::MAX),
+            map_len,
+            map_base: base,
+        }));
+        s.end.store(start + len, Ordering::Release);
+        s.ptr.store(inner, Ordering::Release);
+        HIGH.fetch_max(slot + 1, Ordering::AcqRel);
+        Ok(Region { inner, pager: pager.clone() })
+    }
+
+    fn inner(&self) -> &RegionInner {
+        // SAFETY: inner lives until Drop.
+        unsafe { &*self.inner }
+    }
+
+    /// First byte of the region.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.inner().start as *mut u8
+    }
+
+    /// Length in bytes (the requested length rounded up to the folio size).
+    pub fn len(&self) -> usize {
+        self.inner().len
+    }
+
+    /// True if the region has no bytes (never: a region is at least one folio).
+    pub fn is_empty(&self) -> bool {
+        self.inner().len == 0
+    }
+
+    /// The region as a byte slice.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: the mapping is valid for len bytes for the region's life; faults are served.
+        unsafe { std::slice::from_raw_parts(self.as_ptr(), self.len()) }
+    }
+
+    /// The region as a mutable byte slice.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as as_slice, and &mut self gives exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.as_ptr(), self.len()) }
+    }
+
+    /// The pager serving this region.
+    pub fn pager(&self) -> &Arc<Pager> {
+        &self.pager
+    }
+
+    /// Mark the region for large-folio swap-in under the `Madvise` swap-in policy (like
+    /// `madvise(MADV_HUGEPAGE)` for the kernel's `swapin_enabled=madvise`).
+    pub fn advise_hugepage(&self, on: bool) {
+        self.inner().huge_hint.store(on, Ordering::Relaxed);
+    }
+
+    /// Count pages of the region per state: (none, resident, busy, cached, swapped).
+    pub fn page_states(&self) -> [usize; 5] {
+        let r = self.inner();
+        let mut c = [0usize; 5];
+        for i in 0..r.npages {
+            let k = w_kind(r.word(i).load(Ordering::Relaxed)) as usize;
+            c[k.min(4)] += 1;
+        }
+        c
+    }
+
+    /// Evict every resident and cached page of the region now (for tests and for callers that
+    /// know the region goes cold). Returns the pages evicted.
+    pub fn evict_all(&self) -> usize {
+        enter();
+        // SAFETY: inner lives until Drop, which waits for threads inside enter()/leave().
+        let r: &'static RegionInner = unsafe { &*self.inner };
+        let n = crate::reclaim::evict_region(r);
+        leave();
+        n
+    }
+
+    /// Release `[offset, offset+len)` of the region: its pages become zero-fill and their swap
+    /// entries are freed (what `madvise(MADV_DONTNEED)` does to anonymous memory).
+    pub fn discard(&self, offset: usize, len: usize) {
+        let r = self.inner();
+        let a = offset.min(r.len) / crate::PAGE_SIZE;
+        let b = (offset.saturating_add(len)).min(r.len).div_ceil(crate::PAGE_SIZE);
+        enter();
+        crate::reclaim::release_pages(r, a, b, true);
+        leave();
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        let r = self.inner();
+        let s = &REGISTRY[r.slot];
+        s.ptr.store(std::ptr::null_mut(), Ordering::SeqCst);
+        s.end.store(0, Ordering::SeqCst);
+        // Wait until no thread can still hold a pointer obtained from the registry.
+        while ACTIVE.load(Ordering::SeqCst) != 0 {
+            std::thread::yield_now();
+        }
+        let _ = self.pager.uffd.unregister(r.start, r.len);
+        crate::reclaim::release_pages(r, 0, r.npages, false);
+        // SAFETY: unmapping the region mapping and its page table, both created in create();
+        // nothing references them any more.
+        unsafe {
+            libc::munmap(r.map_base as *mut _, r.map_len);
+            libc::munmap(r.words.cast(), r.npages * 8);
+        }
+        s.start.store(0, Ordering::SeqCst);
+        // SAFETY: inner came from Box::into_raw in create and is no longer reachable.
+        drop(unsafe { Box::from_raw(self.inner) });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn word_fields_roundtrip() {
+        let w = word(kind::SWAPPED, 9, (1 << 50) + 3);
+        assert_eq!(w_kind(w), kind::SWAPPED);
+        assert_eq!(w_order(w), 9);
+        assert_eq!(w_payload(w), (1 << 50) + 3);
+        assert!(!w_ra(w));
+        assert!(w_ra(w | 0x80));
+    }
+}

@@ -1,0 +1,249 @@
+//! Pager statistics: fault counts by kind, reclaim counters, per-order swap counters under the
+//! kernel's names (`swpout`, `swpout_fallback`, `swpin`, `swpin_fallback`, `swap_ra`,
+//! `swap_ra_hit`) and a fault-latency histogram.
+//!
+//! Locking: none. Counters are relaxed atomics bumped from the fault path (signal-safe); the
+//! latency histogram is a fixed array of atomic buckets (4 per power of two of nanoseconds),
+//! so recording allocates nothing. A snapshot sums them; it may miss adds in flight.
+
+use crate::store::MAX_ORDER;
+use crate::Pager;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+const NR_ORDERS: usize = MAX_ORDER as usize + 1;
+const HIST: usize = 64 * 4;
+
+/// Live counters (fault path).
+pub struct Counters {
+    pub(crate) faults: AtomicU64,
+    pub(crate) fault_zero: AtomicU64,
+    pub(crate) fault_swapin: AtomicU64,
+    pub(crate) fault_cache: AtomicU64,
+    pub(crate) fault_wp: AtomicU64,
+    pub(crate) fault_spurious: AtomicU64,
+    pub(crate) fault_waits: AtomicU64,
+    pub(crate) pages_mapped: AtomicU64,
+    pub(crate) demoted_pages: AtomicU64,
+    pub(crate) evicted_pages: AtomicU64,
+    pub(crate) evicted_folios: AtomicU64,
+    pub(crate) reclaim_batches: AtomicU64,
+    pub(crate) reclaim_fail: AtomicU64,
+    pub(crate) madvise_calls: AtomicU64,
+    pub(crate) wp_calls: AtomicU64,
+    pub(crate) swap_ra: AtomicU64,
+    pub(crate) swap_ra_hit: AtomicU64,
+    pub(crate) swpout: [AtomicU64; NR_ORDERS],
+    pub(crate) swpout_fallback: [AtomicU64; NR_ORDERS],
+    pub(crate) swpin: [AtomicU64; NR_ORDERS],
+    pub(crate) swpin_fallback: [AtomicU64; NR_ORDERS],
+    pub(crate) ev_unmap: AtomicU64,
+    pub(crate) ev_remap: AtomicU64,
+    pub(crate) ev_remove: AtomicU64,
+    pub(crate) ev_fork: AtomicU64,
+    pub(crate) efault_retries: AtomicU64,
+    pub(crate) store_errors: AtomicU64,
+    hist: [AtomicU64; HIST],
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        // SAFETY: every field is an AtomicU64 (or an array of them), for which all-zero is a
+        // valid initial value.
+        unsafe { std::mem::zeroed() }
+    }
+}
+
+#[inline]
+pub(crate) fn inc(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// Monotonic nanoseconds (vDSO `clock_gettime`, signal-safe).
+#[inline]
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the timespec we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn bucket(ns: u64) -> usize {
+    let ns = ns.max(1);
+    let e = 63 - ns.leading_zeros() as usize;
+    let sub = if e >= 2 { ((ns >> (e - 2)) & 3) as usize } else { 0 };
+    (e * 4 + sub).min(HIST - 1)
+}
+
+fn bucket_value(b: usize) -> u64 {
+    let e = b / 4;
+    let sub = (b % 4) as u64;
+    if e >= 2 {
+        (1u64 << e) + (sub << (e - 2))
+    } else {
+        1 << e
+    }
+}
+
+impl Counters {
+    pub(crate) fn record_latency(&self, ns: u64) {
+        self.hist[bucket(ns)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn percentile(&self, p: f64) -> Option<u64> {
+        let v: Vec<u64> = self.hist.iter().map(|h| h.load(Ordering::Relaxed)).collect();
+        let total: u64 = v.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let want = ((total as f64) * p).ceil().max(1.0) as u64;
+        let mut acc = 0;
+        for (i, c) in v.iter().enumerate() {
+            acc += c;
+            if acc >= want {
+                return Some(bucket_value(i));
+            }
+        }
+        None
+    }
+}
+
+/// A snapshot of a pager's statistics (serializable to JSON).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct PagerStats {
+    /// Faults handled (all kinds).
+    pub faults: u64,
+    /// Faults that zero-filled never-used pages.
+    pub fault_zero: u64,
+    /// Faults that swapped in from the store (major faults).
+    pub fault_swapin: u64,
+    /// Faults served from the swap cache (inactive list refaults: workingset activations).
+    pub fault_cache: u64,
+    /// Write-protect faults (a write raced an eviction).
+    pub fault_wp: u64,
+    /// Faults on pages already resident (raced with another thread, or discarded by madvise).
+    pub fault_spurious: u64,
+    /// Times a fault waited for another thread working on the same folio.
+    pub fault_waits: u64,
+    /// Pages mapped by faults.
+    pub pages_mapped: u64,
+    /// Pages moved from the active to the inactive list (unmapped, kept uncompressed).
+    pub demoted_pages: u64,
+    /// Pages written to the store.
+    pub evicted_pages: u64,
+    /// Folios (units) written to the store.
+    pub evicted_folios: u64,
+    /// Reclaim batches run.
+    pub reclaim_batches: u64,
+    /// Reclaim attempts that could not free anything (store full, nothing evictable).
+    pub reclaim_fail: u64,
+    /// `process_madvise`/`madvise` calls made by reclaim.
+    pub madvise_calls: u64,
+    /// `UFFDIO_WRITEPROTECT` calls made by reclaim.
+    pub wp_calls: u64,
+    /// Pages brought in by readahead.
+    pub swap_ra: u64,
+    /// Readahead pages later used.
+    pub swap_ra_hit: u64,
+    /// Folios swapped out whole, per order (0 = 4 KiB .. 9 = 2 MiB).
+    pub swpout: [u64; NR_ORDERS],
+    /// Folios that had to be split on swap-out (no contiguous slots), per order.
+    pub swpout_fallback: [u64; NR_ORDERS],
+    /// Folios swapped in whole, per order.
+    pub swpin: [u64; NR_ORDERS],
+    /// Large folios swapped in one page at a time (policy or random access), per order.
+    pub swpin_fallback: [u64; NR_ORDERS],
+    /// Resident bytes (mapped pages).
+    pub resident_bytes: u64,
+    /// Bytes in the swap cache (inactive list, uncompressed).
+    pub cache_bytes: u64,
+    /// Bytes in the store's pool.
+    pub pool_bytes: u64,
+    /// resident + cache + pool (what the limit caps).
+    pub charged_bytes: u64,
+    /// The limit.
+    pub limit_bytes: u64,
+    /// Median fault latency in ns, if recorded.
+    pub fault_p50_ns: Option<u64>,
+    /// 99th percentile fault latency in ns, if recorded.
+    pub fault_p99_ns: Option<u64>,
+    /// Events decoded: munmap, mremap, madvise-remove, fork.
+    pub events_unmap: u64,
+    /// mremap events.
+    pub events_remap: u64,
+    /// madvise(DONTNEED) events.
+    pub events_remove: u64,
+    /// fork events.
+    pub events_fork: u64,
+    /// System calls retried after EFAULT by the prefaulting wrappers.
+    pub efault_retries: u64,
+    /// Store errors seen (evictions abandoned, page kept resident).
+    pub store_errors: u64,
+    /// The store's own counters.
+    pub engine: serde_json::Value,
+}
+
+fn arr(a: &[AtomicU64; NR_ORDERS]) -> [u64; NR_ORDERS] {
+    std::array::from_fn(|i| a[i].load(Ordering::Relaxed))
+}
+
+pub(crate) fn snapshot(p: &Pager) -> PagerStats {
+    let c = &p.counters;
+    let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let resident = p.resident_pages.load(Ordering::Relaxed).max(0) as u64 * crate::PAGE_SIZE as u64;
+    let cache = p.cache.live_bytes();
+    let pool = p.store.pool_bytes();
+    PagerStats {
+        faults: g(&c.faults),
+        fault_zero: g(&c.fault_zero),
+        fault_swapin: g(&c.fault_swapin),
+        fault_cache: g(&c.fault_cache),
+        fault_wp: g(&c.fault_wp),
+        fault_spurious: g(&c.fault_spurious),
+        fault_waits: g(&c.fault_waits),
+        pages_mapped: g(&c.pages_mapped),
+        demoted_pages: g(&c.demoted_pages),
+        evicted_pages: g(&c.evicted_pages),
+        evicted_folios: g(&c.evicted_folios),
+        reclaim_batches: g(&c.reclaim_batches),
+        reclaim_fail: g(&c.reclaim_fail),
+        madvise_calls: g(&c.madvise_calls),
+        wp_calls: g(&c.wp_calls),
+        swap_ra: g(&c.swap_ra),
+        swap_ra_hit: g(&c.swap_ra_hit),
+        swpout: arr(&c.swpout),
+        swpout_fallback: arr(&c.swpout_fallback),
+        swpin: arr(&c.swpin),
+        swpin_fallback: arr(&c.swpin_fallback),
+        resident_bytes: resident,
+        cache_bytes: cache,
+        pool_bytes: pool,
+        charged_bytes: resident + cache + pool,
+        limit_bytes: p.cfg.limit_bytes,
+        fault_p50_ns: c.percentile(0.5),
+        fault_p99_ns: c.percentile(0.99),
+        events_unmap: g(&c.ev_unmap),
+        events_remap: g(&c.ev_remap),
+        events_remove: g(&c.ev_remove),
+        events_fork: g(&c.ev_fork),
+        efault_retries: g(&c.efault_retries),
+        store_errors: g(&c.store_errors),
+        engine: p.store.stats_json(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_percentiles_are_within_a_bucket() {
+        let c = Counters::default();
+        for ns in 1..=1000u64 {
+            c.record_latency(ns * 10);
+        }
+        let p50 = c.percentile(0.5).unwrap();
+        let p99 = c.percentile(0.99).unwrap();
+        assert!((3500..=5000).contains(&p50), "{p50}");
+        assert!((8000..=10000).contains(&p99), "{p99}");
+    }
+}

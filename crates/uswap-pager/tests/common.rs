@@ -1,0 +1,57 @@
+//! Shared helpers for the integration tests.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use uswap_pager::{Pager, PagerConfig, PagerError};
+
+/// A pager, or `None` with a printed reason when userfaultfd is not available here.
+pub fn pager(cfg: PagerConfig) -> Option<Arc<Pager>> {
+    check(Pager::new(cfg))
+}
+
+/// Unwrap a pager result, printing why the test is skipped when userfaultfd is unavailable.
+pub fn check(r: Result<Arc<Pager>, PagerError>) -> Option<Arc<Pager>> {
+    match r {
+        Ok(p) => Some(p),
+        Err(PagerError::Unavailable(why)) => {
+            eprintln!("SKIPPED: userfaultfd unavailable: {why}");
+            None
+        }
+        Err(e) => panic!("pager: {e}"),
+    }
+}
+
+/// splitmix64.
+pub fn mix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// Word `i` of page `pg` for `seed`: patterned (compressible: a motif of 8 words repeated)
+/// or random.
+pub fn word(seed: u64, pg: usize, i: usize, random: bool) -> u64 {
+    if random {
+        mix64(seed ^ ((pg as u64) << 20) ^ i as u64)
+    } else {
+        mix64(seed ^ ((pg as u64) << 20) ^ (i % 8) as u64 ^ ((i / 128) as u64) << 8)
+    }
+}
+
+/// Fill page `pg` (a 4096-byte slice) with its words.
+pub fn fill_page(page: &mut [u8], seed: u64, pg: usize, random: bool) {
+    for (i, c) in page.chunks_exact_mut(8).enumerate() {
+        c.copy_from_slice(&word(seed, pg, i, random).to_le_bytes());
+    }
+}
+
+/// Check page `pg`; returns the first bad byte offset.
+pub fn check_page(page: &[u8], seed: u64, pg: usize, random: bool) -> Option<usize> {
+    for (i, c) in page.chunks_exact(8).enumerate() {
+        if c != word(seed, pg, i, random).to_le_bytes() {
+            return Some(i * 8);
+        }
+    }
+    None
+}

@@ -1,0 +1,426 @@
+//! The swap file tier: [`FileTier`], a [`Backend`] of kind [`TierKind::File`] over a file or
+//! block device. By default an unlinked temporary file (mode 0600, `O_TMPFILE`) in a
+//! configurable directory, so nothing is left behind when the process ends.
+//!
+//! Physical slots are managed by the cluster allocator ([`SwapSpace`]): a stored folio of
+//! 2^order pages takes 2^order naturally aligned slots of one cluster, each holding the
+//! reverse-map word `Word::rmap(group, owner virtual slot)`, and is written as one contiguous
+//! I/O. The handle is `slot << 4 | order`.
+//!
+//! On-disk layout, per 512-slot cluster: 2 MiB of page data, then a 16 KiB metadata area of
+//! 32 bytes per slot holding the AES-256-GCM nonce and tag ([`crypt`](super::crypt)). Every page
+//! is encrypted and authenticated with a per-process key and the slot number as associated
+//! data; a page that fails authentication is reported as [`TierError::Corrupt`] and never
+//! returned. With encryption off the metadata area is unused.
+//!
+//! Error handling: a failed store frees the slots it allocated and returns the error, so the
+//! caller's copy stays the only copy (the engine keeps the old location until a store
+//! succeeded). A failed load changes nothing.
+//!
+//! Locking: the allocator's cluster locks (only for allocating and freeing slots, never across
+//! I/O), a per-shard mutex around a small stack of reusable I/O buffers, and whatever the I/O
+//! engine takes. Encryption and I/O run with no tier lock held. With `discard` on, clusters
+//! that become empty have their blocks released (`FALLOC_FL_PUNCH_HOLE`) before reuse.
+
+use super::crypt::{PageCipher, META_BYTES};
+use super::io_engine::{IoBuf, IoEngine, IoOp, PsyncEngine, UringEngine};
+use crate::backend::{Backend, Stored, TierKind, Usage};
+use crate::cluster::{SpaceConfig, SwapSpace};
+use crate::error::TierError;
+use crate::swap_table::{Kind, SwapEntry, Word, MAX_ORDER, PAGE_SIZE, PAYLOAD_MAX, SLOTS_PER_CLUSTER};
+use crate::sync::{lock, thread_shard, AtomicU64, Mutex, Ordering};
+use crossbeam_utils::CachePadded;
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Bytes of page data per cluster.
+const DATA_BYTES: u64 = (SLOTS_PER_CLUSTER * PAGE_SIZE) as u64;
+/// Bytes of one cluster on disk: data then metadata.
+pub const CLUSTER_STRIDE: u64 = DATA_BYTES + (SLOTS_PER_CLUSTER * META_BYTES) as u64;
+const NR_BUF_SHARDS: usize = 16;
+const ORDER_BITS: u32 = 4;
+
+/// Which I/O engine to use.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum EngineKind {
+    /// `pread`/`pwrite`.
+    Psync,
+    /// io_uring (falls back to nothing: creation fails if io_uring is unavailable).
+    Uring,
+}
+
+/// Where the swap data lives.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum FileTarget {
+    /// An unlinked temporary file in this directory.
+    TempIn(PathBuf),
+    /// This existing file or block device (a missing regular file is created, mode 0600).
+    Path(PathBuf),
+}
+
+/// Configuration of a file tier.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct FileConfig {
+    /// Where.
+    pub target: FileTarget,
+    /// Capacity in bytes of page data (rounded down to whole 2 MiB clusters; 0 = the size of
+    /// the block device or file).
+    pub size_bytes: u64,
+    /// I/O engine.
+    pub engine: EngineKind,
+    /// Encrypt and authenticate every page (on by default; off only for benchmarks).
+    pub encrypt: bool,
+    /// Punch holes for emptied clusters.
+    pub discard: bool,
+}
+
+impl Default for FileConfig {
+    fn default() -> Self {
+        FileConfig {
+            target: FileTarget::TempIn(std::env::temp_dir()),
+            size_bytes: 8 << 30,
+            engine: EngineKind::Psync,
+            encrypt: true,
+            discard: false,
+        }
+    }
+}
+
+/// The swap file tier.
+pub struct FileTier {
+    name: String,
+    space: SwapSpace,
+    io: Arc<dyn IoEngine>,
+    cipher: Option<PageCipher>,
+    bufs: Box<[CachePadded<Mutex<Vec<IoBuf>>>]>,
+    stored_pages: AtomicU64,
+    discard: bool,
+    _file: Arc<File>,
+}
+
+fn handle_of(slot: u64, order: u8) -> u64 {
+    slot << ORDER_BITS | u64::from(order)
+}
+fn split(h: u64) -> (u64, u8) {
+    (h >> ORDER_BITS, (h & ((1 << ORDER_BITS) - 1)) as u8)
+}
+fn data_off(slot: u64) -> u64 {
+    (slot / SLOTS_PER_CLUSTER as u64) * CLUSTER_STRIDE + (slot % SLOTS_PER_CLUSTER as u64) * PAGE_SIZE as u64
+}
+fn meta_off(slot: u64) -> u64 {
+    (slot / SLOTS_PER_CLUSTER as u64) * CLUSTER_STRIDE
+        + DATA_BYTES
+        + (slot % SLOTS_PER_CLUSTER as u64) * META_BYTES as u64
+}
+fn io_err(op: &'static str, e: std::io::Error) -> TierError {
+    TierError::io(op, &e)
+}
+
+/// Open the file a configuration names; returns it with its usable size in bytes.
+pub fn open_target(target: &FileTarget) -> Result<(File, u64), TierError> {
+    use std::io::{Seek, SeekFrom};
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    match target {
+        FileTarget::TempIn(dir) => {
+            let f = tempfile::tempfile_in(dir).map_err(|e| io_err("create temporary swap file", e))?;
+            Ok((f, 0))
+        }
+        FileTarget::Path(p) => {
+            let mut f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .open(p)
+                .map_err(|e| io_err("open swap file", e))?;
+            let ft = f.metadata().map_err(|e| io_err("stat swap file", e))?.file_type();
+            let size = if ft.is_block_device() {
+                f.seek(SeekFrom::End(0)).map_err(|e| io_err("size of block device", e))?
+            } else {
+                f.metadata().map_err(|e| io_err("stat swap file", e))?.len()
+            };
+            Ok((f, size))
+        }
+    }
+}
+
+impl FileTier {
+    /// Open the tier a configuration describes.
+    pub fn open(cfg: &FileConfig) -> Result<Self, TierError> {
+        let (file, existing) = open_target(&cfg.target)?;
+        let want = if cfg.size_bytes == 0 { existing } else { cfg.size_bytes };
+        let nr_clusters = want / DATA_BYTES;
+        if nr_clusters == 0 {
+            return Err(TierError::Io {
+                op: "open swap file",
+                msg: format!("capacity {want} bytes is below one 2 MiB cluster"),
+            });
+        }
+        let file = Arc::new(file);
+        let is_blk =
+            file.metadata().map(|m| std::os::unix::fs::FileTypeExt::is_block_device(&m.file_type())).unwrap_or(false);
+        if is_blk {
+            if nr_clusters * CLUSTER_STRIDE > existing {
+                return Err(TierError::Io {
+                    op: "open swap device",
+                    msg: format!("device of {existing} bytes cannot hold {nr_clusters} clusters"),
+                });
+            }
+        } else if existing < nr_clusters * CLUSTER_STRIDE {
+            // Sparse: no blocks are allocated until written.
+            file.set_len(nr_clusters * CLUSTER_STRIDE).map_err(|e| io_err("size swap file", e))?;
+        }
+        let io: Arc<dyn IoEngine> = match cfg.engine {
+            EngineKind::Psync => Arc::new(PsyncEngine::new(file.clone())),
+            EngineKind::Uring => Arc::new(UringEngine::new(file.clone(), 4, 64)?),
+        };
+        let name = match &cfg.target {
+            FileTarget::TempIn(d) => format!("file:{}", d.display()),
+            FileTarget::Path(p) => format!("file:{}", p.display()),
+        };
+        Self::with_engine(&name, file, nr_clusters * SLOTS_PER_CLUSTER as u64, io, cfg.encrypt, cfg.discard)
+    }
+
+    /// A tier over `file` with `nr_slots` slots and an explicit engine (tests inject faults
+    /// this way).
+    pub fn with_engine(
+        name: &str,
+        file: Arc<File>,
+        nr_slots: u64,
+        io: Arc<dyn IoEngine>,
+        encrypt: bool,
+        discard: bool,
+    ) -> Result<Self, TierError> {
+        if nr_slots == 0 || nr_slots > PAYLOAD_MAX >> ORDER_BITS {
+            return Err(TierError::Io { op: "open swap file", msg: format!("{nr_slots} slots is out of range") });
+        }
+        let space = SwapSpace::new(SpaceConfig { nr_slots, discard, ..SpaceConfig::default() })
+            .map_err(|e| TierError::Io { op: "swap space", msg: e.to_string() })?;
+        let cipher = if encrypt { Some(PageCipher::new_random()?) } else { None };
+        Ok(FileTier {
+            name: name.to_string(),
+            space,
+            io,
+            cipher,
+            bufs: (0..NR_BUF_SHARDS).map(|_| CachePadded::new(Mutex::new(Vec::new()))).collect(),
+            stored_pages: AtomicU64::new(0),
+            discard,
+            _file: file,
+        })
+    }
+
+    /// The physical swap space (its RMAP words name each slot's owner).
+    pub fn space(&self) -> &SwapSpace {
+        &self.space
+    }
+
+    /// The I/O engine's name.
+    pub fn engine_name(&self) -> &'static str {
+        self.io.name()
+    }
+
+    /// Whether pages are encrypted.
+    pub fn encrypted(&self) -> bool {
+        self.cipher.is_some()
+    }
+
+    /// The virtual slot owning the data under `handle` (from the reverse map).
+    pub fn owner_of(&self, handle: u64) -> Result<SwapEntry, TierError> {
+        let (slot, _) = split(handle);
+        let w = self.space.load(SwapEntry(slot)).map_err(|_| TierError::BadHandle(handle))?;
+        if w.kind() != Kind::Rmap {
+            return Err(TierError::BadHandle(handle));
+        }
+        Ok(SwapEntry(w.payload()))
+    }
+
+    /// Flush written data to the device and drop it from the page cache (benchmarks: the next
+    /// reads come from the device).
+    pub fn sync_and_drop_cache(&self) -> Result<(), TierError> {
+        use std::os::fd::AsRawFd;
+        self._file.sync_data().map_err(|e| io_err("fdatasync", e))?;
+        // SAFETY: posix_fadvise on a valid open fd with integer arguments.
+        let r = unsafe { libc::posix_fadvise(self._file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        if r != 0 {
+            return Err(io_err("posix_fadvise", std::io::Error::from_raw_os_error(r)));
+        }
+        Ok(())
+    }
+
+    /// Byte offset of a slot's data in the file (for tests that corrupt the file directly).
+    #[doc(hidden)]
+    pub fn data_offset(handle: u64) -> u64 {
+        data_off(split(handle).0)
+    }
+
+    fn get_buf(&self, need: usize) -> IoBuf {
+        let shard = thread_shard() % NR_BUF_SHARDS;
+        let mut b = lock(&self.bufs[shard]).pop().unwrap_or_else(|| IoBuf::new(need));
+        b.reserve(need);
+        b
+    }
+    fn put_buf(&self, b: Option<IoBuf>) {
+        if let Some(b) = b {
+            let shard = thread_shard() % NR_BUF_SHARDS;
+            let mut v = lock(&self.bufs[shard]);
+            if v.len() < 4 {
+                v.push(b);
+            }
+        }
+    }
+
+    fn release_slots(&self, slot: u64, n: usize) {
+        if let Ok(mut g) = self.space.lock_cluster(SwapEntry(slot)) {
+            let off = SwapEntry(slot).offset();
+            let _ = g.free_range(off, n);
+        }
+        if self.discard {
+            let io = &self.io;
+            self.space.process_discards(&mut |ci| {
+                let _ = io.punch_hole(ci as u64 * CLUSTER_STRIDE, CLUSTER_STRIDE);
+            });
+        }
+    }
+}
+
+fn folio_order(len: usize) -> Option<u8> {
+    let pages = len / PAGE_SIZE;
+    (len.is_multiple_of(PAGE_SIZE) && pages.is_power_of_two() && pages <= 1 << MAX_ORDER)
+        .then(|| pages.trailing_zeros() as u8)
+}
+
+impl Backend for FileTier {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn kind(&self) -> TierKind {
+        TierKind::File
+    }
+
+    fn store(&self, data: &[u8], owner: SwapEntry) -> Result<Stored, TierError> {
+        let order = folio_order(data.len())
+            .ok_or_else(|| TierError::Io { op: "file store", msg: format!("{} bytes is not a folio", data.len()) })?;
+        let n = 1usize << order;
+        if owner.0 + n as u64 > PAYLOAD_MAX + 1 {
+            return Err(TierError::Io { op: "file store", msg: format!("owner {:#x} does not fit a word", owner.0) });
+        }
+        // The physical slots: no space left means "try the next tier".
+        let slot =
+            self.space.alloc(order, &mut |i| Word::rmap(0, owner.0 + i as u64)).map_err(|_| TierError::Reject)?.0;
+        let len = data.len();
+        let meta_len = if self.cipher.is_some() { n * META_BYTES } else { 0 };
+        let mut buf = self.get_buf(len + meta_len);
+        let sealed = {
+            let b = buf.as_mut_slice();
+            b[..len].copy_from_slice(data);
+            match &self.cipher {
+                Some(c) => {
+                    let (pages, meta) = b.split_at_mut(len);
+                    pages
+                        .chunks_exact_mut(PAGE_SIZE)
+                        .zip(meta.chunks_exact_mut(META_BYTES))
+                        .enumerate()
+                        .try_for_each(|(i, (p, m))| c.seal(slot + i as u64, p, m))
+                }
+                None => Ok(()),
+            }
+        };
+        let res = sealed.and_then(|()| {
+            let ops = [IoOp::write(data_off(slot), 0, len), IoOp::write(meta_off(slot), len, meta_len)];
+            let (b, r) = self.io.submit(buf, &ops[..if meta_len > 0 { 2 } else { 1 }]);
+            self.put_buf(b);
+            r
+        });
+        if let Err(e) = res {
+            self.release_slots(slot, n);
+            return Err(e);
+        }
+        self.stored_pages.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(Stored { handle: handle_of(slot, order), bytes: len as u64 })
+    }
+
+    fn load(&self, handle: u64, out: &mut [u8]) -> Result<(), TierError> {
+        let (slot, order) = split(handle);
+        let n = 1usize << order.min(MAX_ORDER);
+        if order > MAX_ORDER || out.len() != PAGE_SIZE << order || !slot.is_multiple_of(n as u64) {
+            return Err(TierError::BadHandle(handle));
+        }
+        for i in 0..n as u64 {
+            let w = self.space.load(SwapEntry(slot + i)).map_err(|_| TierError::BadHandle(handle))?;
+            if w.kind() != Kind::Rmap {
+                return Err(TierError::BadHandle(handle));
+            }
+        }
+        let len = out.len();
+        let meta_len = if self.cipher.is_some() { n * META_BYTES } else { 0 };
+        let buf = self.get_buf(len + meta_len);
+        let ops = [IoOp::read(data_off(slot), 0, len), IoOp::read(meta_off(slot), len, meta_len)];
+        let (b, r) = self.io.submit(buf, &ops[..if meta_len > 0 { 2 } else { 1 }]);
+        let mut buf = match (b, r) {
+            (b, Err(e)) => {
+                self.put_buf(b);
+                return Err(e);
+            }
+            (Some(b), Ok(())) => b,
+            (None, Ok(())) => return Err(TierError::Io { op: "read", msg: "I/O buffer lost".into() }),
+        };
+        let ok = match &self.cipher {
+            Some(c) => {
+                let (pages, meta) = buf.as_mut_slice()[..len + meta_len].split_at_mut(len);
+                pages
+                    .chunks_exact_mut(PAGE_SIZE)
+                    .zip(meta.chunks_exact(META_BYTES))
+                    .enumerate()
+                    .all(|(i, (p, m))| c.open(slot + i as u64, p, m))
+            }
+            None => true,
+        };
+        if ok {
+            out.copy_from_slice(&buf.as_slice()[..len]);
+        }
+        self.put_buf(Some(buf));
+        if ok {
+            Ok(())
+        } else {
+            Err(TierError::Corrupt { tier: self.name.clone(), handle })
+        }
+    }
+
+    fn free(&self, handle: u64) -> u64 {
+        let (slot, order) = split(handle);
+        if order > MAX_ORDER {
+            return 0;
+        }
+        let n = 1usize << order;
+        let Ok(mut g) = self.space.lock_cluster(SwapEntry(slot)) else { return 0 };
+        let off = SwapEntry(slot).offset();
+        if !off.is_multiple_of(n) || off + n > SLOTS_PER_CLUSTER || (0..n).any(|i| g.word(off + i).kind() != Kind::Rmap)
+        {
+            return 0;
+        }
+        if g.free_range(off, n).is_err() {
+            return 0;
+        }
+        drop(g);
+        if self.discard {
+            let io = &self.io;
+            self.space.process_discards(&mut |ci| {
+                let _ = io.punch_hole(ci as u64 * CLUSTER_STRIDE, CLUSTER_STRIDE);
+            });
+        }
+        self.stored_pages.fetch_sub(n as u64, Ordering::Relaxed);
+        (n * PAGE_SIZE) as u64
+    }
+
+    fn usage(&self) -> Usage {
+        let pages = self.stored_pages.load(Ordering::Relaxed);
+        let meta = if self.cipher.is_some() { META_BYTES as u64 } else { 0 };
+        Usage {
+            stored_pages: pages,
+            used_bytes: pages * (PAGE_SIZE as u64 + meta),
+            limit_bytes: self.space.nr_slots() * PAGE_SIZE as u64,
+        }
+    }
+}

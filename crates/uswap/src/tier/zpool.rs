@@ -1,0 +1,1033 @@
+//! The compressed pool (zswap/zram in user space): [`ZPool`], a [`Backend`] of kind
+//! [`TierKind::Pool`].
+//!
+//! Data path: a folio is compressed (lz4 by default, zstd level 1 selectable) *outside any
+//! lock* into a per-thread scratch buffer that is reused, as are the compression states (the
+//! LZ4 hash table of [`super::lz4`], zstd contexts): no allocation per page in steady state.
+//! Decompression uses lz4_flex's checked decoder and zstd. The object is then copied into
+//! an object of a size class. Pages that compress worse than the threshold (default 3/4 of
+//! the unit) are stored raw or rejected to the next tier, by policy. Large folios are one
+//! compression unit ([`FolioMode::Whole`]) or one unit per page inside one object
+//! ([`FolioMode::PerPage`]).
+//!
+//! Allocator (zsmalloc, kernel-reference §4.2): 255 size classes from 48 B to 4112 B spaced by
+//! 16 B; each class carves objects out of "zspages" of 1..=8 contiguous 4 KiB pages (the count
+//! that wastes the least; up to 64 for the class of raw pages), so objects straddle page boundaries. Every object starts with an
+//! 8-byte header (used bit, codec, order, length, owner virtual slot) so compaction knows
+//! whom to report a move to; free objects thread a free list through the same 8 bytes. A
+//! class keeps its partially used zspages in four fullness groups; allocation takes from the
+//! fullest group, compaction empties the sparsest zspages into the fullest ones and reports
+//! every move through the [`Relocate`] hook. Objects larger than the biggest class (whole
+//! large folios) live in a separate large-object area of exact, page-rounded allocations.
+//!
+//! Handles (41 bits): `class (8) | zspage index (21) | object index (12)`; class 255 is the
+//! large area (the low 33 bits index it).
+//!
+//! Limit: `max_bytes` with hysteresis like zswap's `max_pool_percent` and
+//! `accept_threshold_percent`: once a store would exceed the limit the pool is "full" and
+//! rejects every store until its size falls below the accept threshold; [`Backend::over_limit`]
+//! says so, so the engine writes back.
+//!
+//! Locking: one mutex per size class (cache-padded) guards that class's zspages and their
+//! memory; one mutex guards the large area; one mutex serialises compaction passes. No lock is
+//! held across compression, decompression or the relocate callback, and no two pool locks
+//! are ever held together. Counters are relaxed atomics.
+
+use super::lz4::Lz4Table;
+use crate::backend::{Backend, Relocate, Stored, TierKind, Usage};
+use crate::error::TierError;
+use crate::swap_table::{SwapEntry, MAX_ORDER, PAGE_SIZE, PAYLOAD_MAX};
+use crate::sync::{lock, AtomicBool, AtomicU64, Mutex, Ordering};
+use crossbeam_utils::CachePadded;
+use std::cell::RefCell;
+use std::ptr::NonNull;
+
+/// Compression algorithm.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Compressor {
+    /// LZ4 block format (lz4_flex).
+    Lz4,
+    /// zstd at the given level (1 recommended).
+    Zstd {
+        /// Compression level.
+        level: i32,
+    },
+}
+
+/// What to do with a unit that does not compress below the threshold.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Incompressible {
+    /// Keep it raw in the pool (zswap since v6.18 with writeback; zram's "huge" pages).
+    StoreRaw,
+    /// Reject it to the next tier.
+    Reject,
+}
+
+/// How a large folio is compressed.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum FolioMode {
+    /// The whole folio is one compression unit (best ratio).
+    Whole,
+    /// Each 4 KiB page is its own unit, packed into one object.
+    PerPage,
+}
+
+/// Configuration of a pool.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PoolConfig {
+    /// Algorithm.
+    pub compressor: Compressor,
+    /// Largest pool size in bytes of RAM (0 = unlimited).
+    pub max_bytes: u64,
+    /// Once full, accept stores again below this percent of `max_bytes` (zswap default 90).
+    pub accept_percent: u8,
+    /// A unit is stored compressed only if it compresses to at most this percent of its size.
+    pub threshold_percent: u8,
+    /// Policy for units above the threshold.
+    pub incompressible: Incompressible,
+    /// Large-folio compression unit.
+    pub folio_mode: FolioMode,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig {
+            compressor: Compressor::Lz4,
+            max_bytes: 0,
+            accept_percent: 90,
+            threshold_percent: 75,
+            incompressible: Incompressible::StoreRaw,
+            folio_mode: FolioMode::Whole,
+        }
+    }
+}
+
+/// zswap-style debug counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PoolStats {
+    /// Bytes of RAM the pool holds (zspages + large objects).
+    pub pool_total_size: u64,
+    /// 4 KiB pages of original data stored.
+    pub stored_pages: u64,
+    /// Pages stored raw because they did not compress.
+    pub stored_incompressible_pages: u64,
+    /// Stores refused by the size limit.
+    pub pool_limit_hit: u64,
+    /// Stores refused because they did not compress (policy `Reject`).
+    pub reject_compress_poor: u64,
+    /// Objects moved by compaction.
+    pub compacted_objects: u64,
+    /// Bytes released by compaction.
+    pub pages_compacted_bytes: u64,
+    /// Loads that failed to decompress.
+    pub decompress_fail: u64,
+}
+
+const HDR: usize = 8;
+const CLASS_MIN: usize = 48;
+const CLASS_STEP: usize = 16;
+/// Number of size classes (the class index 255 names the large-object area).
+pub const NR_CLASSES: usize = 255;
+const LARGE_CLASS: u64 = 255;
+/// Largest object in a size class (header included).
+pub const CLASS_MAX: usize = CLASS_MIN + CLASS_STEP * (NR_CLASSES - 1);
+const MAX_CHAIN: usize = 8;
+const HUGE_CHAIN: usize = 64;
+const NR_GROUPS: usize = 4;
+const FULL: u8 = u8::MAX;
+const ZS_BITS: u32 = 21;
+const OBJ_BITS: u32 = 12;
+const NO_OBJ: u16 = u16::MAX;
+
+// Object header (used): bit 63 used, 62..60 codec, 59..56 order, 55..43 length, 40..0 owner.
+const USED: u64 = 1 << 63;
+const CODEC_RAW: u64 = 0;
+const CODEC_LZ4: u64 = 1;
+const CODEC_ZSTD: u64 = 2;
+const CODEC_PERPAGE: u64 = 4;
+
+fn make_hdr(codec: u64, order: u8, len: usize, owner: u64) -> u64 {
+    USED | codec << 60 | u64::from(order) << 56 | ((len as u64) & 0x1fff) << 43 | (owner & PAYLOAD_MAX)
+}
+fn hdr_codec(h: u64) -> u64 {
+    (h >> 60) & 7
+}
+fn hdr_order(h: u64) -> u8 {
+    ((h >> 56) & 0xf) as u8
+}
+fn hdr_len(h: u64) -> usize {
+    ((h >> 43) & 0x1fff) as usize
+}
+fn hdr_owner(h: u64) -> u64 {
+    h & PAYLOAD_MAX
+}
+
+fn class_size(c: usize) -> usize {
+    CLASS_MIN + CLASS_STEP * c
+}
+fn class_of(size: usize) -> usize {
+    size.saturating_sub(CLASS_MIN).div_ceil(CLASS_STEP)
+}
+/// Pages per zspage for a class: the chain length with the least waste (ties: shortest). The
+/// class of raw pages (object > PAGE_SIZE because of its header) may chain up to
+/// `HUGE_CHAIN` pages, so a raw page costs ~1.6% more than 4 KiB instead of ~7%.
+fn pages_per_zspage(size: usize) -> usize {
+    let max = if size > PAGE_SIZE { HUGE_CHAIN } else { MAX_CHAIN };
+    let mut best = (1, usize::MAX);
+    for k in 1..=max {
+        let waste = (k * PAGE_SIZE) % size;
+        // Compare waste fractions: waste/k*PAGE.
+        if waste * best.0 < best.1.saturating_mul(k) || best.1 == usize::MAX {
+            best = (k, waste);
+        }
+    }
+    best.0
+}
+
+// Every handle, the large area's included, fits the table word's payload.
+const _: () = assert!((LARGE_CLASS + 1) << (ZS_BITS + OBJ_BITS) <= PAYLOAD_MAX + 1);
+
+fn handle(class: usize, zs: u32, obj: u16) -> u64 {
+    (class as u64) << (ZS_BITS + OBJ_BITS) | u64::from(zs) << OBJ_BITS | u64::from(obj)
+}
+fn split(h: u64) -> (usize, u32, u16) {
+    (
+        (h >> (ZS_BITS + OBJ_BITS)) as usize,
+        ((h >> OBJ_BITS) & ((1 << ZS_BITS) - 1)) as u32,
+        (h & ((1 << OBJ_BITS) - 1)) as u16,
+    )
+}
+
+/// A zspage: `pages` contiguous 4 KiB pages carved into objects of one class.
+struct Zspage {
+    mem: NonNull<u8>,
+    inuse: u16,
+    free_head: u16,
+    group: u8,
+    pos: u32,
+    draining: bool,
+}
+
+struct Class {
+    size: usize,
+    pages: usize,
+    objs: u16,
+    zspages: Vec<Option<Zspage>>,
+    free_ids: Vec<u32>,
+    groups: [Vec<u32>; NR_GROUPS],
+    used_objs: u64,
+}
+
+// SAFETY: a Class owns its zspages' memory exclusively; it is only touched under its mutex.
+unsafe impl Send for Class {}
+
+impl Class {
+    fn new(c: usize) -> Self {
+        let size = class_size(c);
+        let pages = pages_per_zspage(size);
+        Class {
+            size,
+            pages,
+            objs: (pages * PAGE_SIZE / size) as u16,
+            zspages: Vec::new(),
+            free_ids: Vec::new(),
+            groups: Default::default(),
+            used_objs: 0,
+        }
+    }
+    fn zspage_bytes(&self) -> usize {
+        self.pages * PAGE_SIZE
+    }
+    fn layout(&self) -> std::alloc::Layout {
+        std::alloc::Layout::from_size_align(self.zspage_bytes(), PAGE_SIZE).expect("zspage layout")
+    }
+    fn group_of(&self, inuse: u16) -> u8 {
+        if inuse >= self.objs {
+            FULL
+        } else {
+            ((usize::from(inuse) * NR_GROUPS) / usize::from(self.objs)) as u8
+        }
+    }
+    fn obj_ptr(&self, zs: &Zspage, obj: u16) -> *mut u8 {
+        // SAFETY: obj < objs, so obj*size + size <= pages*PAGE_SIZE: inside the allocation.
+        unsafe { zs.mem.as_ptr().add(usize::from(obj) * self.size) }
+    }
+    fn read_hdr(&self, zs: &Zspage, obj: u16) -> u64 {
+        let mut b = [0u8; HDR];
+        // SAFETY: the object (>= 48 bytes) is inside the zspage; the bytes were initialised
+        // (zeroed allocation, then written).
+        unsafe { std::ptr::copy_nonoverlapping(self.obj_ptr(zs, obj), b.as_mut_ptr(), HDR) };
+        u64::from_le_bytes(b)
+    }
+    fn write_hdr(&self, zs: &Zspage, obj: u16, h: u64) {
+        // SAFETY: as in read_hdr; we hold the class lock (exclusive access to zspage memory).
+        unsafe { std::ptr::copy_nonoverlapping(h.to_le_bytes().as_ptr(), self.obj_ptr(zs, obj), HDR) };
+    }
+    fn group_remove(&mut self, id: u32) {
+        let zs = self.zspages[id as usize].as_ref().expect("zspage");
+        let (g, pos) = (zs.group, zs.pos as usize);
+        if g == FULL || zs.draining {
+            return;
+        }
+        let v = &mut self.groups[usize::from(g)];
+        v.swap_remove(pos);
+        if let Some(&moved) = v.get(pos) {
+            self.zspages[moved as usize].as_mut().expect("zspage").pos = pos as u32;
+        }
+    }
+    fn group_insert(&mut self, id: u32) {
+        let objs = self.objs;
+        let zs = self.zspages[id as usize].as_ref().expect("zspage");
+        if zs.draining {
+            return;
+        }
+        let g = if zs.inuse >= objs { FULL } else { ((usize::from(zs.inuse) * NR_GROUPS) / usize::from(objs)) as u8 };
+        let pos = if g == FULL {
+            0
+        } else {
+            let v = &mut self.groups[usize::from(g)];
+            v.push(id);
+            v.len() - 1
+        };
+        let zs = self.zspages[id as usize].as_mut().expect("zspage");
+        zs.group = g;
+        zs.pos = pos as u32;
+    }
+    /// Allocate an object slot in an existing partial zspage (fullest group first).
+    fn alloc_existing(&mut self) -> Option<(u32, u16)> {
+        let id = (0..NR_GROUPS).rev().find_map(|g| self.groups[g].last().copied())?;
+        Some((id, self.take_slot(id)))
+    }
+    fn take_slot(&mut self, id: u32) -> u16 {
+        self.group_remove(id);
+        let zs = self.zspages[id as usize].as_ref().expect("zspage");
+        let obj = zs.free_head;
+        debug_assert_ne!(obj, NO_OBJ);
+        let next = (self.read_hdr(zs, obj) & 0xffff) as u16;
+        let zs = self.zspages[id as usize].as_mut().expect("zspage");
+        zs.free_head = next;
+        zs.inuse += 1;
+        self.used_objs += 1;
+        self.group_insert(id);
+        obj
+    }
+    /// Create a zspage; returns its id, or None if the id space or memory is exhausted.
+    fn new_zspage(&mut self) -> Option<u32> {
+        let id = match self.free_ids.pop() {
+            Some(id) => id,
+            None if self.zspages.len() < (1 << ZS_BITS) => {
+                self.zspages.push(None);
+                (self.zspages.len() - 1) as u32
+            }
+            None => return None,
+        };
+        // SAFETY: the layout has a non-zero size.
+        let p = unsafe { std::alloc::alloc_zeroed(self.layout()) };
+        let Some(mem) = NonNull::new(p) else {
+            self.free_ids.push(id);
+            return None;
+        };
+        let zs = Zspage { mem, inuse: 0, free_head: 0, group: 0, pos: 0, draining: false };
+        // Thread the free list: object i -> i+1, last -> NO_OBJ.
+        for i in 0..self.objs {
+            let next = if i + 1 == self.objs { NO_OBJ } else { i + 1 };
+            self.write_hdr(&zs, i, u64::from(next));
+        }
+        self.zspages[id as usize] = Some(zs);
+        self.group_insert(id);
+        Some(id)
+    }
+    /// Validate a handle's zspage/object and return its header if it is in use.
+    fn used_hdr(&self, zs_id: u32, obj: u16) -> Option<u64> {
+        let zs = self.zspages.get(zs_id as usize)?.as_ref()?;
+        if obj >= self.objs {
+            return None;
+        }
+        let h = self.read_hdr(zs, obj);
+        (h & USED != 0).then_some(h)
+    }
+    /// Free an object; returns true if its zspage was released (bytes = zspage_bytes).
+    fn free_obj(&mut self, id: u32, obj: u16) -> bool {
+        self.group_remove(id);
+        let zs = self.zspages[id as usize].as_ref().expect("zspage");
+        self.write_hdr(zs, obj, u64::from(zs.free_head));
+        let zs = self.zspages[id as usize].as_mut().expect("zspage");
+        zs.free_head = obj;
+        zs.inuse -= 1;
+        self.used_objs -= 1;
+        if zs.inuse == 0 {
+            let zs = self.zspages[id as usize].take().expect("zspage");
+            // SAFETY: allocated in new_zspage with this class's layout; no handle names it now.
+            unsafe { std::alloc::dealloc(zs.mem.as_ptr(), self.layout()) };
+            self.free_ids.push(id);
+            return true;
+        }
+        self.group_insert(id);
+        false
+    }
+}
+
+impl Drop for Class {
+    fn drop(&mut self) {
+        let layout = self.layout();
+        for zs in self.zspages.drain(..).flatten() {
+            // SAFETY: allocated in new_zspage with this layout, freed exactly once here.
+            unsafe { std::alloc::dealloc(zs.mem.as_ptr(), layout) };
+        }
+    }
+}
+
+/// An object too large for a size class: an exact page-rounded allocation.
+struct Large {
+    mem: NonNull<u8>,
+    alloc: usize,
+    len: usize,
+    hdr: u64,
+}
+
+#[derive(Default)]
+struct LargeArea {
+    slots: Vec<Option<Large>>,
+    free: Vec<u32>,
+}
+
+// SAFETY: the area owns its allocations exclusively and is only touched under its mutex.
+unsafe impl Send for LargeArea {}
+
+impl Drop for LargeArea {
+    fn drop(&mut self) {
+        for l in self.slots.drain(..).flatten() {
+            // SAFETY: allocated with (alloc, PAGE_SIZE) in store_large; freed once.
+            unsafe { std::alloc::dealloc(l.mem.as_ptr(), large_layout(l.alloc)) };
+        }
+    }
+}
+
+fn large_layout(n: usize) -> std::alloc::Layout {
+    std::alloc::Layout::from_size_align(n, PAGE_SIZE).expect("large layout")
+}
+
+/// Per-thread scratch: compression output and reused zstd contexts.
+struct Scratch {
+    buf: Vec<u8>,
+    zc: Option<(i32, zstd::bulk::Compressor<'static>)>,
+    zd: Option<zstd::bulk::Decompressor<'static>>,
+    lz4: Option<Lz4Table>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = const { RefCell::new(Scratch { buf: Vec::new(), zc: None, zd: None, lz4: None }) };
+}
+
+fn corrupt(handle: u64) -> TierError {
+    TierError::Corrupt { tier: "zpool".into(), handle }
+}
+
+/// Compress `src` into `dst` (sized by the caller) with `codec`; None if it did not fit.
+fn compress_unit(s: &mut Scratch, comp: Compressor, src: &[u8], dst: &mut [u8]) -> Option<usize> {
+    match comp {
+        Compressor::Lz4 => s.lz4.get_or_insert_with(Lz4Table::default).compress(src, dst),
+        Compressor::Zstd { level } => {
+            if s.zc.as_ref().is_none_or(|(l, _)| *l != level) {
+                s.zc = Some((level, zstd::bulk::Compressor::new(level).ok()?));
+            }
+            s.zc.as_mut()?.1.compress_to_buffer(src, dst).ok()
+        }
+    }
+}
+
+fn decompress_unit(zd: &mut Option<zstd::bulk::Decompressor<'static>>, codec: u64, src: &[u8], out: &mut [u8]) -> bool {
+    match codec & 3 {
+        CODEC_RAW => {
+            if src.len() != out.len() {
+                return false;
+            }
+            out.copy_from_slice(src);
+            true
+        }
+        CODEC_LZ4 => lz4_flex::block::decompress_into(src, out).is_ok_and(|n| n == out.len()),
+        CODEC_ZSTD => {
+            if zd.is_none() {
+                *zd = zstd::bulk::Decompressor::new().ok();
+            }
+            zd.as_mut().is_some_and(|d| d.decompress_to_buffer(src, out).is_ok_and(|n| n == out.len()))
+        }
+        _ => false,
+    }
+}
+
+fn bound(comp: Compressor, n: usize) -> usize {
+    match comp {
+        Compressor::Lz4 => lz4_flex::block::get_maximum_output_size(n),
+        Compressor::Zstd { .. } => zstd::zstd_safe::compress_bound(n),
+    }
+}
+
+/// The compressed pool.
+pub struct ZPool {
+    name: String,
+    cfg: PoolConfig,
+    classes: Box<[CachePadded<Mutex<Class>>]>,
+    large: Mutex<LargeArea>,
+    compacting: Mutex<()>,
+    full: AtomicBool,
+    total: AtomicU64,
+    stored_pages: AtomicU64,
+    incompressible: AtomicU64,
+    limit_hit: AtomicU64,
+    poor: AtomicU64,
+    compacted_objs: AtomicU64,
+    compacted_bytes: AtomicU64,
+    decompress_fail: AtomicU64,
+}
+
+impl ZPool {
+    /// A pool with this configuration.
+    pub fn new(name: &str, cfg: PoolConfig) -> Self {
+        ZPool {
+            name: name.to_string(),
+            cfg,
+            classes: (0..NR_CLASSES).map(|c| CachePadded::new(Mutex::new(Class::new(c)))).collect(),
+            large: Mutex::new(LargeArea::default()),
+            compacting: Mutex::new(()),
+            full: AtomicBool::new(false),
+            total: AtomicU64::new(0),
+            stored_pages: AtomicU64::new(0),
+            incompressible: AtomicU64::new(0),
+            limit_hit: AtomicU64::new(0),
+            poor: AtomicU64::new(0),
+            compacted_objs: AtomicU64::new(0),
+            compacted_bytes: AtomicU64::new(0),
+            decompress_fail: AtomicU64::new(0),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &PoolConfig {
+        &self.cfg
+    }
+
+    /// zswap-style counters.
+    pub fn stats(&self) -> PoolStats {
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        PoolStats {
+            pool_total_size: r(&self.total),
+            stored_pages: r(&self.stored_pages),
+            stored_incompressible_pages: r(&self.incompressible),
+            pool_limit_hit: r(&self.limit_hit),
+            reject_compress_poor: r(&self.poor),
+            compacted_objects: r(&self.compacted_objs),
+            pages_compacted_bytes: r(&self.compacted_bytes),
+            decompress_fail: r(&self.decompress_fail),
+        }
+    }
+
+    fn accept_bytes(&self) -> u64 {
+        (u128::from(self.cfg.max_bytes) * u128::from(self.cfg.accept_percent) / 100) as u64
+    }
+
+    /// Hysteresis: true while the pool refuses stores.
+    fn refusing(&self) -> bool {
+        if self.cfg.max_bytes == 0 || !self.full.load(Ordering::Relaxed) {
+            return false;
+        }
+        if self.total.load(Ordering::Relaxed) <= self.accept_bytes() {
+            self.full.store(false, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// Would adding `bytes` of RAM pass the limit? Sets the full flag if so.
+    fn would_overflow(&self, bytes: u64) -> bool {
+        if self.cfg.max_bytes != 0 && self.total.load(Ordering::Relaxed) + bytes > self.cfg.max_bytes {
+            self.full.store(true, Ordering::Relaxed);
+            self.limit_hit.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+
+    /// Compress `data` into `s.buf[HDR..]`; returns (codec, payload length) or None if it is
+    /// above the threshold (the caller then stores raw or rejects).
+    fn compress(&self, s: &mut Scratch, data: &[u8]) -> Option<(u64, usize)> {
+        let comp = self.cfg.compressor;
+        let base = match comp {
+            Compressor::Lz4 => CODEC_LZ4,
+            Compressor::Zstd { .. } => CODEC_ZSTD,
+        };
+        let limit = data.len() / 100 * usize::from(self.cfg.threshold_percent.min(100));
+        let whole = self.cfg.folio_mode == FolioMode::Whole || data.len() == PAGE_SIZE;
+        if whole {
+            let need = HDR + bound(comp, data.len());
+            if s.buf.len() < need {
+                s.buf.resize(need, 0);
+            }
+            let mut buf = std::mem::take(&mut s.buf);
+            let r = compress_unit(s, comp, data, &mut buf[HDR..]);
+            s.buf = buf;
+            return r.filter(|&n| n <= limit).map(|n| (base, n));
+        }
+        // Per page: a table of u16 lengths (PAGE_SIZE = raw page), then the units.
+        let pages = data.len() / PAGE_SIZE;
+        let table = pages * 2;
+        let need = HDR + table + pages * bound(comp, PAGE_SIZE);
+        if s.buf.len() < need {
+            s.buf.resize(need, 0);
+        }
+        let mut buf = std::mem::take(&mut s.buf);
+        let mut at = HDR + table;
+        for (i, page) in data.chunks_exact(PAGE_SIZE).enumerate() {
+            let n = match compress_unit(s, comp, page, &mut buf[at..]) {
+                Some(n) if n < PAGE_SIZE => n,
+                _ => {
+                    buf[at..at + PAGE_SIZE].copy_from_slice(page);
+                    PAGE_SIZE
+                }
+            };
+            buf[HDR + 2 * i..HDR + 2 * i + 2].copy_from_slice(&(n as u16).to_le_bytes());
+            at += n;
+        }
+        s.buf = buf;
+        let n = at - HDR;
+        (n <= limit).then_some((base | CODEC_PERPAGE, n))
+    }
+
+    /// Place `s.buf[..HDR+len]` (header filled in here) into a class or the large area.
+    fn place(&self, s: &mut Scratch, hdr: u64, len: usize) -> Result<Stored, TierError> {
+        let size = HDR + len;
+        s.buf[..HDR].copy_from_slice(&hdr.to_le_bytes());
+        if size <= CLASS_MAX {
+            let c = class_of(size);
+            let mut cl = lock(&self.classes[c]);
+            let (id, obj, grown) = match cl.alloc_existing() {
+                Some((id, obj)) => (id, obj, 0),
+                None => {
+                    let zb = cl.zspage_bytes() as u64;
+                    if self.would_overflow(zb) {
+                        return Err(TierError::Reject);
+                    }
+                    let id = cl.new_zspage().ok_or(TierError::Reject)?;
+                    (id, cl.take_slot(id), zb)
+                }
+            };
+            let zs = cl.zspages[id as usize].as_ref().expect("zspage");
+            // SAFETY: the object slot is `cl.size >= size` bytes inside the zspage, we hold the
+            // class lock, and s.buf holds at least `size` bytes.
+            unsafe { std::ptr::copy_nonoverlapping(s.buf.as_ptr(), cl.obj_ptr(zs, obj), size) };
+            let bytes = cl.size as u64;
+            drop(cl);
+            self.total.fetch_add(grown, Ordering::Relaxed);
+            return Ok(Stored { handle: handle(c, id, obj), bytes });
+        }
+        let alloc = size.next_multiple_of(PAGE_SIZE);
+        if self.would_overflow(alloc as u64) {
+            return Err(TierError::Reject);
+        }
+        // SAFETY: non-zero size.
+        let p = unsafe { std::alloc::alloc(large_layout(alloc)) };
+        let mem = NonNull::new(p).ok_or(TierError::Reject)?;
+        // SAFETY: `mem` has `alloc >= size` bytes, s.buf has `size` bytes, they do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(s.buf.as_ptr(), mem.as_ptr(), size) };
+        let mut la = lock(&self.large);
+        let idx = match la.free.pop() {
+            Some(i) => i,
+            None => {
+                la.slots.push(None);
+                (la.slots.len() - 1) as u32
+            }
+        };
+        la.slots[idx as usize] = Some(Large { mem, alloc, len, hdr });
+        drop(la);
+        self.total.fetch_add(alloc as u64, Ordering::Relaxed);
+        Ok(Stored { handle: LARGE_CLASS << (ZS_BITS + OBJ_BITS) | u64::from(idx), bytes: alloc as u64 })
+    }
+
+    /// Copy the object's header and payload into `s.buf`; returns the header.
+    fn fetch(&self, h: u64, s: &mut Scratch) -> Result<u64, TierError> {
+        let (c, zs_id, obj) = split(h);
+        if c as u64 == LARGE_CLASS {
+            let la = lock(&self.large);
+            let idx = (h & ((1 << (ZS_BITS + OBJ_BITS)) - 1)) as usize;
+            let l = la.slots.get(idx).and_then(|x| x.as_ref()).ok_or(TierError::BadHandle(h))?;
+            let size = HDR + l.len;
+            if s.buf.len() < size {
+                s.buf.resize(size, 0);
+            }
+            // SAFETY: `l.mem` holds `size` initialised bytes (written in place()).
+            unsafe { std::ptr::copy_nonoverlapping(l.mem.as_ptr(), s.buf.as_mut_ptr(), size) };
+            let hdr = (l.hdr & !(0x1fff << 43)) | USED;
+            return Ok(hdr);
+        }
+        let cl = lock(&self.classes[c]);
+        let hdr = cl.used_hdr(zs_id, obj).ok_or(TierError::BadHandle(h))?;
+        let size = HDR + hdr_len(hdr);
+        if size > cl.size {
+            return Err(corrupt(h));
+        }
+        if s.buf.len() < size {
+            s.buf.resize(size, 0);
+        }
+        let zs = cl.zspages[zs_id as usize].as_ref().expect("zspage");
+        // SAFETY: the object is in use and `size <= cl.size` bytes of it are inside the zspage.
+        unsafe { std::ptr::copy_nonoverlapping(cl.obj_ptr(zs, obj), s.buf.as_mut_ptr(), size) };
+        Ok(hdr)
+    }
+
+    fn payload_len(&self, h: u64, hdr: u64) -> Result<usize, TierError> {
+        if split(h).0 as u64 == LARGE_CLASS {
+            let la = lock(&self.large);
+            let idx = (h & ((1 << (ZS_BITS + OBJ_BITS)) - 1)) as usize;
+            return la.slots.get(idx).and_then(|x| x.as_ref()).map(|l| l.len).ok_or(TierError::BadHandle(h));
+        }
+        Ok(hdr_len(hdr))
+    }
+
+    fn decode(&self, h: u64, hdr: u64, len: usize, s: &mut Scratch, out: &mut [u8]) -> Result<(), TierError> {
+        let codec = hdr_codec(hdr);
+        let src = &s.buf[HDR..HDR + len];
+        let ok = if codec & CODEC_PERPAGE == 0 {
+            decompress_unit(&mut s.zd, codec, src, out)
+        } else {
+            let pages = out.len() / PAGE_SIZE;
+            let table = pages * 2;
+            if len < table {
+                false
+            } else {
+                let mut at = table;
+                let mut ok = true;
+                for (i, page) in out.chunks_exact_mut(PAGE_SIZE).enumerate() {
+                    let n = usize::from(u16::from_le_bytes([src[2 * i], src[2 * i + 1]]));
+                    if at + n > len {
+                        ok = false;
+                        break;
+                    }
+                    let c = if n == PAGE_SIZE { CODEC_RAW } else { codec & 3 };
+                    if !decompress_unit(&mut s.zd, c, &src[at..at + n], page) {
+                        ok = false;
+                        break;
+                    }
+                    at += n;
+                }
+                ok && at == len
+            }
+        };
+        if ok {
+            Ok(())
+        } else {
+            self.decompress_fail.fetch_add(1, Ordering::Relaxed);
+            Err(corrupt(h))
+        }
+    }
+
+    /// The owner (virtual slot) recorded in the object's header.
+    pub fn owner_of(&self, h: u64) -> Result<SwapEntry, TierError> {
+        let (c, zs_id, obj) = split(h);
+        if c as u64 == LARGE_CLASS {
+            let la = lock(&self.large);
+            let idx = (h & ((1 << (ZS_BITS + OBJ_BITS)) - 1)) as usize;
+            return la
+                .slots
+                .get(idx)
+                .and_then(|x| x.as_ref())
+                .map(|l| SwapEntry(hdr_owner(l.hdr)))
+                .ok_or(TierError::BadHandle(h));
+        }
+        let cl = lock(&self.classes[c]);
+        cl.used_hdr(zs_id, obj).map(|hd| SwapEntry(hdr_owner(hd))).ok_or(TierError::BadHandle(h))
+    }
+
+    /// Address range (start, length of the class slot) of an object, for overlap checks in
+    /// tests. None for a bad handle.
+    #[doc(hidden)]
+    pub fn object_span(&self, h: u64) -> Option<(usize, usize)> {
+        let (c, zs_id, obj) = split(h);
+        if c as u64 == LARGE_CLASS {
+            let la = lock(&self.large);
+            let idx = (h & ((1 << (ZS_BITS + OBJ_BITS)) - 1)) as usize;
+            return la.slots.get(idx)?.as_ref().map(|l| (l.mem.as_ptr() as usize, l.alloc));
+        }
+        let cl = lock(&self.classes[c]);
+        cl.used_hdr(zs_id, obj)?;
+        let zs = cl.zspages[zs_id as usize].as_ref()?;
+        Some((cl.obj_ptr(zs, obj) as usize, cl.size))
+    }
+
+    /// Check the allocator's internal accounting; Err describes the first inconsistency.
+    #[doc(hidden)]
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut total = 0u64;
+        for (c, m) in self.classes.iter().enumerate() {
+            let cl = lock(m);
+            let mut used = 0u64;
+            for (id, zs) in cl.zspages.iter().enumerate() {
+                let Some(zs) = zs else { continue };
+                total += cl.zspage_bytes() as u64;
+                let mut free = 0;
+                let mut f = zs.free_head;
+                while f != NO_OBJ {
+                    if f >= cl.objs || free > cl.objs {
+                        return Err(format!("class {c} zspage {id}: bad free list"));
+                    }
+                    free += 1;
+                    f = (cl.read_hdr(zs, f) & 0xffff) as u16;
+                }
+                let marked = (0..cl.objs).filter(|&o| cl.read_hdr(zs, o) & USED != 0).count() as u16;
+                if marked != zs.inuse || free + zs.inuse != cl.objs {
+                    return Err(format!("class {c} zspage {id}: inuse {} marked {marked} free {free}", zs.inuse));
+                }
+                if zs.inuse == 0 {
+                    return Err(format!("class {c} zspage {id}: empty zspage kept"));
+                }
+                if !zs.draining && zs.group != cl.group_of(zs.inuse) {
+                    return Err(format!("class {c} zspage {id}: wrong fullness group"));
+                }
+                if zs.group != FULL
+                    && !zs.draining
+                    && cl.groups[usize::from(zs.group)].get(zs.pos as usize) != Some(&(id as u32))
+                {
+                    return Err(format!("class {c} zspage {id}: not in its group list"));
+                }
+                used += u64::from(zs.inuse);
+            }
+            if used != cl.used_objs {
+                return Err(format!("class {c}: used {used} != counter {}", cl.used_objs));
+            }
+            let listed: usize = cl.groups.iter().map(Vec::len).sum();
+            let partial = cl.zspages.iter().flatten().filter(|z| z.group != FULL && !z.draining).count();
+            if listed != partial {
+                return Err(format!("class {c}: {listed} listed, {partial} partial"));
+            }
+        }
+        total += lock(&self.large).slots.iter().flatten().map(|l| l.alloc as u64).sum::<u64>();
+        let counted = self.total.load(Ordering::Relaxed);
+        if total != counted {
+            return Err(format!("pool_total_size {counted} != sum of allocations {total}"));
+        }
+        Ok(())
+    }
+
+    /// One compaction pass over class `c`; returns (objects moved).
+    fn compact_class(&self, c: usize, relocate: &mut dyn FnMut(SwapEntry, u64, u64) -> bool) -> u64 {
+        // Pick sources: the sparsest partial zspages whose objects fit in the free slots of
+        // the others.
+        let sources: Vec<u32> = {
+            let mut cl = lock(&self.classes[c]);
+            let mut partial: Vec<(u16, u32)> = cl
+                .groups
+                .iter()
+                .flatten()
+                .map(|&id| (cl.zspages[id as usize].as_ref().expect("zspage").inuse, id))
+                .collect();
+            if partial.len() < 2 {
+                return 0;
+            }
+            partial.sort_unstable();
+            let objs = cl.objs;
+            let mut free_dst: u64 = partial.iter().map(|&(u, _)| u64::from(objs - u)).sum();
+            let mut srcs = Vec::new();
+            for &(inuse, id) in &partial {
+                // Moving this zspage's objects removes its own free slots from the destinations.
+                let own_free = u64::from(objs - inuse);
+                if u64::from(inuse) > free_dst.saturating_sub(own_free) {
+                    break;
+                }
+                free_dst -= own_free + u64::from(inuse);
+                srcs.push(id);
+            }
+            for &id in &srcs {
+                cl.group_remove(id);
+                cl.zspages[id as usize].as_mut().expect("zspage").draining = true;
+            }
+            srcs
+        };
+        let mut moved = 0;
+        for src in sources {
+            let mut next = 0u16;
+            loop {
+                // Copy one object to a destination under the lock.
+                let (old, new, owner) = {
+                    let mut cl = lock(&self.classes[c]);
+                    let Some(zs) = cl.zspages[src as usize].as_ref().filter(|z| z.draining) else { break };
+                    let Some(obj) = (next..cl.objs).find(|&o| cl.read_hdr(zs, o) & USED != 0) else { break };
+                    next = obj + 1;
+                    let Some((dst, dobj)) = cl.alloc_existing() else { break };
+                    let size = cl.size;
+                    let sp = cl.obj_ptr(cl.zspages[src as usize].as_ref().expect("zspage"), obj);
+                    let dp = cl.obj_ptr(cl.zspages[dst as usize].as_ref().expect("zspage"), dobj);
+                    // SAFETY: two distinct object slots of `size` bytes in live zspages of this
+                    // class; we hold the class lock.
+                    unsafe { std::ptr::copy_nonoverlapping(sp, dp, size) };
+                    let hdr = cl.read_hdr(cl.zspages[src as usize].as_ref().expect("zspage"), obj);
+                    (handle(c, src, obj), handle(c, dst, dobj), hdr_owner(hdr))
+                };
+                let ok = relocate(SwapEntry(owner), old, new);
+                let mut cl = lock(&self.classes[c]);
+                let (id, o) = if ok { (src, split(old).2) } else { (split(new).1, split(new).2) };
+                // The old object may have been freed by the engine meanwhile (then relocate
+                // failed and we free the new copy, which is still ours).
+                if cl.used_hdr(id, o).is_some() && cl.free_obj(id, o) {
+                    let zb = cl.zspage_bytes() as u64;
+                    self.total.fetch_sub(zb, Ordering::Relaxed);
+                    self.compacted_bytes.fetch_add(zb, Ordering::Relaxed);
+                }
+                if ok {
+                    moved += 1;
+                }
+            }
+            let mut cl = lock(&self.classes[c]);
+            if let Some(zs) = cl.zspages[src as usize].as_mut().filter(|z| z.draining) {
+                zs.draining = false;
+                cl.group_insert(src);
+            }
+        }
+        moved
+    }
+}
+
+impl Backend for ZPool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn kind(&self) -> TierKind {
+        TierKind::Pool
+    }
+    fn store(&self, data: &[u8], owner: SwapEntry) -> Result<Stored, TierError> {
+        let pages = data.len() / PAGE_SIZE;
+        if data.is_empty()
+            || !data.len().is_multiple_of(PAGE_SIZE)
+            || !pages.is_power_of_two()
+            || pages > 1 << MAX_ORDER
+        {
+            return Err(TierError::Io { op: "zpool store", msg: format!("{} bytes is not a folio", data.len()) });
+        }
+        if owner.0 > PAYLOAD_MAX {
+            return Err(TierError::Io {
+                op: "zpool store",
+                msg: format!("owner {:#x} does not fit a handle", owner.0),
+            });
+        }
+        if self.refusing() {
+            self.limit_hit.fetch_add(1, Ordering::Relaxed);
+            return Err(TierError::Reject);
+        }
+        let order = pages.trailing_zeros() as u8;
+        SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            let (codec, len) = match self.compress(&mut s, data) {
+                Some(x) => x,
+                None if self.cfg.incompressible == Incompressible::Reject => {
+                    self.poor.fetch_add(1, Ordering::Relaxed);
+                    return Err(TierError::Reject);
+                }
+                None => {
+                    if s.buf.len() < HDR + data.len() {
+                        s.buf.resize(HDR + data.len(), 0);
+                    }
+                    s.buf[HDR..HDR + data.len()].copy_from_slice(data);
+                    (CODEC_RAW, data.len())
+                }
+            };
+            let st = self.place(&mut s, make_hdr(codec, order, len, owner.0), len)?;
+            self.stored_pages.fetch_add(pages as u64, Ordering::Relaxed);
+            if codec == CODEC_RAW {
+                self.incompressible.fetch_add(pages as u64, Ordering::Relaxed);
+            }
+            Ok(st)
+        })
+    }
+
+    fn load(&self, handle: u64, out: &mut [u8]) -> Result<(), TierError> {
+        SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            let hdr = self.fetch(handle, &mut s)?;
+            if out.len() != PAGE_SIZE << hdr_order(hdr) {
+                return Err(TierError::BadHandle(handle));
+            }
+            let len = self.payload_len(handle, hdr)?;
+            self.decode(handle, hdr, len, &mut s, out)
+        })
+    }
+
+    fn free(&self, h: u64) -> u64 {
+        let (c, zs_id, obj) = split(h);
+        if c as u64 == LARGE_CLASS {
+            let idx = (h & ((1 << (ZS_BITS + OBJ_BITS)) - 1)) as usize;
+            let mut la = lock(&self.large);
+            let Some(l) = la.slots.get_mut(idx).and_then(Option::take) else { return 0 };
+            la.free.push(idx as u32);
+            drop(la);
+            self.stored_pages.fetch_sub(1 << hdr_order(l.hdr), Ordering::Relaxed);
+            if hdr_codec(l.hdr) == CODEC_RAW {
+                self.incompressible.fetch_sub(1 << hdr_order(l.hdr), Ordering::Relaxed);
+            }
+            self.total.fetch_sub(l.alloc as u64, Ordering::Relaxed);
+            // SAFETY: allocated in place() with this layout; removed from the area above.
+            unsafe { std::alloc::dealloc(l.mem.as_ptr(), large_layout(l.alloc)) };
+            return l.alloc as u64;
+        }
+        let Some(m) = self.classes.get(c) else { return 0 };
+        let mut cl = lock(m);
+        let Some(hdr) = cl.used_hdr(zs_id, obj) else { return 0 };
+        let released = cl.free_obj(zs_id, obj);
+        let (size, zb) = (cl.size as u64, cl.zspage_bytes() as u64);
+        drop(cl);
+        if released {
+            self.total.fetch_sub(zb, Ordering::Relaxed);
+        }
+        self.stored_pages.fetch_sub(1 << hdr_order(hdr), Ordering::Relaxed);
+        if hdr_codec(hdr) == CODEC_RAW {
+            self.incompressible.fetch_sub(1 << hdr_order(hdr), Ordering::Relaxed);
+        }
+        size
+    }
+
+    fn usage(&self) -> Usage {
+        Usage {
+            stored_pages: self.stored_pages.load(Ordering::Relaxed),
+            used_bytes: self.total.load(Ordering::Relaxed),
+            limit_bytes: self.cfg.max_bytes,
+        }
+    }
+
+    fn over_limit(&self) -> bool {
+        self.refusing()
+    }
+
+    fn compact(&self, relocate: Relocate<'_>) -> u64 {
+        let Ok(_g) = self.compacting.try_lock() else { return 0 };
+        let before = self.compacted_bytes.load(Ordering::Relaxed);
+        for c in 0..NR_CLASSES {
+            let n = self.compact_class(c, relocate);
+            self.compacted_objs.fetch_add(n, Ordering::Relaxed);
+        }
+        self.compacted_bytes.load(Ordering::Relaxed) - before
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn class_geometry() {
+        assert_eq!(class_size(NR_CLASSES - 1), CLASS_MAX);
+        assert_eq!(CLASS_MAX, PAGE_SIZE + HDR + 8);
+        for size in 1..=CLASS_MAX {
+            let c = class_of(size);
+            assert!(class_size(c) >= size && (c == 0 || class_size(c - 1) < size), "size {size}");
+        }
+        for c in 0..NR_CLASSES {
+            let s = class_size(c);
+            let k = pages_per_zspage(s);
+            let objs = k * PAGE_SIZE / s;
+            assert!((1..1 << OBJ_BITS).contains(&objs));
+            // Never worse than a single page per object would be (zram's "huge" case).
+            assert!((objs * s) as f64 / (k * PAGE_SIZE) as f64 >= 0.5, "class {c}");
+        }
+        assert_eq!(pages_per_zspage(48), 3);
+        let h = handle(254, (1 << ZS_BITS) - 1, (1 << OBJ_BITS) - 1);
+        assert!(h <= PAYLOAD_MAX);
+        assert_eq!(split(h), (254, (1 << ZS_BITS) - 1, (1 << OBJ_BITS) - 1));
+    }
+}
