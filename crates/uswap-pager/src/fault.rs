@@ -241,6 +241,9 @@ fn rollback(r: &RegionInner, first: usize, old: &[u64], claimed: &[bool]) {
 }
 
 fn fatal(msg: &str) -> ! {
+    if std::env::var_os("USWAP_PAGER_DEBUG").is_some() {
+        eprintln!("{}", std::backtrace::Backtrace::force_capture());
+    }
     // SAFETY: write(2) of a static message to stderr, then abort: both signal-safe.
     unsafe {
         libc::write(2, msg.as_ptr().cast(), msg.len());
@@ -352,7 +355,21 @@ fn fill(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wak
                 }
                 let bi = p.bufs.take();
                 let buf = p.bufs.buf(bi, PAGE_SIZE << k0);
-                if p.store.load(e_head, buf).is_err() {
+                // The whole folio in one load, or its still-stored parts block by block.
+                let mut res = Ok(());
+                if all {
+                    res = p.store.load(e_head, buf);
+                } else {
+                    reclaim::blocks(0, n, &|i| claimed[i], |i, k| {
+                        if res.is_ok() {
+                            res = p.store.load(e_head + i as u64, &mut buf[i * PAGE_SIZE..(i + (1 << k)) * PAGE_SIZE]);
+                        }
+                    });
+                }
+                if let Err(e) = res {
+                    if std::env::var_os("USWAP_PAGER_DEBUG").is_some() {
+                        eprintln!("load {e_head:#x} order {k0}: {e}");
+                    }
                     fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
                 }
                 let ok = copy_runs(p, r, head, n, &claimed[..n], buf.as_ptr(), wake);
@@ -393,12 +410,15 @@ fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, wak
         return false;
     }
     let bi = p.bufs.take();
-    let buf = p.bufs.buf(bi, PAGE_SIZE << k0);
-    if p.store.load(e_head, buf).is_err() {
+    let buf = p.bufs.buf(bi, PAGE_SIZE);
+    if let Err(err) = p.store.load(e, buf) {
+        if std::env::var_os("USWAP_PAGER_DEBUG").is_some() {
+            eprintln!("load-one {e:#x} order {k0} pg {pg} w0 {w0:#x} head {e_head:#x}: {err}");
+        }
         fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
     }
-    // SAFETY: page pg is claimed and missing; the buffer holds the folio.
-    let res = unsafe { p.uffd.copy(r.addr(pg), buf.as_ptr().add((pg - head) * PAGE_SIZE), PAGE_SIZE, false, wake) };
+    // SAFETY: page pg is claimed and missing; the buffer holds its data.
+    let res = unsafe { p.uffd.copy(r.addr(pg), buf.as_ptr(), PAGE_SIZE, false, wake) };
     p.bufs.give(bi);
     if res.is_err() {
         r.word(pg).store(w0, Ordering::Release);
@@ -479,7 +499,10 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
             }
             let dst = &mut buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE];
             if w_kind(old[i]) == kind::SWAPPED {
-                if p.store.load(w_payload(old[i]), dst).is_err() {
+                if let Err(e) = p.store.load(w_payload(old[i]), dst) {
+                    if std::env::var_os("USWAP_PAGER_DEBUG").is_some() {
+                        eprintln!("load {:#x} order 0: {e}", w_payload(old[i]));
+                    }
                     fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
                 }
             } else {

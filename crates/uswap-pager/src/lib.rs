@@ -47,7 +47,7 @@ pub mod uffd;
 
 pub use region::Region;
 pub use stats::PagerStats;
-pub use store::{Lz4Store, PageStore, StoreError};
+pub use store::{EngineStore, Lz4Store, PageStore, StoreError};
 pub use sys::prefault;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
@@ -102,7 +102,8 @@ pub struct PagerConfig {
     pub limit_bytes: u64,
     /// Folio size of new regions: 4096, 65536 or 2 MiB.
     pub folio_size: usize,
-    /// Storage tiers, e.g. "zero,lz4" (the built-in store understands `zero` and `lz4`).
+    /// Storage tiers for the uswap engine, e.g. `"zero,lz4"` or `"zero,lz4,file:/var/tmp"`
+    /// (parsed by `uswap::config`); `"builtin:zero,lz4"` uses the crate's own [`Lz4Store`].
     pub tiers: String,
     /// Large-folio swap-in policy.
     pub swapin: SwapinPolicy,
@@ -221,21 +222,33 @@ impl Pager {
         if cfg.inactive_percent > 90 {
             return Err(PagerError::Config("inactive_percent must be at most 90".into()));
         }
+        // "builtin:zero,lz4" selects the self-contained Lz4Store; anything else goes to the uswap
+        // engine's tier parser.
+        let builtin = cfg.tiers.strip_prefix("builtin").map(|t| t.trim_start_matches(':').to_string());
         let mut compress = false;
-        for t in cfg.tiers.split(',').map(str::trim).filter(|t| !t.is_empty()) {
-            match t {
-                "zero" => {}
-                "lz4" => compress = true,
-                other if store.is_some() => {
-                    let _ = other;
-                }
-                other => {
-                    return Err(PagerError::Config(format!(
-                        "tier `{other}` is not available in the built-in store (use zero,lz4 or pass an engine)"
-                    )))
+        if let (Some(t), None) = (&builtin, &store) {
+            for t in t.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+                match t {
+                    "zero" => {}
+                    "lz4" => compress = true,
+                    other => {
+                        return Err(PagerError::Config(format!(
+                            "tier `{other}` is not available in the built-in store (it has zero and lz4)"
+                        )))
+                    }
                 }
             }
         }
+        let store: Box<dyn PageStore> = match (store, builtin) {
+            (Some(s), _) => s,
+            (None, Some(_)) => {
+                Box::new(Lz4Store::new(cfg.swap_slots, 64 << 30, compress).map_err(|e| PagerError::Os(e.to_string()))?)
+            }
+            (None, None) => Box::new(
+                store::EngineStore::new(&cfg.tiers, cfg.swap_slots, cfg.group)
+                    .map_err(|e| PagerError::Config(format!("tiers `{}`: {e}", cfg.tiers)))?,
+            ),
+        };
         let mut features = uffd::feature::PAGEFAULT_FLAG_WP
             | uffd::feature::EVENT_UNMAP
             | uffd::feature::EVENT_REMAP
@@ -248,10 +261,6 @@ impl Pager {
         }
         let uffd = uffd::Uffd::open(features, uffd::feature::THREAD_ID, true).map_err(PagerError::Unavailable)?;
         let os = |e: std::io::Error| PagerError::Os(e.to_string());
-        let store: Box<dyn PageStore> = match store {
-            Some(s) => s,
-            None => Box::new(Lz4Store::new(cfg.swap_slots, 64 << 30, compress).map_err(os)?),
-        };
         let ring_cap = ((cfg.limit_bytes as usize / PAGE_SIZE) * 2 + 4096).next_power_of_two();
         let pager = Arc::new(Pager {
             cache: arena::Arena::new(64 << 30).map_err(os)?,

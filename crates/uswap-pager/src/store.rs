@@ -54,7 +54,8 @@ pub trait PageStore: Send + Sync {
     /// Store one folio (`data.len() == 4096 << order`, `order <= 9`) for `group`. Returns the
     /// first of `2^order` contiguous entries, each with swap count 1.
     fn store(&self, group: u16, data: &[u8]) -> Result<u64, StoreError>;
-    /// Load the whole folio stored at `entry` (its first slot) into `out` (the folio's size).
+    /// Load `out.len() / 4096` pages from `entry` (aligned to that size): a whole stored folio,
+    /// or a naturally aligned part of one (the caller holds references on those slots).
     fn load(&self, entry: u64, out: &mut [u8]) -> Result<(), StoreError>;
     /// Add one reference to each of `nr` slots from `entry`.
     fn dup(&self, entry: u64, nr: u32) -> Result<(), StoreError>;
@@ -296,6 +297,28 @@ impl Lz4Store {
         }
     }
 
+    fn load_whole(&self, entry: u64, out: &mut [u8]) -> Result<(), StoreError> {
+        let w = self.obj(entry).load(Ordering::Acquire);
+        self.counters.loads.fetch_add(1, Ordering::Relaxed);
+        if w & OBJ_ZERO != 0 {
+            out.fill(0);
+            return Ok(());
+        }
+        let off = ((w & EMPTY) as usize) * crate::arena::GRANULE;
+        let len = ((w >> 40) & ((1 << 22) - 1)) as usize;
+        // SAFETY: the object at off holds len bytes written by store and stays allocated while
+        // the caller holds a reference on a slot of the folio.
+        let src = unsafe { std::slice::from_raw_parts(self.arena.ptr(Obj { off, class: 0 }), len) };
+        if w & OBJ_RAW != 0 {
+            if len != out.len() {
+                return Err(StoreError::Corrupt(entry));
+            }
+            out.copy_from_slice(src);
+            return Ok(());
+        }
+        lz4::decompress(src, out).map_err(|_| StoreError::Corrupt(entry))
+    }
+
     /// Number of slots in the space.
     pub fn nslots(&self) -> u64 {
         self.nslots
@@ -367,33 +390,31 @@ impl PageStore for Lz4Store {
     }
 
     fn load(&self, entry: u64, out: &mut [u8]) -> Result<(), StoreError> {
-        if entry >= self.nslots {
+        if entry >= self.nslots || out.is_empty() || !out.len().is_power_of_two() || out.len() < PAGE_SIZE {
             return Err(StoreError::BadEntry(entry));
         }
         let s = self.slot(entry).load(Ordering::Acquire);
         let order = (s >> 16) & 0xf;
-        if s & IN_USE == 0 || out.len() != PAGE_SIZE << order || entry & ((1 << order) - 1) != 0 {
+        let want = (out.len() / PAGE_SIZE).trailing_zeros() as u64;
+        if s & IN_USE == 0 || want > order || entry & ((1 << want) - 1) != 0 {
             return Err(StoreError::BadEntry(entry));
         }
-        let w = self.obj(entry).load(Ordering::Acquire);
-        self.counters.loads.fetch_add(1, Ordering::Relaxed);
-        if w & OBJ_ZERO != 0 {
-            out.fill(0);
-            return Ok(());
-        }
-        let off = ((w & EMPTY) as usize) * crate::arena::GRANULE;
-        let len = ((w >> 40) & ((1 << 22) - 1)) as usize;
-        // SAFETY: the object at off holds len bytes written by store and stays allocated while
-        // the caller holds a reference on the entry.
-        let src = unsafe { std::slice::from_raw_parts(self.arena.ptr(Obj { off, class: 0 }), len) };
-        if w & OBJ_RAW != 0 {
-            if len != out.len() {
-                return Err(StoreError::Corrupt(entry));
+        let head = entry & !((1u64 << order) - 1);
+        if want < order {
+            // Part of a larger stored folio: decode it whole into scratch, copy the part.
+            let si = self.take_scratch();
+            let sc = &self.scratch[si];
+            // SAFETY: scratch si is ours until given back; it holds at least 2 MiB.
+            let buf = unsafe { std::slice::from_raw_parts_mut(sc.buf, PAGE_SIZE << order) };
+            let r = self.load_whole(head, buf);
+            if r.is_ok() {
+                let off = (entry - head) as usize * PAGE_SIZE;
+                out.copy_from_slice(&buf[off..off + out.len()]);
             }
-            out.copy_from_slice(src);
-            return Ok(());
+            self.give_scratch(si);
+            return r;
         }
-        lz4::decompress(src, out).map_err(|_| StoreError::Corrupt(entry))
+        self.load_whole(head, out)
     }
 
     fn dup(&self, entry: u64, nr: u32) -> Result<(), StoreError> {
@@ -577,5 +598,77 @@ mod tests {
                 }
             }
         }
+    }
+}
+
+/// The uswap engine ([`uswap::vswap::Engine`]) as a [`PageStore`]: virtual swap entries over
+/// the configured tiers (zero elision, compressed pool, swap file). This is the default store;
+/// `tiers = "builtin:..."` selects [`Lz4Store`] instead.
+pub struct EngineStore {
+    engine: uswap::vswap::Engine,
+    group: u16,
+}
+
+impl EngineStore {
+    /// Build the engine from a tiers string (`"zero,lz4"`, `"zero,lz4,file:/var/tmp"`, ...).
+    pub fn new(tiers: &str, virtual_slots: u64, group: u16) -> Result<EngineStore, StoreError> {
+        let tc = uswap::config::TiersConfig::parse(tiers).map_err(|e| StoreError::Other(e.to_string()))?;
+        let backends = tc.build().map_err(|e| StoreError::Other(e.to_string()))?;
+        let cfg = uswap::vswap::EngineConfig {
+            virtual_slots: virtual_slots.max(512),
+            zero_elision: tc.zero_elision,
+            nr_groups: (usize::from(group) + 1).max(64),
+            ..Default::default()
+        };
+        let engine = uswap::vswap::Engine::new(cfg, backends).map_err(|e| StoreError::Other(e.to_string()))?;
+        Ok(EngineStore { engine, group })
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &uswap::vswap::Engine {
+        &self.engine
+    }
+}
+
+fn engine_err(e: uswap::SwapError, entry: u64) -> StoreError {
+    match e {
+        uswap::SwapError::NoSpace { order } => StoreError::NoSpace { order },
+        uswap::SwapError::OutOfRange(_) | uswap::SwapError::NotInUse(_) | uswap::SwapError::BadFolio { .. } => {
+            StoreError::BadEntry(entry)
+        }
+        uswap::SwapError::Tier(uswap::TierError::Corrupt { .. }) => StoreError::Corrupt(entry),
+        other => StoreError::Other(other.to_string()),
+    }
+}
+
+impl PageStore for EngineStore {
+    fn store(&self, group: u16, data: &[u8]) -> Result<u64, StoreError> {
+        self.engine.swap_out(group, data).map(|e| e.0).map_err(|e| engine_err(e, u64::MAX))
+    }
+    fn load(&self, entry: u64, out: &mut [u8]) -> Result<(), StoreError> {
+        self.engine.swap_in(uswap::SwapEntry(entry), out, false).map_err(|e| engine_err(e, entry))
+    }
+    fn dup(&self, entry: u64, nr: u32) -> Result<(), StoreError> {
+        self.engine.dup(uswap::SwapEntry(entry), nr as usize).map_err(|e| engine_err(e, entry))
+    }
+    fn put(&self, entry: u64, nr: u32) {
+        let _ = self.engine.put(uswap::SwapEntry(entry), nr as usize);
+    }
+    fn pool_bytes(&self) -> u64 {
+        self.engine.groups().usage(self.group).map(|u| u.pool_bytes).unwrap_or(0)
+    }
+    fn stats_json(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self.engine.stats().snapshot()).unwrap_or_default();
+        if let (Some(m), Ok(u)) = (v.as_object_mut(), self.engine.groups().usage(self.group)) {
+            m.insert("engine".into(), "uswap".into());
+            m.insert("group".into(), serde_json::to_value(u).unwrap_or_default());
+            let tiers: Vec<serde_json::Value> = (0..self.engine.nr_tiers())
+                .filter_map(|t| self.engine.tier_usage(t).ok())
+                .map(|u| serde_json::to_value(u).unwrap_or_default())
+                .collect();
+            m.insert("tiers".into(), tiers.into());
+            m.insert("stored_pages".into(), u.swapped_pages.into());
+        }
+        v
     }
 }
