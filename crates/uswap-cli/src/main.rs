@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 mod bench;
+mod run;
 
 /// Exit code for bad usage or bad configuration (clap uses 2 as well).
 pub const EXIT_USAGE: u8 = 2;
@@ -27,12 +28,24 @@ enum Cmd {
         #[command(subcommand)]
         which: bench::Which,
     },
+    /// Run a program with its anonymous memory under the pager (LD_PRELOAD).
+    Run(run::RunArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Cmd::Run(a) = cli.cmd {
+        return match run::run(a) {
+            Ok(code) => ExitCode::from(code),
+            Err(run::RunError(msg, code)) => {
+                eprintln!("uswap: {msg}");
+                ExitCode::from(code)
+            }
+        };
+    }
     let res = match cli.cmd {
         Cmd::Bench { which } => bench::run(which),
+        Cmd::Run(_) => unreachable!("handled above"),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

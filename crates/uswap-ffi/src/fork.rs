@@ -23,8 +23,11 @@
 //! In-flight work must not be cut in half: the prepare handler takes [`crate::BIG`] (no region
 //! is being created, discarded or unmapped, no allocation is in the heap), closes the **gate**
 //! (every other thread that takes a SIGBUS now waits before entering the pager), and waits until
-//! no fault is in progress, so no page is `BUSY` or write-protected in the snapshot. It then
-//! takes the internal heap's lock. The parent handler opens everything again; the child handler
+//! no fault is in progress, so no page is `BUSY` or write-protected in the snapshot. It does
+//! *not* hold the internal heap's lock across the fork: the pager's event thread must run during
+//! the fork (the kernel blocks `fork` until it has read `UFFD_EVENT_FORK`) and may allocate
+//! (thread start-up). The child force-unlocks it; the residual risk is a Rust allocation by one
+//! of the library's own threads racing the fork. The parent handler opens everything again; the child handler
 //! rebuilds the kernel objects first, then opens. Our handlers are registered before the
 //! program's, so the child's runs first and the prepare runs last.
 //!
@@ -111,6 +114,14 @@ pub fn fd_snapshot() -> Vec<(i32, String)> {
     v
 }
 
+fn is_regular(fd: i32) -> bool {
+    // SAFETY: fstat into a zeroed stat buffer.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG
+    }
+}
+
 /// The uffd features a pager with `cfg` negotiates (mirrors `Pager::with_store`).
 pub fn pager_features(cfg: &uswap_pager::PagerConfig) -> u64 {
     let mut f = uffd::feature::PAGEFAULT_FLAG_WP
@@ -146,7 +157,7 @@ pub unsafe fn track_pager(cfg: &uswap_pager::PagerConfig, before: &[(i32, String
             np += 1;
         } else if what.contains("io_uring") {
             t.uring = true;
-        } else if what.starts_with('/') && nf < MAX_FDS {
+        } else if what.starts_with('/') && nf < MAX_FDS && is_regular(*fd) {
             t.files[nf] = *fd;
             nf += 1;
         }
@@ -203,6 +214,11 @@ pub unsafe fn untrack_region(start: usize) {
 // The SIGBUS gate
 
 static GATE: AtomicI32 = AtomicI32::new(0);
+/// True from the start of the prepare handler to the end of the parent/child handler: a
+/// `malloc` that would wait for [`BIG`] then takes memory from the internal heap instead (the
+/// pager's event thread must be able to run, and allocate at its start-up, while `fork` waits
+/// for it to read the fork event).
+pub static FORKING: AtomicBool = AtomicBool::new(false);
 static INFLIGHT: AtomicI32 = AtomicI32::new(0);
 static PAGER_ACTION: AtomicUsize = AtomicUsize::new(0);
 static PAGER_SIGINFO: AtomicBool = AtomicBool::new(true);
@@ -259,7 +275,8 @@ pub fn install_gate() -> Result<(), String> {
             return Err("sigaction(SIGBUS) failed".into());
         }
         if old.sa_sigaction == libc::SIG_DFL || old.sa_sigaction == libc::SIG_IGN {
-            return Err("the pager's SIGBUS handler is not installed".into());
+            // Thread fault mode: no SIGBUS handler, nothing to guard.
+            return Ok(());
         }
         PAGER_ACTION.store(old.sa_sigaction, Ordering::Release);
         PAGER_SIGINFO.store(old.sa_flags & libc::SA_SIGINFO != 0, Ordering::Release);
@@ -350,6 +367,7 @@ fn any_pager() -> bool {
 }
 
 extern "C" fn prepare() {
+    FORKING.store(true, Ordering::SeqCst);
     BIG.lock();
     if any_pager() {
         GATE.store(gettid(), Ordering::SeqCst);
@@ -367,11 +385,9 @@ extern "C" fn prepare() {
             }
         }
     }
-    crate::internal::HEAP.lock.lock();
 }
 
 extern "C" fn parent() {
-    crate::internal::HEAP.lock.unlock();
     let (r, w) = (PIPE[0].swap(-1, Ordering::Relaxed), PIPE[1].swap(-1, Ordering::Relaxed));
     if r >= 0 {
         // SAFETY: our pipe fds; the read returns when the child wrote or closed its end.
@@ -383,6 +399,7 @@ extern "C" fn parent() {
         }
     }
     GATE.store(0, Ordering::SeqCst);
+    FORKING.store(false, Ordering::SeqCst);
     BIG.unlock();
 }
 
@@ -422,6 +439,7 @@ extern "C" fn child() {
         GATE.store(0, Ordering::SeqCst);
         INFLIGHT.store(0, Ordering::SeqCst);
     }
+    FORKING.store(false, Ordering::SeqCst);
     BIG.force_unlock();
 }
 

@@ -48,6 +48,33 @@ impl RawLock {
         }
     }
 
+    /// Take the lock unless `bail` becomes true while waiting (then return false without it).
+    /// Waiters re-check `bail` every millisecond.
+    pub fn lock_or_bail(&self, bail: impl Fn() -> bool) -> bool {
+        loop {
+            if self.state.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                return true;
+            }
+            if bail() {
+                return false;
+            }
+            if self.state.swap(2, Ordering::Acquire) == 0 {
+                return true;
+            }
+            let ts = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
+            // SAFETY: FUTEX_WAIT with a relative timeout on a valid aligned u32.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    self.state.as_ptr(),
+                    libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                    2u32,
+                    &ts,
+                );
+            }
+        }
+    }
+
     /// Release the lock (the caller holds it).
     pub fn unlock(&self) {
         if self.state.swap(0, Ordering::Release) == 2 {

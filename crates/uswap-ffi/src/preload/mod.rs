@@ -265,6 +265,11 @@ const LARGE_MIN: usize = 128 << 10;
 
 fn large_alloc(n: usize, align: usize) -> *mut u8 {
     let l = n.max(1).div_ceil(4096) * 4096;
+    if !BIG.lock_or_bail(must_not_wait) {
+        // SAFETY: the internal heap, as during start-up.
+        return HEAP.with(|h| unsafe { h.c_memalign(align.max(16), n) });
+    }
+    BIG.unlock();
     with_managed(|mm| match mm.alloc(l, align.max(if l >= 64 << 10 { 64 << 10 } else { 4096 })) {
         Some(a) => {
             mm.bigs.insert(a, l);
@@ -277,6 +282,43 @@ fn large_alloc(n: usize, align: usize) -> *mut u8 {
 /// Size of a large block, or None if `p` is not one (caller holds BIG).
 fn large_len(mm: &Managed, p: usize) -> Option<usize> {
     mm.bigs.get(&p).copied()
+}
+
+thread_local! {
+    static PAGER_THREAD: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
+}
+
+/// True when this thread must not wait for [`BIG`]: a fork is in progress, or this is one of the
+/// pager's own threads (its event thread resolves the faults of a thread that may hold BIG, and
+/// allocates through glibc once, when it starts).
+fn must_not_wait() -> bool {
+    fork::FORKING.load(Ordering::Acquire) || pager_thread()
+}
+
+/// True on the pager's own threads (named `uswap-*`): they must never touch managed memory (in
+/// thread fault mode the event thread would wait for itself), so their C allocations come from
+/// the internal heap.
+fn pager_thread() -> bool {
+    PAGER_THREAD.with(|c| {
+        if c.get() == 0 {
+            let mut name = [0u8; 16];
+            // SAFETY: PR_GET_NAME writes at most 16 bytes.
+            unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) };
+            c.set(if name.starts_with(b"uswap-") { 2 } else { 1 });
+        }
+        c.get() == 2
+    })
+}
+
+/// Like [`uheap`], but gives up (None) when a fork is in progress in another thread.
+fn uheap_try<R>(f: impl FnOnce(&mut Dlmalloc<HeapSys>) -> R) -> Option<R> {
+    if !BIG.lock_or_bail(must_not_wait) {
+        return None;
+    }
+    // SAFETY: BIG held.
+    let r = internal(|| f(unsafe { &mut *UHEAP.0.get() }));
+    BIG.unlock();
+    Some(r)
 }
 
 fn uheap<R>(f: impl FnOnce(&mut Dlmalloc<HeapSys>) -> R) -> R {
@@ -356,6 +398,10 @@ fn start() -> Result<(), String> {
         limit_bytes: limit,
         folio_size: folio,
         tiers: env(c"USWAP_TIERS").unwrap_or("zero,lz4").to_string(),
+        fault_mode: match env(c"USWAP_FAULT_MODE") {
+            Some("sigbus") => uswap_pager::FaultMode::Sigbus,
+            _ => uswap_pager::FaultMode::Thread,
+        },
         ..Default::default()
     };
     let before = fork::fd_snapshot();
@@ -436,7 +482,7 @@ fn enomem() -> *mut c_void {
 fn route() -> u8 {
     match mode() {
         OFF => OFF,
-        READY if !in_internal() => READY,
+        READY if !in_internal() && !pager_thread() => READY,
         _ => BOOT,
     }
 }
@@ -447,7 +493,9 @@ unsafe fn alloc_aligned(align: usize, n: usize) -> *mut c_void {
         OFF => return unsafe { __libc_memalign(align, n) },
         READY if n >= LARGE_MIN => large_alloc(n, align),
         // SAFETY: align is a power of two (checked by callers).
-        READY => uheap(|h| unsafe { h.c_memalign(align, n) }),
+        READY => uheap_try(|h| unsafe { h.c_memalign(align, n) })
+            // SAFETY: as above, from the internal heap while a fork is in progress.
+            .unwrap_or_else(|| HEAP.with(|h| unsafe { h.c_memalign(align, n) })),
         // SAFETY: as above.
         _ => HEAP.with(|h| unsafe { h.c_memalign(align, n) }),
     };
@@ -469,7 +517,9 @@ pub unsafe extern "C" fn malloc(n: size_t) -> *mut c_void {
         OFF => return unsafe { __libc_malloc(n) },
         READY if n >= LARGE_MIN => large_alloc(n, 4096),
         // SAFETY: dlmalloc under its lock.
-        READY => uheap(|h| unsafe { h.c_malloc(n) }),
+        READY => uheap_try(|h| unsafe { h.c_malloc(n) })
+            // SAFETY: as above, from the internal heap while a fork is in progress.
+            .unwrap_or_else(|| HEAP.with(|h| unsafe { h.c_malloc(n) })),
         // SAFETY: as above.
         _ => HEAP.with(|h| unsafe { h.c_malloc(n) }),
     };
@@ -524,7 +574,9 @@ pub unsafe extern "C" fn calloc(n: size_t, s: size_t) -> *mut c_void {
         // Fresh address space is zero-fill.
         READY if total >= LARGE_MIN => large_alloc(total, 4096),
         // SAFETY: dlmalloc under its lock; calloc zeroes what is not known zero.
-        READY => uheap(|h| unsafe { h.calloc(total, 16) }),
+        READY => uheap_try(|h| unsafe { h.calloc(total, 16) })
+            // SAFETY: as above, from the internal heap while a fork is in progress.
+            .unwrap_or_else(|| HEAP.with(|h| unsafe { h.calloc(total, 16) })),
         // SAFETY: as above.
         _ => HEAP.with(|h| unsafe { h.calloc(total, 16) }),
     };
