@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 mod bench;
 mod kernel;
+mod run;
 
 /// Exit code for bad usage or bad configuration (clap uses 2 as well).
 pub const EXIT_USAGE: u8 = 2;
@@ -31,13 +32,25 @@ enum Cmd {
     /// The main job: a usemem-like workload on a uswap region under a limit with the default
     /// tiers, ending in throughput and swap statistics.
     Demo(bench::usemem::DemoArgs),
+    /// Run a program with its anonymous memory under the pager (LD_PRELOAD).
+    Run(run::RunArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Cmd::Run(a) = cli.cmd {
+        return match run::run(a) {
+            Ok(code) => ExitCode::from(code),
+            Err(run::RunError(msg, code)) => {
+                eprintln!("uswap: {msg}");
+                ExitCode::from(code)
+            }
+        };
+    }
     let res = match cli.cmd {
         Cmd::Bench { which } => bench::run(which),
         Cmd::Demo(a) => bench::usemem::demo(&a),
+        Cmd::Run(_) => unreachable!("handled above"),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,455 @@
+//! `uswap run`: run an unmodified, dynamically linked program with its anonymous memory under
+//! the pager, through the LD_PRELOAD library `libuswap_ffi.so` (looked up next to the `uswap`
+//! binary, or named by `USWAP_PRELOAD`).
+//!
+//! Before starting the program it checks everything that would make the run meaningless and
+//! says so: the limit, folio and tiers parse (exit 2), the swap directory is writable (exit 2),
+//! userfaultfd is permitted (exit 1, with the ways to permit it), the program exists (exit 127)
+//! and is executable (126), and it is dynamically linked (a static program never loads the
+//! library: exit 2). It then passes the configuration in `USWAP_*` variables, forwards
+//! SIGINT/SIGTERM/SIGHUP/SIGQUIT/SIGUSR1/SIGUSR2 that were *sent* to uswap (a terminal's Ctrl-C
+//! already reaches the whole process group), and exits with the program's status, or 128+N when
+//! signal N killed it, as a shell does.
+//!
+//! Programs started in turn inherit the library and the variables: each process gets its own
+//! pager with the same limit. Every process writes its statistics at exit; the summary shows the
+//! program's own and counts the others.
+//!
+//! Locking: none (one thread; the signal handler only reads an atomic pid and calls kill).
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// Exit code when userfaultfd is not permitted.
+pub const EXIT_NO_UFFD: u8 = 1;
+
+/// Arguments of `uswap run`.
+#[derive(clap::Args, Debug)]
+#[command(trailing_var_arg = true)]
+pub struct RunArgs {
+    /// Resident limit: resident pages plus the compressed pool (e.g. 512M, 2G).
+    #[arg(long)]
+    pub limit: String,
+    /// Storage tiers, in order (e.g. zero,lz4 or zero,lz4,file:/var/tmp).
+    #[arg(long, default_value = "zero,lz4")]
+    pub tiers: String,
+    /// Folio size: 4K, 64K or 2M.
+    #[arg(long, default_value = "64K")]
+    pub folio: String,
+    /// Write the statistics as JSON to this file (instead of the summary on stderr).
+    #[arg(long)]
+    pub stats: Option<PathBuf>,
+    /// Print nothing after the run (the exit status still passes through).
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// The program and its arguments.
+    #[arg(required = true, allow_hyphen_values = true)]
+    pub command: Vec<OsString>,
+}
+
+/// A failure before the program started: message and exit code.
+pub struct RunError(pub String, pub u8);
+
+fn usage(msg: String) -> RunError {
+    RunError(msg, crate::EXIT_USAGE)
+}
+
+/// Parse a size such as 512M.
+pub fn parse_limit(s: &str) -> Result<u64, RunError> {
+    uswap::config::parse_size("--limit", s.trim()).map_err(|e| usage(e.to_string()))
+}
+
+fn parse_folio(s: &str) -> Result<usize, RunError> {
+    let v = uswap::config::parse_size("--folio", s.trim()).map_err(|e| usage(e.to_string()))?;
+    match v {
+        4096 | 65536 | 2097152 => Ok(v as usize),
+        _ => Err(usage(format!("bad --folio '{s}' (expected 4K, 64K or 2M)"))),
+    }
+}
+
+/// Search `PATH` like execvp. Err(127) when not found, Err(126) when not executable.
+fn find_program(p: &OsString) -> Result<PathBuf, RunError> {
+    let name = Path::new(p);
+    let is_exec = |q: &Path| {
+        std::fs::metadata(q).is_ok_and(|m| m.is_file())
+            && std::ffi::CString::new(q.as_os_str().as_encoded_bytes())
+                // SAFETY: access(2) with a NUL-terminated path.
+                .is_ok_and(|c| unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0)
+    };
+    if p.as_encoded_bytes().contains(&b'/') {
+        if !name.exists() {
+            return Err(RunError(format!("{}: no such file or directory", name.display()), 127));
+        }
+        if !is_exec(name) {
+            return Err(RunError(format!("{}: permission denied (not an executable file)", name.display()), 126));
+        }
+        return Ok(name.to_path_buf());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    let mut denied = None;
+    for dir in std::env::split_paths(&path) {
+        let q = dir.join(name);
+        if is_exec(&q) {
+            return Ok(q);
+        }
+        if q.exists() && denied.is_none() {
+            denied = Some(q);
+        }
+    }
+    match denied {
+        Some(q) => Err(RunError(format!("{}: permission denied", q.display()), 126)),
+        None => Err(RunError(format!("{}: command not found", name.display()), 127)),
+    }
+}
+
+/// What kind of executable a file is.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ExeKind {
+    /// ELF with an interpreter (PT_INTERP).
+    Dynamic,
+    /// ELF without one: the LD_PRELOAD library would never be loaded.
+    Static,
+    /// A script (#!) or something the kernel will sort out.
+    Other,
+}
+
+/// Classify an executable by its ELF program headers.
+pub fn exe_kind(path: &Path) -> std::io::Result<ExeKind> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path)?;
+    let mut h = [0u8; 64];
+    let n = f.read(&mut h)?;
+    if n < 64 || &h[..4] != b"\x7fELF" {
+        return Ok(ExeKind::Other);
+    }
+    let le = h[5] == 1;
+    let rd16 = |b: &[u8]| if le { u16::from_le_bytes([b[0], b[1]]) } else { u16::from_be_bytes([b[0], b[1]]) };
+    let rd32 = |b: &[u8]| {
+        let a = [b[0], b[1], b[2], b[3]];
+        if le {
+            u32::from_le_bytes(a)
+        } else {
+            u32::from_be_bytes(a)
+        }
+    };
+    let rd64 = |b: &[u8]| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[..8]);
+        if le {
+            u64::from_le_bytes(a)
+        } else {
+            u64::from_be_bytes(a)
+        }
+    };
+    let (phoff, phentsize, phnum) = match h[4] {
+        2 => (rd64(&h[32..]), rd16(&h[54..]), rd16(&h[56..])),
+        1 => (u64::from(rd32(&h[28..])), rd16(&h[42..]), rd16(&h[44..])),
+        _ => return Ok(ExeKind::Other),
+    };
+    let mut ph = vec![0u8; usize::from(phentsize) * usize::from(phnum)];
+    f.seek(SeekFrom::Start(phoff))?;
+    f.read_exact(&mut ph)?;
+    let interp = ph.chunks(usize::from(phentsize).max(4)).any(|e| rd32(e) == 3);
+    Ok(if interp { ExeKind::Dynamic } else { ExeKind::Static })
+}
+
+/// Where the preload library is.
+fn find_preload() -> Result<PathBuf, RunError> {
+    if let Some(p) = std::env::var_os("USWAP_PRELOAD") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().map_err(|e| RunError(format!("cannot find the uswap binary: {e}"), 1))?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    for c in [dir.join("libuswap_ffi.so"), dir.join("deps/libuswap_ffi.so"), dir.join("../lib/libuswap_ffi.so")] {
+        if c.is_file() {
+            return Ok(c);
+        }
+    }
+    Err(RunError(
+        format!(
+            "cannot find libuswap_ffi.so next to {} (build it with `cargo build -p uswap-ffi`, or set USWAP_PRELOAD)",
+            exe.display()
+        ),
+        1,
+    ))
+}
+
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo; kill(2) is async-signal-safe.
+    unsafe {
+        let from_kernel = (*info).si_code > 0 || (*info).si_pid() == 0;
+        let pid = CHILD.load(Ordering::Relaxed);
+        if pid > 0 && !from_kernel {
+            libc::kill(pid, sig);
+        }
+    }
+}
+
+fn human(b: u64) -> String {
+    let b = b as f64;
+    if b >= (1u64 << 30) as f64 {
+        format!("{:.2} GiB", b / (1u64 << 30) as f64)
+    } else if b >= (1u64 << 20) as f64 {
+        format!("{:.1} MiB", b / (1u64 << 20) as f64)
+    } else {
+        format!("{:.0} KiB", b / 1024.0)
+    }
+}
+
+fn sig_name(s: i32) -> &'static str {
+    match s {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGTERM => "SIGTERM",
+        _ => "signal",
+    }
+}
+
+/// Check the configuration, start the program under the pager, wait, report. Returns the exit
+/// code to use.
+pub fn run(a: RunArgs) -> Result<u8, RunError> {
+    let limit = parse_limit(&a.limit)?;
+    let folio = parse_folio(&a.folio)?;
+    if limit < 4 * folio as u64 {
+        return Err(usage(format!("--limit {} is below four folios ({} bytes)", a.limit, 4 * folio)));
+    }
+    // Tiers: parse and build once here, so a bad tier or an unwritable directory is reported
+    // before the program runs (each process builds its own).
+    let spec = a.tiers.strip_prefix("builtin:").unwrap_or(&a.tiers);
+    let tc = uswap::config::TiersConfig::parse(spec).map_err(|e| usage(format!("--tiers: {e}")))?;
+    tc.build().map_err(|e| usage(format!("--tiers: {e}")))?;
+    if let Some(s) = &a.stats {
+        std::fs::write(s, b"").map_err(|e| usage(format!("--stats {}: {e}", s.display())))?;
+    }
+    // userfaultfd: the same features the pager asks for.
+    let f = uswap_pager::uffd::feature::PAGEFAULT_FLAG_WP
+        | uswap_pager::uffd::feature::EVENT_UNMAP
+        | uswap_pager::uffd::feature::EVENT_REMAP
+        | uswap_pager::uffd::feature::EVENT_FORK
+        | uswap_pager::uffd::feature::SIGBUS;
+    if let Err(e) = uswap_pager::uffd::Uffd::open(f, 0, true) {
+        return Err(RunError(format!("cannot run under the pager: {e}; the program was not started"), EXIT_NO_UFFD));
+    }
+    let prog = find_program(&a.command[0])?;
+    match exe_kind(&prog) {
+        Ok(ExeKind::Static) => {
+            return Err(usage(format!(
+                "{} is statically linked: uswap puts a program under the pager with an LD_PRELOAD library, \
+                 which only the dynamic loader loads, so its memory would be neither paged nor limited. \
+                 Use a dynamically linked build, or the uswap library API inside the program.",
+                prog.display()
+            )))
+        }
+        Ok(_) => {}
+        Err(e) => return Err(RunError(format!("{}: {e}", prog.display()), 126)),
+    }
+    let lib = find_preload()?;
+    let lib = lib.canonicalize().unwrap_or(lib);
+    let statsdir = tempdir()?;
+    let preload = match std::env::var_os("LD_PRELOAD") {
+        Some(old) if !old.is_empty() => {
+            let mut s = lib.clone().into_os_string();
+            s.push(":");
+            s.push(old);
+            s
+        }
+        _ => lib.clone().into_os_string(),
+    };
+    let mut cmd = std::process::Command::new(&prog);
+    cmd.arg0(&a.command[0])
+        .args(&a.command[1..])
+        .env("LD_PRELOAD", preload)
+        .env("USWAP_LIMIT", limit.to_string())
+        .env("USWAP_FOLIO", folio.to_string())
+        .env("USWAP_TIERS", &a.tiers)
+        .env("USWAP_STATS_DIR", &statsdir);
+    // Forward signals sent to us.
+    for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2] {
+        // SAFETY: installing an SA_SIGINFO handler that only calls kill(2).
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = forward as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(s, &sa, std::ptr::null_mut());
+        }
+    }
+    let child = cmd.spawn().map_err(|e| {
+        let _ = std::fs::remove_dir_all(&statsdir);
+        let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+        RunError(format!("{}: {e}", prog.display()), code)
+    })?;
+    let pid = child.id() as i32;
+    CHILD.store(pid, Ordering::Relaxed);
+    let mut status = 0;
+    // SAFETY: zeroed rusage is valid storage.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: waiting for our own child with valid pointers.
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+        if r == pid {
+            break;
+        }
+        if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return Err(RunError(format!("wait4: {}", std::io::Error::last_os_error()), 1));
+        }
+    }
+    CHILD.store(0, Ordering::Relaxed);
+    let (code, signal) = if libc::WIFSIGNALED(status) {
+        let s = libc::WTERMSIG(status);
+        (128 + s as u8, Some(s))
+    } else {
+        (libc::WEXITSTATUS(status) as u8, None)
+    };
+    let peak_rss = ru.ru_maxrss as u64 * 1024;
+    let report = collect(&statsdir, pid);
+    let _ = std::fs::remove_dir_all(&statsdir);
+    let main = report.iter().find(|v| v["pid"] == pid).cloned();
+    let others: Vec<&serde_json::Value> = report.iter().filter(|v| v["pid"] != pid).collect();
+    if let Some(s) = &a.stats {
+        let j = serde_json::json!({
+            "command": a.command.iter().map(|s| s.to_string_lossy()).collect::<Vec<_>>(),
+            "pid": pid,
+            "exit_code": code,
+            "signal": signal,
+            "limit_bytes": limit,
+            "folio_bytes": folio,
+            "tiers": a.tiers,
+            "peak_rss_bytes": peak_rss,
+            "main": main,
+            "other_processes": others,
+        });
+        if let Err(e) = std::fs::write(s, format!("{j:#}\n")) {
+            eprintln!("uswap: --stats {}: {e}", s.display());
+        }
+    } else if !a.quiet {
+        summary(&prog, limit, peak_rss, main.as_ref(), &others);
+    }
+    if let Some(s) = signal {
+        if !a.quiet {
+            eprintln!("uswap: {} killed by {} ({s})", prog.display(), sig_name(s));
+        }
+    }
+    Ok(code)
+}
+
+fn tempdir() -> Result<PathBuf, RunError> {
+    let base = std::env::temp_dir();
+    for i in 0..100u32 {
+        let d = base.join(format!("uswap-run-{}-{i}", std::process::id()));
+        if std::fs::create_dir(&d).is_ok() {
+            return Ok(d);
+        }
+    }
+    Err(RunError(format!("cannot create a statistics directory in {}", base.display()), 1))
+}
+
+fn collect(dir: &Path, _pid: i32) -> Vec<serde_json::Value> {
+    let mut v = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if e.path().extension().is_some_and(|x| x == "json") {
+                if let Some(j) = std::fs::read(e.path()).ok().and_then(|b| serde_json::from_slice(&b).ok()) {
+                    v.push(j);
+                }
+            }
+        }
+    }
+    v
+}
+
+fn u(v: &serde_json::Value, p: &str) -> u64 {
+    v.pointer(p).and_then(|x| x.as_u64()).unwrap_or(0)
+}
+
+fn summary(prog: &Path, limit: u64, peak: u64, main: Option<&serde_json::Value>, others: &[&serde_json::Value]) {
+    let name = prog.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    eprintln!(
+        "uswap: {name}: limit {}, peak RSS {} ({} {} the limit)",
+        human(limit),
+        human(peak),
+        human(peak.abs_diff(limit)),
+        if peak > limit { "over" } else { "under" }
+    );
+    match main {
+        Some(m) => {
+            let swin: u64 = m
+                .pointer("/pager/swpin")
+                .and_then(|a| a.as_array())
+                .map(|a| a.iter().enumerate().map(|(o, n)| n.as_u64().unwrap_or(0) << o).sum())
+                .unwrap_or(0);
+            eprintln!(
+                "uswap: swapped out {} ({} folios), swapped in {}; {} faults ({} swap-in, {} zero-fill); compressed pool {}; fixed overhead {} (RSS when the pager had started)",
+                human(u(m, "/pager/evicted_pages") * 4096),
+                u(m, "/pager/evicted_folios"),
+                human(swin * 4096),
+                u(m, "/pager/faults"),
+                u(m, "/pager/fault_swapin"),
+                u(m, "/pager/fault_zero"),
+                human(u(m, "/pager/pool_bytes")),
+                human(u(m, "/rss_at_start_bytes")),
+            );
+        }
+        None => eprintln!("uswap: no statistics from the program (it did not exit through exit(3), or exec'd)"),
+    }
+    if !others.is_empty() {
+        let out: u64 = others.iter().map(|o| u(o, "/pager/evicted_pages")).sum();
+        let hwm = others.iter().map(|o| u(o, "/vm_hwm_bytes")).max().unwrap_or(0);
+        eprintln!(
+            "uswap: {} more process(es) ran under uswap, each with its own {} limit: swapped out {}, largest peak RSS {}",
+            others.len(),
+            human(limit),
+            human(out * 4096),
+            human(hwm)
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_executables() {
+        assert_eq!(exe_kind(Path::new("/bin/sh")).unwrap(), ExeKind::Dynamic);
+        let d = std::env::temp_dir().join(format!("uswap-exe-kind-{}", std::process::id()));
+        std::fs::write(&d, b"#!/bin/sh\necho hi\n").unwrap();
+        assert_eq!(exe_kind(&d).unwrap(), ExeKind::Other);
+        // A minimal static ELF header: no program header is PT_INTERP.
+        let mut h = vec![0u8; 64 + 56];
+        h[..4].copy_from_slice(b"\x7fELF");
+        h[4] = 2;
+        h[5] = 1;
+        h[32..40].copy_from_slice(&64u64.to_le_bytes());
+        h[54..56].copy_from_slice(&56u16.to_le_bytes());
+        h[56..58].copy_from_slice(&1u16.to_le_bytes());
+        h[64..68].copy_from_slice(&1u32.to_le_bytes()); // PT_LOAD
+        std::fs::write(&d, &h).unwrap();
+        assert_eq!(exe_kind(&d).unwrap(), ExeKind::Static);
+        h[64..68].copy_from_slice(&3u32.to_le_bytes()); // PT_INTERP
+        std::fs::write(&d, &h).unwrap();
+        assert_eq!(exe_kind(&d).unwrap(), ExeKind::Dynamic);
+        std::fs::remove_file(&d).unwrap();
+    }
+
+    #[test]
+    fn parses_limits_and_folios() {
+        assert_eq!(parse_limit("512M").ok(), Some(512 << 20));
+        assert!(parse_limit("lots").is_err());
+        assert!(parse_limit("0").is_err());
+        assert_eq!(parse_folio("64K").ok(), Some(65536));
+        assert!(parse_folio("8K").is_err());
+    }
+}

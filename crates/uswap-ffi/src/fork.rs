@@ -1,0 +1,563 @@
+//! fork(2) under the pager, and the SIGBUS gate in front of the pager's handler.
+//!
+//! A pager's state (page words, rings, the engine's tables and compressed pool) is ordinary
+//! process memory, so `fork` gives the child a copy-on-write snapshot of it that agrees with the
+//! child's copy of the pages: a page swapped out in the parent is swapped out in the child under
+//! the same entry of the child's own copy of the store. What `fork` does not copy correctly are
+//! the kernel objects, and each would lose or corrupt data if left alone:
+//! - **the userfaultfd**: the child's fd still names the *parent's* uffd (ioctls on it would
+//!   fill pages of the parent), and the kernel drops the child's registration (the pager closes
+//!   the `UFFD_EVENT_FORK` descriptor), so a swapped-out page would read as zeros in the child.
+//!   The child handler opens a new uffd with the same features, `dup2`s it onto the old fd
+//!   number (the pager keeps using that number) and registers every tracked region again. It
+//!   retries on `EBUSY` until the parent's event thread has closed the fork descriptor.
+//! - **the pidfd** the pager uses for batched `process_madvise`: it names the parent; the child
+//!   gets a pidfd of its own on the same number (else its evictions would drop the *parent's*
+//!   pages).
+//! - **swap files**: both processes would allocate the same free slots of one file. The child
+//!   copies the file's data extents into a new unlinked file in the same directory and `dup2`s
+//!   it onto the old number; the parent waits in its atfork handler until the copy is done.
+//! - **threads**: the child has none of the pager's threads; it starts an event reader for its
+//!   new uffd (fork and unmap events would otherwise block the child forever).
+//!
+//! In-flight work must not be cut in half: the prepare handler takes [`crate::BIG`] (no region
+//! is being created, discarded or unmapped, no allocation is in the heap), closes the **gate**
+//! (every other thread that takes a SIGBUS now waits before entering the pager), and waits until
+//! no fault is in progress, so no page is `BUSY` or write-protected in the snapshot. It does
+//! *not* hold the internal heap's lock across the fork: the pager's event thread must run during
+//! the fork (the kernel blocks `fork` until it has read `UFFD_EVENT_FORK`) and may allocate
+//! (thread start-up). The child force-unlocks it; the residual risk is a Rust allocation by one
+//! of the library's own threads racing the fork. The parent handler opens everything again; the child handler
+//! rebuilds the kernel objects first, then opens. Our handlers are registered before the
+//! program's, so the child's runs first and the prepare runs last.
+//!
+//! The gate also keeps SIGBUS ours: `sigaction(SIGBUS)` by the program is recorded and called for
+//! faults outside the regions, and SIGBUS cannot be blocked (a blocked synchronous SIGBUS kills
+//! the process), see [`crate::preload::signals`].
+//!
+//! Locking: tracked pagers and regions change only under [`crate::BIG`]; the gate is an atomic
+//! (tid of the forking thread) plus an in-flight counter, with SeqCst on both sides (a thread
+//! increments, then re-checks the gate; the forker closes, then waits for zero).
+
+use crate::BIG;
+use std::cell::{Cell, UnsafeCell};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use uswap_pager::uffd;
+
+thread_local! {
+    /// > 0 while this thread runs uswap code: interposed `mmap`/`madvise`/`sigaction` pass
+    /// straight to the system for it.
+    pub static DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Run `f` as uswap code (see [`DEPTH`]).
+pub fn internal<R>(f: impl FnOnce() -> R) -> R {
+    DEPTH.with(|d| d.set(d.get() + 1));
+    let r = f();
+    DEPTH.with(|d| d.set(d.get() - 1));
+    r
+}
+
+/// True while the calling thread runs uswap code.
+pub fn in_internal() -> bool {
+    DEPTH.with(|d| d.get() > 0)
+}
+
+const MAX_PAGERS: usize = 16;
+const MAX_TRACKED: usize = 4096;
+const MAX_FDS: usize = 8;
+
+#[derive(Copy, Clone)]
+struct Tracked {
+    used: bool,
+    uffd: i32,
+    features: u64,
+    pidfds: [i32; MAX_FDS],
+    files: [i32; MAX_FDS],
+    uring: bool,
+}
+
+const NO_FDS: [i32; MAX_FDS] = [-1; MAX_FDS];
+const EMPTY: Tracked = Tracked { used: false, uffd: -1, features: 0, pidfds: NO_FDS, files: NO_FDS, uring: false };
+
+struct Table {
+    pagers: [Tracked; MAX_PAGERS],
+    /// (start, len, pager index); len 0 = free.
+    regions: [(usize, usize, usize); MAX_TRACKED],
+}
+
+struct TableCell(UnsafeCell<Table>);
+// SAFETY: only accessed under BIG (or in a fork child, single-threaded).
+unsafe impl Sync for TableCell {}
+static TABLE: TableCell =
+    TableCell(UnsafeCell::new(Table { pagers: [EMPTY; MAX_PAGERS], regions: [(0, 0, 0); MAX_TRACKED] }));
+
+/// # Safety
+/// - The caller holds `BIG` (or is a fork child before it started threads).
+unsafe fn table() -> &'static mut Table {
+    // SAFETY: exclusive under BIG (caller's obligation).
+    unsafe { &mut *TABLE.0.get() }
+}
+
+/// The fds of this process and what they are (`readlink` of /proc/self/fd/N).
+pub fn fd_snapshot() -> Vec<(i32, String)> {
+    let mut v = Vec::new();
+    if let Ok(rd) = std::fs::read_dir("/proc/self/fd") {
+        for e in rd.flatten() {
+            if let Some(n) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) {
+                if let Ok(t) = std::fs::read_link(e.path()) {
+                    v.push((n, t.to_string_lossy().into_owned()));
+                }
+            }
+        }
+    }
+    v
+}
+
+fn is_regular(fd: i32) -> bool {
+    // SAFETY: fstat into a zeroed stat buffer.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG
+    }
+}
+
+/// The uffd features a pager with `cfg` negotiates (mirrors `Pager::with_store`).
+pub fn pager_features(cfg: &uswap_pager::PagerConfig) -> u64 {
+    let mut f = uffd::feature::PAGEFAULT_FLAG_WP
+        | uffd::feature::EVENT_UNMAP
+        | uffd::feature::EVENT_REMAP
+        | uffd::feature::EVENT_FORK;
+    if cfg.fault_mode == uswap_pager::FaultMode::Sigbus {
+        f |= uffd::feature::SIGBUS;
+    }
+    if cfg.event_remove {
+        f |= uffd::feature::EVENT_REMOVE;
+    }
+    f
+}
+
+/// Record a pager created between the two fd snapshots. Returns its index, or an error when
+/// its kernel objects cannot be identified (fork would then be unsafe).
+///
+/// # Safety
+/// - The caller holds `BIG`.
+pub unsafe fn track_pager(cfg: &uswap_pager::PagerConfig, before: &[(i32, String)]) -> Result<usize, String> {
+    let after = fd_snapshot();
+    let mut t = Tracked { used: true, features: pager_features(cfg), ..EMPTY };
+    let (mut np, mut nf) = (0, 0);
+    for (fd, what) in &after {
+        if before.iter().any(|(b, w)| b == fd && w == what) {
+            continue;
+        }
+        if what.contains("[userfaultfd]") {
+            t.uffd = *fd;
+        } else if what.contains("[pidfd]") && np < MAX_FDS {
+            t.pidfds[np] = *fd;
+            np += 1;
+        } else if what.contains("io_uring") {
+            t.uring = true;
+        } else if what.starts_with('/') && nf < MAX_FDS && is_regular(*fd) {
+            t.files[nf] = *fd;
+            nf += 1;
+        }
+    }
+    if t.uffd < 0 {
+        return Err("cannot find the pager's userfaultfd among this process's fds".into());
+    }
+    // SAFETY: under BIG (caller).
+    let tab = unsafe { table() };
+    let i = tab.pagers.iter().position(|p| !p.used).ok_or("too many pagers in one process")?;
+    tab.pagers[i] = t;
+    Ok(i)
+}
+
+/// Forget a pager (after its last region is gone and it is dropped).
+///
+/// # Safety
+/// - The caller holds `BIG`.
+pub unsafe fn untrack_pager(i: usize) {
+    // SAFETY: under BIG.
+    unsafe { table() }.pagers[i] = EMPTY;
+}
+
+/// Record a region of pager `i` (re-registered in fork children).
+///
+/// # Safety
+/// - The caller holds `BIG`.
+pub unsafe fn track_region(i: usize, start: usize, len: usize) -> bool {
+    // SAFETY: under BIG.
+    let tab = unsafe { table() };
+    match tab.regions.iter().position(|r| r.1 == 0) {
+        Some(s) => {
+            tab.regions[s] = (start, len, i);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Forget the region starting at `start`.
+///
+/// # Safety
+/// - The caller holds `BIG`.
+pub unsafe fn untrack_region(start: usize) {
+    // SAFETY: under BIG.
+    for r in unsafe { table() }.regions.iter_mut() {
+        if r.1 != 0 && r.0 == start {
+            *r = (0, 0, 0);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The SIGBUS gate
+
+static GATE: AtomicI32 = AtomicI32::new(0);
+/// True from the start of the prepare handler to the end of the parent/child handler: a
+/// `malloc` that would wait for [`BIG`] then takes memory from the internal heap instead (the
+/// pager's event thread must be able to run, and allocate at its start-up, while `fork` waits
+/// for it to read the fork event).
+pub static FORKING: AtomicBool = AtomicBool::new(false);
+static INFLIGHT: AtomicI32 = AtomicI32::new(0);
+static PAGER_ACTION: AtomicUsize = AtomicUsize::new(0);
+static PAGER_SIGINFO: AtomicBool = AtomicBool::new(true);
+/// True once the gate is installed (interposed `sigaction` then guards SIGBUS).
+pub static GATE_ON: AtomicBool = AtomicBool::new(false);
+/// Forks handled, for statistics.
+pub static FORKS: AtomicU64 = AtomicU64::new(0);
+
+/// The program's own SIGBUS disposition (what it set through `sigaction`/`signal`).
+pub struct ProgramAction {
+    lock: crate::lock::RawLock,
+    act: UnsafeCell<Option<libc::sigaction>>,
+}
+// SAFETY: `act` is only accessed under `lock` (and read in the handler, which copies it).
+unsafe impl Sync for ProgramAction {}
+/// The program's SIGBUS action.
+pub static PROGRAM: ProgramAction = ProgramAction { lock: crate::lock::RawLock::new(), act: UnsafeCell::new(None) };
+
+impl ProgramAction {
+    /// Swap the program's action: returns the old one (None = default).
+    pub fn exchange(&self, new: Option<Option<libc::sigaction>>) -> Option<libc::sigaction> {
+        self.lock.lock();
+        // SAFETY: under the lock.
+        let slot = unsafe { &mut *self.act.get() };
+        let old = *slot;
+        if let Some(n) = new {
+            *slot = n;
+        }
+        self.lock.unlock();
+        old
+    }
+    fn get(&self) -> Option<libc::sigaction> {
+        // SAFETY: a racy read of a Copy value in a signal handler would be torn only if the
+        // program changed its SIGBUS handler concurrently with a fault outside our regions.
+        unsafe { *self.act.get() }
+    }
+}
+
+fn gettid() -> i32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
+
+/// Put the gate in front of the pager's SIGBUS handler (once; after the first pager exists).
+pub fn install_gate() -> Result<(), String> {
+    if GATE_ON.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    // SAFETY: reading and replacing the SIGBUS action with valid sigaction structs; the real
+    // sigaction (`__sigaction`) so the kernel gets glibc's restorer.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if crate::preload::signals::real_sigaction(libc::SIGBUS, std::ptr::null(), &mut old) != 0 {
+            return Err("sigaction(SIGBUS) failed".into());
+        }
+        if old.sa_sigaction == libc::SIG_DFL || old.sa_sigaction == libc::SIG_IGN {
+            // Thread fault mode: no SIGBUS handler, nothing to guard.
+            return Ok(());
+        }
+        PAGER_ACTION.store(old.sa_sigaction, Ordering::Release);
+        PAGER_SIGINFO.store(old.sa_flags & libc::SA_SIGINFO != 0, Ordering::Release);
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = gate_sigbus as *const () as usize;
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_NODEFER;
+        libc::sigemptyset(&mut sa.sa_mask);
+        if crate::preload::signals::real_sigaction(libc::SIGBUS, &sa, std::ptr::null_mut()) != 0 {
+            return Err("sigaction(SIGBUS) failed".into());
+        }
+    }
+    GATE_ON.store(true, Ordering::Release);
+    Ok(())
+}
+
+extern "C" fn gate_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo.
+    let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
+    let ours = code > 0 && uswap_pager::region::overlaps(addr, addr + 1);
+    if !ours {
+        if let Some(pa) = PROGRAM.get() {
+            let h = pa.sa_sigaction;
+            if h != libc::SIG_DFL && h != libc::SIG_IGN {
+                if pa.sa_flags & libc::SA_SIGINFO != 0 {
+                    // SAFETY: the program installed this as an SA_SIGINFO handler.
+                    let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                        unsafe { std::mem::transmute(h) };
+                    f(sig, info, ctx);
+                } else {
+                    // SAFETY: a plain handler.
+                    let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(h) };
+                    f(sig);
+                }
+                return;
+            }
+        }
+        // Not ours and no program handler: the pager's handler restores the default action.
+    }
+    let me = gettid();
+    loop {
+        let g = GATE.load(Ordering::SeqCst);
+        if g != 0 && g != me {
+            std::thread::yield_now();
+            continue;
+        }
+        INFLIGHT.fetch_add(1, Ordering::SeqCst);
+        let g = GATE.load(Ordering::SeqCst);
+        if g != 0 && g != me {
+            INFLIGHT.fetch_sub(1, Ordering::SeqCst);
+            continue;
+        }
+        break;
+    }
+    DEPTH.with(|d| d.set(d.get() + 1));
+    let h = PAGER_ACTION.load(Ordering::Acquire);
+    if PAGER_SIGINFO.load(Ordering::Relaxed) {
+        // SAFETY: the pager installed this SA_SIGINFO handler (read back in install_gate).
+        let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) = unsafe { std::mem::transmute(h) };
+        f(sig, info, ctx);
+    } else {
+        // SAFETY: a plain handler.
+        let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(h) };
+        f(sig);
+    }
+    DEPTH.with(|d| d.set(d.get() - 1));
+    INFLIGHT.fetch_sub(1, Ordering::SeqCst);
+}
+
+// ---------------------------------------------------------------------------------------
+// atfork
+
+static PIPE: [AtomicI32; 2] = [AtomicI32::new(-1), AtomicI32::new(-1)];
+
+/// Register the atfork handlers (once). Call as early as possible (library constructor), so our
+/// child handler runs before the program's and our prepare handler after theirs.
+pub fn install_atfork() {
+    static ONCE: AtomicBool = AtomicBool::new(false);
+    if ONCE.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    // SAFETY: registering three extern "C" functions with no arguments.
+    unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+}
+
+fn any_pager() -> bool {
+    // SAFETY: a racy read of `used` flags: only decides whether to do the fork work at all.
+    unsafe { (*TABLE.0.get()).pagers.iter().any(|p| p.used) }
+}
+
+extern "C" fn prepare() {
+    FORKING.store(true, Ordering::SeqCst);
+    BIG.lock();
+    if any_pager() {
+        GATE.store(gettid(), Ordering::SeqCst);
+        while INFLIGHT.load(Ordering::SeqCst) != 0 {
+            std::thread::yield_now();
+        }
+        // SAFETY: under BIG.
+        let files = unsafe { table() }.pagers.iter().any(|p| p.used && p.files[0] >= 0);
+        if files {
+            let mut fds = [-1i32; 2];
+            // SAFETY: pipe2 writes two fds into the array.
+            if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0 {
+                PIPE[0].store(fds[0], Ordering::Relaxed);
+                PIPE[1].store(fds[1], Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+extern "C" fn parent() {
+    let (r, w) = (PIPE[0].swap(-1, Ordering::Relaxed), PIPE[1].swap(-1, Ordering::Relaxed));
+    if r >= 0 {
+        // SAFETY: our pipe fds; the read returns when the child wrote or closed its end.
+        unsafe {
+            libc::close(w);
+            let mut b = 0u8;
+            while libc::read(r, (&mut b as *mut u8).cast(), 1) < 0 && *libc::__errno_location() == libc::EINTR {}
+            libc::close(r);
+        }
+    }
+    GATE.store(0, Ordering::SeqCst);
+    FORKING.store(false, Ordering::SeqCst);
+    BIG.unlock();
+}
+
+fn die(msg: &str) -> ! {
+    // SAFETY: write(2) and _exit(2) are async-signal-safe.
+    unsafe {
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+        libc::_exit(125)
+    }
+}
+
+extern "C" fn child() {
+    crate::internal::HEAP.lock.force_unlock();
+    if any_pager() {
+        FORKS.fetch_add(1, Ordering::Relaxed);
+        internal(|| {
+            // SAFETY: single-threaded child, BIG is held by us (the forking thread).
+            let tab = unsafe { table() };
+            for (i, t) in tab.pagers.iter().enumerate() {
+                if !t.used {
+                    continue;
+                }
+                if let Err(e) = rebuild_child(i, t, &tab.regions) {
+                    die(&format!("uswap: fork: cannot rebuild the pager in the child: {e}\n"));
+                }
+            }
+        });
+        let (r, w) = (PIPE[0].swap(-1, Ordering::Relaxed), PIPE[1].swap(-1, Ordering::Relaxed));
+        if w >= 0 {
+            // SAFETY: our pipe fds.
+            unsafe {
+                libc::close(r);
+                libc::write(w, b"k".as_ptr().cast(), 1);
+                libc::close(w);
+            }
+        }
+        GATE.store(0, Ordering::SeqCst);
+        INFLIGHT.store(0, Ordering::SeqCst);
+    }
+    FORKING.store(false, Ordering::SeqCst);
+    BIG.force_unlock();
+}
+
+fn rebuild_child(idx: usize, t: &Tracked, regions: &[(usize, usize, usize)]) -> Result<(), String> {
+    if t.uring {
+        return Err("the swap file uses io_uring, whose ring cannot be shared with a child".into());
+    }
+    // 1. Swap files: private copies (the parent waits for us).
+    for &fd in t.files.iter().filter(|&&f| f >= 0) {
+        clone_file_onto(fd)?;
+    }
+    // 2. pidfds: name ourselves.
+    for &fd in t.pidfds.iter().filter(|&&f| f >= 0) {
+        // SAFETY: pidfd_open(getpid(), 0) returns a new fd; dup2 replaces our old number.
+        unsafe {
+            let n = libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) as i32;
+            if n < 0 {
+                return Err(format!("pidfd_open: {}", std::io::Error::last_os_error()));
+            }
+            libc::dup2(n, fd);
+            libc::close(n);
+        }
+    }
+    // 3. A uffd of our own on the old number, every region registered again.
+    let u = uffd::Uffd::open(t.features, uffd::feature::THREAD_ID, true)?;
+    // SAFETY: replacing the inherited fd number (the parent's uffd) with ours.
+    if unsafe { libc::dup2(u.raw(), t.uffd) } < 0 {
+        return Err(format!("dup2: {}", std::io::Error::last_os_error()));
+    }
+    let t0 = std::time::Instant::now();
+    for &(start, len, p) in regions.iter().filter(|r| r.1 != 0 && r.2 == idx) {
+        loop {
+            match u.register(start, len, uffd::mode::MISSING | uffd::mode::WP) {
+                Ok(_) => break,
+                // The kernel's fork context still holds the range until the parent's event
+                // thread closes it.
+                Err(e) if e.errno == libc::EBUSY && t0.elapsed().as_secs() < 30 => std::thread::yield_now(),
+                Err(e) => return Err(format!("re-registering region {start:#x}+{len:#x} of pager {p}: {e}")),
+            }
+        }
+    }
+    // 4. An event reader for our uffd (fork and unmap events block their thread until read).
+    std::thread::Builder::new()
+        .name("uswap-uffd".into())
+        .spawn(move || {
+            DEPTH.with(|d| d.set(1));
+            child_events(u)
+        })
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn child_events(u: uffd::Uffd) {
+    let mut msgs = [uffd::empty_msg(); 16];
+    loop {
+        let mut pfd = libc::pollfd { fd: u.raw(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        if unsafe { libc::poll(&mut pfd, 1, -1) } <= 0 {
+            continue;
+        }
+        let Ok(n) = u.read_msgs(&mut msgs) else { continue };
+        for m in &msgs[..n] {
+            if let uffd::Event::Fork { uffd } = uffd::decode(m) {
+                // As the pager does: the grandchild rebuilds its own registration.
+                // SAFETY: the kernel gave us this fd.
+                unsafe { libc::close(uffd) };
+            }
+        }
+    }
+}
+
+/// Copy the data extents of the file open on `fd` into a new unlinked file in the same
+/// directory, and put the copy on `fd`'s number.
+fn clone_file_onto(fd: i32) -> Result<(), String> {
+    let target = std::fs::read_link(format!("/proc/self/fd/{fd}")).map_err(|e| e.to_string())?;
+    let dir = target.parent().ok_or("swap file has no directory")?.to_path_buf();
+    let cdir = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: fcntl/open/lseek/copy_file_range/ftruncate/dup2 on fds we own, with valid pointers.
+    unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        let direct = if fl >= 0 { fl & libc::O_DIRECT } else { 0 };
+        let nfd = libc::open(cdir.as_ptr(), libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC | direct, 0o600);
+        if nfd < 0 {
+            return Err(format!("cannot create a swap file in {}: {}", dir.display(), std::io::Error::last_os_error()));
+        }
+        let size = libc::lseek(fd, 0, libc::SEEK_END);
+        if size > 0 && libc::ftruncate(nfd, size) != 0 {
+            let e = std::io::Error::last_os_error();
+            libc::close(nfd);
+            return Err(format!("ftruncate: {e}"));
+        }
+        let mut off: i64 = 0;
+        while off < size {
+            let data = libc::lseek(fd, off, libc::SEEK_DATA);
+            if data < 0 {
+                break; // no more data
+            }
+            let mut hole = libc::lseek(fd, data, libc::SEEK_HOLE);
+            if hole < 0 {
+                hole = size;
+            }
+            let (mut i, mut o) = (data, data);
+            while i < hole {
+                let n = libc::copy_file_range(fd, &mut i, nfd, &mut o, (hole - i) as usize, 0);
+                if n <= 0 {
+                    let e = std::io::Error::last_os_error();
+                    libc::close(nfd);
+                    return Err(format!("copying the swap file: {e}"));
+                }
+            }
+            off = hole;
+        }
+        if libc::dup2(nfd, fd) < 0 {
+            let e = std::io::Error::last_os_error();
+            libc::close(nfd);
+            return Err(format!("dup2: {e}"));
+        }
+        libc::close(nfd);
+    }
+    Ok(())
+}

@@ -1,0 +1,138 @@
+//! Signal interposition that keeps the pager's SIGBUS working in programs that manage signals.
+//!
+//! - `sigaction(SIGBUS, ...)` and `signal(SIGBUS, ...)` by the program are recorded instead of
+//!   installed: the gate ([`crate::fork`]) calls the program's handler for faults outside the
+//!   regions and resolves faults inside them. Other signals go to libc's `__sigaction`.
+//! - `sigprocmask`/`pthread_sigmask` never block SIGBUS: a synchronous SIGBUS raised while it is
+//!   blocked kills the process (the kernel forces the default action), and worker threads that
+//!   block "all signals" are common. Like glibc, the internal signals 32 and 33 are not blocked.
+//!
+//! Locking: the program's SIGBUS action is behind its own tiny lock ([`crate::fork::PROGRAM`]).
+
+use crate::fork::{in_internal, GATE_ON, PROGRAM};
+use std::sync::atomic::Ordering;
+
+extern "C" {
+    fn __sigaction(sig: libc::c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> libc::c_int;
+}
+
+/// libc's real `sigaction` (installs glibc's signal restorer).
+///
+/// # Safety
+/// - As for `sigaction(2)`.
+pub unsafe fn real_sigaction(sig: libc::c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> libc::c_int {
+    // SAFETY: forwarded.
+    unsafe { __sigaction(sig, act, old) }
+}
+
+fn guarding(sig: libc::c_int) -> bool {
+    sig == libc::SIGBUS && GATE_ON.load(Ordering::Acquire) && !in_internal()
+}
+
+/// `sigaction(2)`.
+///
+/// # Safety
+/// - As for `sigaction(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn sigaction(
+    sig: libc::c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> libc::c_int {
+    if !guarding(sig) {
+        // SAFETY: forwarded.
+        return unsafe { __sigaction(sig, act, old) };
+    }
+    // SAFETY: act, if non-null, points to a valid sigaction (caller's contract).
+    let new =
+        if act.is_null() { None } else { Some(Some(unsafe { *act }).filter(|a| a.sa_sigaction != libc::SIG_DFL)) };
+    let prev = PROGRAM.exchange(new);
+    if !old.is_null() {
+        // SAFETY: old points to writable storage (caller's contract).
+        unsafe {
+            *old = prev.unwrap_or_else(|| {
+                let mut d: libc::sigaction = std::mem::zeroed();
+                d.sa_sigaction = libc::SIG_DFL;
+                d
+            })
+        };
+    }
+    0
+}
+
+/// `signal(2)` (glibc's calls `__sigaction` internally, so it is interposed too).
+///
+/// # Safety
+/// - As for `signal(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn signal(sig: libc::c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    // SAFETY: building a plain sigaction and installing it through ours.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = handler;
+        sa.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaddset(&mut sa.sa_mask, sig);
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if sigaction(sig, &sa, &mut old) != 0 {
+            return libc::SIG_ERR;
+        }
+        old.sa_sigaction
+    }
+}
+
+fn filtered(how: libc::c_int, set: *const libc::sigset_t, out: &mut libc::sigset_t) -> *const libc::sigset_t {
+    if set.is_null() || how == libc::SIG_UNBLOCK {
+        return set;
+    }
+    // SAFETY: set points to a valid sigset (caller's contract); out is ours.
+    unsafe {
+        *out = *set;
+        if GATE_ON.load(Ordering::Acquire) {
+            libc::sigdelset(out, libc::SIGBUS);
+        }
+        libc::sigdelset(out, 32);
+        libc::sigdelset(out, 33);
+    }
+    out
+}
+
+/// `pthread_sigmask(3)`: returns an error number.
+///
+/// # Safety
+/// - As for `pthread_sigmask(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_sigmask(
+    how: libc::c_int,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> libc::c_int {
+    // SAFETY: zeroed sigset is valid storage.
+    let mut tmp: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let s = filtered(how, set, &mut tmp);
+    // SAFETY: rt_sigprocmask with valid (or null) pointers and the kernel's sigset size.
+    let r = unsafe { libc::syscall(libc::SYS_rt_sigprocmask, how, s, old, 8usize) };
+    if r < 0 {
+        // SAFETY: errno of this thread.
+        unsafe { *libc::__errno_location() }
+    } else {
+        0
+    }
+}
+
+/// `sigprocmask(2)`: returns -1 and sets errno on error.
+///
+/// # Safety
+/// - As for `sigprocmask(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn sigprocmask(
+    how: libc::c_int,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> libc::c_int {
+    // SAFETY: as pthread_sigmask.
+    let mut tmp: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let s = filtered(how, set, &mut tmp);
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_rt_sigprocmask, how, s, old, 8usize) as libc::c_int }
+}
