@@ -68,6 +68,10 @@ unsafe impl Allocator for RawMmap {
         MAPPED.fetch_add(size as u64, Ordering::Relaxed);
         (p.cast(), size, 0)
     }
+    #[allow(
+        clippy::not_unsafe_ptr_arg_deref,
+        reason = "dlmalloc's Allocator signature; ptr is always a mapping this allocator made"
+    )]
     fn remap(&self, ptr: *mut u8, oldsize: usize, newsize: usize, can_move: bool) -> *mut u8 {
         let flags = if can_move { libc::MREMAP_MAYMOVE } else { 0 };
         // SAFETY: ptr/oldsize name a mapping this allocator made.
@@ -79,6 +83,10 @@ unsafe impl Allocator for RawMmap {
         MAPPED.fetch_sub(oldsize as u64, Ordering::Relaxed);
         p.cast()
     }
+    #[allow(
+        clippy::not_unsafe_ptr_arg_deref,
+        reason = "dlmalloc's Allocator signature; ptr is always a mapping this allocator made"
+    )]
     fn free_part(&self, ptr: *mut u8, oldsize: usize, newsize: usize) -> bool {
         // SAFETY: the tail of a mapping this allocator made.
         let ok = unsafe { sys_munmap(ptr.add(newsize).cast(), oldsize - newsize) } == 0;

@@ -666,7 +666,7 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: size_t, s: size_t) -> *
 /// - As for `posix_memalign(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: size_t, n: size_t) -> c_int {
-    if !align.is_power_of_two() || align % std::mem::size_of::<usize>() != 0 {
+    if !align.is_power_of_two() || !align.is_multiple_of(std::mem::size_of::<usize>()) {
         return libc::EINVAL;
     }
     // SAFETY: valid alignment.
@@ -867,7 +867,7 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
         // SAFETY: forwarded.
         return unsafe { crate::internal::sys_munmap(addr, len) };
     }
-    if a % 4096 != 0 || len == 0 {
+    if !a.is_multiple_of(4096) || len == 0 {
         return einval();
     }
     let (ma, mb) = (a.max(base), b.min(end).div_ceil(4096) * 4096);
@@ -899,7 +899,7 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) 
     let a = addr as usize;
     let releasing = matches!(advice, libc::MADV_DONTNEED | libc::MADV_FREE | libc::MADV_REMOVE);
     if releasing && ready() && !in_internal() && managed(a) {
-        if a % 4096 != 0 {
+        if !a.is_multiple_of(4096) {
             return einval();
         }
         let l = len.div_ceil(4096) * 4096;
@@ -931,7 +931,7 @@ pub unsafe extern "C" fn mremap(
         return unsafe { libc::syscall(libc::SYS_mremap, old, old_len, new_len, flags, new_addr) as *mut c_void };
     }
     COUNTERS.mremap_managed.fetch_add(1, Ordering::Relaxed);
-    if a % 4096 != 0
+    if !a.is_multiple_of(4096)
         || new_len == 0
         || flags & !(libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED) != 0
         || flags & libc::MREMAP_FIXED != 0

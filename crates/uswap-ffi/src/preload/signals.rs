@@ -43,9 +43,13 @@ pub unsafe extern "C" fn sigaction(
         // SAFETY: forwarded.
         return unsafe { __sigaction(sig, act, old) };
     }
-    // SAFETY: act, if non-null, points to a valid sigaction (caller's contract).
-    let new =
-        if act.is_null() { None } else { Some(Some(unsafe { *act }).filter(|a| a.sa_sigaction != libc::SIG_DFL)) };
+    let new = if act.is_null() {
+        None
+    } else {
+        // SAFETY: act is non-null and points to a valid sigaction (caller's contract).
+        let a = unsafe { *act };
+        Some(Some(a).filter(|a| a.sa_sigaction != libc::SIG_DFL))
+    };
     let prev = PROGRAM.exchange(new);
     if !old.is_null() {
         // SAFETY: old points to writable storage (caller's contract).
