@@ -85,6 +85,21 @@ pub struct UswapPager {
 pub struct UswapRegion {
     region: Option<Region>,
     start: usize,
+    /// The pager's reference and fork-table index: whoever drops the last reference untracks it.
+    owner: UswapPager,
+}
+
+impl UswapPager {
+    /// Drop this reference; the last one also removes the pager from the fork table.
+    ///
+    /// # Safety
+    /// - The caller holds `BIG`.
+    unsafe fn release(self) {
+        if Arc::strong_count(&self.pager) == 1 {
+            // SAFETY: BIG held (caller); no other reference is left, so no region either.
+            unsafe { fork::untrack_pager(self.idx) };
+        }
+    }
 }
 
 thread_local! {
@@ -192,7 +207,7 @@ pub unsafe extern "C" fn uswap_pager_new(cfg: *const UswapConfig) -> *mut UswapP
         let before = fork::fd_snapshot();
         let r = Pager::new(pc.clone()).map_err(|e| e.to_string()).and_then(|p| {
             // SAFETY: BIG held.
-            let idx = unsafe { fork::track_pager(&pc, &before) }?;
+            let idx = unsafe { fork::track_pager(&p, &before) }?;
             if let Err(e) = fork::install_gate() {
                 // SAFETY: BIG held.
                 unsafe { fork::untrack_pager(idx) };
@@ -222,13 +237,10 @@ pub unsafe extern "C" fn uswap_pager_free(p: *mut UswapPager) {
     }
     guard((), || {
         // SAFETY: p came from Box::into_raw in uswap_pager_new (caller's contract).
-        let b = unsafe { Box::from_raw(p) };
+        let b = *unsafe { Box::from_raw(p) };
         BIG.lock();
-        if Arc::strong_count(&b.pager) == 1 {
-            // SAFETY: BIG held; no region of this pager is left.
-            unsafe { fork::untrack_pager(b.idx) };
-        }
-        drop(b);
+        // SAFETY: BIG held.
+        unsafe { b.release() };
         BIG.unlock();
     })
 }
@@ -252,7 +264,7 @@ pub unsafe extern "C" fn uswap_map(p: *mut UswapPager, len: usize) -> *mut Uswap
             let start = r.as_ptr() as usize;
             // SAFETY: BIG held.
             if unsafe { fork::track_region(up.idx, start, r.len()) } {
-                Ok(UswapRegion { region: Some(r), start })
+                Ok(UswapRegion { region: Some(r), start, owner: UswapPager { pager: up.pager.clone(), idx: up.idx } })
             } else {
                 Err((UswapStatus::UswapErrInvalid, "too many regions".to_string()))
             }
@@ -302,11 +314,13 @@ pub unsafe extern "C" fn uswap_unmap(r: *mut UswapRegion) -> i32 {
     }
     guard(UswapStatus::UswapErrPanic as i32, || {
         // SAFETY: from Box::into_raw in uswap_map (caller's contract).
-        let mut b = unsafe { Box::from_raw(r) };
+        let mut b = *unsafe { Box::from_raw(r) };
         BIG.lock();
         // SAFETY: BIG held.
         unsafe { fork::untrack_region(b.start) };
         drop(b.region.take());
+        // SAFETY: BIG held.
+        unsafe { b.owner.release() };
         BIG.unlock();
         UswapStatus::UswapOk as i32
     })

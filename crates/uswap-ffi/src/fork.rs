@@ -17,8 +17,10 @@
 //! - **swap files**: both processes would allocate the same free slots of one file. The child
 //!   copies the file's data extents into a new unlinked file in the same directory and `dup2`s
 //!   it onto the old number; the parent waits in its atfork handler until the copy is done.
-//! - **threads**: the child has none of the pager's threads; it starts an event reader for its
-//!   new uffd (fork and unmap events would otherwise block the child forever).
+//! - **threads**: the child has none of the pager's threads;
+//!   `Pager::restart_in_fork_child` starts the child's event thread on its new uffd (it serves
+//!   the child's faults in thread fault mode, and fork and unmap events, which would otherwise
+//!   block the child forever).
 //!
 //! In-flight work must not be cut in half: the prepare handler takes [`crate::BIG`] (no region
 //! is being created, discarded or unmapped, no allocation is in the heap), closes the **gate**
@@ -70,6 +72,8 @@ const MAX_FDS: usize = 8;
 #[derive(Copy, Clone)]
 struct Tracked {
     used: bool,
+    /// The pager (kept alive by its owner until `untrack_pager`).
+    pager: *const uswap_pager::Pager,
     uffd: i32,
     features: u64,
     pidfds: [i32; MAX_FDS],
@@ -78,7 +82,7 @@ struct Tracked {
 }
 
 const NO_FDS: [i32; MAX_FDS] = [-1; MAX_FDS];
-const EMPTY: Tracked = Tracked { used: false, uffd: -1, features: 0, pidfds: NO_FDS, files: NO_FDS, uring: false };
+const EMPTY: Tracked = Tracked { used: false, pager: std::ptr::null(), uffd: -1, features: 0, pidfds: NO_FDS, files: NO_FDS, uring: false };
 
 struct Table {
     pagers: [Tracked; MAX_PAGERS],
@@ -142,9 +146,10 @@ pub fn pager_features(cfg: &uswap_pager::PagerConfig) -> u64 {
 ///
 /// # Safety
 /// - The caller holds `BIG`.
-pub unsafe fn track_pager(cfg: &uswap_pager::PagerConfig, before: &[(i32, String)]) -> Result<usize, String> {
+/// - `pager` stays alive until [`untrack_pager`] is called with the returned index.
+pub unsafe fn track_pager(pager: &uswap_pager::Pager, before: &[(i32, String)]) -> Result<usize, String> {
     let after = fd_snapshot();
-    let mut t = Tracked { used: true, features: pager_features(cfg), ..EMPTY };
+    let mut t = Tracked { used: true, pager, features: pager_features(pager.config()), ..EMPTY };
     let (mut np, mut nf) = (0, 0);
     for (fd, what) in &after {
         if before.iter().any(|(b, w)| b == fd && w == what) {
@@ -481,34 +486,12 @@ fn rebuild_child(idx: usize, t: &Tracked, regions: &[(usize, usize, usize)]) -> 
             }
         }
     }
-    // 4. An event reader for our uffd (fork and unmap events block their thread until read).
-    std::thread::Builder::new()
-        .name("uswap-uffd".into())
-        .spawn(move || {
-            DEPTH.with(|d| d.set(1));
-            child_events(u)
-        })
-        .map_err(|e| e.to_string())?;
-    Ok(())
-}
-
-fn child_events(u: uffd::Uffd) {
-    let mut msgs = [uffd::empty_msg(); 16];
-    loop {
-        let mut pfd = libc::pollfd { fd: u.raw(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd.
-        if unsafe { libc::poll(&mut pfd, 1, -1) } <= 0 {
-            continue;
-        }
-        let Ok(n) = u.read_msgs(&mut msgs) else { continue };
-        for m in &msgs[..n] {
-            if let uffd::Event::Fork { uffd } = uffd::decode(m) {
-                // As the pager does: the grandchild rebuilds its own registration.
-                // SAFETY: the kernel gave us this fd.
-                unsafe { libc::close(uffd) };
-            }
-        }
-    }
+    // The pager keeps using the number; our temporary one goes.
+    drop(u);
+    // 4. The pager's own threads: its event thread serves our faults (thread fault mode) and
+    // events (fork and unmap events block their thread until read).
+    // SAFETY: tracked pagers are alive while tracked (track_pager's contract).
+    unsafe { &*t.pager }.restart_in_fork_child().map_err(|e| e.to_string())
 }
 
 /// Copy the data extents of the file open on `fd` into a new unlinked file in the same

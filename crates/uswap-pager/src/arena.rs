@@ -8,8 +8,16 @@
 //! link lives in the first 8 bytes of the free object). The reservation is never unmapped
 //! while the arena lives, so reading a stale link is harmless: the tagged CAS then fails.
 //!
-//! Locking: none; every operation is a CAS loop. Memory of freed objects is kept for reuse
-//! (re-faulting a released page costs more than the memory saved on this workload).
+//! Freed objects stay resident for reuse (re-faulting a released page costs more than it saves
+//! while the cache is busy), so the arena's RSS is its high-water mark per class, not its live
+//! bytes: [`Arena::resident_bytes`] is what the pager charges to its limit. [`Arena::trim`]
+//! gives memory back: it moves free objects to a second per-class stack of *released*
+//! objects after `madvise(MADV_DONTNEED)` of the whole pages inside them (the first 8 bytes,
+//! the stack link, stay); `alloc` prefers resident free objects, then released ones, then the
+//! bump pointer. The bytes an object releases follow from its offset and class, so the
+//! accounting needs no per-object state.
+//!
+//! Locking: none; every operation is a CAS loop.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
@@ -64,7 +72,11 @@ pub struct Arena {
     cap: usize,
     bump: AtomicUsize,
     heads: Box<[AtomicU64]>,
+    /// Per-class stacks of free objects whose inner pages were released by [`Arena::trim`].
+    cold: Box<[AtomicU64]>,
     live_bytes: AtomicU64,
+    /// Bytes of carved objects given back to the kernel (released objects' inner pages).
+    released: AtomicU64,
 }
 
 // SAFETY: the arena hands out disjoint objects; all shared state is atomic.
@@ -96,7 +108,9 @@ impl Arena {
             cap,
             bump: AtomicUsize::new(0),
             heads: (0..n).map(|_| AtomicU64::new(EMPTY)).collect(),
+            cold: (0..n).map(|_| AtomicU64::new(EMPTY)).collect(),
             live_bytes: AtomicU64::new(0),
+            released: AtomicU64::new(0),
         })
     }
 
@@ -106,25 +120,57 @@ impl Arena {
         unsafe { AtomicU64::from_ptr(self.base.add(off).cast()) }
     }
 
-    /// Allocate an object of at least `size` bytes. `None` when the reservation is exhausted
-    /// or `size` is too large.
-    pub fn alloc(&self, size: usize) -> Option<Obj> {
-        let class = class_of(size)?;
-        let head = &self.heads[class];
+    /// Pop an object from a tagged Treiber stack.
+    fn pop(&self, head: &AtomicU64) -> Option<usize> {
         let mut h = head.load(Ordering::Acquire);
         while h & EMPTY != EMPTY {
             let off = ((h & EMPTY) as usize) * GRANULE;
             let next = self.link(off).load(Ordering::Relaxed) & EMPTY;
             let tag = (h >> 40).wrapping_add(1) & 0xff_ffff;
             match head.compare_exchange_weak(h, next | (tag << 40), Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => {
-                    self.live_bytes.fetch_add(class_size(class) as u64, Ordering::Relaxed);
-                    return Some(Obj { off, class });
-                }
+                Ok(_) => return Some(off),
                 Err(x) => h = x,
             }
         }
+        None
+    }
+
+    /// Push an object onto a tagged Treiber stack.
+    fn push(&self, head: &AtomicU64, off: usize) {
+        let mut h = head.load(Ordering::Acquire);
+        loop {
+            self.link(off).store(h & EMPTY, Ordering::Relaxed);
+            let tag = (h >> 40).wrapping_add(1) & 0xff_ffff;
+            let new = ((off / GRANULE) as u64) | (tag << 40);
+            match head.compare_exchange_weak(h, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return,
+                Err(x) => h = x,
+            }
+        }
+    }
+
+    /// The whole pages inside an object after its 8-byte link: what [`Arena::trim`] releases.
+    fn inner_pages(off: usize, class: usize) -> (usize, usize) {
+        let a = (off + 8).div_ceil(4096) * 4096;
+        let b = (off + class_size(class)) / 4096 * 4096;
+        (a, b.max(a))
+    }
+
+    /// Allocate an object of at least `size` bytes. `None` when the reservation is exhausted
+    /// or `size` is too large.
+    pub fn alloc(&self, size: usize) -> Option<Obj> {
+        let class = class_of(size)?;
         let sz = class_size(class);
+        if let Some(off) = self.pop(&self.heads[class]) {
+            self.live_bytes.fetch_add(sz as u64, Ordering::Relaxed);
+            return Some(Obj { off, class });
+        }
+        if let Some(off) = self.pop(&self.cold[class]) {
+            let (a, b) = Self::inner_pages(off, class);
+            self.released.fetch_sub((b - a) as u64, Ordering::Relaxed);
+            self.live_bytes.fetch_add(sz as u64, Ordering::Relaxed);
+            return Some(Obj { off, class });
+        }
         let off = self.bump.fetch_add(sz, Ordering::Relaxed);
         if off + sz > self.cap {
             self.bump.fetch_sub(sz, Ordering::Relaxed);
@@ -134,20 +180,33 @@ impl Arena {
         Some(Obj { off, class })
     }
 
-    /// Return an object to its class's free stack.
+    /// Return an object to its class's free stack (it stays resident for reuse).
     pub fn free(&self, o: Obj) {
-        let head = &self.heads[o.class];
-        let mut h = head.load(Ordering::Acquire);
-        loop {
-            self.link(o.off).store(h & EMPTY, Ordering::Relaxed);
-            let tag = (h >> 40).wrapping_add(1) & 0xff_ffff;
-            let new = ((o.off / GRANULE) as u64) | (tag << 40);
-            match head.compare_exchange_weak(h, new, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => break,
-                Err(x) => h = x,
+        self.push(&self.heads[o.class], o.off);
+        self.live_bytes.fetch_sub(class_size(o.class) as u64, Ordering::Relaxed);
+    }
+
+    /// Give the memory of free objects back to the kernel, largest classes first, until at most
+    /// `keep` bytes of free objects stay resident (classes too small to hold a whole page
+    /// besides their link are kept). Returns the bytes released. One `madvise` per object.
+    pub fn trim(&self, keep: u64) -> u64 {
+        let mut done = 0;
+        for class in (0..self.heads.len()).rev() {
+            if class_size(class) < 2 * 4096 {
+                break;
+            }
+            while self.free_resident_bytes() > keep {
+                let Some(off) = self.pop(&self.heads[class]) else { break };
+                let (a, b) = Self::inner_pages(off, class);
+                // SAFETY: [a, b) lies inside a free object of the reservation that this thread
+                // popped, so nobody reads or writes it until it is allocated again.
+                unsafe { libc::madvise(self.base.add(a).cast(), b - a, libc::MADV_DONTNEED) };
+                self.released.fetch_add((b - a) as u64, Ordering::Relaxed);
+                self.push(&self.cold[class], off);
+                done += (b - a) as u64;
             }
         }
-        self.live_bytes.fetch_sub(class_size(o.class) as u64, Ordering::Relaxed);
+        done
     }
 
     /// Pointer to an object's first byte.
@@ -164,6 +223,17 @@ impl Arena {
     /// Bytes ever carved from the reservation (live + free lists): the arena's footprint.
     pub fn footprint(&self) -> u64 {
         self.bump.load(Ordering::Relaxed) as u64
+    }
+
+    /// Bytes the arena holds in memory: carved objects, live or free, less what
+    /// [`Arena::trim`] released. This is its share of the process's RSS.
+    pub fn resident_bytes(&self) -> u64 {
+        self.footprint().saturating_sub(self.released.load(Ordering::Relaxed))
+    }
+
+    /// Free objects that are still resident (what [`Arena::trim`] can give back, roughly).
+    pub fn free_resident_bytes(&self) -> u64 {
+        self.resident_bytes().saturating_sub(self.live_bytes())
     }
 }
 
@@ -187,6 +257,64 @@ mod tests {
             assert!(cs <= s + s / 8 + GRANULE, "{s} -> {cs}");
         }
         assert!(class_of((2 << 20) + 65).is_none());
+    }
+
+    /// RSS of the arena's mapping, from /proc/self/smaps.
+    fn rss_of(base: usize) -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut hit = false;
+        for l in smaps.lines() {
+            if let Some((range, _)) = l.split_once(' ') {
+                if let Some((a, _)) = range.split_once('-') {
+                    if let Ok(a) = usize::from_str_radix(a, 16) {
+                        hit = a == base;
+                        continue;
+                    }
+                }
+            }
+            if hit {
+                if let Some(kb) = l.strip_prefix("Rss:") {
+                    return kb.trim().trim_end_matches("kB").trim().parse::<u64>().unwrap() * 1024;
+                }
+            }
+        }
+        panic!("arena mapping not found in smaps");
+    }
+
+    #[test]
+    fn trim_releases_free_objects_and_they_are_reused_intact() {
+        let a = Arena::new(64 << 20).unwrap();
+        let objs: Vec<Obj> = (0..64).map(|i| a.alloc(if i % 2 == 0 { 65536 } else { 4096 }).unwrap()).collect();
+        for &o in &objs {
+            // SAFETY: our object of at least this many bytes.
+            unsafe { std::ptr::write_bytes(a.ptr(o), 0xa5, class_size(o.class)) };
+        }
+        let full = a.resident_bytes();
+        assert_eq!(full, 32 * 65536 + 32 * 4096);
+        let rss_full = rss_of(a.base as usize);
+        for &o in &objs {
+            a.free(o);
+        }
+        assert_eq!(a.live_bytes(), 0);
+        assert_eq!(a.resident_bytes(), full, "free objects stay resident until trimmed");
+        let released = a.trim(0);
+        // Every 64 KiB object gives back its whole pages but the one with the link; 4 KiB objects
+        // cannot give anything.
+        assert_eq!(released, 32 * 15 * 4096);
+        assert_eq!(a.resident_bytes(), full - released);
+        let rss_trimmed = rss_of(a.base as usize);
+        assert!(rss_full - rss_trimmed >= released, "RSS {rss_full} -> {rss_trimmed}, released {released}");
+        // Released objects are reused before the bump pointer moves, and accounted again.
+        let bump = a.footprint();
+        let o = a.alloc(65536).unwrap();
+        assert_eq!(a.footprint(), bump);
+        assert_eq!(a.resident_bytes(), full - released + 15 * 4096);
+        // SAFETY: our object.
+        unsafe { std::ptr::write_bytes(a.ptr(o), 0x5a, 65536) };
+        // SAFETY: reading our object.
+        let s = unsafe { std::slice::from_raw_parts(a.ptr(o), 65536) };
+        assert!(s.iter().all(|&b| b == 0x5a));
+        a.free(o);
     }
 
     #[test]

@@ -686,8 +686,9 @@ pub(crate) fn event_loop(p: &Pager) {
                 }
                 Event::Fork { uffd } => {
                     inc(&p.counters.ev_fork, 1);
-                    // Serving the child is issue 5 (the LD_PRELOAD runner); without a handler
-                    // its uffd is closed, which unregisters the child's copies of the regions.
+                    // The child's copy of the pager registers its regions on a uffd of its own
+                    // (the LD_PRELOAD library's atfork handler, `Pager::restart_in_fork_child`);
+                    // closing this one unregisters the copies the kernel made for it.
                     // SAFETY: the kernel gave us this fd.
                     unsafe { libc::close(uffd) };
                 }

@@ -324,31 +324,70 @@ impl Pager {
         if pager.cfg.fault_mode == FaultMode::Sigbus {
             fault::install_sigbus_handler().map_err(PagerError::Os)?;
         }
-        let p = PagerPtr(Arc::as_ptr(&pager));
-        let ev = std::thread::Builder::new()
-            .name("uswap-uffd".into())
-            .spawn(move || {
-                let p = p;
-                // SAFETY: the pager outlives this thread (joined in Drop).
-                fault::event_loop(unsafe { &*p.0 })
-            })
-            .map_err(os)?;
-        let mut th = vec![ev];
-        if pager.cfg.reclaim == ReclaimMode::Background {
-            let p = PagerPtr(Arc::as_ptr(&pager));
-            th.push(
-                std::thread::Builder::new()
-                    .name("uswap-kswapd".into())
-                    .spawn(move || {
-                        let p = p;
-                        // SAFETY: as above.
-                        reclaim::kswapd(unsafe { &*p.0 })
-                    })
-                    .map_err(os)?,
-            );
-        }
+        let th = pager.spawn_threads().map_err(os)?;
         *pager.threads.lock().unwrap_or_else(|e| e.into_inner()) = th;
         Ok(pager)
+    }
+
+    /// Restart the pager in a fork child.
+    ///
+    /// `fork` copies the pager's memory but none of its threads, and the child's copy of the
+    /// uffd descriptor still names the parent's userfaultfd. The caller (the LD_PRELOAD
+    /// library's atfork child handler) first puts a new userfaultfd with the same features on
+    /// the same descriptor number and registers every region on it again; this then gives the
+    /// child a stop eventfd of its own (the inherited one is shared with the parent, whose
+    /// `Drop` would wake this child's event thread forever) and starts the child's event
+    /// thread, which serves its faults in [`FaultMode::Thread`] and its events in every mode.
+    /// The parent's thread handles are forgotten, never joined.
+    ///
+    /// Call it only in a fork child before it starts other threads.
+    pub fn restart_in_fork_child(&self) -> Result<(), PagerError> {
+        let os = |what: &str| PagerError::Os(format!("{what}: {}", std::io::Error::last_os_error()));
+        // SAFETY: eventfd with valid flags returns a new fd or -1.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if efd < 0 {
+            return Err(os("eventfd"));
+        }
+        let old = std::os::fd::AsRawFd::as_raw_fd(&self.stop_fd);
+        // SAFETY: dup3 replaces our inherited descriptor number with the new eventfd; then the
+        // temporary number is closed.
+        let r = unsafe { libc::dup3(efd, old, libc::O_CLOEXEC) };
+        // SAFETY: closing the temporary descriptor we own.
+        unsafe { libc::close(efd) };
+        if r < 0 {
+            return Err(os("dup3 of the stop eventfd"));
+        }
+        // Evictions wait for event reads to be processed; reads in flight in the parent at the
+        // fork are not ours.
+        self.ev_done.store(self.ev_reads.load(Ordering::SeqCst), Ordering::SeqCst);
+        let Ok(mut threads) = self.threads.try_lock() else {
+            return Err(PagerError::Os("the pager was being dropped during fork".into()));
+        };
+        // The parent's threads do not exist here: forget their handles (joining one would be
+        // undefined).
+        std::mem::forget(std::mem::take(&mut *threads));
+        *threads = self.spawn_threads().map_err(|e| PagerError::Os(e.to_string()))?;
+        Ok(())
+    }
+
+    /// Start the event thread (and the background reclaimer when configured).
+    fn spawn_threads(&self) -> std::io::Result<Vec<std::thread::JoinHandle<()>>> {
+        let p = PagerPtr(self as *const Pager);
+        let ev = std::thread::Builder::new().name("uswap-uffd".into()).spawn(move || {
+            let p = p;
+            // SAFETY: the pager outlives this thread (joined in Drop).
+            fault::event_loop(unsafe { &*p.0 })
+        })?;
+        let mut th = vec![ev];
+        if self.cfg.reclaim == ReclaimMode::Background {
+            let p = PagerPtr(self as *const Pager);
+            th.push(std::thread::Builder::new().name("uswap-kswapd".into()).spawn(move || {
+                let p = p;
+                // SAFETY: as above.
+                reclaim::kswapd(unsafe { &*p.0 })
+            })?);
+        }
+        Ok(th)
     }
 
     /// Map a new region of `len` bytes (rounded up to the folio size). The region may be larger
@@ -362,10 +401,12 @@ impl Pager {
         &self.cfg
     }
 
-    /// Bytes charged to the group: resident pages + swap cache + compressed pool.
+    /// Bytes charged to the group: resident pages + swap cache + compressed pool. The swap
+    /// cache counts what its arena holds in memory (free objects too, until trimmed), so the
+    /// charge is the pager's share of the process's RSS.
     pub fn charged_bytes(&self) -> u64 {
         let r = self.resident_pages.load(Ordering::Relaxed).max(0) as u64 * PAGE_SIZE as u64;
-        r + self.cache.live_bytes() + self.store.pool_bytes()
+        r + self.cache.resident_bytes() + self.store.pool_bytes()
     }
 
     /// A snapshot of the statistics.

@@ -501,6 +501,11 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
         Some((region::by_slot(slot, gen), page, order, false))
     };
     let mut progress = 0;
+    // Free swap-cache space is charged but holds no folio: give it back before evicting.
+    let slack = (p.cfg.limit_bytes / 64).max(1 << 20);
+    if p.cache.free_resident_bytes() > slack {
+        progress += (p.cache.trim(slack / 2) / PAGE_SIZE as u64) as usize;
+    }
     let bypass = two && p.ws.bypassed() && !p.ws.tick.fetch_add(1, Ordering::Relaxed).is_multiple_of(8);
     if bypass {
         if p.cache.live_bytes() + (batch * PAGE_SIZE) as u64 > target {

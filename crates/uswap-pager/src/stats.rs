@@ -154,8 +154,11 @@ pub struct PagerStats {
     pub swpin_fallback: [u64; NR_ORDERS],
     /// Resident bytes (mapped pages).
     pub resident_bytes: u64,
-    /// Bytes in the swap cache (inactive list, uncompressed).
+    /// Bytes the swap cache (inactive list, uncompressed) holds in memory: its folios plus free
+    /// space not yet trimmed. This is what is charged.
     pub cache_bytes: u64,
+    /// Bytes of folios in the swap cache.
+    pub cache_live_bytes: u64,
     /// Bytes in the store's pool.
     pub pool_bytes: u64,
     /// resident + cache + pool (what the limit caps).
@@ -195,7 +198,7 @@ pub(crate) fn snapshot(p: &Pager) -> PagerStats {
     let c = &p.counters;
     let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let resident = p.resident_pages.load(Ordering::Relaxed).max(0) as u64 * crate::PAGE_SIZE as u64;
-    let cache = p.cache.live_bytes();
+    let cache = p.cache.resident_bytes();
     let pool = p.store.pool_bytes();
     PagerStats {
         faults: g(&c.faults),
@@ -221,6 +224,7 @@ pub(crate) fn snapshot(p: &Pager) -> PagerStats {
         swpin_fallback: arr(&c.swpin_fallback),
         resident_bytes: resident,
         cache_bytes: cache,
+        cache_live_bytes: p.cache.live_bytes(),
         pool_bytes: pool,
         charged_bytes: resident + cache + pool,
         limit_bytes: p.cfg.limit_bytes,

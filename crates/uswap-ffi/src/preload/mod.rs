@@ -409,7 +409,7 @@ fn start() -> Result<(), String> {
     BIG.lock();
     let r = (|| {
         // SAFETY: BIG held.
-        let idx = unsafe { fork::track_pager(&cfg, &before) }?;
+        let idx = unsafe { fork::track_pager(&pager, &before) }?;
         let region = pager.map(va).map_err(|e| e.to_string())?;
         let base = region.as_ptr() as usize;
         // SAFETY: BIG held.
@@ -636,8 +636,23 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, n: size_t) -> *mut c_void {
     } else if mode() == OFF {
         // SAFETY: glibc's block.
         return unsafe { __libc_realloc(p, n) };
+    } else if route() == READY {
+        // A block of the internal heap (allocated before the pager was up) moves to the managed
+        // heap when the program resizes it: left there, a buffer that grows (an interpreter's
+        // table, say) would stay unpaged and outside the limit for the life of the process.
+        // SAFETY: p is a live block of the internal heap (caller's contract).
+        let old = unsafe { usable_size(p.cast()) };
+        // SAFETY: malloc's contract.
+        let q = unsafe { malloc(n) };
+        if !q.is_null() {
+            // SAFETY: both blocks are live and at least min(old, n) bytes long.
+            unsafe { std::ptr::copy_nonoverlapping(p.cast::<u8>(), q.cast::<u8>(), old.min(n)) };
+            // SAFETY: p is a live block of the internal heap, no longer used.
+            HEAP.with(|h| unsafe { h.c_free(p.cast()) });
+        }
+        q.cast()
     } else {
-        // SAFETY: a block of the internal heap (boot-time allocations stay there).
+        // SAFETY: a block of the internal heap, resized by uswap code or during start-up.
         HEAP.with(|h| unsafe { h.c_realloc(p.cast(), n) })
     };
     if q.is_null() {
