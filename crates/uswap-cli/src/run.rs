@@ -32,8 +32,10 @@ pub struct RunArgs {
     /// Resident limit: resident pages plus the compressed pool (e.g. 512M, 2G).
     #[arg(long)]
     pub limit: String,
-    /// Storage tiers, in order (e.g. zero,lz4 or zero,lz4,file:/var/tmp).
-    #[arg(long, default_value = "zero,lz4")]
+    /// Storage tiers, in order. The default sends what does not fit in half the limit as
+    /// compressed pages to an encrypted, unlinked swap file in /var/tmp, so the limit holds
+    /// for data that compresses poorly; `zero,lz4` keeps everything in RAM.
+    #[arg(long, default_value = "zero,lz4,file:/var/tmp")]
     pub tiers: String,
     /// Folio size: 4K, 64K or 2M.
     #[arg(long, default_value = "64K")]
@@ -376,12 +378,18 @@ fn u(v: &serde_json::Value, p: &str) -> u64 {
 
 fn summary(prog: &Path, limit: u64, peak: u64, main: Option<&serde_json::Value>, others: &[&serde_json::Value]) {
     let name = prog.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    // The limit covers what the pager manages; the library, the pager's own tables and the
+    // program's binary and libraries (RSS when the pager had started) come on top.
+    let fixed = main.map_or(0, |m| u(m, "/rss_at_start_bytes"));
+    let bound = limit + fixed;
     eprintln!(
-        "uswap: {name}: limit {}, peak RSS {} ({} {} the limit)",
-        human(limit),
+        "uswap: {name}: peak RSS {}; limit {} + fixed overhead {} = {} ({} {})",
         human(peak),
-        human(peak.abs_diff(limit)),
-        if peak > limit { "over" } else { "under" }
+        human(limit),
+        human(fixed),
+        human(bound),
+        human(peak.abs_diff(bound)),
+        if peak > bound { "over" } else { "under" }
     );
     match main {
         Some(m) => {
@@ -391,7 +399,7 @@ fn summary(prog: &Path, limit: u64, peak: u64, main: Option<&serde_json::Value>,
                 .map(|a| a.iter().enumerate().map(|(o, n)| n.as_u64().unwrap_or(0) << o).sum())
                 .unwrap_or(0);
             eprintln!(
-                "uswap: swapped out {} ({} folios), swapped in {}; {} faults ({} swap-in, {} zero-fill); compressed pool {}; fixed overhead {} (RSS when the pager had started)",
+                "uswap: swapped out {} ({} folios), swapped in {}; {} faults ({} swap-in, {} zero-fill); compressed pool {}",
                 human(u(m, "/pager/evicted_pages") * 4096),
                 u(m, "/pager/evicted_folios"),
                 human(swin * 4096),
@@ -399,7 +407,6 @@ fn summary(prog: &Path, limit: u64, peak: u64, main: Option<&serde_json::Value>,
                 u(m, "/pager/fault_swapin"),
                 u(m, "/pager/fault_zero"),
                 human(u(m, "/pager/pool_bytes")),
-                human(u(m, "/rss_at_start_bytes")),
             );
         }
         None => eprintln!("uswap: no statistics from the program (it did not exit through exit(3), or exec'd)"),

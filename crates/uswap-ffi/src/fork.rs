@@ -82,7 +82,15 @@ struct Tracked {
 }
 
 const NO_FDS: [i32; MAX_FDS] = [-1; MAX_FDS];
-const EMPTY: Tracked = Tracked { used: false, pager: std::ptr::null(), uffd: -1, features: 0, pidfds: NO_FDS, files: NO_FDS, uring: false };
+const EMPTY: Tracked = Tracked {
+    used: false,
+    pager: std::ptr::null(),
+    uffd: -1,
+    features: 0,
+    pidfds: NO_FDS,
+    files: NO_FDS,
+    uring: false,
+};
 
 struct Table {
     pagers: [Tracked; MAX_PAGERS],

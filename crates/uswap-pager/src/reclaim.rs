@@ -502,7 +502,7 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
     };
     let mut progress = 0;
     // Free swap-cache space is charged but holds no folio: give it back before evicting.
-    let slack = (p.cfg.limit_bytes / 64).max(1 << 20);
+    let slack = p.cfg.limit_bytes / 64;
     if p.cache.free_resident_bytes() > slack {
         progress += (p.cache.trim(slack / 2) / PAGE_SIZE as u64) as usize;
     }

@@ -563,8 +563,12 @@ impl PageStore for EngineStore {
     fn put(&self, entry: u64, nr: u32) {
         let _ = self.engine.put(uswap::SwapEntry(entry), nr as usize);
     }
+    /// The RAM the engine's tiers hold (the store's engine is its own, so all of it is ours):
+    /// the pool with its fragmentation and spare memory, which is what the process's RSS sees,
+    /// and never less than the group's charge.
     fn pool_bytes(&self) -> u64 {
-        self.engine.groups().usage(self.group).map(|u| u.pool_bytes).unwrap_or(0)
+        let group = self.engine.groups().usage(self.group).map(|u| u.pool_bytes).unwrap_or(0);
+        self.engine.ram_bytes().max(group)
     }
     fn limit_ram(&self, group: u16, bytes: u64) -> bool {
         // The group's pool_max: a store over it is refused by the pool and goes to the file.

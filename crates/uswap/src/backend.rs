@@ -78,6 +78,12 @@ pub trait Backend: Send + Sync {
     fn free(&self, handle: u64) -> u64;
     /// Occupancy.
     fn usage(&self) -> Usage;
+    /// Bytes of this process's memory the backend holds: what its data occupies in RAM with
+    /// fragmentation and memory kept for reuse, i.e. its share of the RSS. Default 0 (storage
+    /// outside RAM).
+    fn ram_bytes(&self) -> u64 {
+        0
+    }
     /// True when the backend is above its high watermark and wants entries moved out
     /// (writeback). Default: never.
     fn over_limit(&self) -> bool {
@@ -159,5 +165,8 @@ impl Backend for MemBackend {
             used_bytes: g.pages * crate::PAGE_SIZE as u64,
             limit_bytes: self.limit_pages * crate::PAGE_SIZE as u64,
         }
+    }
+    fn ram_bytes(&self) -> u64 {
+        lock(&self.inner).pages * crate::PAGE_SIZE as u64
     }
 }

@@ -198,6 +198,11 @@ impl Engine {
     pub fn tier_usage(&self, t: usize) -> Result<Usage, SwapError> {
         Ok(self.tier(t)?.backend.usage())
     }
+    /// Memory the tiers hold in this process (see [`Backend::ram_bytes`]): the RSS of the
+    /// compressed pool, fragmentation and spare memory included.
+    pub fn ram_bytes(&self) -> u64 {
+        self.tiers.iter().map(|t| t.backend.ram_bytes()).sum()
+    }
     /// Whether tier `t` takes new stores.
     pub fn tier_online(&self, t: usize) -> Result<bool, SwapError> {
         Ok(self.tier(t)?.online.load(Ordering::SeqCst))

@@ -397,7 +397,7 @@ fn start() -> Result<(), String> {
     let cfg = PagerConfig {
         limit_bytes: limit,
         folio_size: folio,
-        tiers: env(c"USWAP_TIERS").unwrap_or("zero,lz4").to_string(),
+        tiers: env(c"USWAP_TIERS").unwrap_or("zero,lz4,file:/var/tmp").to_string(),
         fault_mode: match env(c"USWAP_FAULT_MODE") {
             Some("sigbus") => uswap_pager::FaultMode::Sigbus,
             _ => uswap_pager::FaultMode::Thread,

@@ -2,7 +2,8 @@
 //!
 //! - [`zero`]: zero-page detection (nothing is stored for an all-zero page).
 //! - [`zpool`]: the compressed RAM pool (zswap/zram in user space) with a zsmalloc-like
-//!   size-class allocator, a size limit with hysteresis, and compaction.
+//!   size-class allocator, a size limit with hysteresis, and compaction; its memory comes
+//!   from [`pages`], which gives freed pages back to the kernel.
 //! - [`file`]: the swap file or block device, with the cluster allocator over its physical
 //!   slots, pluggable I/O engines ([`io_engine`]) and AES-256-GCM at rest ([`crypt`]).
 //!
@@ -14,6 +15,7 @@ pub mod crypt;
 pub mod file;
 pub mod io_engine;
 pub mod lz4;
+pub mod pages;
 pub mod zero;
 pub mod zpool;
 

@@ -34,6 +34,7 @@
 //! are ever held together. Counters are relaxed atomics.
 
 use super::lz4::Lz4Table;
+use super::pages;
 use crate::backend::{Backend, Relocate, Stored, TierKind, Usage};
 use crate::error::TierError;
 use crate::swap_table::{SwapEntry, MAX_ORDER, PAGE_SIZE, PAYLOAD_MAX};
@@ -105,8 +106,10 @@ impl Default for PoolConfig {
 /// zswap-style debug counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct PoolStats {
-    /// Bytes of RAM the pool holds (zspages + large objects).
+    /// Bytes of RAM the pool holds in zspages and large objects.
     pub pool_total_size: u64,
+    /// Bytes of emptied zspages and large allocations kept for reuse (resident too).
+    pub pool_spare_bytes: u64,
     /// 4 KiB pages of original data stored.
     pub stored_pages: u64,
     /// Pages stored raw because they did not compress.
@@ -216,14 +219,37 @@ struct Class {
     free_ids: Vec<u32>,
     groups: [Vec<u32>; NR_GROUPS],
     used_objs: u64,
-    /// Up to [`SPARE_ZSPAGES`] emptied zspages kept for the next `new_zspage`, so a pool whose size hovers (the
-    /// steady state of a pager under its limit) does not free and allocate memory on every
-    /// swap-out/swap-in pair (which may run in a SIGBUS handler). Not counted as pool bytes.
+    /// Up to [`SPARE_ZSPAGES`] emptied zspages kept for the next `new_zspage`, so a pool whose
+    /// size hovers (the steady state of a pager under its limit) does not release and fault in
+    /// memory on every swap-out/swap-in pair. Bounded pool-wide by [`SpareBudget`] and counted
+    /// in the pool's memory use: it is resident.
     spare: Vec<NonNull<u8>>,
 }
 
 /// Empty zspages a class keeps (see `Class::spare`).
 const SPARE_ZSPAGES: usize = 8;
+
+/// Memory of emptied zspages and large objects kept for reuse (see `Class::spare`,
+/// `LargeArea::spare`), at most [`SPARE_MAX_BYTES`] per pool.
+#[derive(Default)]
+struct SpareBudget {
+    bytes: AtomicU64,
+}
+
+/// Bytes of spare memory a pool keeps resident at most.
+const SPARE_MAX_BYTES: u64 = 2 << 20;
+
+impl SpareBudget {
+    /// Reserve `n` bytes of the budget; false when it would exceed the maximum.
+    fn take(&self, n: u64) -> bool {
+        self.bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| (b + n <= SPARE_MAX_BYTES).then_some(b + n))
+            .is_ok()
+    }
+    fn give(&self, n: u64) {
+        self.bytes.fetch_sub(n, Ordering::Relaxed);
+    }
+}
 
 // SAFETY: a Class owns its zspages' memory exclusively; it is only touched under its mutex.
 unsafe impl Send for Class {}
@@ -245,9 +271,6 @@ impl Class {
     }
     fn zspage_bytes(&self) -> usize {
         self.pages * PAGE_SIZE
-    }
-    fn layout(&self) -> std::alloc::Layout {
-        std::alloc::Layout::from_size_align(self.zspage_bytes(), PAGE_SIZE).expect("zspage layout")
     }
     fn group_of(&self, inuse: u16) -> u8 {
         if inuse >= self.objs {
@@ -320,7 +343,7 @@ impl Class {
         obj
     }
     /// Create a zspage; returns its id, or None if the id space or memory is exhausted.
-    fn new_zspage(&mut self) -> Option<u32> {
+    fn new_zspage(&mut self, spare: &SpareBudget) -> Option<u32> {
         let id = match self.free_ids.pop() {
             Some(id) => id,
             None if self.zspages.len() < (1 << ZS_BITS) => {
@@ -329,14 +352,18 @@ impl Class {
             }
             None => return None,
         };
-        let p = match self.spare.pop() {
-            Some(m) => m.as_ptr(),
-            // SAFETY: the layout has a non-zero size.
-            None => unsafe { std::alloc::alloc_zeroed(self.layout()) },
-        };
-        let Some(mem) = NonNull::new(p) else {
-            self.free_ids.push(id);
-            return None;
+        let mem = match self.spare.pop() {
+            Some(m) => {
+                spare.give(self.zspage_bytes() as u64);
+                m
+            }
+            None => match pages::heap().alloc(self.zspage_bytes()) {
+                Some(m) => m,
+                None => {
+                    self.free_ids.push(id);
+                    return None;
+                }
+            },
         };
         let zs = Zspage { mem, inuse: 0, free_head: 0, group: 0, pos: 0, draining: false };
         // Thread the free list: object i -> i+1, last -> NO_OBJ.
@@ -358,7 +385,8 @@ impl Class {
         (h & USED != 0).then_some(h)
     }
     /// Free an object; returns true if its zspage was released (bytes = zspage_bytes).
-    fn free_obj(&mut self, id: u32, obj: u16) -> bool {
+    /// An emptied zspage is kept for reuse when `spare` has room, else released.
+    fn free_obj(&mut self, id: u32, obj: u16, spare: Option<&SpareBudget>) -> bool {
         self.group_remove(id);
         let zs = self.zspages[id as usize].as_ref().expect("zspage");
         self.write_hdr(zs, obj, u64::from(zs.free_head));
@@ -368,11 +396,11 @@ impl Class {
         self.used_objs -= 1;
         if zs.inuse == 0 {
             let zs = self.zspages[id as usize].take().expect("zspage");
-            if self.spare.len() < SPARE_ZSPAGES {
+            if self.spare.len() < SPARE_ZSPAGES && spare.is_some_and(|b| b.take(self.zspage_bytes() as u64)) {
                 self.spare.push(zs.mem);
             } else {
-                // SAFETY: allocated in new_zspage with this class's layout; no handle names it now.
-                unsafe { std::alloc::dealloc(zs.mem.as_ptr(), self.layout()) };
+                // SAFETY: allocated in new_zspage with this size; no handle names it now.
+                unsafe { pages::heap().free(zs.mem, self.zspage_bytes()) };
             }
             self.free_ids.push(id);
             return true;
@@ -384,14 +412,14 @@ impl Class {
 
 impl Drop for Class {
     fn drop(&mut self) {
-        let layout = self.layout();
+        let bytes = self.zspage_bytes();
         for m in self.spare.drain(..) {
-            // SAFETY: allocated in new_zspage with this layout, freed exactly once here.
-            unsafe { std::alloc::dealloc(m.as_ptr(), layout) };
+            // SAFETY: allocated in new_zspage with this size, freed exactly once here.
+            unsafe { pages::heap().free(m, bytes) };
         }
         for zs in self.zspages.drain(..).flatten() {
-            // SAFETY: allocated in new_zspage with this layout, freed exactly once here.
-            unsafe { std::alloc::dealloc(zs.mem.as_ptr(), layout) };
+            // SAFETY: allocated in new_zspage with this size, freed exactly once here.
+            unsafe { pages::heap().free(zs.mem, bytes) };
         }
     }
 }
@@ -410,7 +438,7 @@ struct LargeArea {
     free: Vec<u32>,
     /// Freed allocations (pointer, size) kept for reuse by an object of the same page-rounded
     /// size: large folios store objects of a few sizes over and over, and the store/free pair
-    /// may run in a SIGBUS handler. At most [`SPARE_LARGE`]; not counted as pool bytes.
+    /// may run in a SIGBUS handler. At most [`SPARE_LARGE`], within the pool's [`SpareBudget`].
     spare: Vec<(NonNull<u8>, usize)>,
 }
 
@@ -423,18 +451,14 @@ unsafe impl Send for LargeArea {}
 impl Drop for LargeArea {
     fn drop(&mut self) {
         for (m, alloc) in self.spare.drain(..) {
-            // SAFETY: allocated with (alloc, PAGE_SIZE) in store_large; kept here only.
-            unsafe { std::alloc::dealloc(m.as_ptr(), large_layout(alloc)) };
+            // SAFETY: allocated with this size in place(); kept here only.
+            unsafe { pages::heap().free(m, alloc) };
         }
         for l in self.slots.drain(..).flatten() {
-            // SAFETY: allocated with (alloc, PAGE_SIZE) in store_large; freed once.
-            unsafe { std::alloc::dealloc(l.mem.as_ptr(), large_layout(l.alloc)) };
+            // SAFETY: allocated with this size in place(); freed once.
+            unsafe { pages::heap().free(l.mem, l.alloc) };
         }
     }
-}
-
-fn large_layout(n: usize) -> std::alloc::Layout {
-    std::alloc::Layout::from_size_align(n, PAGE_SIZE).expect("large layout")
 }
 
 /// Per-thread scratch: compression output and reused zstd contexts.
@@ -523,6 +547,7 @@ pub struct ZPool {
     classes: Box<[CachePadded<Mutex<Class>>]>,
     large: Mutex<LargeArea>,
     compacting: Mutex<()>,
+    spare: SpareBudget,
     full: AtomicBool,
     total: AtomicU64,
     stored_pages: AtomicU64,
@@ -543,6 +568,7 @@ impl ZPool {
             classes: (0..NR_CLASSES).map(|c| CachePadded::new(Mutex::new(Class::new(c)))).collect(),
             large: Mutex::new(LargeArea::default()),
             compacting: Mutex::new(()),
+            spare: SpareBudget::default(),
             full: AtomicBool::new(false),
             total: AtomicU64::new(0),
             stored_pages: AtomicU64::new(0),
@@ -552,6 +578,32 @@ impl ZPool {
             compacted_objs: AtomicU64::new(0),
             compacted_bytes: AtomicU64::new(0),
             decompress_fail: AtomicU64::new(0),
+        }
+    }
+
+    /// Count `pages` freed; when the pool holds nothing more, give its spare memory back too
+    /// (an empty pool holds no memory).
+    fn note_freed(&self, pages: u64) {
+        if self.stored_pages.fetch_sub(pages, Ordering::Relaxed) == pages {
+            self.release_spares();
+        }
+    }
+
+    fn release_spares(&self) {
+        for m in self.classes.iter() {
+            let mut cl = lock(m);
+            let bytes = cl.zspage_bytes();
+            while let Some(z) = cl.spare.pop() {
+                self.spare.give(bytes as u64);
+                // SAFETY: a spare zspage of this class, allocated with this size; no handle names it.
+                unsafe { pages::heap().free(z, bytes) };
+            }
+        }
+        let mut la = lock(&self.large);
+        while let Some((m, a)) = la.spare.pop() {
+            self.spare.give(a as u64);
+            // SAFETY: a spare large allocation of this size; no handle names it.
+            unsafe { pages::heap().free(m, a) };
         }
     }
 
@@ -565,6 +617,7 @@ impl ZPool {
         let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
         PoolStats {
             pool_total_size: r(&self.total),
+            pool_spare_bytes: r(&self.spare.bytes),
             stored_pages: r(&self.stored_pages),
             stored_incompressible_pages: r(&self.incompressible),
             pool_limit_hit: r(&self.limit_hit),
@@ -660,7 +713,7 @@ impl ZPool {
                     if self.would_overflow(zb) {
                         return Err(TierError::Reject);
                     }
-                    let id = cl.new_zspage().ok_or(TierError::Reject)?;
+                    let id = cl.new_zspage(&self.spare).ok_or(TierError::Reject)?;
                     (id, cl.take_slot(id), zb)
                 }
             };
@@ -686,9 +739,11 @@ impl ZPool {
             best.map(|i| la.spare.swap_remove(i))
         };
         let (mem, alloc) = match reuse {
-            Some((m, a)) => (m, a),
-            // SAFETY: non-zero size.
-            None => (NonNull::new(unsafe { std::alloc::alloc(large_layout(alloc)) }).ok_or(TierError::Reject)?, alloc),
+            Some((m, a)) => {
+                self.spare.give(a as u64);
+                (m, a)
+            }
+            None => (pages::heap().alloc(alloc).ok_or(TierError::Reject)?, alloc),
         };
         // SAFETY: `mem` has `alloc >= size` bytes, s.buf has `size` bytes, they do not overlap.
         unsafe { std::ptr::copy_nonoverlapping(s.buf.as_ptr(), mem.as_ptr(), size) };
@@ -929,7 +984,8 @@ impl ZPool {
                 let (id, o) = if ok { (src, split(old).2) } else { (split(new).1, split(new).2) };
                 // The old object may have been freed by the engine meanwhile (then relocate
                 // failed and we free the new copy, which is still ours).
-                if cl.used_hdr(id, o).is_some() && cl.free_obj(id, o) {
+                // Compaction is there to give memory back: emptied zspages are not kept.
+                if cl.used_hdr(id, o).is_some() && cl.free_obj(id, o, None) {
                     let zb = cl.zspage_bytes() as u64;
                     self.total.fetch_sub(zb, Ordering::Relaxed);
                     self.compacted_bytes.fetch_add(zb, Ordering::Relaxed);
@@ -1043,32 +1099,32 @@ impl Backend for ZPool {
             let mut la = lock(&self.large);
             let Some(l) = la.slots.get_mut(idx).and_then(Option::take) else { return 0 };
             la.free.push(idx as u32);
-            let kept = la.spare.len() < SPARE_LARGE;
+            let kept = la.spare.len() < SPARE_LARGE && self.spare.take(l.alloc as u64);
             if kept {
                 la.spare.push((l.mem, l.alloc));
             }
             drop(la);
-            self.stored_pages.fetch_sub(1 << hdr_order(l.hdr), Ordering::Relaxed);
+            self.note_freed(1 << hdr_order(l.hdr));
             if hdr_codec(l.hdr) == CODEC_RAW {
                 self.incompressible.fetch_sub(1 << hdr_order(l.hdr), Ordering::Relaxed);
             }
             self.total.fetch_sub(l.alloc as u64, Ordering::Relaxed);
             if !kept {
-                // SAFETY: allocated in place() with this layout; removed from the area above.
-                unsafe { std::alloc::dealloc(l.mem.as_ptr(), large_layout(l.alloc)) };
+                // SAFETY: allocated in place() with this size; removed from the area above.
+                unsafe { pages::heap().free(l.mem, l.alloc) };
             }
             return l.alloc as u64;
         }
         let Some(m) = self.classes.get(c) else { return 0 };
         let mut cl = lock(m);
         let Some(hdr) = cl.used_hdr(zs_id, obj) else { return 0 };
-        let released = cl.free_obj(zs_id, obj);
+        let released = cl.free_obj(zs_id, obj, Some(&self.spare));
         let (size, zb) = (cl.size as u64, cl.zspage_bytes() as u64);
         drop(cl);
         if released {
             self.total.fetch_sub(zb, Ordering::Relaxed);
         }
-        self.stored_pages.fetch_sub(1 << hdr_order(hdr), Ordering::Relaxed);
+        self.note_freed(1 << hdr_order(hdr));
         if hdr_codec(hdr) == CODEC_RAW {
             self.incompressible.fetch_sub(1 << hdr_order(hdr), Ordering::Relaxed);
         }
@@ -1085,6 +1141,10 @@ impl Backend for ZPool {
 
     fn over_limit(&self) -> bool {
         self.refusing()
+    }
+
+    fn ram_bytes(&self) -> u64 {
+        self.total.load(Ordering::Relaxed) + self.spare.bytes.load(Ordering::Relaxed)
     }
 
     fn compact(&self, relocate: Relocate<'_>) -> u64 {
