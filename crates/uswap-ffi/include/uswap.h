@@ -89,14 +89,19 @@ const char *uswap_version(void);
 // this thread.
 const char *uswap_last_error(void);
 
+// The status of this thread's last error (`USWAP_OK` if none): after a function that returns
+// NULL it tells why, e.g. `USWAP_ERR_UNAVAILABLE` when this process may not use userfaultfd.
+// Valid until the next failing call on this thread.
+int32_t uswap_last_status(void);
+
 // Fill `*cfg` with the defaults (256 MiB limit, 64 KiB folios, "zero,lz4").
 //
 // # Safety
 // - `cfg` must be NULL or point to writable memory for one `UswapConfig`.
 int32_t uswap_config_default(struct UswapConfig *cfg);
 
-// Create a pager. Returns NULL on error (`uswap_last_error()` says why; when userfaultfd is not
-// permitted it names the ways to permit it).
+// Create a pager. Returns NULL on error (`uswap_last_status()` and `uswap_last_error()` say why:
+// `USWAP_ERR_UNAVAILABLE` with the ways to permit userfaultfd when it is not permitted).
 //
 // # Safety
 // - `cfg` must be NULL or point to a valid `UswapConfig` whose `tiers` is NULL or a

@@ -104,11 +104,19 @@ impl UswapPager {
 
 thread_local! {
     static LAST: RefCell<CString> = RefCell::new(CString::default());
+    static LAST_STATUS: std::cell::Cell<i32> = const { std::cell::Cell::new(0) };
 }
 
-fn set_err(msg: &str) {
+/// Record this thread's last error: its status and message.
+fn set_status(st: UswapStatus, msg: &str) {
     let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
     LAST.with(|l| *l.borrow_mut() = c);
+    LAST_STATUS.with(|l| l.set(st as i32));
+}
+
+/// Record a bad-argument error.
+fn set_err(msg: &str) {
+    set_status(UswapStatus::UswapErrInvalid, msg);
 }
 
 fn status_of(e: &PagerError) -> UswapStatus {
@@ -123,7 +131,7 @@ fn guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
     match catch_unwind(AssertUnwindSafe(|| internal(f))) {
         Ok(r) => r,
         Err(_) => {
-            set_err("internal error (panic) in uswap");
+            set_status(UswapStatus::UswapErrPanic, "internal error (panic) in uswap");
             on_panic
         }
     }
@@ -140,6 +148,14 @@ pub extern "C" fn uswap_version() -> *const c_char {
 #[no_mangle]
 pub extern "C" fn uswap_last_error() -> *const c_char {
     LAST.with(|l| l.borrow().as_ptr())
+}
+
+/// The status of this thread's last error (`USWAP_OK` if none): after a function that returns
+/// NULL it tells why, e.g. `USWAP_ERR_UNAVAILABLE` when this process may not use userfaultfd.
+/// Valid until the next failing call on this thread.
+#[no_mangle]
+pub extern "C" fn uswap_last_status() -> i32 {
+    LAST_STATUS.with(|l| l.get())
 }
 
 /// Fill `*cfg` with the defaults (256 MiB limit, 64 KiB folios, "zero,lz4").
@@ -165,8 +181,8 @@ pub unsafe extern "C" fn uswap_config_default(cfg: *mut UswapConfig) -> i32 {
     UswapStatus::UswapOk as i32
 }
 
-/// Create a pager. Returns NULL on error (`uswap_last_error()` says why; when userfaultfd is not
-/// permitted it names the ways to permit it).
+/// Create a pager. Returns NULL on error (`uswap_last_status()` and `uswap_last_error()` say why:
+/// `USWAP_ERR_UNAVAILABLE` with the ways to permit userfaultfd when it is not permitted).
 ///
 /// # Safety
 /// - `cfg` must be NULL or point to a valid `UswapConfig` whose `tiers` is NULL or a
@@ -205,21 +221,22 @@ pub unsafe extern "C" fn uswap_pager_new(cfg: *const UswapConfig) -> *mut UswapP
         };
         BIG.lock();
         let before = fork::fd_snapshot();
-        let r = Pager::new(pc.clone()).map_err(|e| e.to_string()).and_then(|p| {
+        let os = |e: String| (UswapStatus::UswapErrOs, e);
+        let r = Pager::new(pc.clone()).map_err(|e| (status_of(&e), e.to_string())).and_then(|p| {
             // SAFETY: BIG held.
-            let idx = unsafe { fork::track_pager(&p, &before) }?;
+            let idx = unsafe { fork::track_pager(&p, &before) }.map_err(os)?;
             if let Err(e) = fork::install_gate() {
                 // SAFETY: BIG held.
                 unsafe { fork::untrack_pager(idx) };
-                return Err(e);
+                return Err(os(e));
             }
             Ok(UswapPager { pager: p, idx })
         });
         BIG.unlock();
         match r {
             Ok(p) => Box::into_raw(Box::new(p)),
-            Err(e) => {
-                set_err(&e);
+            Err((st, e)) => {
+                set_status(st, &e);
                 std::ptr::null_mut()
             }
         }
@@ -272,8 +289,8 @@ pub unsafe extern "C" fn uswap_map(p: *mut UswapPager, len: usize) -> *mut Uswap
         BIG.unlock();
         match r {
             Ok(r) => Box::into_raw(Box::new(r)),
-            Err((_, e)) => {
-                set_err(&e);
+            Err((st, e)) => {
+                set_status(st, &e);
                 std::ptr::null_mut()
             }
         }

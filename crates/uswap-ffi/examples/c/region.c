@@ -14,12 +14,10 @@
  * this process may not use userfaultfd.
  */
 #define _GNU_SOURCE
-#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "uswap.h"
@@ -64,29 +62,6 @@ static size_t verify(const uint8_t *mem, size_t from, size_t to) {
     return bad;
 }
 
-/*
- * uswap_pager_new reports failure as NULL plus a message, not as a status code, so whether
- * userfaultfd is unavailable is checked here directly: the ways uswap tries to open one
- * (/dev/userfaultfd, the system call, the system call for user-mode faults only).
- */
-static int userfaultfd_usable(void) {
-    int fd = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
-    if (fd >= 0) {
-        close(fd);
-        return 1;
-    }
-#ifdef SYS_userfaultfd
-    long u = syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
-    if (u < 0)
-        u = syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | 1 /* UFFD_USER_MODE_ONLY */);
-    if (u >= 0) {
-        close((int)u);
-        return 1;
-    }
-#endif
-    return 0;
-}
-
 int main(void) {
     printf("uswap %s\n", uswap_version());
 
@@ -107,6 +82,8 @@ int main(void) {
         uswap_pager_free(bad);
     } else if (uswap_last_error()[0] == '\0') {
         fail("uswap_pager_new failed without a message");
+    } else if (uswap_last_status() != USWAP_ERR_INVALID) {
+        fail("uswap_pager_new(folio_size=12345) did not report USWAP_ERR_INVALID");
     } else {
         printf("error path: uswap_pager_new(folio_size=12345) -> NULL: %s\n", uswap_last_error());
     }
@@ -117,7 +94,7 @@ int main(void) {
     cfg.tiers = "zero,lz4";
     UswapPager *pager = uswap_pager_new(&cfg);
     if (pager == NULL) {
-        if (!userfaultfd_usable()) {
+        if (uswap_last_status() == USWAP_ERR_UNAVAILABLE) {
             printf("SKIPPED: userfaultfd is not available to this process: %s\n",
                    uswap_last_error());
             return 77;
