@@ -67,11 +67,12 @@ pub trait Backend: Send + Sync {
     /// Load the folio stored under `handle` into `out` (same length as stored). Data that
     /// fails its integrity check is an error, never returned.
     fn load(&self, handle: u64, out: &mut [u8]) -> Result<(), TierError>;
-    /// Decode at least the first `need` bytes of the folio under `handle` into `out` (same
-    /// length as stored; the rest of `out` is unspecified). Lets a 4 KiB swap-in of a large
-    /// folio stop early. Default: the whole [`Backend::load`].
-    fn load_prefix(&self, handle: u64, out: &mut [u8], need: usize) -> Result<(), TierError> {
-        let _ = need;
+    /// Decode at least bytes `[at, at + len)` of the folio under `handle` into the same place
+    /// of `out` (`out` as long as the folio; the rest of it is unspecified). Lets a 4 KiB
+    /// swap-in of a large folio decode only what it needs. Default: the whole
+    /// [`Backend::load`].
+    fn load_part(&self, handle: u64, out: &mut [u8], at: usize, len: usize) -> Result<(), TierError> {
+        let _ = (at, len);
         self.load(handle, out)
     }
     /// Free the data under `handle`; returns the bytes released (as charged by `store`).

@@ -442,9 +442,8 @@ impl Engine {
         Ok(())
     }
 
-    /// Decode the stored object of a folio just added to the cache up to the end of
-    /// `[entry, entry + out.len()/4096)` and copy that part into `out` (the folio is not
-    /// made uptodate).
+    /// Decode the part `[entry, entry + out.len()/4096)` of the stored object of a folio just
+    /// added to the cache and copy it into `out` (the folio is not made uptodate).
     fn fill_part(&self, lf: &mut LockedFolio<'_>, entry: SwapEntry, out: &mut [u8]) -> Result<(), SwapError> {
         let b = lf.backing();
         let first = lf.swap().0;
@@ -452,10 +451,10 @@ impl Engine {
         let buf = lf.data_mut().ok_or_else(|| SwapError::Config("filling an uptodate folio".into()))?;
         let at = (entry.0 - first.0) as usize * PAGE_SIZE;
         let need = at + out.len();
-        tier.backend.load_prefix(b.payload(), buf, need)?;
+        tier.backend.load_part(b.payload(), buf, at, out.len())?;
         match tier.kind {
-            TierKind::Pool => self.stats.add(Event::Zswpin, (need / PAGE_SIZE) as u64),
-            TierKind::File => self.stats.add(Event::Pswpin, (need / PAGE_SIZE) as u64),
+            TierKind::Pool => self.stats.add(Event::Zswpin, (out.len() / PAGE_SIZE) as u64),
+            TierKind::File => self.stats.add(Event::Pswpin, (out.len() / PAGE_SIZE) as u64),
             _ => {}
         }
         out.copy_from_slice(&buf[at..need]);

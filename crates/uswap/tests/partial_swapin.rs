@@ -1,5 +1,5 @@
 //! Swap-in of a part of a large stored folio (a 4 KiB fault on a 64 KiB folio): the engine
-//! decodes only up to the end of the part (`Backend::load_prefix`) and drops the folio. Every
+//! decodes only up to the end of the part (`Backend::load_part`) and drops the folio. Every
 //! part reads back byte for byte, alone and with threads reading other parts of the same
 //! object at the same time (a waiter on a dropped partial folio retries).
 

@@ -490,6 +490,38 @@ fn compress_unit(s: &mut Scratch, comp: Compressor, src: &[u8], dst: &mut [u8]) 
     }
 }
 
+/// Decode pages `first..first + n` of a per-page object (`src`: a table of 2-byte unit sizes,
+/// one per page, then the units; a unit of exactly a page is stored raw) into the same pages of
+/// `out`. Decoding through the last page also checks that the units end where `src` ends.
+fn decode_pages(
+    zd: &mut Option<zstd::bulk::Decompressor<'static>>,
+    codec: u64,
+    src: &[u8],
+    out: &mut [u8],
+    first: usize,
+    n: usize,
+) -> bool {
+    let pages = out.len() / PAGE_SIZE;
+    let table = pages * 2;
+    if src.len() < table || first + n > pages {
+        return false;
+    }
+    let size = |i: usize| usize::from(u16::from_le_bytes([src[2 * i], src[2 * i + 1]]));
+    let mut at = table + (0..first).map(size).sum::<usize>();
+    for i in first..first + n {
+        let len = size(i);
+        if at + len > src.len() {
+            return false;
+        }
+        let c = if len == PAGE_SIZE { CODEC_RAW } else { codec & 3 };
+        if !decompress_unit(zd, c, &src[at..at + len], &mut out[i * PAGE_SIZE..(i + 1) * PAGE_SIZE]) {
+            return false;
+        }
+        at += len;
+    }
+    first + n < pages || at == src.len()
+}
+
 fn decompress_unit(zd: &mut Option<zstd::bulk::Decompressor<'static>>, codec: u64, src: &[u8], out: &mut [u8]) -> bool {
     match codec & 3 {
         CODEC_RAW => {
@@ -807,28 +839,7 @@ impl ZPool {
         let ok = if codec & CODEC_PERPAGE == 0 {
             decompress_unit(&mut s.zd, codec, src, out)
         } else {
-            let pages = out.len() / PAGE_SIZE;
-            let table = pages * 2;
-            if len < table {
-                false
-            } else {
-                let mut at = table;
-                let mut ok = true;
-                for (i, page) in out.chunks_exact_mut(PAGE_SIZE).enumerate() {
-                    let n = usize::from(u16::from_le_bytes([src[2 * i], src[2 * i + 1]]));
-                    if at + n > len {
-                        ok = false;
-                        break;
-                    }
-                    let c = if n == PAGE_SIZE { CODEC_RAW } else { codec & 3 };
-                    if !decompress_unit(&mut s.zd, c, &src[at..at + n], page) {
-                        ok = false;
-                        break;
-                    }
-                    at += n;
-                }
-                ok && at == len
-            }
+            decode_pages(&mut s.zd, codec, src, out, 0, out.len() / PAGE_SIZE)
         };
         if ok {
             Ok(())
@@ -1068,17 +1079,29 @@ impl Backend for ZPool {
         })
     }
 
-    fn load_prefix(&self, handle: u64, out: &mut [u8], need: usize) -> Result<(), TierError> {
+    fn load_part(&self, handle: u64, out: &mut [u8], at: usize, part: usize) -> Result<(), TierError> {
         SCRATCH.with(|s| {
             let mut s = s.borrow_mut();
-            let hdr = self.fetch(handle, &mut s)?;
-            if out.len() != PAGE_SIZE << hdr_order(hdr) {
+            let s = &mut *s;
+            let hdr = self.fetch(handle, s)?;
+            if out.len() != PAGE_SIZE << hdr_order(hdr) || at + part > out.len() {
                 return Err(TierError::BadHandle(handle));
             }
             let len = self.payload_len(handle, hdr)?;
             let codec = hdr_codec(hdr);
+            if codec & CODEC_PERPAGE != 0 && at.is_multiple_of(PAGE_SIZE) && part.is_multiple_of(PAGE_SIZE) {
+                // One unit per page: decode just the pages of the part.
+                let src = &s.buf[HDR..HDR + len];
+                let ok = decode_pages(&mut s.zd, codec, src, out, at / PAGE_SIZE, part / PAGE_SIZE);
+                if !ok {
+                    self.decompress_fail.fetch_add(1, Ordering::Relaxed);
+                    return Err(corrupt(handle));
+                }
+                return Ok(());
+            }
+            let need = at + part;
             if codec & CODEC_PERPAGE != 0 || codec & 3 != CODEC_LZ4 || need >= out.len() {
-                return self.decode(handle, hdr, len, &mut s, out);
+                return self.decode(handle, hdr, len, s, out);
             }
             // One LZ4 unit: liblz4 stops once `need` bytes are out (the prefix is exact: a
             // corrupt block fails here as it would in a full decode of that prefix).
