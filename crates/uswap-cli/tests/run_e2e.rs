@@ -4,7 +4,7 @@
 //!
 //! The C programs are in `tests/programs/` and are compiled with `cc -O2 -pthread` into a
 //! temporary directory by each test. `tests/programs/pattern.h` defines the data they write;
-//! [`word_at`] and friends below compute the same values.
+//! [`page_words`] and [`page_hash`] below compute the same values.
 //!
 //! Peak RSS: `uswap run --stats` reports `peak_rss_bytes` (the largest RSS of the program and
 //! the processes it waited for). The bound checked is `limit + fixed overhead + slack`, where the
@@ -12,7 +12,7 @@
 //! the processes that ran under uswap) and [`slack`] covers the rest (the pager's own tables).
 //!
 //! Every test prints `SKIPPED: …` and passes when userfaultfd is not permitted here (the runner
-//! then exits 1 and says so). Each run under uswap is killed after [`TIMEOUT`]: a pager that
+//! then exits 1 and says so). Each run under uswap is killed after [`timeout`]: a pager that
 //! thrashes or livelocks fails the test instead of hanging it.
 
 use std::ffi::{OsStr, OsString};
@@ -24,14 +24,19 @@ use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
 
-/// How long one program may run under uswap before the test kills it and fails.
-const TIMEOUT: Duration = Duration::from_secs(60);
+/// How long one program may run (under uswap or not) before the test kills it and fails:
+/// 60 s, or `USWAP_E2E_TIMEOUT` seconds.
+fn timeout() -> Duration {
+    let s = std::env::var("USWAP_E2E_TIMEOUT").ok().and_then(|v| v.parse().ok()).unwrap_or(60);
+    Duration::from_secs(s)
+}
 
 /// The allowance over `limit + fixed overhead` for the peak RSS: max(8 MiB, limit / 4).
 ///
-/// Measured 2026-11-22 (debug build, commit 098e91a of main, 2 cores), peak RSS minus
-/// (limit + fixed overhead): threads at 32M +7.7 MiB, fork at 32M +9.6 MiB, readwrite at 16M
-/// +7.6 MiB; see the report of the e2e branch for the full table.
+/// Measured 2026-11-22 (debug build, main at 2efa5d0, 2 shared cores), peak RSS over
+/// limit + fixed overhead: threads (32M) +2.6 MiB, fork (32M) +2.3 MiB, readwrite (16M)
+/// +1.7 MiB; the Python and `sort -S` runs did not finish (see those tests). Before main's
+/// b63f7d3 threads was at +7.7 MiB and fork at +9.6 MiB.
 fn slack(limit: u64) -> u64 {
     (8 * MIB).max(limit / 4)
 }
@@ -131,7 +136,7 @@ fn send(pid: i32, sig: i32) {
     }
 }
 
-/// Run `cmd` in its own process group with `TIMEOUT`; on timeout send SIGTERM (uswap forwards
+/// Run `cmd` in its own process group with [`timeout`]; on timeout send SIGTERM (uswap forwards
 /// it to the program), then SIGKILL to the whole group, and fail.
 fn run(mut cmd: Command, what: &str) -> Ran {
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
@@ -150,12 +155,13 @@ fn run(mut cmd: Command, what: &str) -> Ran {
         let _ = e.read_to_end(&mut v);
         v
     });
+    let limit = timeout();
     let mut timed_out = false;
     let status = loop {
         if let Some(s) = child.try_wait().expect("wait") {
             break s;
         }
-        if start.elapsed() > TIMEOUT && !timed_out {
+        if start.elapsed() > limit && !timed_out {
             timed_out = true;
             send(pid, libc::SIGTERM);
             let grace = Instant::now();
@@ -176,7 +182,7 @@ fn run(mut cmd: Command, what: &str) -> Ran {
         panic!(
             "{what}: still running after {} s: killed (the program thrashes or hangs under the pager)\n\
              stdout: {}\nstderr: {stderr}",
-            TIMEOUT.as_secs(),
+            limit.as_secs(),
             String::from_utf8_lossy(&stdout)
         );
     }
@@ -405,9 +411,9 @@ fn fork_copy_on_write_both_ways_two_generations() {
     assert_eq!(r.out(), want, "fork output; stderr:\n{}", r.stderr);
     assert_eq!(r.code, Some(0), "fork exit status; stderr:\n{}", r.stderr);
     let s = stats(&st);
-    // The parent's pager saw its one fork (the child's saw the grandchild's).
-    assert_eq!(num(&s, "/main/pager/events_fork"), 1, "fork events of the parent: {s:#}");
-    assert_eq!(s["other_processes"].as_array().map(Vec::len), Some(2), "child and grandchild stats: {s:#}");
+    // The child and the grandchild continued with pagers of their own, which wrote statistics.
+    let others = s["other_processes"].as_array().map(Vec::len);
+    assert_eq!(others, Some(2), "statistics of the child and the grandchild: {s:#}");
     check_peak("fork", &s, limit, r.secs);
 }
 
@@ -525,6 +531,8 @@ fn python_builds_and_checks_a_large_dict() {
     assert_eq!(want.code, Some(0), "python3 without uswap: {}", want.stderr);
     assert!(want.out().starts_with("1000000 0 "), "python3 without uswap printed {:?}", want.out());
     let dir = tempdir();
+    // About 185 MiB of RSS without uswap: three times this limit (the configuration the README
+    // reports a measurement for).
     let limit = 64 * MIB;
     let st = dir.path().join("stats.json");
     let r = {
