@@ -155,13 +155,13 @@ fn run(mut cmd: Command, what: &str) -> Ran {
         let _ = e.read_to_end(&mut v);
         v
     });
-    let limit = timeout();
+    let deadline = timeout();
     let mut timed_out = false;
     let status = loop {
         if let Some(s) = child.try_wait().expect("wait") {
             break s;
         }
-        if start.elapsed() > limit && !timed_out {
+        if start.elapsed() > deadline && !timed_out {
             timed_out = true;
             send(pid, libc::SIGTERM);
             let grace = Instant::now();
@@ -176,13 +176,15 @@ fn run(mut cmd: Command, what: &str) -> Ran {
         std::thread::sleep(Duration::from_millis(20));
     };
     let secs = start.elapsed().as_secs_f64();
+    // Anything the program left behind in the group would keep the pipes open.
+    send(-pid, libc::SIGKILL);
     let stdout = to.join().expect("stdout reader");
     let stderr = String::from_utf8_lossy(&te.join().expect("stderr reader")).into_owned();
     if timed_out {
         panic!(
             "{what}: still running after {} s: killed (the program thrashes or hangs under the pager)\n\
              stdout: {}\nstderr: {stderr}",
-            limit.as_secs(),
+            deadline.as_secs(),
             String::from_utf8_lossy(&stdout)
         );
     }
