@@ -241,8 +241,24 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
         | uswap_pager::uffd::feature::EVENT_REMAP
         | uswap_pager::uffd::feature::EVENT_FORK
         | uswap_pager::uffd::feature::SIGBUS;
-    if let Err(e) = uswap_pager::uffd::Uffd::open(f, 0, true) {
-        return Err(RunError(format!("cannot run under the pager: {e}; the program was not started"), EXIT_NO_UFFD));
+    match uswap_pager::uffd::Uffd::open(f, 0, true) {
+        Err(e) => {
+            return Err(RunError(format!("cannot run under the pager: {e}; the program was not started"), EXIT_NO_UFFD))
+        }
+        // Not enough for an unmodified program: a read(2) into swapped-out memory would fail
+        // with EFAULT instead of being paged in.
+        Ok(u) if u.user_mode_only() => {
+            return Err(RunError(
+                format!(
+                    "cannot run under the pager: this process may use userfaultfd only for faults in user mode, \
+                     so system calls that touch swapped-out memory would fail with EFAULT; {}; the program was \
+                     not started",
+                    uswap_pager::uffd::PERMIT_HINT
+                ),
+                EXIT_NO_UFFD,
+            ))
+        }
+        Ok(_) => {}
     }
     let prog = find_program(&a.command[0])?;
     match exe_kind(&prog) {

@@ -291,7 +291,14 @@ impl Pager {
         if cfg.event_remove {
             features |= uffd::feature::EVENT_REMOVE;
         }
-        let uffd = uffd::Uffd::open(features, uffd::feature::THREAD_ID, true).map_err(PagerError::Unavailable)?;
+        // The fork event is optional here: without CAP_SYS_PTRACE a pager still works, but a
+        // forked child does not inherit the registration (the runner requires it).
+        let uffd = uffd::Uffd::open(
+            features & !uffd::feature::EVENT_FORK,
+            uffd::feature::THREAD_ID | (features & uffd::feature::EVENT_FORK),
+            true,
+        )
+        .map_err(PagerError::Unavailable)?;
         let os = |e: std::io::Error| PagerError::Os(e.to_string());
         // SAFETY: eventfd with valid flags returns a new fd or -1.
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };

@@ -506,6 +506,18 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
     if p.cache.free_resident_bytes() > slack {
         progress += (p.cache.trim(slack / 2) / PAGE_SIZE as u64) as usize;
     }
+    // A floor of resident pages. When the swap cache and the pool hold most of the limit,
+    // evicting the last resident folios only makes the next fault evict the page the previous
+    // one mapped: an instruction that touches two pages (a copy across a page boundary) would
+    // then fault forever. At the floor, only the swap cache gives memory back (into the pool,
+    // compressed); if that is not enough the charge stays over the limit (`reclaim_fail`),
+    // by at most the floor.
+    let floor = (limit_pages / 8).max(4 * (p.cfg.folio_size / PAGE_SIZE)) as i64;
+    if p.resident_pages.load(Ordering::Relaxed) <= floor {
+        progress += shrink_inactive(p, batch);
+        IN_RECLAIM.with(|c| c.set(c.get() - 1));
+        return progress > 0;
+    }
     let bypass = two && p.ws.bypassed() && !p.ws.tick.fetch_add(1, Ordering::Relaxed).is_multiple_of(8);
     if bypass {
         if p.cache.live_bytes() + (batch * PAGE_SIZE) as u64 > target {

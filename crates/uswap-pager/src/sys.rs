@@ -12,7 +12,7 @@
 //! Locking: none. The madvise batcher is stateless apart from the pidfd opened once.
 
 use crate::region;
-use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 /// Batched `MADV_DONTNEED` on this process through `process_madvise(2)`.
 pub struct Madviser {
@@ -122,9 +122,8 @@ pub unsafe fn prefault(ptr: *const u8, len: usize, write: bool) {
                 while a < stop {
                     let p = a.max(ptr as usize);
                     if write {
-                        // SAFETY: p is inside a live region (caller keeps it alive for the call);
-                        // adding 0 atomically leaves the byte unchanged.
-                        unsafe { AtomicU8::from_ptr(p as *mut u8).fetch_add(0, Ordering::Relaxed) };
+                        // SAFETY: p is inside a live region (caller keeps it alive for the call).
+                        unsafe { touch_for_write(p as *mut u8) };
                     } else {
                         // SAFETY: as above, a read.
                         unsafe { std::ptr::read_volatile(p as *const u8) };
@@ -135,6 +134,27 @@ pub unsafe fn prefault(ptr: *const u8, len: usize, write: bool) {
             None => a += crate::PAGE_SIZE,
         }
     }
+}
+
+/// Take a write fault on the page of `p` without changing its byte, even if another thread
+/// writes it meanwhile: an atomic add of 0. Written so the compiler cannot turn it into a load
+/// (LLVM folds an idempotent relaxed `fetch_add(0)` into a plain atomic load, which takes a read
+/// fault and leaves the page write-protected: the system call that follows then gets EFAULT).
+///
+/// # Safety
+/// - `p` is valid for reads and writes of one byte.
+unsafe fn touch_for_write(p: *mut u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a locked add of 0 to a byte the caller vouches for; no other state is touched.
+    unsafe {
+        std::arch::asm!("lock add byte ptr [{0}], 0", in(reg) p, options(nostack))
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: as above; SeqCst and black_box keep the read-modify-write.
+    unsafe {
+        std::sync::atomic::AtomicU8::from_ptr(std::hint::black_box(p))
+            .fetch_add(std::hint::black_box(0), Ordering::SeqCst)
+    };
 }
 
 fn in_any_region(ptr: usize, len: usize) -> bool {

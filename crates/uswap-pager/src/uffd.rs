@@ -164,6 +164,10 @@ pub struct Uffd {
     fd: OwnedFd,
     features: u64,
     ioctls: u64,
+    /// Opened with `UFFD_USER_MODE_ONLY` (all an unprivileged process may get): faults the
+    /// kernel takes on the process's behalf, inside system calls, are not delivered and the
+    /// call fails with EFAULT.
+    user_mode_only: bool,
 }
 
 /// Why userfaultfd could not be opened, with the ways to permit it.
@@ -174,17 +178,19 @@ pub const PERMIT_HINT: &str = "userfaultfd is not permitted for this process; pe
 impl Uffd {
     /// Open a userfaultfd (first through `/dev/userfaultfd`, then the syscall) and negotiate
     /// `features` with `UFFDIO_API`. `optional` features are requested when the kernel offers
-    /// them. Returns a message naming the ways to permit userfaultfd when it is refused.
+    /// them; `EVENT_FORK` is dropped from the optional ones when the process may not have it
+    /// (it needs CAP_SYS_PTRACE). Returns a message naming the ways to permit userfaultfd when
+    /// it is refused.
     pub fn open(required: u64, optional: u64, nonblocking: bool) -> Result<Uffd, String> {
         let mut flags = libc::O_CLOEXEC;
         if nonblocking {
             flags |= libc::O_NONBLOCK;
         }
-        let fd = Self::open_fd(flags)?;
+        let (fd, user_mode_only) = Self::open_fd(flags)?;
         // Ask which features exist: a first UFFDIO_API with features 0 would lock the API, so
         // probe on a throwaway fd.
         let avail = {
-            let probe = Self::open_fd(libc::O_CLOEXEC)?;
+            let (probe, _) = Self::open_fd(libc::O_CLOEXEC)?;
             let mut api = g::uffdio_api { api: u64::from(g::UFFD_API), features: 0, ioctls: 0 };
             // SAFETY: valid fd and a properly sized uffdio_api.
             if unsafe { libc::ioctl(probe.as_raw_fd(), io::UFFDIO_API as _, &mut api) } != 0 {
@@ -201,14 +207,14 @@ impl Uffd {
             let mut api = g::uffdio_api { api: u64::from(g::UFFD_API), features: want, ioctls: 0 };
             // SAFETY: as above.
             if unsafe { libc::ioctl(fd.as_raw_fd(), io::UFFDIO_API as _, &mut api) } == 0 {
-                return Ok(Uffd { fd, features: want, ioctls: api.ioctls });
+                return Ok(Uffd { fd, features: want, ioctls: api.ioctls, user_mode_only });
             }
             let e = errno();
-            if e == libc::EPERM && want & feature::EVENT_FORK != 0 {
+            if e == libc::EPERM && want & feature::EVENT_FORK != 0 && required & feature::EVENT_FORK == 0 {
                 // The fork event needs CAP_SYS_PTRACE; go on without it (a child process then
                 // does not inherit the registration) on a fresh fd.
                 want &= !feature::EVENT_FORK;
-                fd = Self::open_fd(flags)?;
+                fd = Self::open_fd(flags)?.0;
                 continue;
             }
             if e == libc::EPERM {
@@ -218,7 +224,8 @@ impl Uffd {
         }
     }
 
-    fn open_fd(flags: i32) -> Result<OwnedFd, String> {
+    /// A new userfaultfd, and whether it handles user-mode faults only.
+    fn open_fd(flags: i32) -> Result<(OwnedFd, bool), String> {
         // SAFETY: plain open of a device node with a NUL-terminated path.
         let dev = unsafe { libc::open(c"/dev/userfaultfd".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
         if dev >= 0 {
@@ -228,14 +235,14 @@ impl Uffd {
             let fd = unsafe { libc::ioctl(dev.as_raw_fd(), USERFAULTFD_IOC_NEW as _, flags) };
             if fd >= 0 {
                 // SAFETY: the ioctl returned a new fd we own.
-                return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
+                return Ok((unsafe { OwnedFd::from_raw_fd(fd) }, false));
             }
         }
         // SAFETY: the userfaultfd syscall takes flags and returns a new fd or -1.
         let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) } as i32;
         if fd >= 0 {
             // SAFETY: new fd we own.
-            return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
+            return Ok((unsafe { OwnedFd::from_raw_fd(fd) }, false));
         }
         let e = errno();
         if e == libc::EPERM || e == libc::EACCES {
@@ -245,7 +252,7 @@ impl Uffd {
             let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags | g::UFFD_USER_MODE_ONLY as i32) } as i32;
             if fd >= 0 {
                 // SAFETY: new fd we own.
-                return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
+                return Ok((unsafe { OwnedFd::from_raw_fd(fd) }, true));
             }
             return Err(PERMIT_HINT.to_string());
         }
@@ -258,6 +265,11 @@ impl Uffd {
     /// The raw fd.
     pub fn raw(&self) -> RawFd {
         self.fd.as_raw_fd()
+    }
+
+    /// True when only faults in user mode are delivered (see the field).
+    pub fn user_mode_only(&self) -> bool {
+        self.user_mode_only
     }
 
     /// The features negotiated.
