@@ -316,6 +316,40 @@ fn limit_arg(limit: u64) -> String {
 // ---------------------------------------------------------------------------------------------
 // Real programs
 
+/// Memory freed by `free`, `munmap`, `madvise(DONTNEED/FREE)` and `mremap` releases or moves
+/// its swap entries: after ten rounds that push 40x the limit through every one of them, only
+/// a handful of pages stay stored and no more managed address space than libc's own buffers.
+#[test]
+fn churn_through_free_munmap_madvise_mremap_leaks_nothing() {
+    let dir = tempdir();
+    let prog = compile("churn", dir.path());
+    let limit = 16 * MIB;
+    let st = dir.path().join("stats.json");
+    let r = uswap_run(&[
+        OsStr::new("--limit"),
+        limit_arg(limit).as_ref(),
+        "--stats".as_ref(),
+        st.as_os_str(),
+        "--".as_ref(),
+        prog.as_os_str(),
+        limit.to_string().as_ref(),
+    ]);
+    if no_uffd(&r) {
+        return;
+    }
+    assert_eq!(r.out(), "bad=0\n", "churn output; stderr:\n{}", r.stderr);
+    assert_eq!(r.code, Some(0), "churn exit status; stderr:\n{}", r.stderr);
+    let s = stats(&st);
+    assert!(num(&s, "/main/pager/evicted_pages") * PAGE_BYTES >= 10 * limit, "churn swapped out too little: {s:#}");
+    let stored = num(&s, "/main/pager/engine/stored_pages");
+    assert!(stored < 64, "{stored} pages still stored at exit (leak): {s:#}");
+    // What is still live at exit is libc's (stdio buffers): one heap segment at most.
+    let va = num(&s, "/main/heap_used_va_bytes");
+    assert!(va <= MIB, "{va} bytes of managed address space still in use at exit (leak): {s:#}");
+    assert_eq!(num(&s, "/main/program_mmaps_live"), 0, "mappings still tracked at exit: {s:#}");
+    check_peak("churn", &s, limit, r.secs);
+}
+
 #[test]
 fn threads_write_and_verify_four_times_the_limit() {
     let dir = tempdir();
