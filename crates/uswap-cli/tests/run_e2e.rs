@@ -205,6 +205,14 @@ fn uswap_run<S: AsRef<OsStr>>(args: &[S]) -> Ran {
     run(cmd, &what)
 }
 
+/// `uswap run --limit LIMIT --stats STATS -- PROGRAM ARGS…`.
+fn uswap_run_stats(limit: &str, stats: &Path, program: &[&OsStr]) -> Ran {
+    let mut args =
+        vec![OsStr::new("--limit"), OsStr::new(limit), OsStr::new("--stats"), stats.as_os_str(), OsStr::new("--")];
+    args.extend_from_slice(program);
+    uswap_run(&args)
+}
+
 /// True (with a printed reason) when the runner refused because userfaultfd is not permitted.
 fn no_uffd(r: &Ran) -> bool {
     if r.code == Some(1) && r.stderr.contains("userfaultfd") {
@@ -325,15 +333,7 @@ fn churn_through_free_munmap_madvise_mremap_leaks_nothing() {
     let prog = compile("churn", dir.path());
     let limit = 16 * MIB;
     let st = dir.path().join("stats.json");
-    let r = uswap_run(&[
-        OsStr::new("--limit"),
-        limit_arg(limit).as_ref(),
-        "--stats".as_ref(),
-        st.as_os_str(),
-        "--".as_ref(),
-        prog.as_os_str(),
-        limit.to_string().as_ref(),
-    ]);
+    let r = uswap_run_stats(&limit_arg(limit), &st, &[prog.as_os_str(), limit.to_string().as_ref()]);
     if no_uffd(&r) {
         return;
     }
@@ -357,16 +357,11 @@ fn threads_write_and_verify_four_times_the_limit() {
     let limit = 32 * MIB;
     let (nthreads, bytes) = (4u64, 4 * limit);
     let st = dir.path().join("stats.json");
-    let r = uswap_run(&[
-        OsStr::new("--limit"),
-        limit_arg(limit).as_ref(),
-        "--stats".as_ref(),
-        st.as_os_str(),
-        "--".as_ref(),
-        prog.as_os_str(),
-        nthreads.to_string().as_ref(),
-        bytes.to_string().as_ref(),
-    ]);
+    let r = uswap_run_stats(
+        &limit_arg(limit),
+        &st,
+        &[prog.as_os_str(), nthreads.to_string().as_ref(), bytes.to_string().as_ref()],
+    );
     if no_uffd(&r) {
         return;
     }
@@ -404,15 +399,7 @@ fn fork_copy_on_write_both_ways_two_generations() {
     let limit = 32 * MIB;
     let bytes = 4 * limit;
     let st = dir.path().join("stats.json");
-    let r = uswap_run(&[
-        OsStr::new("--limit"),
-        limit_arg(limit).as_ref(),
-        "--stats".as_ref(),
-        st.as_os_str(),
-        "--".as_ref(),
-        prog.as_os_str(),
-        bytes.to_string().as_ref(),
-    ]);
+    let r = uswap_run_stats(&limit_arg(limit), &st, &[prog.as_os_str(), bytes.to_string().as_ref()]);
     if no_uffd(&r) {
         return;
     }
@@ -475,18 +462,17 @@ fn read_write_files_through_swapped_out_memory() {
     let output = dir.path().join("out");
     std::fs::write(&input, &data).expect("write the input file");
     let st = dir.path().join("stats.json");
-    let r = uswap_run(&[
-        OsStr::new("--limit"),
-        limit_arg(limit).as_ref(),
-        "--stats".as_ref(),
-        st.as_os_str(),
-        "--".as_ref(),
-        prog.as_os_str(),
-        buf.to_string().as_ref(),
-        other.to_string().as_ref(),
-        input.as_os_str(),
-        output.as_os_str(),
-    ]);
+    let r = uswap_run_stats(
+        &limit_arg(limit),
+        &st,
+        &[
+            prog.as_os_str(),
+            buf.to_string().as_ref(),
+            other.to_string().as_ref(),
+            input.as_os_str(),
+            output.as_os_str(),
+        ],
+    );
     if no_uffd(&r) {
         return;
     }
@@ -739,16 +725,7 @@ fn static_program_is_refused() {
 fn exit_status_passes_through() {
     let dir = tempdir();
     let st = dir.path().join("stats.json");
-    let r = uswap_run(&[
-        OsStr::new("--limit"),
-        "32M".as_ref(),
-        "--stats".as_ref(),
-        st.as_os_str(),
-        "--".as_ref(),
-        "sh".as_ref(),
-        "-c".as_ref(),
-        "echo out; exit 7".as_ref(),
-    ]);
+    let r = uswap_run_stats("32M", &st, &["sh".as_ref(), "-c".as_ref(), "echo out; exit 7".as_ref()]);
     if no_uffd(&r) {
         return;
     }
@@ -763,16 +740,7 @@ fn exit_status_passes_through() {
 fn death_by_signal_is_128_plus_n() {
     let dir = tempdir();
     let st = dir.path().join("stats.json");
-    let r = uswap_run(&[
-        OsStr::new("--limit"),
-        "32M".as_ref(),
-        "--stats".as_ref(),
-        st.as_os_str(),
-        "--".as_ref(),
-        "sh".as_ref(),
-        "-c".as_ref(),
-        "kill -TERM $$".as_ref(),
-    ]);
+    let r = uswap_run_stats("32M", &st, &["sh".as_ref(), "-c".as_ref(), "kill -TERM $$".as_ref()]);
     if no_uffd(&r) {
         return;
     }

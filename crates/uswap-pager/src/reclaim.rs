@@ -513,13 +513,11 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
     // compressed); if that is not enough the charge stays over the limit (`reclaim_fail`),
     // by at most the floor.
     let floor = (limit_pages / 8).max(4 * (p.cfg.folio_size / PAGE_SIZE)) as i64;
-    if p.resident_pages.load(Ordering::Relaxed) <= floor {
+    let at_floor = p.resident_pages.load(Ordering::Relaxed) <= floor;
+    let bypass = !at_floor && two && p.ws.bypassed() && !p.ws.tick.fetch_add(1, Ordering::Relaxed).is_multiple_of(8);
+    if at_floor {
         progress += shrink_inactive(p, batch);
-        IN_RECLAIM.with(|c| c.set(c.get() - 1));
-        return progress > 0;
-    }
-    let bypass = two && p.ws.bypassed() && !p.ws.tick.fetch_add(1, Ordering::Relaxed).is_multiple_of(8);
-    if bypass {
+    } else if bypass {
         if p.cache.live_bytes() + (batch * PAGE_SIZE) as u64 > target {
             progress += shrink_inactive(p, batch);
         }
@@ -535,7 +533,7 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
             progress += evict_resident(p, true, batch, &mut next);
         }
     } else {
-        progress = evict_resident(p, false, batch, &mut next);
+        progress += evict_resident(p, false, batch, &mut next);
     }
     IN_RECLAIM.with(|c| c.set(c.get() - 1));
     progress > 0

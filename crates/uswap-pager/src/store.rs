@@ -564,11 +564,11 @@ impl PageStore for EngineStore {
         let _ = self.engine.put(uswap::SwapEntry(entry), nr as usize);
     }
     /// The RAM the engine's tiers hold (the store's engine is its own, so all of it is ours):
-    /// the pool with its fragmentation and spare memory, which is what the process's RSS sees,
-    /// and never less than the group's charge.
+    /// the pool with its fragmentation and spare memory, which is what the process's RSS sees.
+    /// It covers the group's charge (objects are charged at most the memory they occupy). On
+    /// the fault path (every `charged_bytes`): a few atomic loads per tier.
     fn pool_bytes(&self) -> u64 {
-        let group = self.engine.groups().usage(self.group).map(|u| u.pool_bytes).unwrap_or(0);
-        self.engine.ram_bytes().max(group)
+        self.engine.ram_bytes()
     }
     fn limit_ram(&self, group: u16, bytes: u64) -> bool {
         // The group's pool_max: a store over it is refused by the pool and goes to the file.
