@@ -3,7 +3,10 @@
 //! With `UFFD_FEATURE_SIGBUS` a missing (or write-protected) page of a region raises SIGBUS in
 //! the thread that touched it. The handler (`on_sigbus`) reads `si_addr`, finds the region in the
 //! lock-free registry, and [`resolve`]s the page in that thread: swap-in (or zero-fill, or a
-//! refault from the swap cache) and one `UFFDIO_COPY`; returning retries the instruction. A
+//! refault from the swap cache) and one `UFFDIO_COPY`; returning retries the instruction.
+//! A swap-in for a read keeps the page's swap entry and maps it write-protected (`CLEAN`, see
+//! [`reclaim::KeepClean`]); the first write then faults here again and [`unclean`] frees the
+//! entry and lifts the protection, so the store never holds a stale copy of a mapped page. A
 //! SIGBUS for an address outside every region is passed on to the handler installed before
 //! ours (or the default action, which kills the process as it would have).
 //!
@@ -22,7 +25,7 @@
 //! Locking: none beyond the page-word claims described in [`crate::region`].
 
 use crate::reclaim::{self, entry};
-use crate::region::{self, kind, w_kind, w_order, w_payload, word, RegionInner, BUSY};
+use crate::region::{self, clean_entry, clean_payload, kind, w_kind, w_order, w_payload, word, RegionInner, BUSY};
 use crate::stats::{inc, now_ns};
 use crate::uffd::Event;
 use crate::{Pager, ReclaimMode, SwapinPolicy, PAGE_SIZE};
@@ -185,10 +188,19 @@ pub fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool, wake:
                 // dropped it with madvise (then it reads as zero, as anonymous memory does).
                 inc(&p.counters.fault_spurious, 1);
                 let _ = p.uffd.zeropage(r.addr(pg), PAGE_SIZE, wake);
+                if write {
+                    // A write-protect bit left over (a fork child's clean pages): lift it.
+                    let _ = p.uffd.writeprotect(r.addr(pg), PAGE_SIZE, false, wake);
+                }
                 if wake {
                     let _ = p.uffd.wake(r.addr(pg), PAGE_SIZE);
                 }
                 return;
+            }
+            kind::CLEAN => {
+                if unclean(p, r, pg, w, wake) {
+                    return;
+                }
             }
             kind::BUSY => {
                 if reclaim::IN_RECLAIM.with(|c| c.get()) > 0 {
@@ -266,8 +278,83 @@ fn publish_resident(p: &Pager, r: &RegionInner, first: usize, n: usize, claimed:
     count
 }
 
-/// Copy claimed runs of `[first, first+n)` from `src` (laid out like the range) into place.
-fn copy_runs(p: &Pager, r: &RegionInner, first: usize, n: usize, claimed: &[bool], src: *const u8, wake: bool) -> bool {
+/// Publish claimed pages `[first, first+n)` as CLEAN (mapped write-protected, swap entry kept)
+/// in aligned blocks and queue them; `old[i]` is page `first + i`'s SWAPPED word.
+fn publish_clean(p: &Pager, r: &RegionInner, first: usize, n: usize, claimed: &[bool], old: &[u64]) -> usize {
+    let mut count = 0;
+    reclaim::blocks(first, n, &|i| claimed[i], |pg, k| {
+        for q in pg..pg + (1 << k) {
+            let o = old[q - first];
+            r.word(q).store(word(kind::CLEAN, k, clean_payload(w_payload(o), w_order(o))), Ordering::Release);
+        }
+        p.active.push(entry(r, pg, k));
+        count += 1 << k;
+    });
+    r.had_clean.store(true, Ordering::Relaxed);
+    p.resident_pages.fetch_add(count as i64, Ordering::AcqRel);
+    inc(&p.counters.pages_mapped, count as u64);
+    inc(&p.counters.clean_kept, count as u64);
+    p.keep.kept(count as u64);
+    count
+}
+
+/// Any fault on a CLEAN page (a write, in practice: reads do not fault on a mapped page):
+/// free the swap entries of its folio's clean pages, lift their write protection and make
+/// them RESIDENT. Pages of the folio another thread holds are left to it. Returns false when
+/// it lost a race for page `pg` (retry).
+fn unclean(p: &Pager, r: &RegionInner, pg: usize, w0: u64, wake: bool) -> bool {
+    let k = w_order(w0);
+    let n = 1usize << k;
+    let head = pg & !(n - 1);
+    let mut old = [0u64; 512];
+    let mut claimed = [false; 512];
+    for i in 0..n {
+        let w = if head + i == pg { w0 } else { r.word(head + i).load(Ordering::Acquire) };
+        claimed[i] = w_kind(w) == kind::CLEAN
+            && w_order(w) == k
+            && r.word(head + i).compare_exchange(w, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok();
+        old[i] = w;
+        if head + i == pg && !claimed[i] {
+            rollback(r, head, &old[..i], &claimed[..i]);
+            return false;
+        }
+    }
+    // Unprotect only the pages we hold: another thread may be evicting the others, relying on
+    // their protection.
+    let mut i = 0;
+    while i < n {
+        if !claimed[i] {
+            i += 1;
+            continue;
+        }
+        let mut j = i;
+        while j < n && claimed[j] {
+            j += 1;
+        }
+        if p.uffd.writeprotect(r.addr(head + i), (j - i) * PAGE_SIZE, false, wake).is_err() {
+            // The range is gone (unmapped): the unmap event releases the pages.
+            rollback(r, head, &old[..n], &claimed[..n]);
+            return true;
+        }
+        i = j;
+    }
+    let mut d = 0;
+    for i in 0..n {
+        if claimed[i] {
+            p.store.put(clean_entry(old[i]), 1);
+            r.word(head + i).store(word(kind::RESIDENT, k, 0), Ordering::Release);
+            d += 1;
+        }
+    }
+    inc(&p.counters.clean_dirtied, d);
+    p.keep.dirtied(d);
+    true
+}
+
+/// Copy the claimed runs of `[first, first + claimed.len())` from `src` (laid out like the
+/// range) into place; `wp` maps them write-protected.
+fn copy_runs(p: &Pager, r: &RegionInner, first: usize, claimed: &[bool], src: *const u8, wp: bool, wake: bool) -> bool {
+    let n = claimed.len();
     let mut i = 0;
     while i < n {
         if !claimed[i] {
@@ -279,7 +366,7 @@ fn copy_runs(p: &Pager, r: &RegionInner, first: usize, n: usize, claimed: &[bool
             j += 1;
         }
         // SAFETY: src holds n pages; the destination pages are claimed (BUSY) and missing.
-        let res = unsafe { p.uffd.copy(r.addr(first + i), src.add(i * PAGE_SIZE), (j - i) * PAGE_SIZE, false, wake) };
+        let res = unsafe { p.uffd.copy(r.addr(first + i), src.add(i * PAGE_SIZE), (j - i) * PAGE_SIZE, wp, wake) };
         if res.is_err() {
             return false;
         }
@@ -373,18 +460,24 @@ fn fill(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wak
                     }
                     fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
                 }
-                let ok = copy_runs(p, r, head, n, &claimed[..n], buf.as_ptr(), wake);
+                let clean = all && !write && e_head + (n as u64) < region::CLEAN_MAX_ENTRY && p.keep.keep(p);
+                let ok = copy_runs(p, r, head, &claimed[..n], buf.as_ptr(), clean, wake);
                 p.bufs.give(bi);
                 if !ok {
                     restore(&claimed[..n]);
                     return true;
                 }
-                for i in 0..n {
-                    if claimed[i] {
-                        p.store.put(e_head + i as u64, 1);
+                if clean {
+                    let old: [u64; 512] = std::array::from_fn(|i| word(kind::SWAPPED, k0, e_head + i as u64));
+                    publish_clean(p, r, head, n, &claimed[..n], &old[..n]);
+                } else {
+                    for i in 0..n {
+                        if claimed[i] {
+                            p.store.put(e_head + i as u64, 1);
+                        }
                     }
+                    publish_resident(p, r, head, n, &claimed[..n]);
                 }
-                publish_resident(p, r, head, n, &claimed[..n]);
                 if all {
                     inc(&p.counters.swpin[k0 as usize], 1);
                 } else {
@@ -393,7 +486,7 @@ fn fill(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wak
                 inc(&p.counters.fault_swapin, 1);
                 true
             } else {
-                fill_one_of_large(p, r, pg, w0, wake)
+                fill_one_of_large(p, r, pg, w0, write, wake)
             }
         }
         _ => fill_small(p, r, pg, w0, write, wake),
@@ -401,7 +494,7 @@ fn fill(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wak
 }
 
 /// Swap in only page `pg` of a large stored folio (`swpin_fallback`).
-fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, wake: bool) -> bool {
+fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wake: bool) -> bool {
     let k0 = w_order(w0);
     let n = 1usize << k0;
     let head = pg & !(n - 1);
@@ -418,15 +511,20 @@ fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, wak
         }
         fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
     }
+    let clean = !write && e < region::CLEAN_MAX_ENTRY && p.keep.keep(p);
     // SAFETY: page pg is claimed and missing; the buffer holds its data.
-    let res = unsafe { p.uffd.copy(r.addr(pg), buf.as_ptr(), PAGE_SIZE, false, wake) };
+    let res = unsafe { p.uffd.copy(r.addr(pg), buf.as_ptr(), PAGE_SIZE, clean, wake) };
     p.bufs.give(bi);
     if res.is_err() {
         r.word(pg).store(w0, Ordering::Release);
         return true;
     }
-    p.store.put(e, 1);
-    publish_resident(p, r, pg, 1, &[true]);
+    if clean {
+        publish_clean(p, r, pg, 1, &[true], &[w0]);
+    } else {
+        p.store.put(e, 1);
+        publish_resident(p, r, pg, 1, &[true]);
+    }
     inc(&p.counters.swpin_fallback[k0 as usize], 1);
     inc(&p.counters.swpin[0], 1);
     inc(&p.counters.fault_swapin, 1);
@@ -459,6 +557,7 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
     let mut old = [0u64; 512];
     let mut claimed = [false; 512];
     let mut any_swapped = false;
+    let mut all_swapped = true;
     let mut nclaimed = 0;
     for i in 0..n {
         let q = first + i;
@@ -471,6 +570,7 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
             claimed[i] = true;
             nclaimed += 1;
             any_swapped |= k == kind::SWAPPED;
+            all_swapped &= k == kind::SWAPPED && w_payload(w) < region::CLEAN_MAX_ENTRY;
         } else if q == pg {
             rollback(r, first, &old[..n], &claimed[..n]);
             return false;
@@ -516,7 +616,8 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
     } else {
         src = p.bufs.zero();
     }
-    let ok = copy_runs(p, r, first, n, &claimed[..n], src, wake);
+    let clean = any_swapped && all_swapped && !write && p.keep.keep(p);
+    let ok = copy_runs(p, r, first, &claimed[..n], src, clean, wake);
     if bi != usize::MAX {
         p.bufs.give(bi);
     }
@@ -527,11 +628,17 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
     let mut swapped = 0u64;
     for i in 0..n {
         if claimed[i] && w_kind(old[i]) == kind::SWAPPED {
-            p.store.put(w_payload(old[i]), 1);
+            if !clean {
+                p.store.put(w_payload(old[i]), 1);
+            }
             swapped += 1;
         }
     }
-    publish_resident(p, r, first, n, &claimed[..n]);
+    if clean {
+        publish_clean(p, r, first, n, &claimed[..n], &old[..n]);
+    } else {
+        publish_resident(p, r, first, n, &claimed[..n]);
+    }
     if w_kind(w0) == kind::SWAPPED {
         inc(&p.counters.fault_swapin, 1);
         inc(&p.counters.swpin[0], swapped);

@@ -20,6 +20,10 @@
 //!   the inactive list, unmapped but kept uncompressed in the swap cache; a refault there is
 //!   cheap and promotes it back (workingset detection). Only folios that age out of the
 //!   inactive list are compressed.
+//! - **Clean pages keep their swap entry**: a page swapped in by a read is mapped
+//!   write-protected and keeps its entry, as the kernel's swap cache keeps a clean folio's slot;
+//!   evicting it again is just the `MADV_DONTNEED`, and the first write frees the entry. An
+//!   adaptive policy turns this off while most such pages get written ([`reclaim::KeepClean`]).
 //! - **Large folios**: a region pages in 4 KiB, 64 KiB or 2 MiB folios; a folio is stored whole
 //!   (one compression unit, one `UFFDIO_COPY`) and split when the store has no contiguous slots.
 //!
@@ -143,6 +147,9 @@ pub struct PagerConfig {
     /// madvise on a region, the pager's own evictions included, then waits for the event
     /// thread (a cross-CPU round trip per range).
     pub event_remove: bool,
+    /// Keep the swap entry of a page swapped in by a read fault and map it write-protected, so
+    /// that evicting it again writes nothing (see [`reclaim::KeepClean`]; SIGBUS mode only).
+    pub keep_clean: bool,
 }
 
 impl Default for PagerConfig {
@@ -163,6 +170,7 @@ impl Default for PagerConfig {
             group: 0,
             record_latency: false,
             event_remove: false,
+            keep_clean: true,
         }
     }
 }
@@ -201,6 +209,7 @@ pub struct Pager {
     pub(crate) stop_fd: std::os::fd::OwnedFd,
     pub(crate) reclaim_wake: AtomicU32,
     pub(crate) ws: reclaim::Workingset,
+    pub(crate) keep: reclaim::KeepClean,
     /// Event reads started / fully processed (orders the pager's own madvise REMOVE events
     /// before its evictions publish, when `event_remove` is on).
     pub(crate) ev_reads: std::sync::atomic::AtomicU64,
@@ -321,6 +330,7 @@ impl Pager {
             stop_fd,
             reclaim_wake: AtomicU32::new(0),
             ws: reclaim::Workingset::default(),
+            keep: reclaim::KeepClean::new(cfg.keep_clean && cfg.fault_mode == FaultMode::Sigbus),
             ev_reads: std::sync::atomic::AtomicU64::new(0),
             ev_done: std::sync::atomic::AtomicU64::new(0),
             threads: std::sync::Mutex::new(Vec::new()),
@@ -367,6 +377,9 @@ impl Pager {
         // Evictions wait for event reads to be processed; reads in flight in the parent at the
         // fork are not ours.
         self.ev_done.store(self.ev_reads.load(Ordering::SeqCst), Ordering::SeqCst);
+        region::enter();
+        reclaim::forget_clean(self);
+        region::leave();
         let Ok(mut threads) = self.threads.try_lock() else {
             return Err(PagerError::Os("the pager was being dropped during fork".into()));
         };

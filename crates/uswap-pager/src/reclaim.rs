@@ -9,6 +9,10 @@
 //!   FIFO it is compressed straight into the store.
 //! - The **inactive list** is shrunk when the swap cache exceeds its share of the limit: the
 //!   oldest cached folios are compressed into the store and their cache memory freed.
+//! - A **clean** folio (swapped in by a read, still write-protected, its swap entry kept) is
+//!   evicted with no write-protect call and no copy: the batch's `DONTNEED` drops it and its
+//!   words go back to `SWAPPED` with the kept entries. A `mincore` first checks that the
+//!   program has not dropped it itself (then it becomes zero-fill, not the stale entry).
 //! - A write to a folio being evicted hits the write protection, and the faulting thread waits
 //!   until the folio has left (then it refaults it); so no write is lost. Until the batch's
 //!   `DONTNEED` is done the pages stay `BUSY`, and only then is their new state published.
@@ -20,7 +24,9 @@
 //! held across anything but the push/pop itself (so a signal handler cannot deadlock on it);
 //! pages are claimed by CAS to `BUSY` (see [`crate::region`]). Nothing here allocates.
 
-use crate::region::{self, kind, w_kind, w_order, w_payload, word, RegionInner, BUSY};
+use crate::region::{
+    self, clean_entry, clean_to_swapped, is_mapped, kind, w_kind, w_order, w_payload, word, RegionInner, BUSY,
+};
 use crate::stats::inc;
 use crate::store::StoreError;
 use crate::{Pager, Replacement, PAGE_SIZE};
@@ -67,6 +73,69 @@ impl Workingset {
     /// True while the inactive stage is bypassed.
     pub fn bypassed(&self) -> bool {
         self.bypass.load(Ordering::Relaxed)
+    }
+}
+
+/// Clean-page retention: whether a read fault's swap-in keeps the page's swap entry, mapping the
+/// page write-protected (`CLEAN`) so that evicting it again costs one `MADV_DONTNEED` instead of
+/// a write-protect, a compression and a store. The price is a write-protect fault when the page
+/// is written later, and the entry's pool memory for as long as the page is mapped. So, like
+/// the kernel (which frees the slot of a folio mapped writable, or when swap is half full):
+/// - only read faults keep, and only in SIGBUS mode (a fault handed to a thread costs ~80 µs
+///   here, far more than the compression it saves);
+/// - not while stored data takes more than half a page of RAM per page (it compresses
+///   badly and lives in RAM): a kept copy would cost more than it saves;
+/// - and not while more than a third of the kept pages get written: re-decided every
+///   `WINDOW` kept pages, still keeping one swap-in in 16 while off to keep measuring.
+pub struct KeepClean {
+    on: bool,
+    kept: std::sync::atomic::AtomicU64,
+    dirtied: std::sync::atomic::AtomicU64,
+    tick: std::sync::atomic::AtomicU64,
+    off: AtomicBool,
+}
+
+impl KeepClean {
+    const WINDOW: u64 = 4096;
+
+    /// A policy that keeps clean pages when `on`.
+    pub fn new(on: bool) -> KeepClean {
+        KeepClean {
+            on,
+            kept: Default::default(),
+            dirtied: Default::default(),
+            tick: Default::default(),
+            off: AtomicBool::new(false),
+        }
+    }
+
+    /// Should a read fault's swap-in keep its entry?
+    #[inline]
+    pub(crate) fn keep(&self, p: &Pager) -> bool {
+        if !self.on || p.store.ram_per_page(p.cfg.group).is_some_and(|b| b > PAGE_SIZE as u64 / 2) {
+            return false;
+        }
+        !self.off.load(Ordering::Relaxed) || self.tick.fetch_add(1, Ordering::Relaxed).is_multiple_of(16)
+    }
+
+    /// `n` pages were mapped clean.
+    pub(crate) fn kept(&self, n: u64) {
+        let k = self.kept.fetch_add(n, Ordering::Relaxed) + n;
+        if k >= Self::WINDOW {
+            let d = self.dirtied.swap(0, Ordering::Relaxed);
+            self.kept.store(0, Ordering::Relaxed);
+            self.off.store(d * 3 > k, Ordering::Relaxed);
+        }
+    }
+
+    /// `n` clean pages were written.
+    pub(crate) fn dirtied(&self, n: u64) {
+        self.dirtied.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// True while swap-in keeps clean pages.
+    pub fn keeping(&self) -> bool {
+        self.on && !self.off.load(Ordering::Relaxed)
     }
 }
 
@@ -215,7 +284,8 @@ struct Block {
     order: u32,
     /// Index of the block's first new word in the words array.
     w: usize,
-    /// 0 = store, 1 = cache, 2 = aborted.
+    /// 0 = store, 1 = cache, 2 = aborted, 3 = clean (entries kept: nothing to write),
+    /// 4 = clean but dropped by the program (zero-fill).
     dest: u8,
 }
 
@@ -256,23 +326,34 @@ fn release_words(p: &Pager, words: &[u64]) {
     }
 }
 
-/// Claim the RESIDENT pages of `[page, page + 2^order)` (any order when `any_order`); returns
-/// a bit mask of the pages claimed (bit i = page + i) in `claimed`.
-fn claim_resident(r: &RegionInner, page: usize, order: u32, any_order: bool, claimed: &mut [bool]) -> usize {
+/// Claim the mapped (RESIDENT or CLEAN) pages of `[page, page + 2^order)` (any order when
+/// `any_order`); `claimed[i]` gets page `page + i`'s word before the claim, 0 if not claimed.
+fn claim_resident(r: &RegionInner, page: usize, order: u32, any_order: bool, claimed: &mut [u64]) -> usize {
     let n = (1usize << order).min(r.npages - page);
     let mut c = 0;
     for i in 0..n {
-        claimed[i] = false;
+        claimed[i] = 0;
         let w = r.word(page + i).load(Ordering::Acquire);
-        if w_kind(w) == kind::RESIDENT
+        if is_mapped(w)
             && (any_order || w_order(w) == order)
             && r.word(page + i).compare_exchange(w, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok()
         {
-            claimed[i] = true;
+            claimed[i] = w;
             c += 1;
         }
     }
     c
+}
+
+/// Of the CLEAN pages `[a, a + len)` (claimed, so still mapped write-protected unless the
+/// program dropped them), are all still present? A page the program dropped with
+/// `MADV_DONTNEED` reads as zero now, so its kept entry is stale. (One `mincore` per block;
+/// it does not fault anything in.)
+fn clean_present(a: usize, pages: usize) -> bool {
+    let mut vec = [0u8; 512];
+    // SAFETY: mincore on our own page-aligned range with a vector of one byte per page.
+    let rc = unsafe { libc::mincore(a as *mut _, pages * PAGE_SIZE, vec.as_mut_ptr()) };
+    rc == 0 && vec[..pages].iter().all(|&v| v & 1 != 0)
 }
 
 struct Batch {
@@ -291,7 +372,7 @@ type Candidate = (Option<&'static RegionInner>, usize, u32, bool);
 fn evict_resident(p: &Pager, to_cache: bool, max_pages: usize, next: &mut dyn FnMut() -> Option<Candidate>) -> usize {
     // SAFETY: Batch is plain data (pointers, integers); all-zero is a valid "empty" value.
     let mut b: Batch = unsafe { std::mem::zeroed() };
-    let mut claimed = [false; 512];
+    let mut claimed = [0u64; 512];
     let mut pages = 0usize;
     while pages < max_pages && b.nblocks < MAX_BLOCKS - 16 {
         let Some((r, page, order, any)) = next() else { break };
@@ -303,8 +384,27 @@ fn evict_resident(p: &Pager, to_cache: bool, max_pages: usize, next: &mut dyn Fn
             continue;
         }
         let n = (1usize << order).min(r.npages - page);
-        blocks(page, n, &|i| claimed[i], |pg, k| {
-            b.blocks[b.nblocks] = Block { r, page: pg, order: k, w: b.nwords, dest: 0 };
+        blocks(page, n, &|i| claimed[i] != 0, |pg, k| {
+            let old = &claimed[pg - page..pg - page + (1 << k)];
+            let mut dest = 0;
+            if old.iter().all(|&w| w_kind(w) == kind::CLEAN) {
+                // Unchanged since swap-in (still write-protected): the store has it.
+                dest = if clean_present(r.addr(pg), 1 << k) { 3 } else { 4 };
+                for (i, &w) in old.iter().enumerate() {
+                    b.words[b.nwords + i] = if dest == 3 {
+                        clean_to_swapped(w)
+                    } else {
+                        p.store.put(clean_entry(w), 1);
+                        word(kind::NONE, 0, 0)
+                    };
+                }
+            } else {
+                // Evicted like a RESIDENT block (its write protection is set again, harmlessly).
+                for &w in old.iter().filter(|&&w| w_kind(w) == kind::CLEAN) {
+                    p.store.put(clean_entry(w), 1);
+                }
+            }
+            b.blocks[b.nblocks] = Block { r, page: pg, order: k, w: b.nwords, dest };
             b.nblocks += 1;
             b.nwords += 1 << k;
             pages += 1 << k;
@@ -316,11 +416,15 @@ fn evict_resident(p: &Pager, to_cache: bool, max_pages: usize, next: &mut dyn Fn
     // Write-protect, merging adjacent blocks of one region into one call.
     let mut i = 0;
     while i < b.nblocks {
+        if b.blocks[i].dest >= 3 {
+            i += 1;
+            continue;
+        }
         let r0 = b.blocks[i].r;
         let start = b.blocks[i].page;
         let mut end = start + (1 << b.blocks[i].order);
         let mut j = i + 1;
-        while j < b.nblocks && b.blocks[j].r == r0 && b.blocks[j].page == end {
+        while j < b.nblocks && b.blocks[j].r == r0 && b.blocks[j].page == end && b.blocks[j].dest < 3 {
             end += 1 << b.blocks[j].order;
             j += 1;
         }
@@ -337,7 +441,7 @@ fn evict_resident(p: &Pager, to_cache: bool, max_pages: usize, next: &mut dyn Fn
     // Copy out.
     for bi in 0..b.nblocks {
         let blk = b.blocks[bi];
-        if blk.dest == 2 {
+        if blk.dest >= 2 {
             continue;
         }
         // SAFETY: as above.
@@ -414,7 +518,11 @@ fn evict_resident(p: &Pager, to_cache: bool, max_pages: usize, next: &mut dyn Fn
         for i in 0..n {
             r.word(blk.page + i).store(b.words[blk.w + i], Ordering::Release);
         }
-        if blk.dest == 1 {
+        if blk.dest == 3 {
+            inc(&p.counters.clean_evicted, n as u64);
+        } else if blk.dest == 4 {
+            inc(&p.counters.clean_discarded, n as u64);
+        } else if blk.dest == 1 {
             inc(&p.counters.demoted_pages, n as u64);
             let window = (p.cfg.limit_bytes * u64::from(p.cfg.inactive_percent) / 100 / PAGE_SIZE as u64).max(64);
             p.ws.demoted(n as u64, window);
@@ -649,6 +757,26 @@ pub(crate) fn evict_region(r: &'static RegionInner) -> usize {
     total
 }
 
+/// In a fork child: make every CLEAN page of the pager's regions RESIDENT and writable. The
+/// child's registration is new, so whether the write protection survived is not ours to rely
+/// on; a clean page written unseen would be evicted with its stale entry. Call inside
+/// enter()/leave(), before the child runs program code.
+pub(crate) fn forget_clean(p: &Pager) {
+    region::for_each_of(p, |r| {
+        if !r.had_clean.load(Ordering::Relaxed) {
+            return;
+        }
+        for pg in 0..r.npages {
+            let w = r.word(pg).load(Ordering::Acquire);
+            if w_kind(w) == kind::CLEAN {
+                let _ = p.uffd.writeprotect(r.addr(pg), PAGE_SIZE, false, false);
+                p.store.put(clean_entry(w), 1);
+                r.word(pg).store(word(kind::RESIDENT, w_order(w), 0), Ordering::Release);
+            }
+        }
+    });
+}
+
 /// Release pages `[a, b)` of `r`: free their swap entries and cache copies and make them
 /// zero-fill. `live` = the mapping stays (drop the resident pages with `MADV_DONTNEED` too);
 /// otherwise the memory is going away (unmap, region drop).
@@ -678,6 +806,13 @@ pub(crate) fn release_pages_ex(r: &RegionInner, a: usize, b: usize, live: bool, 
             kind::SWAPPED => {
                 if r.word(pg).compare_exchange(w, word(kind::NONE, 0, 0), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                     p.store.put(w_payload(w), 1);
+                    pg += 1;
+                }
+            }
+            kind::CLEAN => {
+                if r.word(pg).compare_exchange(w, word(kind::NONE, 0, 0), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                    p.store.put(clean_entry(w), 1);
+                    resident += 1;
                     pg += 1;
                 }
             }

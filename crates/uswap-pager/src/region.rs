@@ -14,7 +14,11 @@
 //! the folio it was mapped with and is queued as), `BUSY` (locked by one thread that is filling
 //! or evicting it), `CACHED` (unmapped, uncompressed copy in the swap cache: PAYLOAD is the
 //! cache object, ORDER the cached piece), `SWAPPED` (PAYLOAD is this page's swap entry, ORDER
-//! the stored folio it belongs to). R marks a page brought in by readahead.
+//! the stored folio it belongs to), `CLEAN` (mapped write-protected and unchanged since it was
+//! swapped in, so it still has its swap entry: PAYLOAD is [`clean_payload`] of that entry and
+//! the stored folio's order, ORDER the folio it was mapped with, as for `RESIDENT`; evicting it
+//! writes nothing, and the first write takes a write-protect fault that frees the entry). R
+//! marks a page brought in by readahead.
 //!
 //! Locking: a page changes state only by CAS. `BUSY` is the per-page lock: a thread that CASes a
 //! page to `BUSY` owns it until it publishes the next state; no thread ever waits for a `BUSY`
@@ -39,6 +43,40 @@ pub mod kind {
     pub const CACHED: u64 = 3;
     /// Stored in the page store.
     pub const SWAPPED: u64 = 4;
+    /// Mapped write-protected, unchanged since swap-in: the store still holds its data (the
+    /// kernel's clean folio in the swap cache that keeps its slot).
+    pub const CLEAN: u64 = 5;
+}
+
+/// Mapped (`RESIDENT` or `CLEAN`): the page is on the active list and charged as resident.
+#[inline]
+pub fn is_mapped(w: u64) -> bool {
+    matches!(w_kind(w), kind::RESIDENT | kind::CLEAN)
+}
+
+/// Swap entries a `CLEAN` payload can carry (below 2^48; the store's entries are slot
+/// indices, far below).
+pub const CLEAN_MAX_ENTRY: u64 = 1 << 48;
+
+/// Payload of a `CLEAN` word: the page's swap entry and the order of the stored folio it
+/// belongs to (needed to rebuild its `SWAPPED` word on eviction).
+#[inline]
+pub fn clean_payload(entry: u64, stored_order: u32) -> u64 {
+    debug_assert!(entry < CLEAN_MAX_ENTRY);
+    entry | (u64::from(stored_order) << 48)
+}
+
+/// The `SWAPPED` word a `CLEAN` word becomes when its page is dropped (its entry and stored order).
+#[inline]
+pub fn clean_to_swapped(w: u64) -> u64 {
+    let pl = w_payload(w);
+    word(kind::SWAPPED, ((pl >> 48) & 0xf) as u32, pl & (CLEAN_MAX_ENTRY - 1))
+}
+
+/// The swap entry of a `CLEAN` word.
+#[inline]
+pub fn clean_entry(w: u64) -> u64 {
+    w_payload(w) & (CLEAN_MAX_ENTRY - 1)
 }
 
 /// Kind of a word.
@@ -131,6 +169,21 @@ pub fn overlaps(a: usize, b: usize) -> bool {
     })
 }
 
+/// Call `f` for every live region of pager `p`. Call between [`enter`] and [`leave`].
+pub(crate) fn for_each_of(p: &Pager, mut f: impl FnMut(&'static RegionInner)) {
+    let n = HIGH.load(Ordering::Acquire);
+    for s in &REGISTRY[..n] {
+        let ptr = s.ptr.load(Ordering::Acquire);
+        if !ptr.is_null() {
+            // SAFETY: as in lookup.
+            let r = unsafe { &*ptr };
+            if std::ptr::eq(r.pager, p) {
+                f(r);
+            }
+        }
+    }
+}
+
 /// Find a region by slot and generation (from a reclaim queue entry).
 #[inline]
 pub fn by_slot(slot: usize, gen: u32) -> Option<&'static RegionInner> {
@@ -169,6 +222,8 @@ pub struct RegionInner {
     pub seq_streak: AtomicU32,
     /// Last readahead window: `end << 16 | pages read ahead` (for swap_ra_hit).
     pub ra_end: AtomicUsize,
+    /// Some page was ever mapped CLEAN (a fork child has clean pages to forget).
+    pub had_clean: std::sync::atomic::AtomicBool,
     map_len: usize,
     map_base: usize,
 }
@@ -289,6 +344,7 @@ impl Region {
             last_fault: AtomicUsize::new(usize::MAX),
             seq_streak: AtomicU32::new(0),
             ra_end: AtomicUsize::new(usize::MAX),
+            had_clean: std::sync::atomic::AtomicBool::new(false),
             map_len,
             map_base: base,
         }));
@@ -341,15 +397,22 @@ impl Region {
         self.inner().huge_hint.store(on, Ordering::Relaxed);
     }
 
-    /// Count pages of the region per state: (none, resident, busy, cached, swapped).
+    /// Count pages of the region per state: (none, resident, busy, cached, swapped); clean
+    /// pages (resident with their swap entry kept) count as resident.
     pub fn page_states(&self) -> [usize; 5] {
         let r = self.inner();
         let mut c = [0usize; 5];
         for i in 0..r.npages {
-            let k = w_kind(r.word(i).load(Ordering::Relaxed)) as usize;
-            c[k.min(4)] += 1;
+            let k = w_kind(r.word(i).load(Ordering::Relaxed));
+            c[if k == kind::CLEAN { 1 } else { k.min(4) as usize }] += 1;
         }
         c
+    }
+
+    /// Pages of the region mapped clean (write-protected, swap entry kept).
+    pub fn clean_pages(&self) -> usize {
+        let r = self.inner();
+        (0..r.npages).filter(|&i| w_kind(r.word(i).load(Ordering::Relaxed)) == kind::CLEAN).count()
     }
 
     /// Evict every resident and cached page of the region now (for tests and for callers that
@@ -411,5 +474,8 @@ mod tests {
         assert_eq!(w_payload(w), (1 << 50) + 3);
         assert!(!w_ra(w));
         assert!(w_ra(w | 0x80));
+        let c = word(kind::CLEAN, 0, clean_payload(12345, 4));
+        assert!(is_mapped(c) && w_order(c) == 0 && clean_entry(c) == 12345);
+        assert_eq!(clean_to_swapped(c), word(kind::SWAPPED, 4, 12345));
     }
 }

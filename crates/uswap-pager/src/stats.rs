@@ -42,6 +42,10 @@ pub struct Counters {
     pub(crate) ev_fork: AtomicU64,
     pub(crate) efault_retries: AtomicU64,
     pub(crate) store_errors: AtomicU64,
+    pub(crate) clean_kept: AtomicU64,
+    pub(crate) clean_dirtied: AtomicU64,
+    pub(crate) clean_evicted: AtomicU64,
+    pub(crate) clean_discarded: AtomicU64,
     hist: [AtomicU64; HIST],
 }
 
@@ -118,7 +122,8 @@ pub struct PagerStats {
     pub fault_swapin: u64,
     /// Faults served from the swap cache (inactive list refaults: workingset activations).
     pub fault_cache: u64,
-    /// Write-protect faults (a write raced an eviction).
+    /// Write-protect faults seen by the handler thread (a write raced an eviction, or hit a
+    /// clean page); in SIGBUS mode they are not told apart from missing-page faults.
     pub fault_wp: u64,
     /// Faults on pages already resident (raced with another thread, or discarded by madvise).
     pub fault_spurious: u64,
@@ -186,6 +191,17 @@ pub struct PagerStats {
     pub store_errors: u64,
     /// The two-list policy currently bypasses its inactive stage (streaming access).
     pub inactive_bypassed: bool,
+    /// Pages swapped in by a read fault and mapped clean: write-protected, their swap entry
+    /// kept (the kernel's clean swap-cache folio that keeps its slot).
+    pub clean_kept: u64,
+    /// Clean pages written later: a write-protect fault freed their entry.
+    pub clean_dirtied: u64,
+    /// Clean pages evicted without being written or compressed again.
+    pub clean_evicted: u64,
+    /// Clean pages found discarded by the program (`MADV_DONTNEED`) at eviction: zero-fill.
+    pub clean_discarded: u64,
+    /// Swap-in currently keeps clean pages' entries (off while most of them get written).
+    pub clean_keeping: bool,
     /// The store's own counters.
     pub engine: serde_json::Value,
 }
@@ -238,6 +254,11 @@ pub(crate) fn snapshot(p: &Pager) -> PagerStats {
         efault_retries: g(&c.efault_retries),
         store_errors: g(&c.store_errors),
         inactive_bypassed: p.ws.bypassed(),
+        clean_kept: g(&c.clean_kept),
+        clean_dirtied: g(&c.clean_dirtied),
+        clean_evicted: g(&c.clean_evicted),
+        clean_discarded: g(&c.clean_discarded),
+        clean_keeping: p.keep.keeping(),
         engine: p.store.stats_json(),
     }
 }

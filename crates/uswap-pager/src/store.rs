@@ -74,6 +74,13 @@ pub trait PageStore: Send + Sync {
         let _ = (group, bytes);
         false
     }
+    /// RAM bytes per stored page of `group`, on average (`None` when unknown). The pager keeps
+    /// clean pages' entries only while this is under half a page: a kept copy then costs less
+    /// than half of the page it saves writing (and nothing when it lives on a file tier).
+    fn ram_per_page(&self, group: u16) -> Option<u64> {
+        let _ = group;
+        None
+    }
 }
 
 impl<T: PageStore + ?Sized> PageStore for std::sync::Arc<T> {
@@ -94,6 +101,12 @@ impl<T: PageStore + ?Sized> PageStore for std::sync::Arc<T> {
     }
     fn stats_json(&self) -> serde_json::Value {
         (**self).stats_json()
+    }
+    fn limit_ram(&self, group: u16, bytes: u64) -> bool {
+        (**self).limit_ram(group, bytes)
+    }
+    fn ram_per_page(&self, group: u16) -> Option<u64> {
+        (**self).ram_per_page(group)
     }
 }
 
@@ -569,6 +582,10 @@ impl PageStore for EngineStore {
     /// the fault path (every `charged_bytes`): a few atomic loads per tier.
     fn pool_bytes(&self) -> u64 {
         self.engine.ram_bytes()
+    }
+    fn ram_per_page(&self, group: u16) -> Option<u64> {
+        let u = self.engine.groups().usage(group).ok()?;
+        Some(u.pool_bytes / u.swapped_pages.max(1))
     }
     fn limit_ram(&self, group: u16, bytes: u64) -> bool {
         // The group's pool_max: a store over it is refused by the pool and goes to the file.

@@ -60,6 +60,10 @@ pub struct Args {
     /// charges its pool to the limit, which cgroup v1 does not do for zram.
     #[arg(long, default_value = "zero,lz4")]
     pub tiers: String,
+    /// uswap keeps the swap entry of a page swapped in by a read, so evicting it again writes
+    /// nothing (`false` = free it at swap-in, as the kernel does for zram).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub keep_clean: bool,
     /// Sequential write rounds (steady state = rounds after the first) [default: 3; 2 with --quick].
     #[arg(long)]
     pub rounds: Option<u32>,
@@ -287,6 +291,7 @@ fn worker_args(a: &Args, p: &Plan, kind: &str, pin: Option<usize>, procs: Option
         ("--folio", p.folio.to_string()),
         ("--data", a.data.name().to_string()),
         ("--tiers", a.tiers.clone()),
+        ("--keep-clean", a.keep_clean.to_string()),
         ("--rounds", p.rounds.to_string()),
     ];
     for (k, val) in kv {
@@ -476,6 +481,7 @@ pub fn run(a: &Args) -> CliResult {
     out.insert("folio".into(), json!(p.folio));
     out.insert("data".into(), json!(a.data.name()));
     out.insert("tiers".into(), json!(a.tiers));
+    out.insert("keep_clean".into(), json!(a.keep_clean));
     out.insert("runs".into(), json!(p.runs));
     out.insert("rounds".into(), json!(p.rounds));
     out.insert("verify".into(), json!(a.verify));
@@ -655,7 +661,7 @@ fn worker_main(a: &Args, kind: &str) -> CliResult {
     let tiers = a.tiers.clone();
     let res = worker::child_main(size as usize, &cfg, &place, || match kind {
         "plain" => Ok(Box::new(mem::PlainMem) as Box<dyn mem::Backing>),
-        "uswap" => mem::uswap(limit, folio, &tiers),
+        "uswap" => mem::uswap(limit, folio, &tiers, a.keep_clean),
         other => Err(format!("unknown worker kind {other:?}")),
     });
     res.map_err(|e| {
@@ -671,7 +677,7 @@ pub fn demo(d: &DemoArgs) -> CliResult {
     if d.rounds == 0 {
         return Err(CliError::usage("--rounds must be at least 1"));
     }
-    let backing = mem::uswap(d.limit, d.folio, &d.tiers).map_err(CliError::fail)?;
+    let backing = mem::uswap(d.limit, d.folio, &d.tiers, true).map_err(CliError::fail)?;
     let mut region = backing.map(d.size as usize).map_err(CliError::fail)?;
     let cfg = WorkloadCfg { rounds: d.rounds, verify: !d.no_verify, data: d.data, seed: 0x5eed };
     let pages = d.size / PAGE as u64;

@@ -10,9 +10,11 @@
 //! compression unit ([`FolioMode::Whole`]) or one unit per page inside one object
 //! ([`FolioMode::PerPage`]).
 //!
-//! Allocator (zsmalloc, kernel-reference §4.2): 255 size classes from 48 B to 4112 B spaced by
-//! 16 B; each class carves objects out of "zspages" of 1..=8 contiguous 4 KiB pages (the count
-//! that wastes the least; up to 64 for the class of raw pages), so objects straddle page boundaries. Every object starts with an
+//! Allocator (zsmalloc, kernel-reference §4.2): 255 size classes, from 48 B to 3360 B spaced by
+//! 16 B (compressed 4 KiB pages), then up to 7872 B spaced by 96 B (a raw page, and whole 64 KiB
+//! folios that compress 8–19x, which would otherwise round up to 8 KiB in the large area); each
+//! class carves objects out of "zspages" of 1..=8 contiguous 4 KiB pages (the count that wastes
+//! the least; up to 64 for classes above a page), so objects straddle page boundaries. Every object starts with an
 //! 8-byte header (used bit, codec, order, length, owner virtual slot) so compaction knows
 //! whom to report a move to; free objects thread a free list through the same 8 bytes. A
 //! class keeps its partially used zspages in four fullness groups; allocation takes from the
@@ -129,11 +131,16 @@ pub struct PoolStats {
 const HDR: usize = 8;
 const CLASS_MIN: usize = 48;
 const CLASS_STEP: usize = 16;
+/// Classes spaced by `CLASS_STEP`: 48..=3360 B.
+const FINE_CLASSES: usize = 208;
+const FINE_MAX: usize = CLASS_MIN + CLASS_STEP * (FINE_CLASSES - 1);
+/// Spacing of the classes above `FINE_MAX`.
+const COARSE_STEP: usize = 96;
 /// Number of size classes (the class index 255 names the large-object area).
 pub const NR_CLASSES: usize = 255;
 const LARGE_CLASS: u64 = 255;
 /// Largest object in a size class (header included).
-pub const CLASS_MAX: usize = CLASS_MIN + CLASS_STEP * (NR_CLASSES - 1);
+pub const CLASS_MAX: usize = FINE_MAX + COARSE_STEP * (NR_CLASSES - FINE_CLASSES);
 const MAX_CHAIN: usize = 8;
 const HUGE_CHAIN: usize = 64;
 const NR_GROUPS: usize = 4;
@@ -166,14 +173,23 @@ fn hdr_owner(h: u64) -> u64 {
 }
 
 fn class_size(c: usize) -> usize {
-    CLASS_MIN + CLASS_STEP * c
+    if c < FINE_CLASSES {
+        CLASS_MIN + CLASS_STEP * c
+    } else {
+        FINE_MAX + COARSE_STEP * (c + 1 - FINE_CLASSES)
+    }
 }
 fn class_of(size: usize) -> usize {
-    size.saturating_sub(CLASS_MIN).div_ceil(CLASS_STEP)
+    if size <= FINE_MAX {
+        size.saturating_sub(CLASS_MIN).div_ceil(CLASS_STEP)
+    } else {
+        FINE_CLASSES - 1 + (size - FINE_MAX).div_ceil(COARSE_STEP)
+    }
 }
-/// Pages per zspage for a class: the chain length with the least waste (ties: shortest). The
-/// class of raw pages (object > PAGE_SIZE because of its header) may chain up to
-/// `HUGE_CHAIN` pages, so a raw page costs ~1.6% more than 4 KiB instead of ~7%.
+/// Pages per zspage for a class: the chain length with the least waste (ties: shortest).
+/// Classes above a page (raw pages, whose header makes them a little larger, and whole large
+/// folios) may chain up to `HUGE_CHAIN` pages, so a raw page costs ~1.6% more than 4 KiB
+/// instead of ~7%.
 fn pages_per_zspage(size: usize) -> usize {
     let max = if size > PAGE_SIZE { HUGE_CHAIN } else { MAX_CHAIN };
     let mut best = (1, usize::MAX);
@@ -186,6 +202,9 @@ fn pages_per_zspage(size: usize) -> usize {
     }
     best.0
 }
+
+// Every class object's length fits the header's 13-bit length field.
+const _: () = assert!(CLASS_MAX - HDR <= 0x1fff);
 
 // Every handle, the large area's included, fits the table word's payload.
 const _: () = assert!((LARGE_CLASS + 1) << (ZS_BITS + OBJ_BITS) <= PAYLOAD_MAX + 1);
@@ -1188,7 +1207,9 @@ mod tests {
     #[test]
     fn class_geometry() {
         assert_eq!(class_size(NR_CLASSES - 1), CLASS_MAX);
-        assert_eq!(CLASS_MAX, PAGE_SIZE + HDR + 8);
+        assert_eq!(CLASS_MAX, 7872);
+        // A raw page (header included) wastes under 1% of its class.
+        assert!(class_size(class_of(PAGE_SIZE + HDR)) - (PAGE_SIZE + HDR) <= 32);
         for size in 1..=CLASS_MAX {
             let c = class_of(size);
             assert!(class_size(c) >= size && (c == 0 || class_size(c - 1) < size), "size {size}");

@@ -72,9 +72,10 @@ impl Backing for PlainMem {
 }
 
 /// The uswap pager as a backing: regions under `limit` bytes with `folio`-sized folios and
-/// the given tiers (`default` = the pager's default).
-pub fn uswap(limit: u64, folio: u64, tiers: &str) -> Result<Box<dyn Backing>, String> {
-    let mut cfg = uswap_pager::PagerConfig { limit_bytes: limit, folio_size: folio as usize, ..Default::default() };
+/// the given tiers (`default` = the pager's default); `keep_clean` as in `PagerConfig`.
+pub fn uswap(limit: u64, folio: u64, tiers: &str, keep_clean: bool) -> Result<Box<dyn Backing>, String> {
+    let mut cfg =
+        uswap_pager::PagerConfig { limit_bytes: limit, folio_size: folio as usize, keep_clean, ..Default::default() };
     if tiers != "default" {
         cfg.tiers = tiers.to_string();
     }

@@ -1,0 +1,176 @@
+//! Clean pages: a page swapped in by a read keeps its swap entry and is mapped write-protected
+//! (`CLEAN`), so evicting it again writes nothing. These tests check that no write to such a
+//! page is ever lost (the write-protect fault frees the entry first), that a page the program
+//! drops is not brought back from its stale entry, and that no entry leaks.
+
+mod common;
+
+use common::{check_page, fill_page, mix64, pager};
+use std::sync::atomic::{AtomicBool, Ordering};
+use uswap_pager::{PagerConfig, PAGE_SIZE};
+
+fn cfg(folio: usize) -> PagerConfig {
+    PagerConfig { limit_bytes: 4 << 20, folio_size: folio, tiers: "zero,lz4".into(), ..Default::default() }
+}
+
+fn page(r: &mut uswap_pager::Region, pg: usize) -> &mut [u8] {
+    &mut r.as_mut_slice()[pg * PAGE_SIZE..(pg + 1) * PAGE_SIZE]
+}
+
+fn stored_pages(p: &uswap_pager::Pager) -> u64 {
+    p.stats().engine["stored_pages"].as_u64().unwrap_or(0)
+}
+
+/// Read passes keep entries and evict without storing again; then writes after reads (each
+/// page read first, so it is CLEAN when written) keep every byte; a dropped region leaves
+/// nothing in the store.
+#[test]
+fn reads_keep_entries_and_writes_after_reads_are_never_lost() {
+    for folio in [4096usize, 65536] {
+        let Some(p) = pager(cfg(folio)) else { return };
+        let pages = (16 << 20) / PAGE_SIZE;
+        let mut r = p.map(pages * PAGE_SIZE).unwrap();
+        for pg in 0..pages {
+            fill_page(page(&mut r, pg), 1, pg, false);
+        }
+        let stored_before = p.stats().evicted_pages;
+        // Random reads: every page swapped in by a read, most evicted again.
+        for k in 0..pages * 2 {
+            let pg = (mix64(k as u64) % pages as u64) as usize;
+            assert_eq!(check_page(page(&mut r, pg), 1, pg, false), None, "folio {folio} page {pg}");
+        }
+        let s = p.stats();
+        assert!(s.clean_kept > pages as u64 / 2, "folio {folio}: clean_kept {}", s.clean_kept);
+        assert!(s.clean_evicted > pages as u64 / 2, "folio {folio}: clean_evicted {}", s.clean_evicted);
+        // Only the pages dirty when the pass began (at most the limit's worth) are stored again;
+        // without clean pages it would be nearly every read.
+        assert!(
+            s.evicted_pages - stored_before < pages as u64 / 2,
+            "folio {folio}: clean evictions stored again ({} pages)",
+            s.evicted_pages - stored_before
+        );
+        eprintln!("folio {folio}: {} entries for {pages} pages, pool {}", stored_pages(&p), p.stats().pool_bytes);
+        // Read then write each page (read-modify-write), in a scattered order.
+        for k in 0..pages {
+            let pg = (k * 7919) % pages;
+            let pg_ref = page(&mut r, pg);
+            assert_eq!(check_page(pg_ref, 1, pg, false), None);
+            fill_page(pg_ref, 2, pg, false);
+        }
+        for k in 0..pages * 2 {
+            let pg = (mix64(k as u64 ^ 99) % pages as u64) as usize;
+            assert_eq!(check_page(page(&mut r, pg), 2, pg, false), None, "folio {folio} page {pg} after rewrite");
+        }
+        assert!(p.stats().clean_dirtied > 0);
+        drop(r);
+        assert_eq!(stored_pages(&p), 0, "folio {folio}: entries left after the region went");
+        assert_eq!(p.stats().resident_bytes, 0, "folio {folio}");
+    }
+}
+
+/// A clean page the program drops (`madvise(MADV_DONTNEED)`, no REMOVE events) reads as zero,
+/// whether it is evicted before the next access or not.
+#[test]
+fn a_dropped_clean_page_reads_as_zero() {
+    let Some(p) = pager(cfg(4096)) else { return };
+    let pages = (16 << 20) / PAGE_SIZE;
+    let mut r = p.map(pages * PAGE_SIZE).unwrap();
+    for pg in 0..pages {
+        fill_page(page(&mut r, pg), 3, pg, false);
+    }
+    // Read the first 64 pages back (they are long evicted): CLEAN now.
+    for pg in 0..64 {
+        assert_eq!(check_page(page(&mut r, pg), 3, pg, false), None);
+    }
+    assert!(p.stats().clean_kept >= 64);
+    // SAFETY: dropping our own pages; they read as zero afterwards, as anonymous memory does.
+    unsafe { libc::madvise(r.as_ptr().cast(), 32 * PAGE_SIZE, libc::MADV_DONTNEED) };
+    // Push everything out: pages 0..32 are evicted as dropped, 32..64 as clean.
+    r.evict_all();
+    assert!(p.stats().clean_discarded >= 32, "clean_discarded {}", p.stats().clean_discarded);
+    for pg in 0..32 {
+        assert!(page(&mut r, pg).iter().all(|&b| b == 0), "page {pg} came back from a stale entry");
+    }
+    for pg in 32..64 {
+        assert_eq!(check_page(page(&mut r, pg), 3, pg, false), None);
+    }
+    // Dropped, then touched before any eviction: also zero.
+    for pg in 64..96 {
+        assert_eq!(check_page(page(&mut r, pg), 3, pg, false), None);
+    }
+    // SAFETY: as above.
+    unsafe { libc::madvise(r.as_ptr().add(64 * PAGE_SIZE).cast(), 32 * PAGE_SIZE, libc::MADV_DONTNEED) };
+    for pg in 64..96 {
+        assert!(page(&mut r, pg).iter().all(|&b| b == 0), "page {pg}");
+        fill_page(page(&mut r, pg), 4, pg, false);
+    }
+    r.evict_all();
+    for pg in 64..96 {
+        assert_eq!(check_page(page(&mut r, pg), 4, pg, false), None);
+    }
+}
+
+/// Readers keep pages clean while writers dirty them and reclaim evicts them, from several
+/// threads: each page holds the number of writes it has had, and every write is checked.
+#[test]
+fn writers_racing_readers_and_eviction_of_clean_pages_lose_nothing() {
+    for folio in [4096usize, 65536] {
+        let Some(p) = pager(cfg(folio)) else { return };
+        let pages = (24 << 20) / PAGE_SIZE;
+        let r = p.map(pages * PAGE_SIZE).unwrap();
+        let base = r.as_ptr() as usize;
+        let threads = 4;
+        // Thread t owns the pages pg % threads == t for writing; every thread reads everything.
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let mut writers = Vec::new();
+            for t in 0..threads {
+                let stop = &stop;
+                writers.push(s.spawn(move || {
+                    let mut counts = vec![0u64; pages];
+                    for k in 0..60_000u64 {
+                        let pg = ((mix64(k ^ (t as u64) << 40) % (pages / threads) as u64) as usize) * threads + t;
+                        // SAFETY: page pg is in the region; only thread t writes it, with
+                        // volatile word accesses (readers read it concurrently).
+                        let w = unsafe { ((base + pg * PAGE_SIZE) as *mut u64).add((k % 512) as usize) };
+                        // SAFETY: as above.
+                        let first = unsafe { ((base + pg * PAGE_SIZE) as *mut u64).read_volatile() };
+                        assert_eq!(first, counts[pg], "folio {folio} page {pg}: a write was lost");
+                        if k % 3 == 0 {
+                            counts[pg] += 1;
+                            // SAFETY: as above.
+                            unsafe { ((base + pg * PAGE_SIZE) as *mut u64).write_volatile(counts[pg]) };
+                        } else {
+                            // SAFETY: as above.
+                            let _ = unsafe { w.read_volatile() };
+                        }
+                    }
+                    stop.store(true, Ordering::Relaxed);
+                    counts
+                }));
+            }
+            // A reader that keeps turning pages clean.
+            let stop = &stop;
+            s.spawn(move || {
+                let mut k = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let pg = (mix64(k ^ 0xabc) % pages as u64) as usize;
+                    // SAFETY: a volatile read of a word in the region.
+                    let _ = unsafe { ((base + pg * PAGE_SIZE + 8) as *const u64).read_volatile() };
+                    k += 1;
+                }
+            });
+            let counts: Vec<Vec<u64>> = writers.into_iter().map(|h| h.join().unwrap()).collect();
+            r.evict_all();
+            for pg in 0..pages {
+                // SAFETY: reading a word of the region; all threads are done.
+                let v = unsafe { ((base + pg * PAGE_SIZE) as *const u64).read_volatile() };
+                assert_eq!(v, counts[pg % threads][pg], "folio {folio} page {pg} after the run");
+            }
+        });
+        let s = p.stats();
+        assert!(s.clean_kept > 0 && s.clean_dirtied > 0 && s.clean_evicted > 0, "{s:?}");
+        drop(r);
+        assert_eq!(stored_pages(&p), 0, "folio {folio}: entries leaked");
+    }
+}
