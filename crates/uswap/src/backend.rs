@@ -76,6 +76,8 @@ pub trait Backend: Send + Sync {
         self.load(handle, out)
     }
     /// Free the data under `handle`; returns the bytes released (as charged by `store`).
+    /// A handle is not freed while a `load` or `load_part` of it is running (the engine frees
+    /// an object only once its folio has left the swap cache, where every load holds it).
     fn free(&self, handle: u64) -> u64;
     /// Occupancy.
     fn usage(&self) -> Usage;

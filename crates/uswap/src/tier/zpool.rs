@@ -33,7 +33,10 @@
 //! Locking: one mutex per size class (cache-padded) guards that class's zspages and their
 //! memory; one mutex guards the large area; one mutex serialises compaction passes. No lock is
 //! held across compression, decompression or the relocate callback, and no two pool locks
-//! are ever held together. Counters are relaxed atomics.
+//! are ever held together. A load decodes a class object in place, without copying it out:
+//! it pins the object's zspage under the class lock (zsmalloc's `zs_obj_read_begin`), and
+//! compaction neither drains a pinned zspage nor frees a relocated object while its zspage is
+//! pinned. Counters are relaxed atomics.
 
 use super::lz4::Lz4Table;
 use super::pages;
@@ -228,6 +231,9 @@ struct Zspage {
     group: u8,
     pos: u32,
     draining: bool,
+    /// Loads decoding an object of this zspage in place (see [`ZPool::pin`]): compaction
+    /// moves nothing out of it meanwhile.
+    pins: u16,
 }
 
 struct Class {
@@ -384,7 +390,7 @@ impl Class {
                 }
             },
         };
-        let zs = Zspage { mem, inuse: 0, free_head: 0, group: 0, pos: 0, draining: false };
+        let zs = Zspage { mem, inuse: 0, free_head: 0, group: 0, pos: 0, draining: false, pins: 0 };
         // Thread the free list: object i -> i+1, last -> NO_OBJ.
         for i in 0..self.objs {
             let next = if i + 1 == self.objs { NO_OBJ } else { i + 1 };
@@ -843,6 +849,38 @@ impl ZPool {
         Ok(hdr)
     }
 
+    /// For a class object: check it, pin its zspage and return (header, payload pointer,
+    /// payload length); `None` for a large object (read it with `fetch`). Every `Some` must be
+    /// followed by [`ZPool::unpin`]. This is zsmalloc's `zs_obj_read_begin`: the object is read
+    /// in place instead of copied out under the class lock.
+    fn pin(&self, h: u64) -> Result<Option<(u64, *const u8, usize)>, TierError> {
+        let (c, zs_id, obj) = split(h);
+        if c as u64 == LARGE_CLASS {
+            return Ok(None);
+        }
+        let mut cl = lock(&self.classes[c]);
+        let hdr = cl.used_hdr(zs_id, obj).ok_or(TierError::BadHandle(h))?;
+        let len = hdr_len(hdr);
+        if HDR + len > cl.size {
+            return Err(corrupt(h));
+        }
+        let zs = cl.zspages[zs_id as usize].as_mut().expect("zspage");
+        zs.pins += 1;
+        let zs = cl.zspages[zs_id as usize].as_ref().expect("zspage");
+        // SAFETY: the object lies inside its zspage; its payload follows the header.
+        let p = unsafe { cl.obj_ptr(zs, obj).add(HDR) };
+        Ok(Some((hdr, p, len)))
+    }
+
+    /// End of [`ZPool::pin`].
+    fn unpin(&self, h: u64) {
+        let (c, zs_id, _) = split(h);
+        let mut cl = lock(&self.classes[c]);
+        if let Some(zs) = cl.zspages.get_mut(zs_id as usize).and_then(|z| z.as_mut()) {
+            zs.pins = zs.pins.saturating_sub(1);
+        }
+    }
+
     fn payload_len(&self, h: u64, hdr: u64) -> Result<usize, TierError> {
         if split(h).0 as u64 == LARGE_CLASS {
             let la = lock(&self.large);
@@ -852,13 +890,34 @@ impl ZPool {
         Ok(hdr_len(hdr))
     }
 
-    fn decode(&self, h: u64, hdr: u64, len: usize, s: &mut Scratch, out: &mut [u8]) -> Result<(), TierError> {
+    /// Decode `[at, at + part)` of the object `h` (header `hdr`, payload `src`) into `out`
+    /// (the whole folio's buffer: an LZ4 unit decodes the prefix up to the part's end).
+    #[allow(clippy::too_many_arguments)]
+    fn decode_part(
+        &self,
+        h: u64,
+        hdr: u64,
+        src: &[u8],
+        zd: &mut Option<zstd::bulk::Decompressor<'static>>,
+        out: &mut [u8],
+        at: usize,
+        part: usize,
+    ) -> Result<(), TierError> {
         let codec = hdr_codec(hdr);
-        let src = &s.buf[HDR..HDR + len];
-        let ok = if codec & CODEC_PERPAGE == 0 {
-            decompress_unit(&mut s.zd, codec, src, out)
+        let need = at + part;
+        let ok = if codec & CODEC_PERPAGE != 0 {
+            if at.is_multiple_of(PAGE_SIZE) && part.is_multiple_of(PAGE_SIZE) {
+                // One unit per page: decode just the pages of the part.
+                decode_pages(zd, codec, src, out, at / PAGE_SIZE, part / PAGE_SIZE)
+            } else {
+                decode_pages(zd, codec, src, out, 0, out.len() / PAGE_SIZE)
+            }
+        } else if codec & 3 == CODEC_LZ4 && need < out.len() {
+            // One LZ4 unit: liblz4 stops once `need` bytes are out (the prefix is exact: a
+            // corrupt block fails here as it would in a full decode of that prefix).
+            lz4_decompress_prefix(src, out, need)
         } else {
-            decode_pages(&mut s.zd, codec, src, out, 0, out.len() / PAGE_SIZE)
+            decompress_unit(zd, codec, src, out)
         };
         if ok {
             Ok(())
@@ -927,6 +986,9 @@ impl ZPool {
                 if zs.inuse == 0 {
                     return Err(format!("class {c} zspage {id}: empty zspage kept"));
                 }
+                if zs.pins != 0 {
+                    return Err(format!("class {c} zspage {id}: {} pins left by loads", zs.pins));
+                }
                 if !zs.draining && zs.group != cl.group_of(zs.inuse) {
                     return Err(format!("class {c} zspage {id}: wrong fullness group"));
                 }
@@ -965,7 +1027,9 @@ impl ZPool {
                 .groups
                 .iter()
                 .flatten()
-                .map(|&id| (cl.zspages[id as usize].as_ref().expect("zspage").inuse, id))
+                .map(|&id| cl.zspages[id as usize].as_ref().map(|z| (z.inuse, z.pins, id)).expect("zspage"))
+                .filter(|&(_, pins, _)| pins == 0)
+                .map(|(inuse, _, id)| (inuse, id))
                 .collect();
             if partial.len() < 2 {
                 return 0;
@@ -996,7 +1060,10 @@ impl ZPool {
                 // Copy one object to a destination under the lock.
                 let (old, new, owner) = {
                     let mut cl = lock(&self.classes[c]);
-                    let Some(zs) = cl.zspages[src as usize].as_ref().filter(|z| z.draining) else { break };
+                    // A load pinned the zspage since: leave the rest of it alone.
+                    let Some(zs) = cl.zspages[src as usize].as_ref().filter(|z| z.draining && z.pins == 0) else {
+                        break;
+                    };
                     let Some(obj) = (next..cl.objs).find(|&o| cl.read_hdr(zs, o) & USED != 0) else { break };
                     next = obj + 1;
                     let Some((dst, dobj)) = cl.alloc_existing() else { break };
@@ -1011,6 +1078,13 @@ impl ZPool {
                 };
                 let ok = relocate(SwapEntry(owner), old, new);
                 let mut cl = lock(&self.classes[c]);
+                // A load may have pinned the old object's zspage (with the old handle) before
+                // the relocation: let it finish before the old object is freed.
+                while ok && cl.zspages[src as usize].as_ref().is_some_and(|z| z.pins > 0) {
+                    drop(cl);
+                    std::thread::yield_now();
+                    cl = lock(&self.classes[c]);
+                }
                 let (id, o) = if ok { (src, split(old).2) } else { (split(new).1, split(new).2) };
                 // The old object may have been freed by the engine meanwhile (then relocate
                 // failed and we free the new copy, which is still ours).
@@ -1087,50 +1161,39 @@ impl Backend for ZPool {
     }
 
     fn load(&self, handle: u64, out: &mut [u8]) -> Result<(), TierError> {
-        SCRATCH.with(|s| {
-            let mut s = s.borrow_mut();
-            let hdr = self.fetch(handle, &mut s)?;
-            if out.len() != PAGE_SIZE << hdr_order(hdr) {
-                return Err(TierError::BadHandle(handle));
-            }
-            let len = self.payload_len(handle, hdr)?;
-            self.decode(handle, hdr, len, &mut s, out)
-        })
+        self.load_part(handle, out, 0, out.len())
     }
 
     fn load_part(&self, handle: u64, out: &mut [u8], at: usize, part: usize) -> Result<(), TierError> {
         SCRATCH.with(|s| {
             let mut s = s.borrow_mut();
             let s = &mut *s;
-            let hdr = self.fetch(handle, s)?;
-            if out.len() != PAGE_SIZE << hdr_order(hdr) || at + part > out.len() {
-                return Err(TierError::BadHandle(handle));
-            }
-            let len = self.payload_len(handle, hdr)?;
-            let codec = hdr_codec(hdr);
-            if codec & CODEC_PERPAGE != 0 && at.is_multiple_of(PAGE_SIZE) && part.is_multiple_of(PAGE_SIZE) {
-                // One unit per page: decode just the pages of the part.
-                let src = &s.buf[HDR..HDR + len];
-                let ok = decode_pages(&mut s.zd, codec, src, out, at / PAGE_SIZE, part / PAGE_SIZE);
-                if !ok {
-                    self.decompress_fail.fetch_add(1, Ordering::Relaxed);
-                    return Err(corrupt(handle));
+            // A class object is decoded where it lies (its zspage pinned); a large one from a copy.
+            let pinned = self.pin(handle)?;
+            let (hdr, src) = match pinned {
+                Some((hdr, p, len)) => {
+                    // SAFETY: `pin` checked that the object is in use with `len` payload bytes
+                    // at `p`, inside its zspage; while pinned, compaction neither moves nor
+                    // frees it, and the caller's handle keeps it from being freed (a
+                    // [`Backend`] handle is not freed while it is being loaded). Stores write
+                    // other objects' bytes only.
+                    (hdr, unsafe { std::slice::from_raw_parts(p, len) })
                 }
-                return Ok(());
-            }
-            let need = at + part;
-            if codec & CODEC_PERPAGE != 0 || codec & 3 != CODEC_LZ4 || need >= out.len() {
-                return self.decode(handle, hdr, len, s, out);
-            }
-            // One LZ4 unit: liblz4 stops once `need` bytes are out (the prefix is exact: a
-            // corrupt block fails here as it would in a full decode of that prefix).
-            let src = &s.buf[HDR..HDR + len];
-            if lz4_decompress_prefix(src, out, need) {
-                Ok(())
+                None => {
+                    let hdr = self.fetch(handle, s)?;
+                    let len = self.payload_len(handle, hdr)?;
+                    (hdr, &s.buf[HDR..HDR + len])
+                }
+            };
+            let res = if out.len() != PAGE_SIZE << hdr_order(hdr) || at + part > out.len() {
+                Err(TierError::BadHandle(handle))
             } else {
-                self.decompress_fail.fetch_add(1, Ordering::Relaxed);
-                Err(corrupt(handle))
+                self.decode_part(handle, hdr, src, &mut s.zd, out, at, part)
+            };
+            if pinned.is_some() {
+                self.unpin(handle);
             }
+            res
         })
     }
 
