@@ -7,7 +7,7 @@
 //! | tier | meaning | keys |
 //! |---|---|---|
 //! | `zero` | zero-page elision (no backend: a flag) | |
-//! | `lz4`, `zstd`, `pool` | compressed pool (`pool` = lz4) | `pool=20%` or `pool=512M` (zswap `max_pool_percent`), `accept=90%` (`accept_threshold_percent`), `threshold=75%`, `incompressible=raw\|reject`, `folio=whole\|page`, `comp=lz4\|zstd`, `level=1` |
+//! | `lz4`, `zstd`, `pool` | compressed pool (`pool` = lz4) | `pool=20%` or `pool=512M` (zswap `max_pool_percent`), `accept=90%` (`accept_threshold_percent`), `threshold=75%`, `incompressible=raw\|reject`, `folio=whole\|page\|16k`, `comp=lz4\|zstd`, `level=1` |
 //! | `file[:PATH]` | swap file: an unlinked temp file in directory PATH (default `/var/tmp`), or the file/block device PATH | `size=8G`, `engine=psync\|uring`, `encrypt=on\|off`, `discard=on\|off`, `direct=on\|off` (O_DIRECT) |
 //! | `mem` | uncompressed RAM (tests) | `pages=N` |
 //!
@@ -140,7 +140,8 @@ fn set_pool_key(p: &mut PoolConfig, key: &str, v: &str, mem: &mut Option<u64>) -
             p.folio_mode = match v {
                 "whole" => FolioMode::Whole,
                 "page" | "perpage" => FolioMode::PerPage,
-                _ => return Err(bad(format!("bad value '{v}' for folio= (expected whole or page)"))),
+                "16k" | "16K" => FolioMode::Block16K,
+                _ => return Err(bad(format!("bad value '{v}' for folio= (expected whole, page or 16k)"))),
             }
         }
         "comp" | "compressor" => {

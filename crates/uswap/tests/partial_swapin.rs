@@ -35,7 +35,7 @@ fn engine(tiers: &str) -> Engine {
 
 #[test]
 fn every_part_of_a_large_folio_reads_back() {
-    for tiers in ["zero,lz4", "zero,lz4:folio=page"] {
+    for tiers in ["zero,lz4", "zero,lz4:folio=page", "zero,lz4:folio=16k"] {
         let Ok(cfg) = TiersConfig::parse(tiers) else { continue };
         drop(cfg);
         let e = engine(tiers);

@@ -41,7 +41,7 @@ fn fill(buf: &mut [u8], f: Fill, seed: u64) {
 fn configs() -> Vec<PoolConfig> {
     let mut v = Vec::new();
     for compressor in [Compressor::Lz4, Compressor::Zstd { level: 1 }] {
-        for folio_mode in [FolioMode::Whole, FolioMode::PerPage] {
+        for folio_mode in [FolioMode::Whole, FolioMode::PerPage, FolioMode::Block16K] {
             v.push(PoolConfig { compressor, folio_mode, ..PoolConfig::default() });
         }
     }
@@ -205,10 +205,10 @@ fn check_model(pool: &ZPool, model: &Model) {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
     #[test]
-    fn allocator_matches_model(ops in proptest::collection::vec(op(), 1..160), perpage in any::<bool>()) {
+    fn allocator_matches_model(ops in proptest::collection::vec(op(), 1..160), mode in 0..3u8) {
         let cfg = PoolConfig {
             threshold_percent: 100,
-            folio_mode: if perpage { FolioMode::PerPage } else { FolioMode::Whole },
+            folio_mode: [FolioMode::Whole, FolioMode::PerPage, FolioMode::Block16K][usize::from(mode)],
             ..PoolConfig::default()
         };
         let pool = ZPool::new("zpool", cfg);
@@ -407,10 +407,11 @@ fn store_load_free_race_with_compaction() {
 }
 
 /// A part of a stored large folio (what a 4 KiB swap-in needs) reads back exactly, whether the
-/// folio is one compression unit (prefix decode) or one unit per page (only the part's units).
+/// folio is one compression unit (prefix decode), one unit per page or one per 16 KiB (only
+/// the part's units).
 #[test]
 fn load_part_reads_each_page_of_a_large_folio() {
-    for mode in [FolioMode::Whole, FolioMode::PerPage] {
+    for mode in [FolioMode::Whole, FolioMode::PerPage, FolioMode::Block16K] {
         let pool = ZPool::new("zpool", PoolConfig { folio_mode: mode, ..PoolConfig::default() });
         let mut data = vec![0u8; 16 * PAGE_SIZE];
         // Pages of every kind in one folio: pattern, random (stored raw per page), zero, partial.

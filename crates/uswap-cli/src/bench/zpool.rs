@@ -451,10 +451,12 @@ pub fn run(a: &Args) -> CliResult {
         json!({ "level": 1, "bytes_per_page": round2(zstd.bytes_per_page), "compress_mb_s": round2(zstd.compress_mb_s),
                 "decompress_mb_s": round2(zstd.decompress_mb_s), "per_category": zstd.per_category }),
     );
-    // Large folios: whole vs per page, 64 KiB and 2 MiB units.
+    // Large folios: whole, 16 KiB units or per page, 64 KiB and 2 MiB folios.
     let mut folios = Map::new();
     for unit in [64 << 10, 2 << 20] {
-        for (mode, name) in [(FolioMode::Whole, "whole"), (FolioMode::PerPage, "per_page")] {
+        for (mode, name) in
+            [(FolioMode::Whole, "whole"), (FolioMode::Block16K, "16k"), (FolioMode::PerPage, "per_page")]
+        {
             let r = run_pool(&corpus, PoolConfig { folio_mode: mode, ..base.clone() }, unit)?;
             folios.insert(
                 format!("lz4_{}k_{name}", unit >> 10),

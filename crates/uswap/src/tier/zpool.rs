@@ -69,13 +69,31 @@ pub enum Incompressible {
     Reject,
 }
 
-/// How a large folio is compressed.
+/// How a large folio is compressed. In every mode a folio is one object (one allocation,
+/// one contiguous slot range, one store and one load); the modes differ in the compression
+/// units inside it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum FolioMode {
-    /// The whole folio is one compression unit (best ratio).
+    /// The whole folio is one compression unit (best ratio; a 4 KiB swap-in of page `k` of
+    /// it decodes pages `0..=k`).
     Whole,
-    /// Each 4 KiB page is its own unit, packed into one object.
+    /// Each 4 KiB page is its own unit, packed into one object (a 4 KiB swap-in decodes one
+    /// page; the ratio of 4 KiB compression).
     PerPage,
+    /// Each 16 KiB of the folio is its own unit, packed into one object: a 4 KiB swap-in
+    /// decodes at most 16 KiB, at a ratio close to whole-folio compression.
+    Block16K,
+}
+
+impl FolioMode {
+    /// log2 of the pages per unit inside an object (`None`: the whole folio).
+    fn unit_shift(self) -> Option<u64> {
+        match self {
+            FolioMode::Whole => None,
+            FolioMode::PerPage => Some(0),
+            FolioMode::Block16K => Some(2),
+        }
+    }
 }
 
 /// Configuration of a pool.
@@ -152,18 +170,25 @@ const ZS_BITS: u32 = 21;
 const OBJ_BITS: u32 = 12;
 const NO_OBJ: u16 = u16::MAX;
 
-// Object header (used): bit 63 used, 62..60 codec, 59..56 order, 55..43 length, 40..0 owner.
+// Object header (used): bit 63 used, 62..60 codec, 59..56 order, 55..43 length, 42..41 unit
+// shift (units of 2^shift pages, with CODEC_PERPAGE), 40..0 owner. The codec values below
+// carry the unit shift in their bits 4..3.
 const USED: u64 = 1 << 63;
 const CODEC_RAW: u64 = 0;
 const CODEC_LZ4: u64 = 1;
 const CODEC_ZSTD: u64 = 2;
+/// The object is a table of unit lengths and then the units (of `1 << unit_shift` pages).
 const CODEC_PERPAGE: u64 = 4;
 
 fn make_hdr(codec: u64, order: u8, len: usize, owner: u64) -> u64 {
-    USED | codec << 60 | u64::from(order) << 56 | ((len as u64) & 0x1fff) << 43 | (owner & PAYLOAD_MAX)
+    USED | (codec & 7) << 60
+        | ((codec >> 3) & 3) << 41
+        | u64::from(order) << 56
+        | ((len as u64) & 0x1fff) << 43
+        | (owner & PAYLOAD_MAX)
 }
 fn hdr_codec(h: u64) -> u64 {
-    (h >> 60) & 7
+    (h >> 60) & 7 | ((h >> 41) & 3) << 3
 }
 fn hdr_order(h: u64) -> u8 {
     ((h >> 56) & 0xf) as u8
@@ -515,9 +540,10 @@ fn compress_unit(s: &mut Scratch, comp: Compressor, src: &[u8], dst: &mut [u8]) 
     }
 }
 
-/// Decode pages `first..first + n` of a per-page object (`src`: a table of 2-byte unit sizes,
-/// one per page, then the units; a unit of exactly a page is stored raw) into the same pages of
-/// `out`. Decoding through the last page also checks that the units end where `src` ends.
+/// Decode (at least) pages `first..first + n` of an object of units (`src`: a table of 2-byte
+/// unit sizes, then the units of `2^shift` pages each, the shift in `codec`; a unit as long as
+/// its data is stored raw) into the same place of `out`: every unit those pages touch.
+/// Decoding through the last unit also checks that the units end where `src` ends.
 fn decode_pages(
     zd: &mut Option<zstd::bulk::Decompressor<'static>>,
     codec: u64,
@@ -527,24 +553,28 @@ fn decode_pages(
     n: usize,
 ) -> bool {
     let pages = out.len() / PAGE_SIZE;
-    let table = pages * 2;
-    if src.len() < table || first + n > pages {
+    let upages = 1usize << ((codec >> 3) & 3);
+    let ulen = upages * PAGE_SIZE;
+    let units = pages / upages;
+    let table = units * 2;
+    if units == 0 || src.len() < table || n == 0 || first + n > pages {
         return false;
     }
     let size = |i: usize| usize::from(u16::from_le_bytes([src[2 * i], src[2 * i + 1]]));
-    let mut at = table + (0..first).map(size).sum::<usize>();
-    for i in first..first + n {
-        let len = size(i);
+    let (u0, u1) = (first / upages, (first + n - 1) / upages + 1);
+    let mut at = table + (0..u0).map(size).sum::<usize>();
+    for u in u0..u1 {
+        let len = size(u);
         if at + len > src.len() {
             return false;
         }
-        let c = if len == PAGE_SIZE { CODEC_RAW } else { codec & 3 };
-        if !decompress_unit(zd, c, &src[at..at + len], &mut out[i * PAGE_SIZE..(i + 1) * PAGE_SIZE]) {
+        let c = if len == ulen { CODEC_RAW } else { codec & 3 };
+        if !decompress_unit(zd, c, &src[at..at + len], &mut out[u * ulen..(u + 1) * ulen]) {
             return false;
         }
         at += len;
     }
-    first + n < pages || at == src.len()
+    u1 < units || at == src.len()
 }
 
 fn decompress_unit(zd: &mut Option<zstd::bulk::Decompressor<'static>>, codec: u64, src: &[u8], out: &mut [u8]) -> bool {
@@ -720,8 +750,9 @@ impl ZPool {
             Compressor::Zstd { .. } => CODEC_ZSTD,
         };
         let limit = data.len() / 100 * usize::from(self.cfg.threshold_percent.min(100));
-        let whole = self.cfg.folio_mode == FolioMode::Whole || data.len() == PAGE_SIZE;
-        if whole {
+        let pages = data.len() / PAGE_SIZE;
+        let shift = self.cfg.folio_mode.unit_shift().filter(|&sh| pages > 1 << sh);
+        let Some(shift) = shift else {
             let need = HDR + bound(comp, data.len());
             if s.buf.len() < need {
                 s.buf.resize(need, 0);
@@ -730,22 +761,24 @@ impl ZPool {
             let r = compress_unit(s, comp, data, &mut buf[HDR..]);
             s.buf = buf;
             return r.filter(|&n| n <= limit).map(|n| (base, n));
-        }
-        // Per page: a table of u16 lengths (PAGE_SIZE = raw page), then the units.
-        let pages = data.len() / PAGE_SIZE;
-        let table = pages * 2;
-        let need = HDR + table + pages * bound(comp, PAGE_SIZE);
+        };
+        // Units of 2^shift pages: a table of u16 lengths (the unit's size = stored raw), then
+        // the units.
+        let ulen = PAGE_SIZE << shift;
+        let units = data.len() / ulen;
+        let table = units * 2;
+        let need = HDR + table + units * bound(comp, ulen);
         if s.buf.len() < need {
             s.buf.resize(need, 0);
         }
         let mut buf = std::mem::take(&mut s.buf);
         let mut at = HDR + table;
-        for (i, page) in data.chunks_exact(PAGE_SIZE).enumerate() {
-            let n = match compress_unit(s, comp, page, &mut buf[at..]) {
-                Some(n) if n < PAGE_SIZE => n,
+        for (i, unit) in data.chunks_exact(ulen).enumerate() {
+            let n = match compress_unit(s, comp, unit, &mut buf[at..]) {
+                Some(n) if n < ulen => n,
                 _ => {
-                    buf[at..at + PAGE_SIZE].copy_from_slice(page);
-                    PAGE_SIZE
+                    buf[at..at + ulen].copy_from_slice(unit);
+                    ulen
                 }
             };
             buf[HDR + 2 * i..HDR + 2 * i + 2].copy_from_slice(&(n as u16).to_le_bytes());
@@ -753,7 +786,7 @@ impl ZPool {
         }
         s.buf = buf;
         let n = at - HDR;
-        (n <= limit).then_some((base | CODEC_PERPAGE, n))
+        (n <= limit).then_some((base | CODEC_PERPAGE | shift << 3, n))
     }
 
     /// Place `s.buf[..HDR+len]` (header filled in here) into a class or the large area.
