@@ -81,8 +81,14 @@ fn find_program(p: &OsString) -> Result<PathBuf, RunError> {
                 .is_ok_and(|c| unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0)
     };
     if p.as_encoded_bytes().contains(&b'/') {
-        if !name.exists() {
-            return Err(RunError(format!("{}: no such file or directory", name.display()), 127));
+        match std::fs::metadata(name) {
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                // A directory on the way is not searchable: found or not, it cannot run (126,
+                // as a shell says).
+                return Err(RunError(format!("{}: permission denied", name.display()), 126));
+            }
+            Err(_) => return Err(RunError(format!("{}: no such file or directory", name.display()), 127)),
+            Ok(_) => {}
         }
         if !is_exec(name) {
             return Err(RunError(format!("{}: permission denied (not an executable file)", name.display()), 126));
@@ -96,7 +102,8 @@ fn find_program(p: &OsString) -> Result<PathBuf, RunError> {
         if is_exec(&q) {
             return Ok(q);
         }
-        if q.exists() && denied.is_none() {
+        let here = std::fs::metadata(&q).map_or_else(|e| e.kind() == std::io::ErrorKind::PermissionDenied, |_| true);
+        if here && denied.is_none() {
             denied = Some(q);
         }
     }

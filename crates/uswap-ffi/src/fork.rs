@@ -237,7 +237,8 @@ static PAGER_ACTION: AtomicUsize = AtomicUsize::new(0);
 static PAGER_SIGINFO: AtomicBool = AtomicBool::new(true);
 /// True once the gate is installed (interposed `sigaction` then guards SIGBUS).
 pub static GATE_ON: AtomicBool = AtomicBool::new(false);
-/// Forks handled, for statistics.
+/// Children this process forked with pagers to carry over, for statistics (a child starts
+/// again from zero).
 pub static FORKS: AtomicU64 = AtomicU64::new(0);
 
 /// The program's own SIGBUS disposition (what it set through `sigaction`/`signal`).
@@ -410,6 +411,7 @@ extern "C" fn parent() {
             while libc::read(r, (&mut b as *mut u8).cast(), 1) < 0 && *libc::__errno_location() == libc::EINTR {}
             libc::close(r);
         }
+        FORKS.fetch_add(1, Ordering::Relaxed);
     }
     GATE.store(0, Ordering::SeqCst);
     FORKING.store(false, Ordering::SeqCst);
@@ -427,7 +429,7 @@ fn die(msg: &str) -> ! {
 extern "C" fn child() {
     crate::internal::HEAP.lock.force_unlock();
     if any_pager() {
-        FORKS.fetch_add(1, Ordering::Relaxed);
+        FORKS.store(0, Ordering::Relaxed);
         internal(|| {
             // SAFETY: single-threaded child, BIG is held by us (the forking thread).
             let tab = unsafe { table() };

@@ -17,6 +17,9 @@
 //! bump pointer. The bytes an object releases follow from its offset and class, so the
 //! accounting needs no per-object state.
 //!
+//! Objects of a page or more also have one tag word per 4 KiB ([`Arena::tag`]) in a side
+//! array, for their owner's use (the pager keeps a clean page's swap entry there).
+//!
 //! Locking: none; every operation is a CAS loop.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -77,6 +80,8 @@ pub struct Arena {
     live_bytes: AtomicU64,
     /// Bytes of carved objects given back to the kernel (released objects' inner pages).
     released: AtomicU64,
+    /// One tag word per 4 KiB of the reservation (`MAP_NORESERVE`: only used words cost).
+    tags: *mut AtomicU64,
 }
 
 // SAFETY: the arena hands out disjoint objects; all shared state is atomic.
@@ -102,8 +107,27 @@ impl Arena {
         if p == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
+        let tag_bytes = cap / 4096 * 8;
+        // SAFETY: anonymous private mapping with no address hint.
+        let t = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                tag_bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if t == libc::MAP_FAILED {
+            let e = std::io::Error::last_os_error();
+            // SAFETY: unmapping the reservation made above.
+            unsafe { libc::munmap(p, cap) };
+            return Err(e);
+        }
         let n = class_sizes().len();
         Ok(Arena {
+            tags: t.cast(),
             base: p.cast(),
             cap,
             bump: AtomicUsize::new(0),
@@ -209,6 +233,17 @@ impl Arena {
         done
     }
 
+    /// The tag word of page `i` of object `o`, an object of at least `(i + 1)` pages: 0 until
+    /// its owner sets it; the arena never reads or clears it (clear it before `free`). Two
+    /// objects of a page or more never share a tag word (an object starting in a page's
+    /// owns the tags of the 4 KiB page it starts in and of the next ones).
+    pub fn tag(&self, o: Obj, i: usize) -> &AtomicU64 {
+        debug_assert!(class_size(o.class) >= (i + 1) * 4096);
+        // SAFETY: o.off + i * 4096 < cap (the object lies in the reservation), so the index is
+        // inside the tag array, which lives as long as the arena.
+        unsafe { &*self.tags.add(o.off / 4096 + i) }
+    }
+
     /// Pointer to an object's first byte.
     pub fn ptr(&self, o: Obj) -> *mut u8 {
         // SAFETY: o.off is inside the reservation (it came from alloc).
@@ -239,8 +274,12 @@ impl Arena {
 
 impl Drop for Arena {
     fn drop(&mut self) {
-        // SAFETY: base/cap is the mapping created in new; no object outlives the arena.
-        unsafe { libc::munmap(self.base.cast(), self.cap) };
+        // SAFETY: base/cap and the tag array are the mappings created in new; no object
+        // outlives the arena.
+        unsafe {
+            libc::munmap(self.base.cast(), self.cap);
+            libc::munmap(self.tags.cast(), self.cap / 4096 * 8);
+        }
     }
 }
 

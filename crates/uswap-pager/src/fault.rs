@@ -398,16 +398,28 @@ fn fill(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wak
                 off: w_payload(w0) as usize * crate::arena::GRANULE,
                 class: crate::arena::class_of(PAGE_SIZE << k0).unwrap_or(0),
             };
+            // A clean folio demoted here still has its swap entries: a read maps it clean again.
+            let mut kept = [0u64; 512];
+            let k = reclaim::clean_tags(p, o, n, &mut kept);
+            let clean = k == n && !write && p.keep.keep(p);
             // SAFETY: the cache object holds the folio; the pages are claimed and missing.
-            let res = unsafe { p.uffd.copy(r.addr(head), p.cache.ptr(o), PAGE_SIZE << k0, false, wake) };
+            let res = unsafe { p.uffd.copy(r.addr(head), p.cache.ptr(o), PAGE_SIZE << k0, clean, wake) };
             if res.is_err() {
                 for i in 0..n {
                     r.word(head + i).store(w0, Ordering::Release);
                 }
                 return true; // the mapping is gone (unmapped): nothing to serve
             }
+            reclaim::clear_clean_tags(p, o, n);
             let claimed = [true; 512];
-            publish_resident(p, r, head, n, &claimed[..n]);
+            if clean {
+                publish_clean(p, r, head, n, &claimed[..n], &kept[..n]);
+            } else {
+                for &w in kept[..n].iter().filter(|&&w| w != 0) {
+                    p.store.put(w_payload(w), 1);
+                }
+                publish_resident(p, r, head, n, &claimed[..n]);
+            }
             p.cache.free(o);
             inc(&p.counters.fault_cache, 1);
             p.ws.hit(n as u64);

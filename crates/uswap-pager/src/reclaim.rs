@@ -25,7 +25,8 @@
 //! pages are claimed by CAS to `BUSY` (see [`crate::region`]). Nothing here allocates.
 
 use crate::region::{
-    self, clean_entry, clean_to_swapped, is_mapped, kind, w_kind, w_order, w_payload, word, RegionInner, BUSY,
+    self, clean_entry, clean_payload, clean_to_swapped, is_mapped, kind, w_kind, w_order, w_payload, word, RegionInner,
+    BUSY,
 };
 use crate::stats::inc;
 use crate::store::StoreError;
@@ -237,6 +238,33 @@ impl Drop for Ring {
     }
 }
 
+/// Tag of a swap-cache page that is a clean folio's copy whose swap entries are kept (the
+/// rest of the tag is the page's [`region::clean_payload`]); see [`crate::arena::Arena::tag`].
+const TAG_CLEAN: u64 = 1 << 63;
+
+/// The kept swap entries of the `n` pages of cache object `o`: `out[i]` is page `i`'s SWAPPED
+/// word, or 0 when the cached copy is its only copy. Returns how many pages have one.
+pub(crate) fn clean_tags(p: &Pager, o: crate::arena::Obj, n: usize, out: &mut [u64]) -> usize {
+    let mut k = 0;
+    for (i, w) in out.iter_mut().enumerate().take(n) {
+        let t = p.cache.tag(o, i).load(Ordering::Relaxed);
+        *w = if t & TAG_CLEAN != 0 {
+            k += 1;
+            clean_to_swapped(word(kind::CLEAN, 0, t & !TAG_CLEAN))
+        } else {
+            0
+        };
+    }
+    k
+}
+
+/// Forget the kept entries of cache object `o` (their references are the caller's now).
+pub(crate) fn clear_clean_tags(p: &Pager, o: crate::arena::Obj, n: usize) {
+    for i in 0..n {
+        p.cache.tag(o, i).store(0, Ordering::Relaxed);
+    }
+}
+
 /// Encode a folio reference: region slot and generation, first page, order.
 #[inline]
 pub fn entry(r: &RegionInner, page: usize, order: u32) -> u64 {
@@ -287,6 +315,8 @@ struct Block {
     /// 0 = store, 1 = cache, 2 = aborted, 3 = clean (entries kept: nothing to write),
     /// 4 = clean but dropped by the program (zero-fill).
     dest: u8,
+    /// A clean folio on its way to the swap cache (its words hold the kept SWAPPED words).
+    clean: bool,
 }
 
 /// Store `data` (one folio of `order`) and write the pages' new SWAPPED words into `out`,
@@ -387,11 +417,21 @@ fn evict_resident(p: &Pager, to_cache: bool, max_pages: usize, next: &mut dyn Fn
         blocks(page, n, &|i| claimed[i] != 0, |pg, k| {
             let old = &claimed[pg - page..pg - page + (1 << k)];
             let mut dest = 0;
+            let mut clean = false;
             if old.iter().all(|&w| w_kind(w) == kind::CLEAN) {
-                // Unchanged since swap-in (still write-protected): the store has it.
-                dest = if clean_present(r.addr(pg), 1 << k) { 3 } else { 4 };
+                // Unchanged since swap-in (still write-protected): the store has it. Going to
+                // the inactive list, it is copied to the swap cache like any folio (a hot clean
+                // page gets its second chance there too) and keeps its entries.
+                dest = if !clean_present(r.addr(pg), 1 << k) {
+                    4
+                } else if to_cache {
+                    clean = true;
+                    0
+                } else {
+                    3
+                };
                 for (i, &w) in old.iter().enumerate() {
-                    b.words[b.nwords + i] = if dest == 3 {
+                    b.words[b.nwords + i] = if dest != 4 {
                         clean_to_swapped(w)
                     } else {
                         p.store.put(clean_entry(w), 1);
@@ -404,7 +444,7 @@ fn evict_resident(p: &Pager, to_cache: bool, max_pages: usize, next: &mut dyn Fn
                     p.store.put(clean_entry(w), 1);
                 }
             }
-            b.blocks[b.nblocks] = Block { r, page: pg, order: k, w: b.nwords, dest };
+            b.blocks[b.nblocks] = Block { r, page: pg, order: k, w: b.nwords, dest, clean };
             b.nblocks += 1;
             b.nwords += 1 << k;
             pages += 1 << k;
@@ -416,7 +456,8 @@ fn evict_resident(p: &Pager, to_cache: bool, max_pages: usize, next: &mut dyn Fn
     // Write-protect, merging adjacent blocks of one region into one call.
     let mut i = 0;
     while i < b.nblocks {
-        if b.blocks[i].dest >= 3 {
+        if b.blocks[i].dest >= 3 || b.blocks[i].clean {
+            // Clean: write-protected since its swap-in.
             i += 1;
             continue;
         }
@@ -424,7 +465,12 @@ fn evict_resident(p: &Pager, to_cache: bool, max_pages: usize, next: &mut dyn Fn
         let start = b.blocks[i].page;
         let mut end = start + (1 << b.blocks[i].order);
         let mut j = i + 1;
-        while j < b.nblocks && b.blocks[j].r == r0 && b.blocks[j].page == end && b.blocks[j].dest < 3 {
+        while j < b.nblocks
+            && b.blocks[j].r == r0
+            && b.blocks[j].page == end
+            && b.blocks[j].dest < 3
+            && !b.blocks[j].clean
+        {
             end += 1 << b.blocks[j].order;
             j += 1;
         }
@@ -455,13 +501,21 @@ fn evict_resident(p: &Pager, to_cache: bool, max_pages: usize, next: &mut dyn Fn
             if let Some(o) = p.cache.alloc(len) {
                 // SAFETY: the cache object is ours and len bytes long.
                 unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p.cache.ptr(o), len) };
+                for i in 0..1usize << blk.order {
+                    let sw = b.words[blk.w + i];
+                    let t = if blk.clean { TAG_CLEAN | clean_payload(w_payload(sw), w_order(sw)) } else { 0 };
+                    p.cache.tag(o, i).store(t, Ordering::Relaxed);
+                }
                 let cw = word(kind::CACHED, blk.order, (o.off / crate::arena::GRANULE) as u64);
                 b.words[blk.w..blk.w + (1 << blk.order)].fill(cw);
                 b.blocks[bi].dest = 1;
                 done = true;
             }
         }
-        if !done {
+        if !done && blk.clean {
+            // No room in the swap cache: drop it clean (its words hold the kept entries).
+            b.blocks[bi].dest = 3;
+        } else if !done {
             if let Err(e) = store_folio(p, src, blk.order, &mut b.words[blk.w..blk.w + (1 << blk.order)]) {
                 let _ = e;
                 inc(&p.counters.store_errors, 1);
@@ -538,6 +592,21 @@ fn evict_resident(p: &Pager, to_cache: bool, max_pages: usize, next: &mut dyn Fn
     out
 }
 
+/// A cached folio leaving the swap cache: if every page is a clean copy with its entry kept,
+/// put their SWAPPED words in `words` and return true; otherwise drop whatever entries some
+/// pages kept (the copy is what gets stored) and return false. Clears the tags either way.
+fn keep_or_forget_clean(p: &Pager, o: crate::arena::Obj, n: usize, words: &mut [u64]) -> bool {
+    let k = clean_tags(p, o, n, words);
+    clear_clean_tags(p, o, n);
+    if k == n {
+        return true;
+    }
+    for &w in words[..n].iter().filter(|&&w| w != 0) {
+        p.store.put(w_payload(w), 1);
+    }
+    false
+}
+
 /// Compress the oldest inactive (cached) folios into the store. Returns pages freed from the
 /// cache.
 fn shrink_inactive(p: &Pager, max_pages: usize) -> usize {
@@ -570,6 +639,16 @@ fn shrink_inactive(p: &Pager, max_pages: usize) -> usize {
             off: w_payload(w0) as usize * crate::arena::GRANULE,
             class: crate::arena::class_of(PAGE_SIZE << order).unwrap_or(0),
         };
+        if keep_or_forget_clean(p, o, n, &mut words[..n]) {
+            // A clean folio: its entries still hold it; nothing to compress.
+            for i in 0..n {
+                r.word(page + i).store(words[i], Ordering::Release);
+            }
+            p.cache.free(o);
+            inc(&p.counters.clean_evicted, n as u64);
+            done += n;
+            continue;
+        }
         // SAFETY: the cache object holds this folio's bytes and is ours (pages claimed).
         let data = unsafe { std::slice::from_raw_parts(p.cache.ptr(o), PAGE_SIZE << order) };
         match store_folio(p, data, order, &mut words[..n]) {
@@ -740,7 +819,7 @@ pub(crate) fn evict_region(r: &'static RegionInner) -> usize {
         };
         // SAFETY: cache object of this claimed piece.
         let data = unsafe { std::slice::from_raw_parts(p.cache.ptr(o), PAGE_SIZE << order) };
-        if store_folio(p, data, order, &mut words[..n]).is_ok() {
+        if keep_or_forget_clean(p, o, n, &mut words[..n]) || store_folio(p, data, order, &mut words[..n]).is_ok() {
             for i in 0..n {
                 r.word(head + i).store(words[i], Ordering::Release);
             }
@@ -841,10 +920,21 @@ pub(crate) fn release_pages_ex(r: &RegionInner, a: usize, b: usize, live: bool, 
                     off: w_payload(w) as usize * crate::arena::GRANULE,
                     class: crate::arena::class_of(PAGE_SIZE << order).unwrap_or(0),
                 };
+                let mut kept = [0u64; 512];
+                clean_tags(p, o, n, &mut kept);
+                clear_clean_tags(p, o, n);
                 for i in 0..n {
                     let q = head + i;
                     if q >= a && q < b {
+                        if kept[i] != 0 {
+                            p.store.put(w_payload(kept[i]), 1);
+                        }
                         r.word(q).store(word(kind::NONE, 0, 0), Ordering::Release);
+                        continue;
+                    }
+                    if kept[i] != 0 {
+                        // Outside the range, a clean page: its entry still holds it.
+                        r.word(q).store(kept[i], Ordering::Release);
                         continue;
                     }
                     // Outside the range: keep the data, as a 4 KiB page in the store.

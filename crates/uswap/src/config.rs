@@ -74,7 +74,9 @@ fn percent(key: &str, v: &str) -> Result<u8, SwapError> {
 
 /// Parse a size: bytes with an optional K/M/G/T suffix (powers of 1024).
 pub fn parse_size(key: &str, v: &str) -> Result<u64, SwapError> {
-    let err = || bad(format!("bad size '{v}' for {key}= (expected a number with optional K, M, G or T)"));
+    // A tier option is `key=value`; a command-line flag (`--limit`) is named as it is.
+    let eq = if key.starts_with('-') { "" } else { "=" };
+    let err = || bad(format!("bad size '{v}' for {key}{eq} (expected a number with optional K, M, G or T)"));
     let (num, mul) = match v.char_indices().last() {
         Some((i, c)) if c.is_ascii_alphabetic() => {
             let m = match c.to_ascii_uppercase() {

@@ -109,10 +109,10 @@ fn the_file_reveals_nothing_and_tampering_is_detected() {
     let path = dir.path().join("swap");
     let direct_ok = direct_dir().is_some();
     for (encrypt, direct) in [(false, false), (true, false), (true, direct_ok)] {
+        // An existing file is used in place (and kept); a missing one would be unlinked at once.
+        std::fs::File::create(&path).unwrap();
         let c = FileConfig { target: FileTarget::Path(path.clone()), direct, ..cfg(EngineKind::Psync, encrypt) };
         let t = FileTier::open(&c).unwrap();
-        let mode = std::fs::metadata(&path).unwrap().mode() & 0o777;
-        assert_eq!(mode, 0o600);
         let secret: Vec<u8> = b"correct horse battery staple ".iter().copied().cycle().take(PAGE_SIZE).collect();
         let a = t.store(&secret, SwapEntry(1)).unwrap();
         let b = t.store(&secret, SwapEntry(2)).unwrap();
@@ -252,6 +252,7 @@ fn discard_punches_holes_for_empty_clusters() {
     let c = FileConfig { discard: true, ..cfg(EngineKind::Psync, true) };
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("swap");
+    std::fs::File::create(&path).unwrap();
     let t = FileTier::open(&FileConfig { target: FileTarget::Path(path.clone()), ..c }).unwrap();
     let d = data(9, 0, 5);
     let hs: Vec<_> = (0..4).map(|i| t.store(&d, SwapEntry(i * 512)).unwrap()).collect();
@@ -339,4 +340,28 @@ fn uring_engine_owns_buffers() {
     let (b, r) = e.submit(b, &[uswap::tier::io_engine::IoOp::read(0, 0, 2 << 20)]);
     r.unwrap();
     assert!(b.unwrap().as_slice().iter().enumerate().all(|(i, &x)| x == i as u8));
+}
+
+/// A swap file path that does not exist is created for the tier and unlinked at once, so
+/// nothing is left behind when the process ends (however it ends); an existing one is kept.
+#[test]
+fn a_new_swap_file_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("new.swap");
+    let t =
+        FileTier::open(&FileConfig { target: FileTarget::Path(path.clone()), ..cfg(EngineKind::Psync, true) }).unwrap();
+    assert!(!path.exists(), "the new swap file is still linked");
+    let d = data(3, 0, 2);
+    let h = t.store(&d, SwapEntry(7)).unwrap();
+    let mut out = vec![0u8; d.len()];
+    t.load(h.handle, &mut out).unwrap();
+    assert!(out == d);
+    drop(t);
+    let kept = dir.path().join("kept.swap");
+    std::fs::File::create(&kept).unwrap();
+    let t =
+        FileTier::open(&FileConfig { target: FileTarget::Path(kept.clone()), ..cfg(EngineKind::Psync, true) }).unwrap();
+    assert!(kept.exists());
+    drop(t);
+    assert!(kept.exists(), "an existing swap file was removed");
 }

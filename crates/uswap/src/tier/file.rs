@@ -55,7 +55,8 @@ pub enum EngineKind {
 pub enum FileTarget {
     /// An unlinked temporary file in this directory.
     TempIn(PathBuf),
-    /// This existing file or block device (a missing regular file is created, mode 0600).
+    /// This existing file or block device (a missing regular file is created, mode 0600, and
+    /// unlinked at once: it lives as long as the tier).
     Path(PathBuf),
 }
 
@@ -152,15 +153,27 @@ pub fn open_target(target: &FileTarget, direct: bool) -> Result<(File, u64), Tie
             Ok((f, 0))
         }
         FileTarget::Path(p) => {
-            let mut f = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .custom_flags(dflag)
-                .mode(0o600)
-                .open(p)
-                .map_err(|e| io_err("open swap file", e))?;
+            let open = |create_new: bool| {
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(create_new)
+                    .custom_flags(dflag)
+                    .mode(0o600)
+                    .open(p)
+            };
+            let mut f = match open(true) {
+                Ok(f) => {
+                    // Created here: its data is encrypted with a key that dies with this
+                    // process, so unlink it now; nothing is left behind, even after a crash.
+                    std::fs::remove_file(p).map_err(|e| io_err("unlink new swap file", e))?;
+                    f
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    open(false).map_err(|e| io_err("open swap file", e))?
+                }
+                Err(e) => return Err(io_err("create swap file", e)),
+            };
             let ft = f.metadata().map_err(|e| io_err("stat swap file", e))?.file_type();
             let size = if ft.is_block_device() {
                 f.seek(SeekFrom::End(0)).map_err(|e| io_err("size of block device", e))?
