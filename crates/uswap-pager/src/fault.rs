@@ -28,7 +28,7 @@ use crate::reclaim::{self, entry};
 use crate::region::{self, clean_entry, clean_payload, kind, w_kind, w_order, w_payload, word, RegionInner, BUSY};
 use crate::stats::{inc, now_ns};
 use crate::uffd::Event;
-use crate::{Pager, ReclaimMode, SwapinPolicy, PAGE_SIZE};
+use crate::{Pager, ReclaimMode, Replacement, SwapinPolicy, PAGE_SIZE};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
@@ -278,6 +278,20 @@ fn publish_resident(p: &Pager, r: &RegionInner, first: usize, n: usize, claimed:
     count
 }
 
+/// Workingset: page `first + i` (for each `swapped[i]`) came back from the store; see
+/// [`reclaim::Workingset`].
+fn note_refaults(p: &Pager, r: &RegionInner, first: usize, swapped: impl Iterator<Item = bool>) {
+    if p.cfg.replacement != Replacement::TwoList {
+        return;
+    }
+    let win = reclaim::inactive_window(p);
+    for (i, s) in swapped.enumerate() {
+        if s {
+            p.ws.refault(r, first + i, 1, win);
+        }
+    }
+}
+
 /// Publish claimed pages `[first, first+n)` as CLEAN (mapped write-protected, swap entry kept)
 /// in aligned blocks and queue them; `old[i]` is page `first + i`'s SWAPPED word.
 fn publish_clean(p: &Pager, r: &RegionInner, first: usize, n: usize, claimed: &[bool], old: &[u64]) -> usize {
@@ -422,7 +436,11 @@ fn fill(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wak
             }
             p.cache.free(o);
             inc(&p.counters.fault_cache, 1);
-            p.ws.hit(n as u64);
+            if !p.ws.bypassed() {
+                // (While bypassed, the swap cache is not aged: a hit on what it still holds
+                // from before says nothing about recency; shadows measure instead.)
+                p.ws.hit(1);
+            }
             true
         }
         kind::SWAPPED if k0 > 0 => {
@@ -490,6 +508,7 @@ fn fill(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wak
                     }
                     publish_resident(p, r, head, n, &claimed[..n]);
                 }
+                note_refaults(p, r, head, claimed[..n].iter().copied());
                 if all {
                     inc(&p.counters.swpin[k0 as usize], 1);
                 } else {
@@ -537,6 +556,7 @@ fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, wri
         p.store.put(e, 1);
         publish_resident(p, r, pg, 1, &[true]);
     }
+    note_refaults(p, r, pg, std::iter::once(true));
     inc(&p.counters.swpin_fallback[k0 as usize], 1);
     inc(&p.counters.swpin[0], 1);
     inc(&p.counters.fault_swapin, 1);
@@ -650,6 +670,9 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
         publish_clean(p, r, first, n, &claimed[..n], &old[..n]);
     } else {
         publish_resident(p, r, first, n, &claimed[..n]);
+    }
+    if swapped > 0 {
+        note_refaults(p, r, first, (0..n).map(|i| claimed[i] && w_kind(old[i]) == kind::SWAPPED));
     }
     if w_kind(w0) == kind::SWAPPED {
         inc(&p.counters.fault_swapin, 1);

@@ -44,22 +44,49 @@ thread_local! {
     pub static IN_RECLAIM: Cell<u32> = const { Cell::new(0) };
 }
 
-/// Workingset detection for the two-list policy: how many demoted pages come back from the
-/// swap cache. When almost none do (a streaming workload), the inactive stage only costs a
-/// copy and a minor fault, so reclaim bypasses it (evicting active folios straight to the
-/// store, like FIFO) while still sending one batch in eight through it to keep measuring.
+/// Workingset detection for the two-list policy: how many demoted pages come back while the
+/// inactive list would still hold them. When almost none do (a streaming or uniformly random
+/// workload), the inactive stage only costs a copy and a minor fault, so reclaim bypasses it,
+/// evicting active folios straight to the store like FIFO.
+///
+/// While bypassed, it keeps measuring the way the kernel's `mm/workingset.c` does, with
+/// shadows instead of samples: each page evicted straight to the store gets the reclaim
+/// clock (pages that left the active list so far) as its shadow ([`RegionInner::shadow`]); when it is swapped
+/// back in, a refault distance (clock now − shadow) within the inactive list's size means the
+/// inactive list would have turned that major fault into a cheap refault: a hit, as a real
+/// one from the swap cache is.
 #[derive(Default)]
 pub struct Workingset {
     demoted: std::sync::atomic::AtomicU64,
     hits: std::sync::atomic::AtomicU64,
-    tick: std::sync::atomic::AtomicU64,
+    clock: std::sync::atomic::AtomicU64,
     bypass: AtomicBool,
 }
 
 impl Workingset {
-    /// Pages refaulted from the swap cache.
+    /// Refaults the inactive list served (or would have): one per fault, however large the
+    /// folio, since what it saves is a major fault.
     pub(crate) fn hit(&self, n: u64) {
         self.hits.fetch_add(n, Ordering::Relaxed);
+    }
+    /// Pages `[pg, pg + n)` of `r` were just swapped in from the store: count those whose
+    /// refault distance is within the inactive list (`window` pages), and clear their shadows.
+    pub(crate) fn refault(&self, r: &RegionInner, pg: usize, n: usize, window: u64) {
+        let now = self.clock.load(Ordering::Relaxed) as u32;
+        let mut h = 0;
+        for q in pg..pg + n {
+            let s = r.shadow(q).swap(0, Ordering::Relaxed);
+            if s != 0 && u64::from(now.wrapping_sub(s)) <= window {
+                h += 1;
+            }
+        }
+        if h > 0 {
+            self.hit(h);
+        }
+    }
+    /// Advance the clock by `n` evicted pages; returns the stamp for their shadows (never 0).
+    fn tick(&self, n: u64) -> u32 {
+        ((self.clock.fetch_add(n, Ordering::Relaxed) + n) as u32).max(1)
     }
     /// Pages demoted into the swap cache; re-decides the bypass once per `window` pages.
     fn demoted(&self, n: u64, window: u64) {
@@ -67,8 +94,11 @@ impl Workingset {
         if d >= window {
             let h = self.hits.swap(0, Ordering::Relaxed);
             self.demoted.store(0, Ordering::Relaxed);
-            // Refaults under 1/32 of the demotions: the inactive list is not paying off.
-            self.bypass.store(h * 32 < d, Ordering::Relaxed);
+            // A demotion costs a copy (~0.5 µs a page here); a refault it turns from major to
+            // minor saves a swap-in (decompression, and for a written page the compression of
+            // its next eviction: ~4 µs). Under one refault per 8 demoted pages the inactive
+            // list costs more than it saves.
+            self.bypass.store(h * 8 < d, Ordering::Relaxed);
         }
     }
     /// True while the inactive stage is bypassed.
@@ -399,7 +429,13 @@ struct Batch {
 /// A candidate from a list: `None` region = stale entry, skipped.
 type Candidate = (Option<&'static RegionInner>, usize, u32, bool);
 
-fn evict_resident(p: &Pager, to_cache: bool, max_pages: usize, next: &mut dyn FnMut() -> Option<Candidate>) -> usize {
+fn evict_resident(
+    p: &Pager,
+    to_cache: bool,
+    shadows: bool,
+    max_pages: usize,
+    next: &mut dyn FnMut() -> Option<Candidate>,
+) -> usize {
     // SAFETY: Batch is plain data (pointers, integers); all-zero is a valid "empty" value.
     let mut b: Batch = unsafe { std::mem::zeroed() };
     let mut claimed = [0u64; 512];
@@ -572,14 +608,23 @@ fn evict_resident(p: &Pager, to_cache: bool, max_pages: usize, next: &mut dyn Fn
         for i in 0..n {
             r.word(blk.page + i).store(b.words[blk.w + i], Ordering::Release);
         }
+        // The workingset clock counts the pages that leave the active list.
+        let t = p.ws.tick(n as u64);
+        if shadows && (blk.dest == 0 || blk.dest == 3) {
+            // Straight to the store with the inactive list bypassed: leave shadows to measure
+            // whether it should come back, and count the pages as if demoted.
+            for i in 0..n {
+                r.shadow(blk.page + i).store(t, Ordering::Relaxed);
+            }
+            p.ws.demoted(n as u64, inactive_window(p));
+        }
         if blk.dest == 3 {
             inc(&p.counters.clean_evicted, n as u64);
         } else if blk.dest == 4 {
             inc(&p.counters.clean_discarded, n as u64);
         } else if blk.dest == 1 {
             inc(&p.counters.demoted_pages, n as u64);
-            let window = (p.cfg.limit_bytes * u64::from(p.cfg.inactive_percent) / 100 / PAGE_SIZE as u64).max(64);
-            p.ws.demoted(n as u64, window);
+            p.ws.demoted(n as u64, inactive_window(p));
             if !p.inactive.push(entry(r, blk.page, blk.order)) {
                 // Inactive list full: this folio stays cached until it refaults or its region
                 // goes; count it as a reclaim failure.
@@ -605,6 +650,11 @@ fn keep_or_forget_clean(p: &Pager, o: crate::arena::Obj, n: usize, words: &mut [
         p.store.put(w_payload(w), 1);
     }
     false
+}
+
+/// Pages the inactive list holds at its target size (the workingset window).
+pub(crate) fn inactive_window(p: &Pager) -> u64 {
+    (p.cfg.limit_bytes * u64::from(p.cfg.inactive_percent) / 100 / PAGE_SIZE as u64).max(64)
 }
 
 /// Compress the oldest inactive (cached) folios into the store. Returns pages freed from the
@@ -701,14 +751,14 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
     // by at most the floor.
     let floor = (limit_pages / 8).max(4 * (p.cfg.folio_size / PAGE_SIZE)) as i64;
     let at_floor = p.resident_pages.load(Ordering::Relaxed) <= floor;
-    let bypass = !at_floor && two && p.ws.bypassed() && !p.ws.tick.fetch_add(1, Ordering::Relaxed).is_multiple_of(8);
+    let bypass = !at_floor && two && p.ws.bypassed();
     if at_floor {
         progress += shrink_inactive(p, batch);
     } else if bypass {
         if p.cache.live_bytes() + (batch * PAGE_SIZE) as u64 > target {
             progress += shrink_inactive(p, batch);
         }
-        progress += evict_resident(p, false, batch, &mut next);
+        progress += evict_resident(p, false, true, batch, &mut next);
     } else if two {
         // Age the inactive list first (this is what lowers the charge), then refill it from
         // the active list so that it keeps its share of the limit.
@@ -717,10 +767,10 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
             progress += shrink_inactive(p, batch);
         }
         if p.cache.live_bytes() < target || progress == 0 {
-            progress += evict_resident(p, true, batch, &mut next);
+            progress += evict_resident(p, true, false, batch, &mut next);
         }
     } else {
-        progress += evict_resident(p, false, batch, &mut next);
+        progress += evict_resident(p, false, false, batch, &mut next);
     }
     IN_RECLAIM.with(|c| c.set(c.get() - 1));
     progress > 0
@@ -784,7 +834,7 @@ pub(crate) fn evict_region(r: &'static RegionInner) -> usize {
             next_page += 1 << fo;
             Some((Some(r), pg, fo, true))
         };
-        let n = evict_resident(p, false, MAX_BATCH_PAGES / 2, &mut next);
+        let n = evict_resident(p, false, false, MAX_BATCH_PAGES / 2, &mut next);
         total += n;
         if next_page >= r.npages {
             break;

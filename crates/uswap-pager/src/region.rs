@@ -107,6 +107,9 @@ pub fn word(kind: u64, order: u32, payload: u64) -> u64 {
 /// The BUSY word (no payload).
 pub const BUSY: u64 = kind::BUSY;
 
+/// Bytes of per-page state: the state word and the shadow.
+const WORD_BYTES: usize = 12;
+
 /// Maximum number of live regions in the process.
 pub const MAX_REGIONS: usize = 4096;
 
@@ -242,6 +245,16 @@ impl RegionInner {
         unsafe { &*self.words.add(i) }
     }
 
+    /// The shadow of page `i`: the reclaim clock when it was last evicted straight to the store
+    /// while the inactive list was bypassed (0 = none); see [`crate::reclaim::Workingset`].
+    #[inline]
+    pub fn shadow(&self, i: usize) -> &AtomicU32 {
+        debug_assert!(i < self.npages);
+        // SAFETY: the shadows follow the npages words in the same mapping (4-aligned), which
+        // lives as long as the region.
+        unsafe { &*(self.words.add(self.npages) as *const AtomicU32).add(i) }
+    }
+
     /// Address of page `i`.
     #[inline]
     pub fn addr(&self, i: usize) -> usize {
@@ -293,7 +306,8 @@ impl Region {
             mmap_anon(map_len, true).map_err(|e| crate::PagerError::Os(format!("mmap of {map_len} bytes: {e}")))?;
         let start = base.div_ceil(folio) * folio;
         let npages = len / crate::PAGE_SIZE;
-        let words = match mmap_anon(npages * 8, true) {
+        // The state words, then one 4-byte shadow per page (see `RegionInner::shadow`).
+        let words = match mmap_anon(npages * WORD_BYTES, true) {
             Ok(w) => w as *mut AtomicU64,
             Err(e) => {
                 // SAFETY: unmapping the mapping we just created.
@@ -305,7 +319,7 @@ impl Region {
             // SAFETY: unmapping mappings we created.
             unsafe {
                 libc::munmap(base as *mut _, map_len);
-                libc::munmap(words.cast(), npages * 8);
+                libc::munmap(words.cast(), npages * WORD_BYTES);
             }
             crate::PagerError::Os(msg)
         };
@@ -454,7 +468,7 @@ impl Drop for Region {
         // nothing references them any more.
         unsafe {
             libc::munmap(r.map_base as *mut _, r.map_len);
-            libc::munmap(r.words.cast(), r.npages * 8);
+            libc::munmap(r.words.cast(), r.npages * WORD_BYTES);
         }
         s.start.store(0, Ordering::SeqCst);
         // SAFETY: inner came from Box::into_raw in create and is no longer reachable.
