@@ -188,9 +188,12 @@ pub fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool, wake:
                 // dropped it with madvise (then it reads as zero, as anonymous memory does).
                 inc(&p.counters.fault_spurious, 1);
                 let _ = p.uffd.zeropage(r.addr(pg), PAGE_SIZE, wake);
-                if write {
-                    // A write-protect bit left over (a fork child's clean pages): lift it.
+                if write && r.word(pg).compare_exchange(w, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                    // A write-protect bit left over (a clean page's, in a mixed eviction that
+                    // failed): lift it, holding the page so no eviction protects it meanwhile
+                    // (lifting an eviction's protection would let a write slip past its copy).
                     let _ = p.uffd.writeprotect(r.addr(pg), PAGE_SIZE, false, wake);
+                    r.word(pg).store(w, Ordering::Release);
                 }
                 if wake {
                     let _ = p.uffd.wake(r.addr(pg), PAGE_SIZE);
