@@ -93,38 +93,16 @@ impl Arena {
     /// Reserve `cap` bytes of address space (no memory is committed until used).
     pub fn new(cap: usize) -> std::io::Result<Arena> {
         let cap = cap.div_ceil(4096) * 4096;
-        // SAFETY: anonymous private mapping with no address hint.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                cap,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
+        let p: *mut libc::c_void = crate::sys::map_noreserve(cap)?.cast();
         let tag_bytes = cap / 4096 * 8;
-        // SAFETY: anonymous private mapping with no address hint.
-        let t = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                tag_bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
+        let t = match crate::sys::map_noreserve(tag_bytes) {
+            Ok(t) => t,
+            Err(e) => {
+                // SAFETY: unmapping the reservation made above.
+                unsafe { libc::munmap(p, cap) };
+                return Err(e);
+            }
         };
-        if t == libc::MAP_FAILED {
-            let e = std::io::Error::last_os_error();
-            // SAFETY: unmapping the reservation made above.
-            unsafe { libc::munmap(p, cap) };
-            return Err(e);
-        }
         let n = class_sizes().len();
         Ok(Arena {
             tags: t.cast(),

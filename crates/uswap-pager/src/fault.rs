@@ -338,22 +338,10 @@ fn unclean(p: &Pager, r: &RegionInner, pg: usize, w0: u64, wake: bool) -> bool {
     }
     // Unprotect only the pages we hold: another thread may be evicting the others, relying on
     // their protection.
-    let mut i = 0;
-    while i < n {
-        if !claimed[i] {
-            i += 1;
-            continue;
-        }
-        let mut j = i;
-        while j < n && claimed[j] {
-            j += 1;
-        }
-        if p.uffd.writeprotect(r.addr(head + i), (j - i) * PAGE_SIZE, false, wake).is_err() {
-            // The range is gone (unmapped): the unmap event releases the pages.
-            rollback(r, head, &old[..n], &claimed[..n]);
-            return true;
-        }
-        i = j;
+    if !runs(&claimed[..n], |i, j| p.uffd.writeprotect(r.addr(head + i), (j - i) * PAGE_SIZE, false, wake).is_ok()) {
+        // The range is gone (unmapped): the unmap event releases the pages.
+        rollback(r, head, &old[..n], &claimed[..n]);
+        return true;
     }
     let mut d = 0;
     for i in 0..n {
@@ -371,6 +359,16 @@ fn unclean(p: &Pager, r: &RegionInner, pg: usize, w0: u64, wake: bool) -> bool {
 /// Copy the claimed runs of `[first, first + claimed.len())` from `src` (laid out like the
 /// range) into place; `wp` maps them write-protected.
 fn copy_runs(p: &Pager, r: &RegionInner, first: usize, claimed: &[bool], src: *const u8, wp: bool, wake: bool) -> bool {
+    runs(claimed, |i, j| {
+        // SAFETY: src holds claimed.len() pages; the destination pages are claimed (BUSY) and
+        // missing.
+        unsafe { p.uffd.copy(r.addr(first + i), src.add(i * PAGE_SIZE), (j - i) * PAGE_SIZE, wp, wake) }.is_ok()
+    })
+}
+
+/// Call `f(i, j)` for each maximal run `[i, j)` of true in `claimed`, in order, until it
+/// returns false; returns whether every call succeeded.
+fn runs(claimed: &[bool], mut f: impl FnMut(usize, usize) -> bool) -> bool {
     let n = claimed.len();
     let mut i = 0;
     while i < n {
@@ -382,9 +380,7 @@ fn copy_runs(p: &Pager, r: &RegionInner, first: usize, claimed: &[bool], src: *c
         while j < n && claimed[j] {
             j += 1;
         }
-        // SAFETY: src holds n pages; the destination pages are claimed (BUSY) and missing.
-        let res = unsafe { p.uffd.copy(r.addr(first + i), src.add(i * PAGE_SIZE), (j - i) * PAGE_SIZE, wp, wake) };
-        if res.is_err() {
+        if !f(i, j) {
             return false;
         }
         i = j;

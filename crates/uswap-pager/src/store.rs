@@ -156,24 +156,6 @@ unsafe impl Send for Lz4Store {}
 // SAFETY: as above.
 unsafe impl Sync for Lz4Store {}
 
-fn map_noreserve(bytes: usize) -> std::io::Result<*mut u8> {
-    // SAFETY: anonymous private mapping, no hint.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(p.cast())
-}
-
 const SCRATCH: usize = 64;
 const SCRATCH_BYTES: usize = (2 << 20) + (2 << 20) / 255 + 64;
 
@@ -182,10 +164,10 @@ impl Lz4Store {
     /// `compress = false` stores raw (the "zero" tier alone, for comparisons).
     pub fn new(nslots: u64, pool_cap: usize, compress: bool) -> std::io::Result<Lz4Store> {
         let nslots = nslots.clamp(512, 1 << 36);
-        let slots = map_noreserve(nslots as usize * 8)?.cast();
-        let objs = map_noreserve(nslots as usize * 8)?.cast();
+        let slots = crate::sys::map_noreserve(nslots as usize * 8)?.cast();
+        let objs = crate::sys::map_noreserve(nslots as usize * 8)?.cast();
         let per = SCRATCH_BYTES.div_ceil(4096) * 4096;
-        let mem = map_noreserve(per * SCRATCH)?;
+        let mem = crate::sys::map_noreserve(per * SCRATCH)?;
         let scratch = (0..SCRATCH)
             .map(|i| {
                 // SAFETY: inside the scratch mapping.

@@ -471,3 +471,22 @@ pub mod interpose {
         unsafe { sendto_raw(fd, buf.cast(), n, flags, addr, alen) }
     }
 }
+
+/// Reserve `bytes` of anonymous private memory (`MAP_NORESERVE`: pages cost only once touched).
+pub fn map_noreserve(bytes: usize) -> std::io::Result<*mut u8> {
+    // SAFETY: anonymous private mapping, no hint.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(p.cast())
+}
