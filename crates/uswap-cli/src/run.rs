@@ -403,17 +403,27 @@ fn summary(prog: &Path, limit: u64, peak: u64, main: Option<&serde_json::Value>,
     let name = prog.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     // The limit covers what the pager manages; the library, the pager's own tables and the
     // program's binary and libraries (RSS when the pager had started) come on top.
-    let fixed = main.map_or(0, |m| u(m, "/rss_at_start_bytes"));
-    let bound = limit + fixed;
-    eprintln!(
-        "uswap: {name}: peak RSS {}; limit {} + fixed overhead {} = {} ({} {})",
-        human(peak),
-        human(limit),
-        human(fixed),
-        human(bound),
-        human(peak.abs_diff(bound)),
-        if peak > bound { "over" } else { "under" }
-    );
+    match main.map(|m| u(m, "/rss_at_start_bytes")) {
+        Some(fixed) => {
+            let bound = limit + fixed;
+            eprintln!(
+                "uswap: {name}: peak RSS {}; limit {} + fixed overhead {} = {} ({} {})",
+                human(peak),
+                human(limit),
+                human(fixed),
+                human(bound),
+                human(peak.abs_diff(bound)),
+                if peak > bound { "over" } else { "under" }
+            );
+        }
+        // Without the program's statistics its fixed overhead is unknown: say so rather
+        // than compare against the bare limit.
+        None => eprintln!(
+            "uswap: {name}: peak RSS {}; limit {} (+ a fixed overhead not reported)",
+            human(peak),
+            human(limit)
+        ),
+    }
     match main {
         Some(m) => {
             let swin: u64 = m
