@@ -183,6 +183,7 @@ pub fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool, wake:
     loop {
         let w = r.word(pg).load(Ordering::Acquire);
         match w_kind(w) {
+            kind::UNMAPPED => return, // not the region's any more: the access retries elsewhere
             kind::RESIDENT => {
                 // Mapped as far as we know: another thread just filled it, or the program
                 // dropped it with madvise (then it reads as zero, as anonymous memory does).
@@ -856,11 +857,11 @@ pub(crate) fn event_loop(p: &Pager) {
                 Event::Remap { .. } => inc(&p.counters.ev_remap, 1),
                 Event::Remove { start, end } => {
                     inc(&p.counters.ev_remove, 1);
-                    release_range(start as usize, end as usize, true);
+                    release_range(p, start as usize, end as usize, true);
                 }
                 Event::Unmap { start, end } => {
                     inc(&p.counters.ev_unmap, 1);
-                    release_range(start as usize, end as usize, false);
+                    release_range(p, start as usize, end as usize, false);
                 }
                 Event::Unknown(_) => {}
             }
@@ -869,17 +870,23 @@ pub(crate) fn event_loop(p: &Pager) {
     }
 }
 
-/// Release swap entries of every region page in `[start, end)` (after munmap or madvise).
-/// For madvise (`skip_busy`), pages that are `BUSY` are the pager's own evictions and are left.
-fn release_range(start: usize, end: usize, skip_busy: bool) {
+/// Release swap entries of every page of `p`'s regions in `[start, end)` (after munmap, or
+/// madvise with `madvise`). After a munmap the pages are marked UNMAPPED; for madvise, pages
+/// that are `BUSY` are the pager's own evictions and are left.
+fn release_range(p: &Pager, start: usize, end: usize, madvise: bool) {
     region::enter();
     let mut a = start & !(PAGE_SIZE - 1);
     while a < end {
-        match region::lookup(a) {
+        match region::lookup_of(p, a) {
             Some(r) => {
                 let lo = (a - r.start) / PAGE_SIZE;
                 let hi = ((end.min(r.start + r.len)) - r.start).div_ceil(PAGE_SIZE);
-                reclaim::release_pages_ex(r, lo, hi, false, skip_busy);
+                reclaim::release_pages_ex(r, lo, hi, false, madvise);
+                if !madvise {
+                    for pg in lo..hi {
+                        r.word(pg).store(word(kind::UNMAPPED, 0, 0), Ordering::Release);
+                    }
+                }
                 a = r.start + hi * PAGE_SIZE;
             }
             None => a += PAGE_SIZE,

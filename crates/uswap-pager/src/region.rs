@@ -17,8 +17,9 @@
 //! the stored folio it belongs to), `CLEAN` (mapped write-protected and unchanged since it was
 //! swapped in, so it still has its swap entry: PAYLOAD is [`clean_payload`] of that entry and
 //! the stored folio's order, ORDER the folio it was mapped with, as for `RESIDENT`; evicting it
-//! writes nothing, and the first write takes a write-protect fault that frees the entry). R
-//! marks a page brought in by readahead.
+//! writes nothing, and the first write takes a write-protect fault that frees the entry),
+//! `UNMAPPED` (the program unmapped it: lookups pass over it, and dropping the region leaves
+//! that address alone). R marks a page brought in by readahead.
 //!
 //! Locking: a page changes state only by CAS. `BUSY` is the per-page lock: a thread that CASes a
 //! page to `BUSY` owns it until it publishes the next state; no thread ever waits for a `BUSY`
@@ -46,6 +47,9 @@ pub mod kind {
     /// Mapped write-protected, unchanged since swap-in: the store still holds its data (the
     /// kernel's clean folio in the swap cache that keeps its slot).
     pub const CLEAN: u64 = 5;
+    /// Unmapped by the program (`munmap`, `mremap` away): the address is not the region's any
+    /// more, and may be somebody else's mapping now.
+    pub const UNMAPPED: u64 = 6;
 }
 
 /// Mapped (`RESIDENT` or `CLEAN`): the page is on the active list and charged as resident.
@@ -154,9 +158,29 @@ pub fn lookup(addr: usize) -> Option<&'static RegionInner> {
                 // SAFETY: a non-null slot pointer names a live RegionInner; retirement clears
                 // the slot and waits for ACTIVE to drain before freeing it.
                 let r = unsafe { &*p };
-                if addr >= r.start && addr < r.start + r.len {
+                if addr >= r.start
+                    && addr < r.start + r.len
+                    && w_kind(r.word((addr - r.start) / crate::PAGE_SIZE).load(Ordering::Acquire)) != kind::UNMAPPED
+                {
                     return Some(r);
                 }
+            }
+        }
+    }
+    None
+}
+
+/// The region of pager `p` containing `addr`, unmapped pages included (for its own events).
+/// Call between [`enter`] and [`leave`].
+pub fn lookup_of(p: &Pager, addr: usize) -> Option<&'static RegionInner> {
+    let n = HIGH.load(Ordering::Acquire);
+    for s in &REGISTRY[..n] {
+        let ptr = s.ptr.load(Ordering::Acquire);
+        if !ptr.is_null() {
+            // SAFETY: as in lookup.
+            let r = unsafe { &*ptr };
+            if std::ptr::eq(r.pager, p) && addr >= r.start && addr < r.start + r.len {
+                return Some(r);
             }
         }
     }
@@ -418,7 +442,11 @@ impl Region {
         let mut c = [0usize; 5];
         for i in 0..r.npages {
             let k = w_kind(r.word(i).load(Ordering::Relaxed));
-            c[if k == kind::CLEAN { 1 } else { k.min(4) as usize }] += 1;
+            c[match k {
+                kind::CLEAN => 1,
+                kind::UNMAPPED => 0,
+                k => k.min(4) as usize,
+            }] += 1;
         }
         c
     }
@@ -455,6 +483,14 @@ impl Region {
 impl Drop for Region {
     fn drop(&mut self) {
         let r = self.inner();
+        // The program's munmaps of region memory returned once their events were read; wait
+        // until they are processed too, so the pages they unmapped are marked UNMAPPED (the
+        // event thread finds the region through the registry, so before it is retired).
+        let p = &*self.pager;
+        let target = p.ev_reads.load(Ordering::SeqCst);
+        while p.ev_done.load(Ordering::SeqCst) < target && !p.stop.load(Ordering::Relaxed) {
+            std::thread::yield_now();
+        }
         let s = &REGISTRY[r.slot];
         s.ptr.store(std::ptr::null_mut(), Ordering::SeqCst);
         s.end.store(0, Ordering::SeqCst);
@@ -462,12 +498,35 @@ impl Drop for Region {
         while ACTIVE.load(Ordering::SeqCst) != 0 {
             std::thread::yield_now();
         }
-        let _ = self.pager.uffd.unregister(r.start, r.len);
         crate::reclaim::release_pages(r, 0, r.npages, false);
-        // SAFETY: unmapping the region mapping and its page table, both created in create();
-        // nothing references them any more.
+        // Unregister and unmap what is still ours: not the pages the program unmapped (the
+        // address may be another mapping's now), but the alignment slack around the region.
+        let mut i = 0;
+        while i < r.npages {
+            if w_kind(r.word(i).load(Ordering::Acquire)) == kind::UNMAPPED {
+                i += 1;
+                continue;
+            }
+            let mut j = i;
+            while j < r.npages && w_kind(r.word(j).load(Ordering::Acquire)) != kind::UNMAPPED {
+                j += 1;
+            }
+            let _ = self.pager.uffd.unregister(r.addr(i), (j - i) * crate::PAGE_SIZE);
+            // SAFETY: pages [i, j) of the region are still the mapping created in create();
+            // nothing references them any more.
+            unsafe { libc::munmap(r.addr(i) as *mut _, (j - i) * crate::PAGE_SIZE) };
+            i = j;
+        }
+        let end = r.start + r.len;
+        // SAFETY: the slack before and after the region belongs to the mapping made in
+        // create() and was never handed out; the page table is ours alone.
         unsafe {
-            libc::munmap(r.map_base as *mut _, r.map_len);
+            if r.start > r.map_base {
+                libc::munmap(r.map_base as *mut _, r.start - r.map_base);
+            }
+            if r.map_base + r.map_len > end {
+                libc::munmap(end as *mut _, r.map_base + r.map_len - end);
+            }
             libc::munmap(r.words.cast(), r.npages * WORD_BYTES);
         }
         s.start.store(0, Ordering::SeqCst);

@@ -54,3 +54,41 @@ fn madvise_dontneed_releases_entries_when_remove_events_are_on() {
         assert_eq!(common::check_page(page, 12, pg, false), None, "page {pg}");
     }
 }
+
+/// After the program unmaps part of a region, that address may become somebody else's
+/// mapping: dropping the region must leave it alone (it used to unmap its whole original
+/// range, taking the new mapping with it), and faults there are not the region's.
+#[test]
+fn dropping_a_region_leaves_what_now_lives_in_its_unmapped_part() {
+    let Some(p) = common::pager(PagerConfig { limit_bytes: 4 << 20, folio_size: 65536, ..Default::default() }) else {
+        return;
+    };
+    let mut r = p.map(8 << 20).unwrap();
+    r.as_mut_slice().fill(3);
+    // SAFETY: the second half of our own region.
+    let hole = unsafe { r.as_ptr().add(4 << 20) };
+    // SAFETY: unmapping that half; it is not touched through `r` again.
+    assert_eq!(unsafe { libc::munmap(hole.cast(), 4 << 20) }, 0);
+    wait_for(&p, "the unmap event", |p| p.stats().events_unmap >= 1);
+    // Somebody else's mapping in the hole.
+    // SAFETY: a new anonymous mapping exactly at the freed address (refused if taken).
+    let m = unsafe {
+        libc::mmap(
+            hole.cast(),
+            4 << 20,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    };
+    assert_eq!(m, hole.cast(), "the hole was not free");
+    // SAFETY: the new mapping is ours, 4 MiB long.
+    let other = unsafe { std::slice::from_raw_parts_mut(m as *mut u8, 4 << 20) };
+    other.fill(7);
+    assert!(r.as_slice()[..4 << 20].iter().all(|&b| b == 3));
+    drop(r);
+    assert!(other.iter().all(|&b| b == 7), "the other mapping changed");
+    // SAFETY: unmapping the mapping made above.
+    unsafe { libc::munmap(m, 4 << 20) };
+}
