@@ -51,22 +51,7 @@ unsafe impl Sync for BufPool {}
 impl BufPool {
     /// Reserve the pool (memory is committed on first use of each buffer).
     pub fn new() -> std::io::Result<BufPool> {
-        let bytes = NBUF * BUF_BYTES + BUF_BYTES;
-        // SAFETY: anonymous private mapping.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        let mem: *mut u8 = p.cast();
+        let mem = crate::sys::map_noreserve(NBUF * BUF_BYTES + BUF_BYTES)?;
         // SAFETY: the last 2 MiB of the mapping; made read-only so it stays zero.
         let zero = unsafe { mem.add(NBUF * BUF_BYTES) };
         // SAFETY: protecting our own mapping.

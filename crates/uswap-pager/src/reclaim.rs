@@ -188,20 +188,7 @@ impl Ring {
     /// A ring of `cap` entries (a power of two).
     pub fn new(cap: usize) -> std::io::Result<Ring> {
         let cap = cap.next_power_of_two();
-        // SAFETY: anonymous mapping for the entries.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                cap * 8,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
+        let p = crate::sys::map_noreserve(cap * 8)?;
         Ok(Ring {
             buf: p.cast(),
             mask: cap - 1,
