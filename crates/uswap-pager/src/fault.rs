@@ -252,18 +252,32 @@ fn fatal(msg: &str) -> ! {
     }
 }
 
-/// Publish claimed pages `[first, first+n)` as RESIDENT in aligned blocks and queue them.
-fn publish_resident(p: &Pager, r: &RegionInner, first: usize, n: usize, claimed: &[bool]) -> usize {
+/// Publish the claimed pages `[first, first + claimed.len())` as mapped, in aligned blocks,
+/// and queue them on the active list: RESIDENT, or CLEAN (write-protected, swap entry kept)
+/// when `kept` gives each page's SWAPPED word.
+fn publish(p: &Pager, r: &RegionInner, first: usize, claimed: &[bool], kept: Option<&[u64]>) -> usize {
     let mut count = 0;
-    reclaim::blocks(first, n, &|i| claimed[i], |pg, k| {
+    reclaim::blocks(first, claimed.len(), &|i| claimed[i], |pg, k| {
         for q in pg..pg + (1 << k) {
-            r.word(q).store(word(kind::RESIDENT, k, 0), Ordering::Release);
+            let w = match kept {
+                Some(old) => {
+                    let o = old[q - first];
+                    word(kind::CLEAN, k, clean_payload(w_payload(o), w_order(o)))
+                }
+                None => word(kind::RESIDENT, k, 0),
+            };
+            r.word(q).store(w, Ordering::Release);
         }
         p.active.push(entry(r, pg, k));
         count += 1 << k;
     });
     p.resident_pages.fetch_add(count as i64, Ordering::AcqRel);
     inc(&p.counters.pages_mapped, count as u64);
+    if kept.is_some() {
+        r.had_clean.store(true, Ordering::Relaxed);
+        inc(&p.counters.clean_kept, count as u64);
+        p.keep.kept(count as u64);
+    }
     count
 }
 
@@ -276,29 +290,9 @@ fn note_refaults(p: &Pager, r: &RegionInner, first: usize, swapped: impl Iterato
     let win = reclaim::inactive_window(p);
     for (i, s) in swapped.enumerate() {
         if s {
-            p.ws.refault(r, first + i, 1, win);
+            p.ws.refault(r, first + i, win);
         }
     }
-}
-
-/// Publish claimed pages `[first, first+n)` as CLEAN (mapped write-protected, swap entry kept)
-/// in aligned blocks and queue them; `old[i]` is page `first + i`'s SWAPPED word.
-fn publish_clean(p: &Pager, r: &RegionInner, first: usize, n: usize, claimed: &[bool], old: &[u64]) -> usize {
-    let mut count = 0;
-    reclaim::blocks(first, n, &|i| claimed[i], |pg, k| {
-        for q in pg..pg + (1 << k) {
-            let o = old[q - first];
-            r.word(q).store(word(kind::CLEAN, k, clean_payload(w_payload(o), w_order(o))), Ordering::Release);
-        }
-        p.active.push(entry(r, pg, k));
-        count += 1 << k;
-    });
-    r.had_clean.store(true, Ordering::Relaxed);
-    p.resident_pages.fetch_add(count as i64, Ordering::AcqRel);
-    inc(&p.counters.pages_mapped, count as u64);
-    inc(&p.counters.clean_kept, count as u64);
-    p.keep.kept(count as u64);
-    count
 }
 
 /// Any fault on a CLEAN page (a write, in practice: reads do not fault on a mapped page):
@@ -324,7 +318,9 @@ fn unclean(p: &Pager, r: &RegionInner, pg: usize, w0: u64, wake: bool) -> bool {
     }
     // Unprotect only the pages we hold: another thread may be evicting the others, relying on
     // their protection.
-    if !runs(&claimed[..n], |i, j| p.uffd.writeprotect(r.addr(head + i), (j - i) * PAGE_SIZE, false, wake).is_ok()) {
+    if !reclaim::runs(n, &|i| claimed[i], |i, j| {
+        p.uffd.writeprotect(r.addr(head + i), (j - i) * PAGE_SIZE, false, wake).is_ok()
+    }) {
         // The range is gone (unmapped): the unmap event releases the pages.
         rollback(r, head, &old[..n], &claimed[..n]);
         return true;
@@ -345,33 +341,11 @@ fn unclean(p: &Pager, r: &RegionInner, pg: usize, w0: u64, wake: bool) -> bool {
 /// Copy the claimed runs of `[first, first + claimed.len())` from `src` (laid out like the
 /// range) into place; `wp` maps them write-protected.
 fn copy_runs(p: &Pager, r: &RegionInner, first: usize, claimed: &[bool], src: *const u8, wp: bool, wake: bool) -> bool {
-    runs(claimed, |i, j| {
+    reclaim::runs(claimed.len(), &|i| claimed[i], |i, j| {
         // SAFETY: src holds claimed.len() pages; the destination pages are claimed (BUSY) and
         // missing.
         unsafe { p.uffd.copy(r.addr(first + i), src.add(i * PAGE_SIZE), (j - i) * PAGE_SIZE, wp, wake) }.is_ok()
     })
-}
-
-/// Call `f(i, j)` for each maximal run `[i, j)` of true in `claimed`, in order, until it
-/// returns false; returns whether every call succeeded.
-fn runs(claimed: &[bool], mut f: impl FnMut(usize, usize) -> bool) -> bool {
-    let n = claimed.len();
-    let mut i = 0;
-    while i < n {
-        if !claimed[i] {
-            i += 1;
-            continue;
-        }
-        let mut j = i;
-        while j < n && claimed[j] {
-            j += 1;
-        }
-        if !f(i, j) {
-            return false;
-        }
-        i = j;
-    }
-    true
 }
 
 /// Fill the folio around `pg` (state `w0`). Returns false when it lost a race (retry).
@@ -412,12 +386,12 @@ fn fill(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wak
             reclaim::clear_clean_tags(p, o, n);
             let claimed = [true; 512];
             if clean {
-                publish_clean(p, r, head, n, &claimed[..n], &kept[..n]);
+                publish(p, r, head, &claimed[..n], Some(&kept[..n]));
             } else {
                 for &w in kept[..n].iter().filter(|&&w| w != 0) {
                     p.store.put(w_payload(w), 1);
                 }
-                publish_resident(p, r, head, n, &claimed[..n]);
+                publish(p, r, head, &claimed[..n], None);
             }
             p.cache.free(o);
             inc(&p.counters.fault_cache, 1);
@@ -484,14 +458,14 @@ fn fill(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wak
                 }
                 if clean {
                     let old: [u64; 512] = std::array::from_fn(|i| word(kind::SWAPPED, k0, e_head + i as u64));
-                    publish_clean(p, r, head, n, &claimed[..n], &old[..n]);
+                    publish(p, r, head, &claimed[..n], Some(&old[..n]));
                 } else {
                     for i in 0..n {
                         if claimed[i] {
                             p.store.put(e_head + i as u64, 1);
                         }
                     }
-                    publish_resident(p, r, head, n, &claimed[..n]);
+                    publish(p, r, head, &claimed[..n], None);
                 }
                 note_refaults(p, r, head, claimed[..n].iter().copied());
                 if all {
@@ -536,10 +510,10 @@ fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, wri
         return true;
     }
     if clean {
-        publish_clean(p, r, pg, 1, &[true], &[w0]);
+        publish(p, r, pg, &[true], Some(&[w0]));
     } else {
         p.store.put(e, 1);
-        publish_resident(p, r, pg, 1, &[true]);
+        publish(p, r, pg, &[true], None);
     }
     note_refaults(p, r, pg, std::iter::once(true));
     inc(&p.counters.swpin_fallback[k0 as usize], 1);
@@ -604,7 +578,7 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
             rollback(r, first, &old[..n], &claimed[..n]);
             return true;
         }
-        publish_resident(p, r, pg, 1, &claimed[pgi..pgi + 1]);
+        publish(p, r, pg, &claimed[pgi..pgi + 1], None);
         inc(&p.counters.fault_zero, 1);
         return true;
     }
@@ -652,9 +626,9 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
         }
     }
     if clean {
-        publish_clean(p, r, first, n, &claimed[..n], &old[..n]);
+        publish(p, r, first, &claimed[..n], Some(&old[..n]));
     } else {
-        publish_resident(p, r, first, n, &claimed[..n]);
+        publish(p, r, first, &claimed[..n], None);
     }
     if swapped > 0 {
         note_refaults(p, r, first, (0..n).map(|i| claimed[i] && w_kind(old[i]) == kind::SWAPPED));

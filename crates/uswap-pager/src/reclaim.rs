@@ -69,19 +69,12 @@ impl Workingset {
     pub(crate) fn hit(&self, n: u64) {
         self.hits.fetch_add(n, Ordering::Relaxed);
     }
-    /// Pages `[pg, pg + n)` of `r` were just swapped in from the store: count those whose
-    /// refault distance is within the inactive list (`window` pages), and clear their shadows.
-    pub(crate) fn refault(&self, r: &RegionInner, pg: usize, n: usize, window: u64) {
-        let now = self.clock.load(Ordering::Relaxed) as u32;
-        let mut h = 0;
-        for q in pg..pg + n {
-            let s = r.shadow(q).swap(0, Ordering::Relaxed);
-            if s != 0 && u64::from(now.wrapping_sub(s)) <= window {
-                h += 1;
-            }
-        }
-        if h > 0 {
-            self.hit(h);
+    /// Page `pg` of `r` was just swapped in from the store: a hit if its refault distance is
+    /// within the inactive list (`window` pages). Clears its shadow.
+    pub(crate) fn refault(&self, r: &RegionInner, pg: usize, window: u64) {
+        let s = r.shadow(pg).swap(0, Ordering::Relaxed);
+        if s != 0 && u64::from((self.clock.load(Ordering::Relaxed) as u32).wrapping_sub(s)) <= window {
+            self.hit(1);
         }
     }
     /// Advance the clock by `n` evicted pages; returns the stamp for their shadows (never 0).
@@ -320,6 +313,27 @@ pub fn blocks(first: usize, n: usize, claimed: &dyn Fn(usize) -> bool, mut f: im
         f(first + i, k);
         i += 1 << k;
     }
+}
+
+/// Call `f(i, j)` for each maximal run `[i, j)` of `[0, n)` where `is` holds, in order, until
+/// it returns false; returns whether every call succeeded.
+pub fn runs(n: usize, is: &dyn Fn(usize) -> bool, mut f: impl FnMut(usize, usize) -> bool) -> bool {
+    let mut i = 0;
+    while i < n {
+        if !is(i) {
+            i += 1;
+            continue;
+        }
+        let mut j = i;
+        while j < n && is(j) {
+            j += 1;
+        }
+        if !f(i, j) {
+            return false;
+        }
+        i = j;
+    }
+    true
 }
 
 #[derive(Copy, Clone)]

@@ -501,22 +501,14 @@ impl Drop for Region {
         crate::reclaim::release_pages(r, 0, r.npages, false);
         // Unregister and unmap what is still ours: not the pages the program unmapped (the
         // address may be another mapping's now), but the alignment slack around the region.
-        let mut i = 0;
-        while i < r.npages {
-            if w_kind(r.word(i).load(Ordering::Acquire)) == kind::UNMAPPED {
-                i += 1;
-                continue;
-            }
-            let mut j = i;
-            while j < r.npages && w_kind(r.word(j).load(Ordering::Acquire)) != kind::UNMAPPED {
-                j += 1;
-            }
+        let ours = |i: usize| w_kind(r.word(i).load(Ordering::Acquire)) != kind::UNMAPPED;
+        crate::reclaim::runs(r.npages, &ours, |i, j| {
             let _ = self.pager.uffd.unregister(r.addr(i), (j - i) * crate::PAGE_SIZE);
             // SAFETY: pages [i, j) of the region are still the mapping created in create();
             // nothing references them any more.
             unsafe { libc::munmap(r.addr(i) as *mut _, (j - i) * crate::PAGE_SIZE) };
-            i = j;
-        }
+            true
+        });
         let end = r.start + r.len;
         // SAFETY: the slack before and after the region belongs to the mapping made in
         // create() and was never handed out; the page table is ours alone.

@@ -923,9 +923,8 @@ impl ZPool {
         Ok(hdr_len(hdr))
     }
 
-    /// Decode `[at, at + part)` of the object `h` (header `hdr`, payload `src`) into `out`
-    /// (the whole folio's buffer: an LZ4 unit decodes the prefix up to the part's end).
-    #[allow(clippy::too_many_arguments)]
+    /// Decode bytes `part` of the object `h` (header `hdr`, payload `src`) into the same place
+    /// of `out` (the whole folio's buffer: an LZ4 unit decodes the prefix up to the part's end).
     fn decode_part(
         &self,
         h: u64,
@@ -933,15 +932,14 @@ impl ZPool {
         src: &[u8],
         zd: &mut Option<zstd::bulk::Decompressor<'static>>,
         out: &mut [u8],
-        at: usize,
-        part: usize,
+        part: std::ops::Range<usize>,
     ) -> Result<(), TierError> {
         let codec = hdr_codec(hdr);
-        let need = at + part;
+        let (at, need) = (part.start, part.end);
         let ok = if codec & CODEC_PERPAGE != 0 {
-            if at.is_multiple_of(PAGE_SIZE) && part.is_multiple_of(PAGE_SIZE) {
-                // One unit per page: decode just the pages of the part.
-                decode_pages(zd, codec, src, out, at / PAGE_SIZE, part / PAGE_SIZE)
+            if at.is_multiple_of(PAGE_SIZE) && need.is_multiple_of(PAGE_SIZE) {
+                // Units of pages: decode just the units of the part.
+                decode_pages(zd, codec, src, out, at / PAGE_SIZE, (need - at) / PAGE_SIZE)
             } else {
                 decode_pages(zd, codec, src, out, 0, out.len() / PAGE_SIZE)
             }
@@ -1221,7 +1219,7 @@ impl Backend for ZPool {
             let res = if out.len() != PAGE_SIZE << hdr_order(hdr) || at + part > out.len() {
                 Err(TierError::BadHandle(handle))
             } else {
-                self.decode_part(handle, hdr, src, &mut s.zd, out, at, part)
+                self.decode_part(handle, hdr, src, &mut s.zd, out, at..at + part)
             };
             if pinned.is_some() {
                 self.unpin(handle);
