@@ -19,8 +19,10 @@
 //!   internal `mmap` for large blocks and thread arenas): the [`scan`] thread reconciles with
 //!   `/proc/self/maps` whenever the resident set grows, and every 500 ms.
 //!
-//! `munmap`, `mremap` and `madvise(MADV_DONTNEED/FREE/REMOVE)` need no interposition: the
-//! kernel reports them as uffd events (UNMAP, REMAP, REMOVE) and the pager follows. What is not
+//! `munmap` and `mremap` need no interposition: the kernel reports them as uffd events (UNMAP,
+//! REMAP) and the pager follows. `madvise(MADV_DONTNEED/FREE/REMOVE)` is interposed (it frees
+//! the pages' swap entries first); glibc's internal trims are turned off with a trim threshold
+//! above any heap (see `start`), since no symbol sees them. What is not
 //! adopted (stacks, shared or file mappings, the libraries' data, small mappings) is counted
 //! and shown in the statistics; when a large share of the program's memory is outside the
 //! pager, [`scan`] says so on stderr.
@@ -219,12 +221,19 @@ fn start() -> Result<(), String> {
         folio_size: folio,
         tiers: env(c"USWAP_TIERS").unwrap_or("zero,lz4,file:/var/tmp").to_string(),
         fault_mode: uswap_pager::FaultMode::Thread,
-        // The program's own madvise(DONTNEED) (glibc trims its heaps with the internal,
-        // uninterposable one) must free the pages' swap entries, or a later fault would bring
-        // back stale data where the program expects zeros.
-        event_remove: true,
+        // No REMOVE events: reclaim's own madvise would then wait for the event thread, which
+        // must hold off reading while reclaim drops (see the pager's read gate). The program's
+        // madvise goes through the interposed `madvise` below instead.
+        event_remove: false,
         ..Default::default()
     };
+    // glibc trims its heaps with its internal madvise(MADV_DONTNEED), which no interposed symbol
+    // sees: a page swapped out before such a trim would come back with its old bytes where
+    // glibc expects zeros (calloc from a regrown thread heap trusts that). A trim threshold
+    // above any heap turns those trims off (the free memory stays, and is swapped out like any
+    // cold memory); heaps and blocks given back with munmap are still released.
+    // SAFETY: mallopt is safe to call at any time.
+    unsafe { libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX) };
     // The library's own data (its .bss holds the pager's registry) is never adopted.
     scan::record_own_image();
     let before = fork::fd_snapshot();
@@ -436,6 +445,26 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
         }
     }
     r
+}
+
+/// `madvise(2)`: `MADV_DONTNEED`, `MADV_FREE` and `MADV_REMOVE` on managed memory free the
+/// pages' swap entries first (the range reads as zeros afterwards, as the kernel promises).
+///
+/// # Safety
+/// - As for `madvise(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
+    let releasing = matches!(advice, libc::MADV_DONTNEED | libc::MADV_FREE | libc::MADV_REMOVE);
+    if releasing && ready() && !ours() && (addr as usize).is_multiple_of(4096) {
+        let (a, b) = (addr as usize, (addr as usize).saturating_add(len));
+        if uswap_pager::region::overlaps(a, b) {
+            if let Some(p) = pager() {
+                internal(|| p.discard_range(a, len));
+            }
+        }
+    }
+    // SAFETY: forwarded.
+    unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) as c_int }
 }
 
 /// `mprotect(2)`: a reservation made writable is adopted.
