@@ -58,6 +58,7 @@ fn row(
         encrypt,
         discard: false,
         direct,
+        force: false,
     };
     let t = FileTier::open(&cfg).map_err(|e| e.to_string())?;
     let mut data = vec![0u8; folio];
