@@ -75,10 +75,9 @@ Environment:
   USWAP_PRELOAD      path of libuswap_ffi.so to preload instead of the built-in copy
   USWAP_ON_ERROR     `warn`: a process that cannot be put under the pager runs unprotected
                      with a warning instead of exiting with 125
-  USWAP_FAULT_MODE   `sigbus`: resolve faults in the faulting thread (default: the pager's
-                     thread, which a read(2) into swapped-out memory needs)
-  USWAP_HEAP_VA      address space reserved for the heap (default 64G)
-  USWAP_MMAP_MIN     smallest anonymous mapping put under the pager (default 16K)
+  USWAP_MMAP_MIN     smallest anonymous mapping adopted when the program maps it (default 16K)
+  USWAP_SCAN_MS      how often the resident set is checked for memory mapped where no call
+                     is seen, e.g. glibc's heap (default 5 ms)
   Set by uswap run for the program (inherited by everything it starts): LD_PRELOAD,
   USWAP_LIMIT, USWAP_FOLIO, USWAP_TIERS, USWAP_STATS_DIR.";
 

@@ -186,7 +186,10 @@ pub fn process(v: &Value, tiers: &str) -> Value {
     m.insert("ppid".into(), json!(u(v, "/ppid")));
     m.insert("argv".into(), v.get("argv").cloned().unwrap_or(json!([])));
     m.insert("peak_rss_bytes".into(), json!(u(v, "/vm_hwm_bytes")));
-    m.insert("fixed_overhead_bytes".into(), json!(u(v, "/rss_at_start_bytes")));
+    // The fixed overhead: the RSS when the pager had started (binary, libraries, the pager's
+    // reservations) plus what the library's own heap grew by since (the engine's tables).
+    let fixed = v.get("fixed_overhead_bytes").map_or_else(|| u(v, "/rss_at_start_bytes"), |_| u(v, "/fixed_overhead_bytes"));
+    m.insert("fixed_overhead_bytes".into(), json!(fixed));
     m.insert("forks".into(), json!(u(v, "/forks")));
     if let Some(p) = v.get("pager") {
         if let Value::Object(pm) = pager(p, tiers) {
@@ -194,23 +197,15 @@ pub fn process(v: &Value, tiers: &str) -> Value {
         }
     }
     let mut pre = Map::new();
-    for k in [
-        "heap_va_bytes",
-        "heap_used_va_bytes",
-        "program_mmaps_live",
-        "large_blocks_live",
-        "internal_heap_bytes",
-        "mmap_managed",
-        "mmap_passthrough",
-        "munmap_managed",
-        "madvise_managed",
-        "mremap_managed",
-        "mremap_moved",
-        "managed_oom",
-    ] {
+    for k in ["internal_heap_bytes", "adopt_calls", "adopt_bytes", "adopt_errors", "mmap_small", "reservations"] {
         pre.insert(k.into(), json!(u(v, &format!("/{k}"))));
     }
     m.insert("preload".into(), Value::Object(pre));
+    // Anonymous memory the pager does not manage (thread stacks, shared memory, what it could
+    // not adopt), as the reconciler measured it.
+    if let Some(un) = v.get("unmanaged") {
+        m.insert("unmanaged".into(), un.clone());
+    }
     Value::Object(m)
 }
 

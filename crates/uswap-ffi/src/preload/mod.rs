@@ -5,8 +5,8 @@
 //! that links it for the C ABI is not touched). Configuration, set by `uswap run`:
 //! `USWAP_LIMIT` (bytes), `USWAP_TIERS`, `USWAP_FOLIO` (bytes), `USWAP_STATS_DIR` (each process
 //! writes `<pid>.json` there at exit), `USWAP_MMAP_MIN` (smallest anonymous mapping adopted at
-//! `mmap` time, default 16 KiB), `USWAP_SCAN_MS` (how often the mappings are reconciled,
-//! default 20 ms), `USWAP_ON_ERROR=warn` (run unmanaged, with a warning, if the pager cannot
+//! `mmap` time, default 16 KiB), `USWAP_SCAN_MS` (how often the resident set is checked for
+//! memory to reconcile, default 5 ms), `USWAP_ON_ERROR=warn` (run unmanaged, with a warning, if the pager cannot
 //! start; default: print why and exit 125).
 //!
 //! The program keeps its own allocator (glibc malloc, jemalloc, pymalloc, a JVM's or V8's
@@ -71,6 +71,8 @@ static MMAP_MIN: AtomicUsize = AtomicUsize::new(16 << 10);
 static PAGER: OnceLock<Arc<Pager>> = OnceLock::new();
 /// Resident set size when the pager had started (fixed overhead: binary, libraries, pager).
 pub static RSS_AT_START: AtomicU64 = AtomicU64::new(0);
+/// The internal heap's size when the pager had started.
+static HEAP_AT_START: AtomicU64 = AtomicU64::new(0);
 
 /// Counters of the interposition layer.
 pub struct Counters {
@@ -215,7 +217,7 @@ fn start() -> Result<(), String> {
     let limit = parse_num(c"USWAP_LIMIT", 0)?;
     let folio = parse_num(c"USWAP_FOLIO", 65536)? as usize;
     MMAP_MIN.store(parse_num(c"USWAP_MMAP_MIN", 16 << 10)? as usize, Ordering::Relaxed);
-    let scan_ms = parse_num(c"USWAP_SCAN_MS", 20)?;
+    let scan_ms = parse_num(c"USWAP_SCAN_MS", 5)?;
     let cfg = PagerConfig {
         limit_bytes: limit,
         folio_size: folio,
@@ -246,6 +248,7 @@ fn start() -> Result<(), String> {
     fork::install_gate()?;
     let _ = PAGER.set(pager.clone());
     RSS_AT_START.store(proc_status_bytes("VmRSS:"), Ordering::Relaxed);
+    HEAP_AT_START.store(crate::internal::mapped_bytes(), Ordering::Relaxed);
     // Whatever the program has mapped so far (its brk heap, what the loader allocated), then
     // the reconciler keeps up with what it maps where no call of ours sees it.
     scan::scan_once(&pager, true);
@@ -291,6 +294,11 @@ pub fn stats_json() -> Option<serde_json::Value> {
     Some(serde_json::json!({
         "limit_bytes": p.config().limit_bytes,
         "rss_at_start_bytes": RSS_AT_START.load(Ordering::Relaxed),
+        // What the limit does not cover: the RSS at start plus the growth of the library's own
+        // heap (the engine's tables, the pager's bookkeeping), the analogue of the kernel's
+        // swap metadata, which a memory cgroup does not charge either.
+        "fixed_overhead_bytes": RSS_AT_START.load(Ordering::Relaxed)
+            + crate::internal::mapped_bytes().saturating_sub(HEAP_AT_START.load(Ordering::Relaxed)),
         "internal_heap_bytes": crate::internal::mapped_bytes(),
         "adopt_calls": c.adopt_calls.load(Ordering::Relaxed),
         "adopt_bytes": c.adopt_bytes.load(Ordering::Relaxed),
