@@ -188,7 +188,8 @@ pub fn process(v: &Value, tiers: &str) -> Value {
     m.insert("peak_rss_bytes".into(), json!(u(v, "/vm_hwm_bytes")));
     // The fixed overhead: the RSS when the pager had started (binary, libraries, the pager's
     // reservations) plus what the library's own heap grew by since (the engine's tables).
-    let fixed = v.get("fixed_overhead_bytes").map_or_else(|| u(v, "/rss_at_start_bytes"), |_| u(v, "/fixed_overhead_bytes"));
+    let fixed =
+        v.get("fixed_overhead_bytes").map_or_else(|| u(v, "/rss_at_start_bytes"), |_| u(v, "/fixed_overhead_bytes"));
     m.insert("fixed_overhead_bytes".into(), json!(fixed));
     m.insert("forks".into(), json!(u(v, "/forks")));
     if let Some(p) = v.get("pager") {

@@ -10,7 +10,7 @@ fn uswap(args: &[&str]) -> std::process::Output {
 fn bad_arguments_exit_2_with_a_clear_message() {
     for (args, msg) in [
         (&["bench", "usemem", "--size", "1X"][..], "unknown unit"),
-        (&["bench", "usemem", "--limit", ""], "empty size"),
+        (&["bench", "usemem", "--limit", ""], "empty"),
         (&["bench", "usemem", "--folio", "8K"], "must be 4K, 64K or 2M"),
         (&["bench", "usemem", "--compare", "swapfile"], "expected kernel, zram, zswap or none"),
         (&["bench", "usemem", "--pin", "many"], "expected last, none, both or a CPU number"),

@@ -389,11 +389,13 @@ extern "C" fn prepare() {
         while INFLIGHT.load(Ordering::SeqCst) != 0 {
             std::thread::yield_now();
         }
-        // The pagers' own threads hold no page across the fork (the child will not have them).
+        // The pagers' own threads hold no page across the fork (the child will not have them),
+        // and what the child's handler touches before its uffd is registered (this thread's TLS
+        // and its DTV, which may live in the program's heap) is resident.
         // SAFETY: under BIG; tracked pagers are alive.
         for t in unsafe { table() }.pagers.iter().filter(|t| t.used) {
             // SAFETY: as above.
-            unsafe { &*t.pager }.quiesce();
+            quiesce_with_tls_resident(unsafe { &*t.pager });
         }
         // SAFETY: under BIG.
         let files = unsafe { table() }.pagers.iter().any(|p| p.used && p.files[0] >= 0);
@@ -406,6 +408,66 @@ extern "C" fn prepare() {
             }
         }
     }
+}
+
+/// This thread's thread-control data: its TCB with the static TLS blocks below it, and its DTV.
+fn tls_ranges() -> [(usize, usize); 2] {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let (tcb, dtv): (usize, usize);
+        // SAFETY: on x86-64 glibc, %fs:0 is the thread's TCB (self pointer) and %fs:8 its DTV.
+        unsafe {
+            std::arch::asm!("mov {}, fs:0", out(reg) tcb, options(nostack, readonly));
+            std::arch::asm!("mov {}, fs:8", out(reg) dtv, options(nostack, readonly));
+        }
+        // The DTV's length is in the slot before it (glibc's dtv[-1].counter); bound it.
+        let mut len = [0u8; 8];
+        // SAFETY: len is 8 writable bytes.
+        let ok = dtv >= 16 && unsafe { uswap_pager::sys::copy_from_self(dtv - 16, len.as_mut_ptr(), 8) };
+        let n = if ok { (u64::from_ne_bytes(len) as usize).min(4096) } else { 0 };
+        [(tcb.saturating_sub(64 << 10), tcb + 4096), (dtv.saturating_sub(16), dtv + (n + 2) * 16)]
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        [(0, 0), (0, 0)]
+    }
+}
+
+/// Make the pager's threads idle with this thread's TLS and DTV resident: touch them (faults
+/// are served), quiesce, and check with `mincore` that nothing was evicted meanwhile (retry a
+/// few times if it was).
+fn quiesce_with_tls_resident(p: &uswap_pager::Pager) {
+    let ranges = tls_ranges();
+    let mut page = [0u8; 4096];
+    for _ in 0..8 {
+        for &(a, b) in &ranges {
+            let mut x = a & !4095;
+            while x < b {
+                // SAFETY: page is 4096 writable bytes; the source is checked by the kernel.
+                let _ = unsafe { uswap_pager::sys::copy_from_self(x, page.as_mut_ptr(), 4096) };
+                x += 4096;
+            }
+        }
+        p.quiesce();
+        let resident = ranges.iter().all(|&(a, b)| {
+            let mut x = a & !4095;
+            while x < b {
+                let mut v = 0u8;
+                // SAFETY: mincore of one page into one byte; unmapped pages report ENOMEM.
+                let rc = unsafe { libc::mincore(x as *mut _, 4096, &mut v) };
+                if rc == 0 && v & 1 == 0 && uswap_pager::region::overlaps(x, x + 4096) {
+                    return false;
+                }
+                x += 4096;
+            }
+            true
+        });
+        if resident {
+            return;
+        }
+        p.resume();
+    }
+    p.quiesce();
 }
 
 extern "C" fn parent() {

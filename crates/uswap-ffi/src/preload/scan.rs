@@ -70,6 +70,13 @@ pub fn parse_maps(text: &str) -> Vec<Map> {
 /// Why a mapping is not adopted (None = adopt it).
 pub fn skip_reason(maps: &[Map], i: usize, min_len: usize) -> Option<&'static str> {
     let m = &maps[i];
+    // A large PROT_NONE reservation (a glibc thread arena's unused part, a runtime's heap
+    // reserve) is adopted as it is: the registration survives the `mprotect` that commits it,
+    // so its pages are managed from their first touch. Small ones are guard pages.
+    let reserve = &m.perms == b"---p" && m.inode == 0 && m.path.is_empty() && m.end - m.start >= 1 << 20;
+    if reserve {
+        return if uswap_pager::own::is_own(m.start, m.end) { Some("pager's own") } else { None };
+    }
     if m.perms[0] != b'r' || m.perms[1] != b'w' || m.perms[3] != b'p' {
         return Some("not private writable");
     }
@@ -319,6 +326,8 @@ mod tests {
         assert_eq!(r[3], None, "[heap]");
         assert_eq!(r[5], Some("thread stack"));
         assert_eq!(r[6], None, "an arena's heap");
+        assert_eq!(r[7], None, "a large reservation");
+        assert_eq!(r[4], Some("not private writable"), "a guard page");
         assert_eq!(r[8], Some("small"));
         assert_eq!(r[9], Some("not private writable"));
         assert_eq!(r[10], Some("file or special"));
