@@ -250,7 +250,13 @@ pub fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool, wake:
     loop {
         let w = r.word(pg).load(Ordering::Acquire);
         match w_kind(w) {
-            kind::UNMAPPED => return true, // not the region's any more: the access retries elsewhere
+            kind::UNMAPPED => {
+                // Not the region's any more: the access retries elsewhere.
+                if wake {
+                    let _ = p.uffd.wake(r.addr(pg), PAGE_SIZE);
+                }
+                return true;
+            }
             kind::RESIDENT => {
                 // Mapped as far as we know: another thread just filled it, or the program
                 // dropped it with madvise (then it reads as zero, as anonymous memory does).
@@ -439,12 +445,89 @@ fn unclean(p: &Pager, r: &RegionInner, pg: usize, w0: u64, wake: bool) -> bool {
 
 /// Copy the claimed runs of `[first, first + claimed.len())` from `src` (laid out like the
 /// range) into place; `wp` maps them write-protected.
-fn copy_runs(p: &Pager, r: &RegionInner, first: usize, claimed: &[bool], src: *const u8, wp: bool, wake: bool) -> bool {
-    reclaim::runs(claimed.len(), &|i| claimed[i], |i, j| {
+///
+/// A run the kernel refuses whole (a folio that crosses into another mapping, e.g. the
+/// `PROT_NONE` rest of a reservation: `UFFDIO_COPY` needs one VMA) is copied page by page;
+/// pages that still fail are dropped from `claimed` (the caller restores their words). Returns
+/// false only when an event is pending (`EAGAIN` on the event thread: retry everything later).
+fn copy_runs(
+    p: &Pager,
+    r: &RegionInner,
+    first: usize,
+    claimed: &mut [bool],
+    src: *const u8,
+    wp: bool,
+    wake: bool,
+) -> bool {
+    let snapshot: [bool; 512] = std::array::from_fn(|i| i < claimed.len() && claimed[i]);
+    let mut failed = [false; 512];
+    let mut again = false;
+    reclaim::runs(claimed.len(), &|i| snapshot[i], |i, j| {
         // SAFETY: src holds claimed.len() pages; the destination pages are claimed (BUSY) and
         // missing.
-        unsafe { p.uffd.copy(r.addr(first + i), src.add(i * PAGE_SIZE), (j - i) * PAGE_SIZE, wp, wake) }.is_ok()
-    })
+        let whole = unsafe { p.uffd.copy(r.addr(first + i), src.add(i * PAGE_SIZE), (j - i) * PAGE_SIZE, wp, wake) };
+        if whole.is_ok() {
+            return true;
+        }
+        if crate::uffd::AGAIN.with(|c| c.get()) {
+            again = true;
+            return false;
+        }
+        for q in i..j {
+            // SAFETY: as above, one page.
+            if unsafe { p.uffd.copy(r.addr(first + q), src.add(q * PAGE_SIZE), PAGE_SIZE, wp, wake) }.is_err() {
+                failed[q] = true;
+            }
+        }
+        !crate::uffd::AGAIN.with(|c| c.get())
+    });
+    if again || crate::uffd::AGAIN.with(|c| c.get()) {
+        return false;
+    }
+    for (i, c) in claimed.iter_mut().enumerate() {
+        if failed[i] {
+            *c = false;
+        }
+    }
+    true
+}
+
+/// Promote the claimed cached folio `[head, head + n)` (cache object `o`) page by page: pages
+/// the kernel maps become RESIDENT, the others are stored as 4 KiB pages (their data is never
+/// dropped). Frees the cache object.
+fn uncache_by_page(p: &Pager, r: &RegionInner, head: usize, n: usize, o: crate::arena::Obj, wake: bool) {
+    let mut kept = [0u64; 512];
+    reclaim::clean_tags(p, o, n, &mut kept);
+    reclaim::clear_clean_tags(p, o, n);
+    let mut mapped = 0i64;
+    for i in 0..n {
+        // SAFETY: page i of the claimed cache object.
+        let src = unsafe { p.cache.ptr(o).add(i * PAGE_SIZE) };
+        // SAFETY: src is one readable page; the destination page is claimed.
+        if unsafe { p.uffd.copy(r.addr(head + i), src, PAGE_SIZE, false, wake) }.is_ok() {
+            if kept[i] != 0 {
+                p.store.put(w_payload(kept[i]), 1);
+            }
+            r.word(head + i).store(word(kind::RESIDENT, 0, 0), Ordering::Release);
+            p.active.push(entry(r, head + i, 0));
+            mapped += 1;
+            continue;
+        }
+        if kept[i] != 0 {
+            r.word(head + i).store(word(kind::SWAPPED, 0, w_payload(kept[i])), Ordering::Release);
+            continue;
+        }
+        // SAFETY: as above.
+        let d = unsafe { std::slice::from_raw_parts(src, PAGE_SIZE) };
+        let mut nw = [0u64; 1];
+        if reclaim::store_folio(p, d, 0, &mut nw).is_ok() {
+            r.word(head + i).store(word(kind::SWAPPED, 0, w_payload(nw[0])), Ordering::Release);
+        } else {
+            fatal("uswap-pager: a cached page could be neither mapped nor stored\n");
+        }
+    }
+    p.resident_pages.fetch_add(mapped, Ordering::AcqRel);
+    p.cache.free(o);
 }
 
 /// Fill the folio around `pg` (state `w0`). Returns false when it lost a race (retry).
@@ -477,10 +560,23 @@ fn fill(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wak
             // SAFETY: the cache object holds the folio; the pages are claimed and missing.
             let res = unsafe { p.uffd.copy(r.addr(head), p.cache.ptr(o), PAGE_SIZE << k0, clean, wake) };
             if res.is_err() {
-                for i in 0..n {
-                    r.word(head + i).store(w0, Ordering::Release);
+                if n == 1 || crate::uffd::AGAIN.with(|c| c.get()) {
+                    for i in 0..n {
+                        r.word(head + i).store(w0, Ordering::Release);
+                    }
+                    if wake {
+                        let _ = p.uffd.wake(r.addr(pg), PAGE_SIZE);
+                    }
+                    return true; // unmapped meanwhile, or an event pending (retried)
                 }
-                return true; // the mapping is gone (unmapped): nothing to serve
+                // The folio spans mappings the kernel will not fill in one call (part of it
+                // is PROT_NONE now): promote it page by page; a page that cannot be mapped
+                // keeps its data in the store.
+                uncache_by_page(p, r, head, n, o, wake);
+                if wake {
+                    let _ = p.uffd.wake(r.addr(pg), PAGE_SIZE);
+                }
+                return true;
             }
             reclaim::clear_clean_tags(p, o, n);
             let claimed = [true; 512];
@@ -549,11 +645,19 @@ fn fill(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wak
                     fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
                 }
                 let clean = all && !write && e_head + (n as u64) < region::CLEAN_MAX_ENTRY && p.keep.keep(p);
-                let ok = copy_runs(p, r, head, &claimed[..n], buf.as_ptr(), clean, wake);
+                let before = claimed;
+                let ok = copy_runs(p, r, head, &mut claimed[..n], buf.as_ptr(), clean, wake);
                 p.bufs.give(bi);
                 if !ok {
-                    restore(&claimed[..n]);
+                    restore(&before[..n]);
                     return true;
+                }
+                // Pages the kernel would not fill keep their words.
+                let dropped: [bool; 512] = std::array::from_fn(|i| i < n && before[i] && !claimed[i]);
+                restore(&dropped[..n]);
+                let clean = clean && claimed[..n].iter().all(|&c| c);
+                if !claimed[pg - head] && wake {
+                    let _ = p.uffd.wake(r.addr(pg), PAGE_SIZE);
                 }
                 if clean {
                     let old: [u64; 512] = std::array::from_fn(|i| word(kind::SWAPPED, k0, e_head + i as u64));
@@ -606,6 +710,9 @@ fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, wri
     p.bufs.give(bi);
     if res.is_err() {
         r.word(pg).store(w0, Ordering::Release);
+        if wake {
+            let _ = p.uffd.wake(r.addr(pg), PAGE_SIZE);
+        }
         return true;
     }
     if clean {
@@ -675,6 +782,9 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
         // A read of a never-written page: map the shared zero page.
         if p.uffd.zeropage(r.addr(pg), PAGE_SIZE, wake).is_err() {
             rollback(r, first, &old[..n], &claimed[..n]);
+            if wake {
+                let _ = p.uffd.wake(r.addr(pg), PAGE_SIZE);
+            }
             return true;
         }
         publish(p, r, pg, &claimed[pgi..pgi + 1], None);
@@ -707,13 +817,20 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
         src = p.bufs.zero();
     }
     let clean = any_swapped && all_swapped && !write && p.keep.keep(p);
-    let ok = copy_runs(p, r, first, &claimed[..n], src, clean, wake);
+    let before = claimed;
+    let ok = copy_runs(p, r, first, &mut claimed[..n], src, clean, wake);
     if bi != usize::MAX {
         p.bufs.give(bi);
     }
     if !ok {
-        rollback(r, first, &old[..n], &claimed[..n]);
+        rollback(r, first, &old[..n], &before[..n]);
         return true;
+    }
+    // Pages the kernel would not fill keep their words (and their entries).
+    let dropped: [bool; 512] = std::array::from_fn(|i| i < n && before[i] && !claimed[i]);
+    rollback(r, first, &old[..n], &dropped[..n]);
+    if !claimed[pg - first] && wake {
+        let _ = p.uffd.wake(r.addr(pg), PAGE_SIZE);
     }
     let mut swapped = 0u64;
     for i in 0..n {

@@ -375,7 +375,14 @@ impl Uffd {
                     }
                     return Ok(if any { Filled::Exists } else { Filled::Done });
                 }
-                libc::EEXIST => return Ok(Filled::Exists),
+                libc::EEXIST => {
+                    // The kernel wakes waiters only when it populated the range: a thread that
+                    // faulted on a page that turned out present would sleep forever.
+                    if wake {
+                        let _ = self.wake(dst + done, 4096);
+                    }
+                    return Ok(Filled::Exists);
+                }
                 libc::EAGAIN => {
                     if c.copy > 0 {
                         done += c.copy as usize;
@@ -419,7 +426,13 @@ impl Uffd {
                     }
                     return Ok(if any { Filled::Exists } else { Filled::Done });
                 }
-                libc::EEXIST => return Ok(Filled::Exists),
+                libc::EEXIST => {
+                    // As in copy: wake whoever waits on the present page.
+                    if wake {
+                        let _ = self.wake(start + done, 4096);
+                    }
+                    return Ok(Filled::Exists);
+                }
                 libc::EAGAIN => {
                     if z.zeropage > 0 {
                         done += z.zeropage as usize;
