@@ -44,6 +44,7 @@
 use crate::BIG;
 use std::cell::{Cell, UnsafeCell};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use uswap_pager::uffd;
 
 thread_local! {
@@ -388,6 +389,12 @@ extern "C" fn prepare() {
         while INFLIGHT.load(Ordering::SeqCst) != 0 {
             std::thread::yield_now();
         }
+        // The pagers' own threads hold no page across the fork (the child will not have them).
+        // SAFETY: under BIG; tracked pagers are alive.
+        for t in unsafe { table() }.pagers.iter().filter(|t| t.used) {
+            // SAFETY: as above.
+            unsafe { &*t.pager }.quiesce();
+        }
         // SAFETY: under BIG.
         let files = unsafe { table() }.pagers.iter().any(|p| p.used && p.files[0] >= 0);
         if files {
@@ -413,6 +420,11 @@ extern "C" fn parent() {
         }
         FORKS.fetch_add(1, Ordering::Relaxed);
     }
+    // SAFETY: under BIG (taken in prepare); tracked pagers are alive.
+    for t in unsafe { table() }.pagers.iter().filter(|t| t.used) {
+        // SAFETY: as above.
+        unsafe { &*t.pager }.resume();
+    }
     GATE.store(0, Ordering::SeqCst);
     FORKING.store(false, Ordering::SeqCst);
     BIG.unlock();
@@ -437,7 +449,7 @@ extern "C" fn child() {
                 if !t.used {
                     continue;
                 }
-                if let Err(e) = rebuild_child(i, t, &tab.regions) {
+                if let Err(e) = rebuild_child(i, t) {
                     die(&format!("uswap: fork: cannot rebuild the pager in the child: {e}\n"));
                 }
             }
@@ -458,7 +470,7 @@ extern "C" fn child() {
     BIG.force_unlock();
 }
 
-fn rebuild_child(idx: usize, t: &Tracked, regions: &[(usize, usize, usize)]) -> Result<(), String> {
+fn rebuild_child(idx: usize, t: &Tracked) -> Result<(), String> {
     if t.uring {
         return Err("the swap file uses io_uring, whose ring cannot be shared with a child".into());
     }
@@ -485,23 +497,44 @@ fn rebuild_child(idx: usize, t: &Tracked, regions: &[(usize, usize, usize)]) -> 
         return Err(format!("dup2: {}", std::io::Error::last_os_error()));
     }
     let t0 = std::time::Instant::now();
-    for &(start, len, p) in regions.iter().filter(|r| r.1 != 0 && r.2 == idx) {
+    // SAFETY: tracked pagers are alive while tracked (track_pager's contract).
+    let pager = unsafe { &*t.pager };
+    let mut err = None;
+    pager.registered_ranges(|start, len| {
+        if err.is_some() {
+            return;
+        }
         loop {
             match u.register(start, len, uffd::mode::MISSING | uffd::mode::WP) {
                 Ok(_) => break,
                 // The kernel's fork context still holds the range until the parent's event
                 // thread closes it.
                 Err(e) if e.errno == libc::EBUSY && t0.elapsed().as_secs() < 30 => std::thread::yield_now(),
-                Err(e) => return Err(format!("re-registering region {start:#x}+{len:#x} of pager {p}: {e}")),
+                // Unmapped in the parent while we forked (its event not applied yet): gone here too.
+                Err(e) if e.errno == libc::ENOMEM || e.errno == libc::EINVAL => break,
+                Err(e) => {
+                    err = Some(format!("re-registering {start:#x}+{len:#x} of pager {idx}: {e}"));
+                    break;
+                }
             }
         }
+    });
+    if let Some(e) = err {
+        return Err(e);
     }
     // The pager keeps using the number; our temporary one goes.
     drop(u);
     // 4. The pager's own threads: its event thread serves our faults (thread fault mode) and
     // events (fork and unmap events block their thread until read).
     // SAFETY: tracked pagers are alive while tracked (track_pager's contract).
-    unsafe { &*t.pager }.restart_in_fork_child().map_err(|e| e.to_string())
+    pager.restart_in_fork_child().map_err(|e| e.to_string())?;
+    // The preload's reconciler is one of those threads too.
+    if let Some(p) = crate::preload::pager() {
+        if std::ptr::eq(Arc::as_ptr(p), t.pager) {
+            crate::preload::scan::restart_in_child(p.clone());
+        }
+    }
+    Ok(())
 }
 
 /// Copy the data extents of the file open on `fd` into a new unlinked file in the same

@@ -47,61 +47,133 @@ pub unsafe fn sys_munmap(addr: *mut libc::c_void, len: usize) -> i32 {
     unsafe { libc::syscall(libc::SYS_munmap, addr, len) as i32 }
 }
 
-// SAFETY: the methods return fresh anonymous mappings (or null) and release only what they
-// were given, which is what dlmalloc's Allocator contract asks.
+/// Address space of the internal heap: one `MAP_NORESERVE` reservation, so that "is this
+/// block ours?" is a range check ([`owns`]) and the pager never adopts it.
+const RESERVE: usize = 64 << 30;
+/// Granule of the reservation handed to dlmalloc.
+const CHUNK: usize = 64 << 10;
+const NCHUNKS: usize = RESERVE / CHUNK;
+
+static BASE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+struct Bitmap(UnsafeCell<[u64; NCHUNKS / 64]>);
+// SAFETY: only touched by RawMmap's methods, which dlmalloc calls with the heap's lock held.
+unsafe impl Sync for Bitmap {}
+static USED: Bitmap = Bitmap(UnsafeCell::new([0; NCHUNKS / 64]));
+
+fn base() -> usize {
+    let b = BASE.load(Ordering::Acquire);
+    if b != 0 {
+        return b;
+    }
+    // SAFETY: a fresh private anonymous reservation (pages cost nothing until touched).
+    let p = unsafe {
+        sys_mmap(
+            std::ptr::null_mut(),
+            RESERVE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return 0;
+    }
+    uswap_pager::own::add(p as usize, RESERVE);
+    BASE.store(p as usize, Ordering::Release);
+    p as usize
+}
+
+/// True if `p` points into the internal heap.
+#[inline]
+pub fn owns(p: *const libc::c_void) -> bool {
+    let b = BASE.load(Ordering::Relaxed);
+    b != 0 && (p as usize).wrapping_sub(b) < RESERVE
+}
+
+/// The chunk bitmap.
+///
+/// # Safety
+/// - Called with the heap's lock held (dlmalloc's system allocator calls are), and the
+///   reference is dropped before the lock is released.
+unsafe fn bits() -> &'static mut [u64; NCHUNKS / 64] {
+    // SAFETY: exclusive under the heap lock (caller's obligation).
+    unsafe { &mut *USED.0.get() }
+}
+
+impl RawMmap {
+    fn set(bits: &mut [u64], from: usize, n: usize, on: bool) {
+        for i in from..from + n {
+            if on {
+                bits[i / 64] |= 1 << (i % 64);
+            } else {
+                bits[i / 64] &= !(1 << (i % 64));
+            }
+        }
+    }
+    fn release(&self, ptr: *mut u8, size: usize) -> bool {
+        let b = base();
+        let off = ptr as usize - b;
+        if !off.is_multiple_of(CHUNK) || size == 0 {
+            return false;
+        }
+        let n = size.div_ceil(CHUNK);
+        // SAFETY: giving the pages back; the range is ours and unused from now on.
+        unsafe { libc::syscall(libc::SYS_madvise, ptr, n * CHUNK, libc::MADV_DONTNEED) };
+        // SAFETY: under the heap lock (dlmalloc calls us with it held).
+        Self::set(unsafe { bits() }, off / CHUNK, n, false);
+        MAPPED.fetch_sub((n * CHUNK) as u64, Ordering::Relaxed);
+        true
+    }
+}
+
+// SAFETY: the methods hand out unused, zero-filled chunks of the reservation (or null) and take
+// back only what they handed out, which is what dlmalloc's Allocator contract asks; dlmalloc
+// calls them with the heap's lock held, which guards the bitmap.
 unsafe impl Allocator for RawMmap {
     fn alloc(&self, size: usize) -> (*mut u8, usize, u32) {
-        // SAFETY: a fresh private anonymous mapping.
-        let p = unsafe {
-            sys_mmap(
-                std::ptr::null_mut(),
-                size,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
+        let b = base();
+        if b == 0 {
             return (std::ptr::null_mut(), 0, 0);
         }
-        MAPPED.fetch_add(size as u64, Ordering::Relaxed);
-        (p.cast(), size, 0)
-    }
-    #[allow(
-        clippy::not_unsafe_ptr_arg_deref,
-        reason = "dlmalloc's Allocator signature; ptr is always a mapping this allocator made"
-    )]
-    fn remap(&self, ptr: *mut u8, oldsize: usize, newsize: usize, can_move: bool) -> *mut u8 {
-        let flags = if can_move { libc::MREMAP_MAYMOVE } else { 0 };
-        // SAFETY: ptr/oldsize name a mapping this allocator made.
-        let p = unsafe { libc::syscall(libc::SYS_mremap, ptr, oldsize, newsize, flags) as *mut libc::c_void };
-        if p == libc::MAP_FAILED {
-            return std::ptr::null_mut();
+        let n = size.div_ceil(CHUNK);
+        // SAFETY: under the heap lock.
+        let bits = unsafe { bits() };
+        let mut run = 0;
+        let mut i = 0;
+        while i < NCHUNKS {
+            if bits[i / 64] == u64::MAX && run == 0 {
+                i += 64 - i % 64;
+                continue;
+            }
+            if bits[i / 64] & (1 << (i % 64)) == 0 {
+                run += 1;
+                if run == n {
+                    let first = i + 1 - n;
+                    Self::set(bits, first, n, true);
+                    MAPPED.fetch_add((n * CHUNK) as u64, Ordering::Relaxed);
+                    return ((b + first * CHUNK) as *mut u8, n * CHUNK, 0);
+                }
+            } else {
+                run = 0;
+            }
+            i += 1;
         }
-        MAPPED.fetch_add(newsize as u64, Ordering::Relaxed);
-        MAPPED.fetch_sub(oldsize as u64, Ordering::Relaxed);
-        p.cast()
+        (std::ptr::null_mut(), 0, 0)
     }
-    #[allow(
-        clippy::not_unsafe_ptr_arg_deref,
-        reason = "dlmalloc's Allocator signature; ptr is always a mapping this allocator made"
-    )]
+    fn remap(&self, _ptr: *mut u8, _oldsize: usize, _newsize: usize, _can_move: bool) -> *mut u8 {
+        std::ptr::null_mut()
+    }
     fn free_part(&self, ptr: *mut u8, oldsize: usize, newsize: usize) -> bool {
-        // SAFETY: the tail of a mapping this allocator made.
-        let ok = unsafe { sys_munmap(ptr.add(newsize).cast(), oldsize - newsize) } == 0;
-        if ok {
-            MAPPED.fetch_sub((oldsize - newsize) as u64, Ordering::Relaxed);
+        let keep = newsize.div_ceil(CHUNK) * CHUNK;
+        if keep >= oldsize {
+            return false;
         }
-        ok
+        self.release(ptr.wrapping_add(keep), oldsize - keep)
     }
     fn free(&self, ptr: *mut u8, size: usize) -> bool {
-        // SAFETY: a whole mapping this allocator made.
-        let ok = unsafe { sys_munmap(ptr.cast(), size) } == 0;
-        if ok {
-            MAPPED.fetch_sub(size as u64, Ordering::Relaxed);
-        }
-        ok
+        self.release(ptr, size)
     }
     fn can_release_part(&self, _flags: u32) -> bool {
         true

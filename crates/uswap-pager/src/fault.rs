@@ -121,7 +121,7 @@ pub fn handle_fault(addr: usize, write: bool, wake: bool) -> Handled {
     let t0 = if p.cfg.record_latency { now_ns() } else { 0 };
     inc(&p.counters.faults, 1);
     let pg = (addr - r.start) / PAGE_SIZE;
-    resolve(p, r, pg, write, wake);
+    resolve(p, r, pg, write, wake, Wait::Block);
     if p.cfg.record_latency {
         p.counters.record_latency(now_ns() - t0);
     }
@@ -161,19 +161,103 @@ fn maybe_reclaim(p: &Pager, need: u64) {
     }
 }
 
-/// Resolve page `pg` of `r` (the fault path proper).
-pub fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool, wake: bool) {
-    maybe_reclaim(p, (PAGE_SIZE << r.folio_order) as u64);
-    let mut reclaimed = false;
+/// How a fault may wait.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// The faulting thread itself (SIGBUS mode, tests): it may wait for a `BUSY` page and
+    /// reclaim directly.
+    Block,
+    /// The thread that reads the uffd (thread fault mode): it must never wait for another
+    /// thread (that thread may be blocked until this one reads its event), so a fault it
+    /// cannot finish now is retried later. `wp`: the message was a write-protect fault (the
+    /// page is present).
+    NoWait {
+        /// A write-protect fault.
+        wp: bool,
+    },
+}
+
+/// Outcome of [`try_fault`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Try {
+    /// Resolved (the faulting thread was woken).
+    Done,
+    /// Not now: retry after reading more messages (a page is held by another thread, an
+    /// event is pending, or the charge is over the limit while reclaim catches up).
+    Retry,
+    /// No region holds the address.
+    NotOurs,
+}
+
+/// Serve a fault message on the thread that reads the uffd, without waiting for anything
+/// (see [`Wait::NoWait`]). `force`: map it even if the charge is over the limit (the fault
+/// has waited long enough for reclaim).
+pub(crate) fn try_fault(p: &Pager, addr: usize, write: bool, wp: bool, force: bool) -> Try {
+    region::enter();
+    let Some(r) = region::lookup(addr) else {
+        region::leave();
+        return Try::NotOurs;
+    };
+    let t0 = if p.cfg.record_latency { now_ns() } else { 0 };
+    let pg = (addr - r.start) / PAGE_SIZE;
+    if !force && !wp {
+        // Throttle: a page to map while the charge is over the limit waits for the reclaimer
+        // (the fault is retried), so the limit holds within a few folios.
+        let need = (PAGE_SIZE << r.folio_order) as u64;
+        let charged = p.charged_bytes();
+        if charged + need > reclaim::wake_mark(p) {
+            crate::sys::futex_wake(&p.reclaim_wake);
+        }
+        let k = w_kind(r.word(pg).load(Ordering::Acquire));
+        let needs_memory = matches!(k, kind::NONE | kind::SWAPPED | kind::CACHED);
+        if needs_memory
+            && charged + need > p.cfg.limit_bytes + throttle_slack(p)
+            && !p.reclaim_stuck.load(Ordering::Relaxed)
+        {
+            inc(&p.counters.fault_throttled, 1);
+            region::leave();
+            return Try::Retry;
+        }
+    }
+    crate::uffd::AGAIN.with(|c| c.set(false));
+    let done = resolve(p, r, pg, write, true, Wait::NoWait { wp });
+    let again = crate::uffd::AGAIN.with(|c| c.replace(false));
+    if done && !again {
+        inc(&p.counters.faults, 1);
+        if p.cfg.record_latency {
+            p.counters.record_latency(now_ns() - t0);
+        }
+    }
+    region::leave();
+    if done && !again {
+        Try::Done
+    } else {
+        Try::Retry
+    }
+}
+
+/// How far over the limit the charge may go before faults wait for the reclaimer.
+fn throttle_slack(p: &Pager) -> u64 {
+    (p.cfg.limit_bytes / 64).max(4 * p.cfg.folio_size as u64)
+}
+
+/// Resolve page `pg` of `r` (the fault path proper). Returns false when it could not finish
+/// without waiting (only with [`Wait::NoWait`]; the caller retries later).
+pub fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool, wake: bool, wait: Wait) -> bool {
+    if wait == Wait::Block {
+        maybe_reclaim(p, (PAGE_SIZE << r.folio_order) as u64);
+    }
     loop {
         let w = r.word(pg).load(Ordering::Acquire);
         match w_kind(w) {
-            kind::UNMAPPED => return, // not the region's any more: the access retries elsewhere
+            kind::UNMAPPED => return true, // not the region's any more: the access retries elsewhere
             kind::RESIDENT => {
                 // Mapped as far as we know: another thread just filled it, or the program
                 // dropped it with madvise (then it reads as zero, as anonymous memory does).
                 inc(&p.counters.fault_spurious, 1);
-                let _ = p.uffd.zeropage(r.addr(pg), PAGE_SIZE, wake);
+                if p.uffd.zeropage(r.addr(pg), PAGE_SIZE, wake).is_err() && wait != Wait::Block {
+                    return false;
+                }
                 if write && r.word(pg).compare_exchange(w, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                     // A write-protect bit left over (a clean page's, in a mixed eviction that
                     // failed): lift it, holding the page so no eviction protects it meanwhile
@@ -184,11 +268,11 @@ pub fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool, wake:
                 if wake {
                     let _ = p.uffd.wake(r.addr(pg), PAGE_SIZE);
                 }
-                return;
+                return true;
             }
             kind::CLEAN => {
                 if unclean(p, r, pg, w, wake) {
-                    return;
+                    return true;
                 }
             }
             kind::BUSY => {
@@ -196,18 +280,33 @@ pub fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool, wake:
                     // A fault inside our own reclaim on a page we hold: the program discarded
                     // it behind our back; it reads as zero.
                     let _ = p.uffd.zeropage(r.addr(pg), PAGE_SIZE, wake);
-                    return;
+                    return true;
+                }
+                if let Wait::NoWait { wp } = wait {
+                    if !wp && w == region::BUSY_COPY {
+                        // A missing-page fault on a page an eviction is copying: the program
+                        // dropped it (madvise) under the copy. It reads as zero now, and the
+                        // eviction copies (and stores) those zeros.
+                        inc(&p.counters.fault_spurious, 1);
+                        return p.uffd.zeropage(r.addr(pg), PAGE_SIZE, wake).is_ok();
+                    }
+                    inc(&p.counters.fault_waits, 1);
+                    return false;
                 }
                 wait_not_busy(p, r, pg);
             }
             _ => {
+                let again0 = crate::uffd::AGAIN.with(|c| c.get());
                 if fill(p, r, pg, w, write, wake) {
-                    return;
+                    return true;
                 }
-                if !reclaimed {
-                    reclaimed = true;
+                if wait != Wait::Block && (crate::uffd::AGAIN.with(|c| c.get()) || again0) {
+                    return false;
                 }
             }
+        }
+        if wait != Wait::Block && crate::uffd::AGAIN.with(|c| c.get()) {
+            return false;
         }
     }
 }
@@ -748,10 +847,42 @@ unsafe fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_
 
 /// How long the event thread keeps polling after a page fault in thread mode.
 const SPIN_NS: u64 = 100_000;
+/// How long a fault waits for the reclaimer before it is mapped over the limit anyway (so a
+/// reclaimer that cannot make progress slows the program down but never hangs it).
+const THROTTLE_MAX_NS: u64 = 20_000_000;
+
+thread_local! {
+    static EVENT_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// True on the thread that reads the uffd.
+pub fn on_event_thread() -> bool {
+    EVENT_THREAD.with(|c| c.get())
+}
+
+/// A fault message not resolved yet.
+#[derive(Copy, Clone)]
+struct PendingFault {
+    addr: usize,
+    write: bool,
+    wp: bool,
+    since: u64,
+}
 
 /// Read the uffd until the pager stops: events always, page faults in thread mode.
+///
+/// This thread never waits for another thread: other threads may be blocked in the kernel
+/// until it reads their event (munmap, mremap, madvise, fork) or their fault. An event or a
+/// fault it cannot finish now (a page held by another thread, an ioctl refused while an
+/// event is pending, the charge over the limit) is kept and retried after the next read, in
+/// order: events first, then faults.
 pub(crate) fn event_loop(p: &Pager) {
+    crate::own::add_this_stack();
+    EVENT_THREAD.with(|c| c.set(true));
+    crate::uffd::NOWAIT.with(|c| c.set(true));
     let mut msgs = [crate::uffd::empty_msg(); 64];
+    let mut faults: Vec<PendingFault> = Vec::with_capacity(1024);
+    let mut events: std::collections::VecDeque<Event> = std::collections::VecDeque::with_capacity(64);
     let stop_fd = std::os::fd::AsRawFd::as_raw_fd(&p.stop_fd);
     // In thread mode, after a page fault the thread polls the uffd without sleeping for a
     // while: the next fault of a thrashing program then finds it awake, which saves the
@@ -759,38 +890,40 @@ pub(crate) fn event_loop(p: &Pager) {
     let spin_ns = if p.cfg.fault_mode == crate::FaultMode::Thread { SPIN_NS } else { 0 };
     let mut spin_until = 0u64;
     while !p.stop.load(Ordering::Acquire) {
+        let pending = !faults.is_empty() || !events.is_empty();
         if spin_until == 0 || now_ns() > spin_until {
             spin_until = 0;
             // The uffd is non-blocking: the thread only ever waits here, on the uffd and on the
             // stop eventfd that `Pager::drop` writes, so teardown never waits for a timeout or
-            // a fault that will not come.
+            // a fault that will not come. With work pending it wakes every 100 µs to retry.
             let mut pfd = [
                 libc::pollfd { fd: p.uffd.raw(), events: libc::POLLIN, revents: 0 },
                 libc::pollfd { fd: stop_fd, events: libc::POLLIN, revents: 0 },
             ];
-            // SAFETY: two valid pollfds.
-            let n = unsafe { libc::poll(pfd.as_mut_ptr(), 2, -1) };
-            if n <= 0 || pfd[1].revents != 0 || pfd[0].revents & libc::POLLIN == 0 {
-                if pfd[0].revents & libc::POLLNVAL != 0 {
-                    break;
+            p.ev_quiet.store(true, Ordering::SeqCst);
+            if pending {
+                let ts = libc::timespec { tv_sec: 0, tv_nsec: 100_000 };
+                // SAFETY: two valid pollfds and a valid timeout.
+                unsafe { libc::ppoll(pfd.as_mut_ptr(), 2, &ts, std::ptr::null()) };
+            } else {
+                // SAFETY: two valid pollfds.
+                let n = unsafe { libc::poll(pfd.as_mut_ptr(), 2, -1) };
+                if n <= 0 || pfd[1].revents != 0 || pfd[0].revents & libc::POLLIN == 0 {
+                    if pfd[0].revents & libc::POLLNVAL != 0 {
+                        break;
+                    }
+                    continue;
                 }
+            }
+            p.ev_quiet.store(false, Ordering::SeqCst);
+            if pfd[1].revents != 0 {
                 continue;
             }
+        } else {
+            p.ev_quiet.store(false, Ordering::SeqCst);
         }
         let seq = p.ev_reads.fetch_add(1, Ordering::SeqCst) + 1;
-        let n = match p.uffd.read_msgs(&mut msgs) {
-            Ok(n) => n,
-            Err(_) => {
-                p.ev_done.store(seq, Ordering::SeqCst);
-                spin_until = 0;
-                continue;
-            }
-        };
-        if n == 0 {
-            p.ev_done.store(seq, Ordering::SeqCst);
-            std::hint::spin_loop();
-            continue;
-        }
+        let n = p.uffd.read_msgs(&mut msgs).unwrap_or(0);
         for m in &msgs[..n] {
             match crate::uffd::decode(m) {
                 Event::Pagefault { addr, write, wp } => {
@@ -801,9 +934,7 @@ pub(crate) fn event_loop(p: &Pager) {
                         inc(&p.counters.fault_wp, 1);
                     }
                     let a = addr as usize & !(PAGE_SIZE - 1);
-                    if handle_fault(a, write, true) == Handled::NotOurs {
-                        let _ = p.uffd.wake(a, PAGE_SIZE);
-                    }
+                    faults.push(PendingFault { addr: a, write, wp, since: 0 });
                 }
                 Event::Fork { uffd } => {
                     inc(&p.counters.ev_fork, 1);
@@ -813,45 +944,81 @@ pub(crate) fn event_loop(p: &Pager) {
                     // SAFETY: the kernel gave us this fd.
                     unsafe { libc::close(uffd) };
                 }
-                Event::Remap { .. } => inc(&p.counters.ev_remap, 1),
-                Event::Remove { start, end } => {
-                    inc(&p.counters.ev_remove, 1);
-                    release_range(p, start as usize, end as usize, true);
+                ev @ Event::Remap { .. } => {
+                    inc(&p.counters.ev_remap, 1);
+                    events.push_back(ev);
                 }
-                Event::Unmap { start, end } => {
+                ev @ Event::Remove { .. } => {
+                    inc(&p.counters.ev_remove, 1);
+                    events.push_back(ev);
+                }
+                ev @ Event::Unmap { .. } => {
                     inc(&p.counters.ev_unmap, 1);
-                    release_range(p, start as usize, end as usize, false);
+                    events.push_back(ev);
                 }
                 Event::Unknown(_) => {}
             }
         }
+        // Events in order; stop at the first that must wait (later ones may depend on it).
+        while let Some(&ev) = events.front() {
+            let done = match ev {
+                Event::Remap { from, to, len } => crate::vma::remap(p, from as usize, to as usize, len as usize),
+                Event::Remove { start, end } => crate::vma::release(p, start as usize, end as usize, false),
+                Event::Unmap { start, end } => crate::vma::release(p, start as usize, end as usize, true),
+                _ => true,
+            };
+            if !done {
+                break;
+            }
+            events.pop_front();
+        }
+        p.ev_pending.store(events.len(), Ordering::SeqCst);
+        if p.pause.load(Ordering::SeqCst) {
+            // Quiesced for a fork: hold no page; faults wait.
+            p.ev_quiet.store(true, Ordering::SeqCst);
+        } else if !faults.is_empty() {
+            let now = now_ns();
+            let remap_pending = events.iter().any(|e| matches!(e, Event::Remap { .. }));
+            faults.retain_mut(|f| {
+                if f.since == 0 {
+                    f.since = now;
+                }
+                let force = now - f.since > THROTTLE_MAX_NS;
+                match try_fault(p, f.addr, f.write, f.wp, force) {
+                    Try::Done => false,
+                    Try::Retry => true,
+                    // Registered memory no region knows: its pages were never evicted (every
+                    // evicted page has a word), so a missing page reads as zero. While a remap
+                    // is pending the address may be where moved pages are about to arrive.
+                    Try::NotOurs if remap_pending => true,
+                    Try::NotOurs => !serve_unowned(p, f.addr),
+                }
+            });
+        }
         p.ev_done.store(seq, Ordering::SeqCst);
     }
+    crate::own::remove_this_stack();
 }
 
-/// Release swap entries of every page of `p`'s regions in `[start, end)` (after munmap, or
-/// madvise with `madvise`). After a munmap the pages are marked UNMAPPED; for madvise, pages
-/// that are `BUSY` are the pager's own evictions and are left.
-fn release_range(p: &Pager, start: usize, end: usize, madvise: bool) {
-    region::enter();
-    let mut a = start & !(PAGE_SIZE - 1);
-    while a < end {
-        match region::lookup_of(p, a) {
-            Some(r) => {
-                let lo = (a - r.start) / PAGE_SIZE;
-                let hi = ((end.min(r.start + r.len)) - r.start).div_ceil(PAGE_SIZE);
-                reclaim::release_pages_ex(r, lo, hi, false, madvise);
-                if !madvise {
-                    for pg in lo..hi {
-                        r.word(pg).store(word(kind::UNMAPPED, 0, 0), Ordering::Release);
-                    }
-                }
-                a = r.start + hi * PAGE_SIZE;
-            }
-            None => a += PAGE_SIZE,
-        }
+/// A fault on registered memory that no region holds (grown by `mremap` in place, or not
+/// adopted yet): zero-fill a missing page, or lift a stale write protection, and wake the
+/// thread. Returns false to retry later (an event is pending).
+fn serve_unowned(p: &Pager, addr: usize) -> bool {
+    inc(&p.counters.fault_unowned, 1);
+    crate::uffd::AGAIN.with(|c| c.set(false));
+    let ok = match p.uffd.zeropage(addr, PAGE_SIZE, true) {
+        Ok(crate::uffd::Filled::Done) => true,
+        Ok(crate::uffd::Filled::Exists) => p.uffd.writeprotect(addr, PAGE_SIZE, false, true).is_ok(),
+        Err(_) => false,
+    };
+    if crate::uffd::AGAIN.with(|c| c.replace(false)) {
+        return false;
     }
-    region::leave();
+    if !ok {
+        // Unmapped meanwhile, or not ours at all: wake the thread so it sees what is there.
+        let _ = p.uffd.wake(addr, PAGE_SIZE);
+    }
+    true
 }
 
 #[cfg(test)]

@@ -52,12 +52,14 @@
 
 pub mod arena;
 pub mod fault;
+pub mod own;
 pub mod reclaim;
 pub mod region;
 pub mod stats;
 pub mod store;
 pub mod sys;
 pub mod uffd;
+pub mod vma;
 
 pub use region::Region;
 pub use stats::PagerStats;
@@ -214,6 +216,19 @@ pub struct Pager {
     /// before its evictions publish, when `event_remove` is on).
     pub(crate) ev_reads: std::sync::atomic::AtomicU64,
     pub(crate) ev_done: std::sync::atomic::AtomicU64,
+    /// Events read but not yet applied (they wait for a page another thread holds).
+    pub(crate) ev_pending: std::sync::atomic::AtomicUsize,
+    /// Serializes adoption, remap and retirement of adopted regions ([`vma`]).
+    pub(crate) vma_lock: sys::YieldLock,
+    /// [`Pager::quiesce`] asks the pager's threads to hold no page (before a fork).
+    pub(crate) pause: AtomicBool,
+    /// The event thread is not resolving faults (idle in poll, or paused).
+    pub(crate) ev_quiet: AtomicBool,
+    /// The background reclaimer is paused.
+    pub(crate) kswapd_quiet: AtomicBool,
+    /// The background reclaimer's last pass could not lower the charge (nothing evictable:
+    /// faults stop waiting for it).
+    pub(crate) reclaim_stuck: AtomicBool,
     threads: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
@@ -248,10 +263,12 @@ impl Pager {
                 4 * cfg.folio_size
             )));
         }
-        if cfg.event_remove && cfg.fault_mode == FaultMode::Thread {
-            return Err(PagerError::Config(
-                "event_remove needs fault_mode Sigbus (the handler thread would wait for itself)".into(),
-            ));
+        // In thread fault mode the thread that reads the uffd never reclaims (reclaim drops
+        // pages with madvise, whose REMOVE event only that thread can read): a background
+        // reclaimer does, and faults wait for it while the charge is over the limit.
+        let mut cfg = cfg;
+        if cfg.fault_mode == FaultMode::Thread {
+            cfg.reclaim = ReclaimMode::Background;
         }
         if cfg.inactive_percent > 90 {
             return Err(PagerError::Config("inactive_percent must be at most 90".into()));
@@ -316,7 +333,9 @@ impl Pager {
         }
         // SAFETY: a new fd we own.
         let stop_fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(efd) };
-        let ring_cap = ((cfg.limit_bytes as usize / PAGE_SIZE) * 2 + 4096).next_power_of_two();
+        // Folio references on the lists: twice the limit in pages, and room for adopted memory
+        // found resident all at once (it is queued before reclaim can catch up).
+        let ring_cap = ((cfg.limit_bytes as usize / PAGE_SIZE) * 2 + (1 << 20)).next_power_of_two();
         let pager = Arc::new(Pager {
             cache: arena::Arena::new(64 << 30).map_err(os)?,
             active: reclaim::Ring::new(ring_cap).map_err(os)?,
@@ -333,6 +352,12 @@ impl Pager {
             keep: reclaim::KeepClean::new(cfg.keep_clean && cfg.fault_mode == FaultMode::Sigbus),
             ev_reads: std::sync::atomic::AtomicU64::new(0),
             ev_done: std::sync::atomic::AtomicU64::new(0),
+            ev_pending: std::sync::atomic::AtomicUsize::new(0),
+            vma_lock: sys::YieldLock::new(),
+            pause: AtomicBool::new(false),
+            ev_quiet: AtomicBool::new(true),
+            kswapd_quiet: AtomicBool::new(true),
+            reclaim_stuck: AtomicBool::new(false),
             threads: std::sync::Mutex::new(Vec::new()),
             cfg,
             uffd,
@@ -377,6 +402,11 @@ impl Pager {
         // Evictions wait for event reads to be processed; reads in flight in the parent at the
         // fork are not ours.
         self.ev_done.store(self.ev_reads.load(Ordering::SeqCst), Ordering::SeqCst);
+        self.ev_pending.store(0, Ordering::SeqCst);
+        self.vma_lock.force_unlock();
+        self.pause.store(false, Ordering::SeqCst);
+        self.ev_quiet.store(true, Ordering::SeqCst);
+        self.kswapd_quiet.store(true, Ordering::SeqCst);
         region::enter();
         reclaim::forget_clean(self);
         region::leave();
@@ -416,6 +446,71 @@ impl Pager {
         Region::create(self, len)
     }
 
+    /// Put the program's existing anonymous private mapping `[start, start + len)` under the
+    /// pager, where it lies ([`vma`]): it is registered with the uffd, the pages already present
+    /// count as resident and join the active list, and parts already managed are skipped.
+    /// Returns the bytes newly managed. Fails when no part could be registered (not an
+    /// anonymous private mapping, unmapped meanwhile, no free region slot).
+    ///
+    /// The caller must make sure the range is not memory a pager thread uses (see [`own`]).
+    pub fn adopt(&self, start: usize, len: usize) -> Result<usize, PagerError> {
+        vma::adopt(self, start, len)
+    }
+
+    /// Retire adopted regions the program has unmapped completely; returns how many.
+    pub fn reap(&self) -> usize {
+        vma::reap(self)
+    }
+
+    /// Call `f(start, len)` for every range of the pager's regions still registered (for a fork
+    /// child that registers them again on a new uffd).
+    pub fn registered_ranges(&self, f: impl FnMut(usize, usize)) {
+        vma::registered_runs(self, f)
+    }
+
+    /// Wait until every event the uffd has delivered so far is applied (unmaps, remaps,
+    /// removes): a program's `munmap` returns once its event is *read*. A no-op on the event
+    /// thread itself.
+    pub fn sync_events(&self) {
+        if fault::on_event_thread() {
+            return;
+        }
+        let target = self.ev_reads.load(Ordering::SeqCst);
+        while (self.ev_done.load(Ordering::SeqCst) < target || self.ev_pending.load(Ordering::SeqCst) > 0)
+            && !self.stop.load(Ordering::Relaxed)
+        {
+            std::thread::yield_now();
+        }
+    }
+
+    /// Make the pager's own threads hold no page (no fault being resolved, no eviction in
+    /// flight) until [`Pager::resume`]: a `fork` then copies no page word half-changed by a
+    /// thread the child will not have. Events are still read (the kernel blocks `fork` until
+    /// its event is read). Gives up after two seconds (returns false).
+    pub fn quiesce(&self) -> bool {
+        self.pause.store(true, Ordering::SeqCst);
+        sys::futex_wake(&self.reclaim_wake);
+        let t0 = std::time::Instant::now();
+        while !(self.ev_quiet.load(Ordering::SeqCst) && self.kswapd_quiet.load(Ordering::SeqCst)) {
+            if t0.elapsed().as_secs() >= 2 {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+        true
+    }
+
+    /// End of [`Pager::quiesce`].
+    pub fn resume(&self) {
+        self.pause.store(false, Ordering::SeqCst);
+        sys::futex_wake(&self.reclaim_wake);
+    }
+
+    /// The lock adoption takes (a fork child resets it: the holder may not exist there).
+    pub fn vma_lock(&self) -> &sys::YieldLock {
+        &self.vma_lock
+    }
+
     /// The configuration.
     pub fn config(&self) -> &PagerConfig {
         &self.cfg
@@ -448,5 +543,6 @@ impl Drop for Pager {
         for t in th {
             let _ = t.join();
         }
+        vma::retire_all(self);
     }
 }

@@ -26,7 +26,7 @@
 
 use crate::region::{
     self, clean_entry, clean_payload, clean_to_swapped, is_mapped, kind, w_kind, w_order, w_payload, word, RegionInner,
-    BUSY,
+    BUSY, BUSY_COPY, BUSY_DROP,
 };
 use crate::stats::inc;
 use crate::store::StoreError;
@@ -284,13 +284,13 @@ pub fn entry(r: &RegionInner, page: usize, order: u32) -> u64 {
 /// Encode a folio reference from its parts.
 #[inline]
 pub fn entry_raw(slot: usize, gen: u32, page: usize, order: u32) -> u64 {
-    (slot as u64 & 0xfff) | (u64::from(gen & 0xffff) << 12) | (u64::from(order) << 28) | ((page as u64) << 32)
+    (slot as u64 & 0x3fff) | (u64::from(gen & 0x3fff) << 14) | (u64::from(order) << 28) | ((page as u64) << 32)
 }
 
 /// Decode a folio reference.
 #[inline]
 pub fn decode(e: u64) -> (usize, u32, usize, u32) {
-    ((e & 0xfff) as usize, ((e >> 12) & 0xffff) as u32, (e >> 32) as usize, ((e >> 28) & 0xf) as u32)
+    ((e & 0x3fff) as usize, ((e >> 14) & 0x3fff) as u32, (e >> 32) as usize, ((e >> 28) & 0xf) as u32)
 }
 
 /// Split the claimed pages of `[first, first + n)` (bit i of `mask` set = page claimed) into
@@ -397,7 +397,7 @@ fn claim_resident(r: &RegionInner, page: usize, order: u32, any_order: bool, cla
         let w = r.word(page + i).load(Ordering::Acquire);
         if is_mapped(w)
             && (any_order || w_order(w) == order)
-            && r.word(page + i).compare_exchange(w, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+            && r.word(page + i).compare_exchange(w, BUSY_COPY, Ordering::AcqRel, Ordering::Relaxed).is_ok()
         {
             claimed[i] = w;
             c += 1;
@@ -530,14 +530,16 @@ fn evict_resident(
         // SAFETY: as above.
         let r = unsafe { &*blk.r };
         let len = PAGE_SIZE << blk.order;
-        // SAFETY: the block's pages are claimed (BUSY), mapped and write-protected: nobody
-        // changes them while we read.
-        let src = unsafe { std::slice::from_raw_parts(r.addr(blk.page) as *const u8, len) };
         let mut done = false;
         if to_cache {
             if let Some(o) = p.cache.alloc(len) {
                 // SAFETY: the cache object is ours and len bytes long.
-                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p.cache.ptr(o), len) };
+                if !unsafe { read_pages(p, r.addr(blk.page), p.cache.ptr(o), len) } {
+                    // Unmapped under us: the unmap event releases the pages.
+                    p.cache.free(o);
+                    b.blocks[bi].dest = 2;
+                    continue;
+                }
                 for i in 0..1usize << blk.order {
                     let sw = b.words[blk.w + i];
                     let t = if blk.clean { TAG_CLEAN | clean_payload(w_payload(sw), w_order(sw)) } else { 0 };
@@ -553,7 +555,29 @@ fn evict_resident(
             // No room in the swap cache: drop it clean (its words hold the kept entries).
             b.blocks[bi].dest = 3;
         } else if !done {
-            if let Err(e) = store_folio(p, src, blk.order, &mut b.words[blk.w..blk.w + (1 << blk.order)]) {
+            let bounce = if p.cfg.fault_mode == crate::FaultMode::Thread { Some(p.bufs.take()) } else { None };
+            let src: &[u8] = match bounce {
+                Some(x) => {
+                    let buf = p.bufs.buf(x, len);
+                    // SAFETY: buf is ours and len bytes long.
+                    if !unsafe { read_pages(p, r.addr(blk.page), buf.as_mut_ptr(), len) } {
+                        // Unmapped under us: the unmap event releases the pages.
+                        p.bufs.give(x);
+                        b.blocks[bi].dest = 2;
+                        continue;
+                    }
+                    buf
+                }
+                // SAFETY: the block's pages are claimed (BUSY), mapped and write-protected:
+                // nobody changes them while we read (SIGBUS mode: a page the program dropped
+                // faults into our handler, which sees IN_RECLAIM and maps zeros).
+                None => unsafe { std::slice::from_raw_parts(r.addr(blk.page) as *const u8, len) },
+            };
+            let res = store_folio(p, src, blk.order, &mut b.words[blk.w..blk.w + (1 << blk.order)]);
+            if let Some(x) = bounce {
+                p.bufs.give(x);
+            }
+            if let Err(e) = res {
                 let _ = e;
                 inc(&p.counters.store_errors, 1);
                 b.blocks[bi].dest = 2;
@@ -562,7 +586,17 @@ fn evict_resident(
             }
         }
     }
-    // Drop the copied pages in one batch.
+    // Drop the copied pages in one batch. From here on a REMOVE event on these pages is our
+    // own madvise's (BUSY_DROP), and a fault on them waits for the publish below.
+    for blk in &b.blocks[..b.nblocks] {
+        if blk.dest != 2 {
+            // SAFETY: as above.
+            let r = unsafe { &*blk.r };
+            for i in 0..1usize << blk.order {
+                r.word(blk.page + i).store(BUSY_DROP, Ordering::Release);
+            }
+        }
+    }
     let mut iov: [libc::iovec; MAX_BLOCKS] = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MAX_BLOCKS];
     let mut niov = 0;
     for blk in &b.blocks[..b.nblocks] {
@@ -636,6 +670,26 @@ fn evict_resident(
     }
     p.resident_pages.fetch_sub(out as i64, Ordering::AcqRel);
     out
+}
+
+/// Copy `len` bytes of managed memory at `src` to `dst`. In thread fault mode through the
+/// kernel ([`crate::sys::copy_from_self`]): the reclaimer is not the thread that resolves
+/// faults, so a page the program dropped under the copy faults and is served (as zeros) by
+/// the event thread, and a range the program unmapped under the copy fails instead of
+/// killing the process. In SIGBUS mode a plain copy (faults come back to this thread).
+///
+/// # Safety
+/// - `dst` is valid for writes of `len` bytes.
+unsafe fn read_pages(p: &Pager, src: usize, dst: *mut u8, len: usize) -> bool {
+    if p.cfg.fault_mode == crate::FaultMode::Thread {
+        // SAFETY: dst is writable (caller's obligation).
+        unsafe { crate::sys::copy_from_self(src, dst, len) }
+    } else {
+        // SAFETY: src is a claimed, write-protected folio of a live region (see the caller);
+        // dst is writable.
+        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst, len) };
+        true
+    }
 }
 
 /// A cached folio leaving the swap cache: if every page is a clean copy with its entry kept,
@@ -797,9 +851,19 @@ pub(crate) fn direct_reclaim(p: &Pager, need: u64) {
 /// The background reclaimer (`ReclaimMode::Background`): keeps the charge under a low
 /// watermark, sleeping on a futex the fault path wakes.
 pub(crate) fn kswapd(p: &Pager) {
+    crate::own::add_this_stack();
     let limit = p.cfg.limit_bytes;
     let low = limit - (limit / 16).max((p.cfg.reclaim_batch * PAGE_SIZE * 2) as u64).min(limit / 2);
+    p.kswapd_quiet.store(false, Ordering::SeqCst);
     while !p.stop.load(Ordering::Acquire) {
+        if p.pause.load(Ordering::SeqCst) {
+            p.kswapd_quiet.store(true, Ordering::SeqCst);
+            while p.pause.load(Ordering::SeqCst) && !p.stop.load(Ordering::Acquire) {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+            p.kswapd_quiet.store(false, Ordering::SeqCst);
+            continue;
+        }
         let v = p.reclaim_wake.load(Ordering::Acquire);
         region::enter();
         let mut n = 0;
@@ -807,10 +871,13 @@ pub(crate) fn kswapd(p: &Pager) {
             n += 1;
         }
         region::leave();
+        // Over the low mark and no progress: faults must not wait for us.
+        p.reclaim_stuck.store(n == 0 && p.charged_bytes() > low, Ordering::Relaxed);
         if n == 0 {
             crate::sys::futex_wait(&p.reclaim_wake, v, 20);
         }
     }
+    p.kswapd_quiet.store(true, Ordering::SeqCst);
 }
 
 /// The low watermark at which the fault path wakes the background reclaimer.
@@ -1058,7 +1125,7 @@ mod tests {
 
     #[test]
     fn entries_roundtrip() {
-        let e = entry_raw(4095, 0xfffe, 123_456, 4);
-        assert_eq!(decode(e), (4095, 0xfffe, 123_456, 4));
+        let e = entry_raw(16383, 0x3ffe, 123_456, 4);
+        assert_eq!(decode(e), (16383, 0x3ffe, 123_456, 4));
     }
 }

@@ -108,14 +108,20 @@ pub fn w_ra(w: u64) -> bool {
 pub fn word(kind: u64, order: u32, payload: u64) -> u64 {
     kind | (u64::from(order) << 3) | (payload << 8)
 }
-/// The BUSY word (no payload).
+/// The BUSY word (no payload): a fill, a release, or anything else holding the page.
 pub const BUSY: u64 = kind::BUSY;
+/// BUSY held by an eviction that is copying the page out (still mapped, write-protected): a
+/// missing-page fault on it means the program dropped the page under the copy.
+pub const BUSY_COPY: u64 = kind::BUSY | (1 << 8);
+/// BUSY held by an eviction that is dropping the page (`MADV_DONTNEED`): a `REMOVE` event on
+/// it is the pager's own.
+pub const BUSY_DROP: u64 = kind::BUSY | (2 << 8);
 
 /// Bytes of per-page state: the state word and the shadow.
 const WORD_BYTES: usize = 12;
 
 /// Maximum number of live regions in the process.
-pub const MAX_REGIONS: usize = 4096;
+pub const MAX_REGIONS: usize = 16384;
 
 struct Slot {
     start: AtomicUsize,
@@ -146,25 +152,58 @@ pub fn leave() {
     ACTIVE.fetch_sub(1, Ordering::SeqCst);
 }
 
+/// Recently found regions by address (`(addr >> 16) % HINTS`): slot + 1, 0 = none. A hint is
+/// only a guess, checked against the slot's range like a scan would.
+const HINTS: usize = 512;
+#[expect(clippy::declare_interior_mutable_const, reason = "array initialiser of atomics")]
+const NO_HINT: AtomicU32 = AtomicU32::new(0);
+static HINT: [AtomicU32; HINTS] = [NO_HINT; HINTS];
+
+#[inline]
+fn hint_index(addr: usize) -> usize {
+    (addr >> 16) % HINTS
+}
+
+/// The live region in slot `s` if it contains `addr` at a page that is still the region's.
+///
+/// # Safety
+/// - The caller is between [`enter`] and [`leave`].
+#[inline]
+unsafe fn slot_hit(s: &Slot, addr: usize) -> Option<&'static RegionInner> {
+    if addr < s.start.load(Ordering::Relaxed) || addr >= s.end.load(Ordering::Relaxed) {
+        return None;
+    }
+    let p = s.ptr.load(Ordering::Acquire);
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null slot pointer names a live RegionInner; retirement clears the slot
+    // and waits for ACTIVE to drain before freeing it (the caller is inside enter()).
+    let r = unsafe { &*p };
+    (addr >= r.start
+        && addr < r.start + r.len
+        && w_kind(r.word((addr - r.start) / crate::PAGE_SIZE).load(Ordering::Acquire)) != kind::UNMAPPED)
+        .then_some(r)
+}
+
 /// Find the region containing `addr`. Call between [`enter`] and [`leave`]; the reference is
 /// valid until `leave`.
 #[inline]
 pub fn lookup(addr: usize) -> Option<&'static RegionInner> {
+    let h = &HINT[hint_index(addr)];
+    let guess = h.load(Ordering::Relaxed) as usize;
+    if guess != 0 {
+        // SAFETY: callers are inside enter()/leave() (this function's contract).
+        if let Some(r) = unsafe { slot_hit(&REGISTRY[guess - 1], addr) } {
+            return Some(r);
+        }
+    }
     let n = HIGH.load(Ordering::Acquire);
-    for s in &REGISTRY[..n] {
-        if addr >= s.start.load(Ordering::Relaxed) && addr < s.end.load(Ordering::Relaxed) {
-            let p = s.ptr.load(Ordering::Acquire);
-            if !p.is_null() {
-                // SAFETY: a non-null slot pointer names a live RegionInner; retirement clears
-                // the slot and waits for ACTIVE to drain before freeing it.
-                let r = unsafe { &*p };
-                if addr >= r.start
-                    && addr < r.start + r.len
-                    && w_kind(r.word((addr - r.start) / crate::PAGE_SIZE).load(Ordering::Acquire)) != kind::UNMAPPED
-                {
-                    return Some(r);
-                }
-            }
+    for (i, s) in REGISTRY[..n].iter().enumerate() {
+        // SAFETY: as above.
+        if let Some(r) = unsafe { slot_hit(s, addr) } {
+            h.store(i as u32 + 1, Ordering::Relaxed);
+            return Some(r);
         }
     }
     None
@@ -251,6 +290,11 @@ pub struct RegionInner {
     pub ra_end: AtomicUsize,
     /// Some page was ever mapped CLEAN (a fork child has clean pages to forget).
     pub had_clean: std::sync::atomic::AtomicBool,
+    /// The program's own mapping, adopted where it lies ([`crate::vma`]): the pager never
+    /// unmaps it, and the program's munmap/mremap decide its life.
+    pub adopted: bool,
+    /// Pages marked `UNMAPPED` (an adopted region whose pages are all unmapped is retired).
+    pub unmapped: AtomicUsize,
     map_len: usize,
     map_base: usize,
 }
@@ -285,10 +329,23 @@ impl RegionInner {
         self.start + i * crate::PAGE_SIZE
     }
 
+    /// Mark page `i` `UNMAPPED` (its entries must have been released).
+    pub fn mark_unmapped(&self, i: usize) {
+        if w_kind(self.word(i).swap(word(kind::UNMAPPED, 0, 0), Ordering::AcqRel)) != kind::UNMAPPED {
+            self.unmapped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// True once every page of the region is unmapped.
+    pub fn all_unmapped(&self) -> bool {
+        self.unmapped.load(Ordering::Relaxed) >= self.npages
+    }
+
     /// The pager.
     #[inline]
     pub fn pager(&self) -> &Pager {
-        // SAFETY: the Region owning this inner holds an Arc<Pager> until after retirement.
+        // SAFETY: a Region owning this inner holds an Arc<Pager> until after retirement; an
+        // adopted region is retired by its pager before the pager is freed.
         unsafe { &*self.pager }
     }
 }
@@ -318,7 +375,193 @@ fn mmap_anon(len: usize, noreserve: bool) -> std::io::Result<usize> {
     if p == libc::MAP_FAILED {
         return Err(std::io::Error::last_os_error());
     }
+    crate::own::add(p as usize, len);
     Ok(p as usize)
+}
+
+fn munmap_own(a: usize, len: usize) {
+    crate::own::remove(a, len);
+    // SAFETY: callers pass a mapping of their own that nothing references any more.
+    unsafe { libc::munmap(a as *mut _, len) };
+}
+
+/// Where a new region's memory comes from.
+struct Placement {
+    start: usize,
+    len: usize,
+    folio_order: u32,
+    adopted: bool,
+    map_base: usize,
+    map_len: usize,
+}
+
+/// Make a region's state (page words, all `NONE`) and publish it in the registry. Faults on
+/// its pages are served from then on (registration with the uffd is the caller's).
+fn publish_region(pager: &Pager, pl: Placement) -> Result<*mut RegionInner, crate::PagerError> {
+    let npages = pl.len / crate::PAGE_SIZE;
+    // The state words, then one 4-byte shadow per page (see `RegionInner::shadow`).
+    let words = mmap_anon(npages * WORD_BYTES, true)
+        .map_err(|e| crate::PagerError::Os(format!("mmap of page table: {e}")))? as *mut AtomicU64;
+    // Claim a registry slot.
+    let mut slot = None;
+    for (i, s) in REGISTRY.iter().enumerate() {
+        if s.ptr.load(Ordering::Relaxed).is_null()
+            && s.start.load(Ordering::Relaxed) == 0
+            && s.start.compare_exchange(0, pl.start, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        {
+            slot = Some(i);
+            break;
+        }
+    }
+    let Some(slot) = slot else {
+        munmap_own(words as usize, npages * WORD_BYTES);
+        return Err(crate::PagerError::Os(format!("too many regions (at most {MAX_REGIONS})")));
+    };
+    let s = &REGISTRY[slot];
+    let gen = s.gen.fetch_add(1, Ordering::AcqRel).wrapping_add(1) & 0x3fff;
+    s.gen.store(gen, Ordering::Release);
+    let inner = Box::into_raw(Box::new(RegionInner {
+        start: pl.start,
+        len: pl.len,
+        npages,
+        folio_order: pl.folio_order,
+        pager: pager as *const Pager,
+        words,
+        slot,
+        gen,
+        huge_hint: std::sync::atomic::AtomicBool::new(false),
+        last_fault: AtomicUsize::new(usize::MAX),
+        seq_streak: AtomicU32::new(0),
+        ra_end: AtomicUsize::new(usize::MAX),
+        had_clean: std::sync::atomic::AtomicBool::new(false),
+        adopted: pl.adopted,
+        unmapped: AtomicUsize::new(0),
+        map_len: pl.map_len,
+        map_base: pl.map_base,
+    }));
+    s.end.store(pl.start + pl.len, Ordering::Release);
+    s.ptr.store(inner, Ordering::Release);
+    HIGH.fetch_max(slot + 1, Ordering::AcqRel);
+    Ok(inner)
+}
+
+/// Take a region out of the registry and free it: its swap entries and cache copies are
+/// released, the pages still its own are unregistered (and unmapped, unless adopted: the
+/// program's mapping stays the program's).
+///
+/// # Safety
+/// - `inner` came from [`publish_region`] and is retired once.
+/// - The calling thread is not between [`enter`] and [`leave`].
+pub(crate) unsafe fn retire_region(inner: *mut RegionInner) {
+    // SAFETY: the caller's obligations are ours.
+    unsafe {
+        unpublish(inner);
+        free_unpublished(inner);
+    }
+}
+
+/// First half of [`retire_region`]: take the region out of the registry (no new lookup finds
+/// it). Cheap; may be called under locks.
+///
+/// # Safety
+/// - `inner` came from [`publish_region`] and is unpublished once.
+pub(crate) unsafe fn unpublish(inner: *mut RegionInner) {
+    // SAFETY: live until freed (caller's obligation).
+    let r = unsafe { &*inner };
+    let s = &REGISTRY[r.slot];
+    s.ptr.store(std::ptr::null_mut(), Ordering::SeqCst);
+    s.end.store(0, Ordering::SeqCst);
+}
+
+/// Second half of [`retire_region`]: wait until no thread can hold a pointer to the region,
+/// then release its pages and free it. Waits for threads inside [`enter`], so call it holding
+/// no lock that such a thread may wait for.
+///
+/// # Safety
+/// - `inner` was unpublished with [`unpublish`] and is freed once.
+/// - The calling thread is not between [`enter`] and [`leave`].
+pub(crate) unsafe fn free_unpublished(inner: *mut RegionInner) {
+    // SAFETY: live until freed below (caller's obligation).
+    let r = unsafe { &*inner };
+    let s = &REGISTRY[r.slot];
+    // Wait until no thread can still hold a pointer obtained from the registry.
+    while ACTIVE.load(Ordering::SeqCst) != 0 {
+        std::thread::yield_now();
+    }
+    crate::reclaim::release_pages(r, 0, r.npages, false);
+    // Unregister (and unmap) what is still ours: not the pages the program unmapped (the
+    // address may be another mapping's now).
+    let ours = |i: usize| w_kind(r.word(i).load(Ordering::Acquire)) != kind::UNMAPPED;
+    let adopted = r.adopted;
+    crate::reclaim::runs(r.npages, &ours, |i, j| {
+        let _ = r.pager().uffd.unregister(r.addr(i), (j - i) * crate::PAGE_SIZE);
+        if !adopted {
+            // SAFETY: pages [i, j) of the region are still the mapping created in create();
+            // nothing references them any more.
+            unsafe { libc::munmap(r.addr(i) as *mut _, (j - i) * crate::PAGE_SIZE) };
+        }
+        true
+    });
+    let end = r.start + r.len;
+    if !adopted {
+        // SAFETY: the slack before and after the region belongs to the mapping made in
+        // create() and was never handed out.
+        unsafe {
+            if r.start > r.map_base {
+                libc::munmap(r.map_base as *mut _, r.start - r.map_base);
+            }
+            if r.map_base + r.map_len > end {
+                libc::munmap(end as *mut _, r.map_base + r.map_len - end);
+            }
+        }
+    }
+    munmap_own(r.words as usize, r.npages * WORD_BYTES);
+    s.start.store(0, Ordering::SeqCst);
+    // SAFETY: inner came from Box::into_raw in publish_region and is no longer reachable.
+    drop(unsafe { Box::from_raw(inner) });
+}
+
+/// Publish a region over the program's existing mapping `[start, start + len)` (page aligned,
+/// `len` a multiple of the folio `folio_order`). The caller registers it with the uffd and
+/// fills in the words of the pages that are present ([`crate::vma`]).
+pub(crate) fn publish_adopted(
+    pager: &Pager,
+    start: usize,
+    len: usize,
+    folio_order: u32,
+) -> Result<&'static RegionInner, crate::PagerError> {
+    let inner = publish_region(pager, Placement { start, len, folio_order, adopted: true, map_base: 0, map_len: 0 })?;
+    // SAFETY: published; freed only by retire_region, which the pager calls for adopted
+    // regions once they are unmapped or when it is dropped.
+    Ok(unsafe { &*inner })
+}
+
+/// Live regions of pager `p`.
+pub fn live_regions_of(p: &Pager) -> usize {
+    enter();
+    let mut n = 0;
+    for_each_of(p, |_| n += 1);
+    leave();
+    n
+}
+
+/// Every live adopted region of pager `p`, as raw pointers (for retirement; call outside
+/// [`enter`]: the pointers stay valid because only the caller retires adopted regions).
+pub(crate) fn adopted_of(p: &Pager) -> Vec<*mut RegionInner> {
+    let n = HIGH.load(Ordering::Acquire);
+    let mut v = Vec::new();
+    for s in &REGISTRY[..n] {
+        let ptr = s.ptr.load(Ordering::Acquire);
+        if ptr.is_null() {
+            continue;
+        }
+        // SAFETY: a published region; adopted ones are retired only by their pager's vma code.
+        let r = unsafe { &*ptr };
+        if r.adopted && std::ptr::eq(r.pager, p) {
+            v.push(ptr);
+        }
+    }
+    v
 }
 
 impl Region {
@@ -328,68 +571,32 @@ impl Region {
         let map_len = len + folio;
         let base =
             mmap_anon(map_len, true).map_err(|e| crate::PagerError::Os(format!("mmap of {map_len} bytes: {e}")))?;
+        // The program's memory, not the pager's own.
+        crate::own::remove(base, map_len);
         let start = base.div_ceil(folio) * folio;
-        let npages = len / crate::PAGE_SIZE;
-        // The state words, then one 4-byte shadow per page (see `RegionInner::shadow`).
-        let words = match mmap_anon(npages * WORD_BYTES, true) {
-            Ok(w) => w as *mut AtomicU64,
-            Err(e) => {
-                // SAFETY: unmapping the mapping we just created.
-                unsafe { libc::munmap(base as *mut _, map_len) };
-                return Err(crate::PagerError::Os(format!("mmap of page table: {e}")));
-            }
-        };
-        let undo = |msg: String| {
-            // SAFETY: unmapping mappings we created.
-            unsafe {
-                libc::munmap(base as *mut _, map_len);
-                libc::munmap(words.cast(), npages * WORD_BYTES);
-            }
-            crate::PagerError::Os(msg)
-        };
         let mode = crate::uffd::mode::MISSING | crate::uffd::mode::WP;
         if let Err(e) = pager.uffd.register(start, len, mode) {
-            return Err(undo(format!("{e} (region of {len} bytes)")));
+            // SAFETY: unmapping the mapping we just created.
+            unsafe { libc::munmap(base as *mut _, map_len) };
+            return Err(crate::PagerError::Os(format!("{e} (region of {len} bytes)")));
         }
-        // Claim a registry slot.
-        let mut slot = None;
-        for (i, s) in REGISTRY.iter().enumerate() {
-            if s.ptr.load(Ordering::Relaxed).is_null()
-                && s.start.load(Ordering::Relaxed) == 0
-                && s.start.compare_exchange(0, start, Ordering::AcqRel, Ordering::Relaxed).is_ok()
-            {
-                slot = Some(i);
-                break;
-            }
-        }
-        let Some(slot) = slot else {
-            let _ = pager.uffd.unregister(start, len);
-            return Err(undo(format!("too many regions (at most {MAX_REGIONS})")));
-        };
-        let s = &REGISTRY[slot];
-        let gen = s.gen.fetch_add(1, Ordering::AcqRel).wrapping_add(1) & 0xffff;
-        s.gen.store(gen, Ordering::Release);
-        let inner = Box::into_raw(Box::new(RegionInner {
+        let pl = Placement {
             start,
             len,
-            npages,
             folio_order: (folio / crate::PAGE_SIZE).trailing_zeros(),
-            pager: Arc::as_ptr(pager),
-            words,
-            slot,
-            gen,
-            huge_hint: std::sync::atomic::AtomicBool::new(false),
-            last_fault: AtomicUsize::new(usize::MAX),
-            seq_streak: AtomicU32::new(0),
-            ra_end: AtomicUsize::new(usize::MAX),
-            had_clean: std::sync::atomic::AtomicBool::new(false),
-            map_len,
+            adopted: false,
             map_base: base,
-        }));
-        s.end.store(start + len, Ordering::Release);
-        s.ptr.store(inner, Ordering::Release);
-        HIGH.fetch_max(slot + 1, Ordering::AcqRel);
-        Ok(Region { inner, pager: pager.clone() })
+            map_len,
+        };
+        match publish_region(pager, pl) {
+            Ok(inner) => Ok(Region { inner, pager: pager.clone() }),
+            Err(e) => {
+                let _ = pager.uffd.unregister(start, len);
+                // SAFETY: unmapping the mapping we just created.
+                unsafe { libc::munmap(base as *mut _, map_len) };
+                Err(e)
+            }
+        }
     }
 
     fn inner(&self) -> &RegionInner {
@@ -482,48 +689,12 @@ impl Region {
 
 impl Drop for Region {
     fn drop(&mut self) {
-        let r = self.inner();
         // The program's munmaps of region memory returned once their events were read; wait
         // until they are processed too, so the pages they unmapped are marked UNMAPPED (the
         // event thread finds the region through the registry, so before it is retired).
-        let p = &*self.pager;
-        let target = p.ev_reads.load(Ordering::SeqCst);
-        while p.ev_done.load(Ordering::SeqCst) < target && !p.stop.load(Ordering::Relaxed) {
-            std::thread::yield_now();
-        }
-        let s = &REGISTRY[r.slot];
-        s.ptr.store(std::ptr::null_mut(), Ordering::SeqCst);
-        s.end.store(0, Ordering::SeqCst);
-        // Wait until no thread can still hold a pointer obtained from the registry.
-        while ACTIVE.load(Ordering::SeqCst) != 0 {
-            std::thread::yield_now();
-        }
-        crate::reclaim::release_pages(r, 0, r.npages, false);
-        // Unregister and unmap what is still ours: not the pages the program unmapped (the
-        // address may be another mapping's now), but the alignment slack around the region.
-        let ours = |i: usize| w_kind(r.word(i).load(Ordering::Acquire)) != kind::UNMAPPED;
-        crate::reclaim::runs(r.npages, &ours, |i, j| {
-            let _ = self.pager.uffd.unregister(r.addr(i), (j - i) * crate::PAGE_SIZE);
-            // SAFETY: pages [i, j) of the region are still the mapping created in create();
-            // nothing references them any more.
-            unsafe { libc::munmap(r.addr(i) as *mut _, (j - i) * crate::PAGE_SIZE) };
-            true
-        });
-        let end = r.start + r.len;
-        // SAFETY: the slack before and after the region belongs to the mapping made in
-        // create() and was never handed out; the page table is ours alone.
-        unsafe {
-            if r.start > r.map_base {
-                libc::munmap(r.map_base as *mut _, r.start - r.map_base);
-            }
-            if r.map_base + r.map_len > end {
-                libc::munmap(end as *mut _, r.map_base + r.map_len - end);
-            }
-            libc::munmap(r.words.cast(), r.npages * WORD_BYTES);
-        }
-        s.start.store(0, Ordering::SeqCst);
-        // SAFETY: inner came from Box::into_raw in create and is no longer reachable.
-        drop(unsafe { Box::from_raw(self.inner) });
+        self.pager.sync_events();
+        // SAFETY: created by publish_region, retired once (here); we are not inside enter().
+        unsafe { retire_region(self.inner) };
     }
 }
 

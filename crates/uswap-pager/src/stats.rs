@@ -22,6 +22,13 @@ pub struct Counters {
     pub(crate) fault_wp: AtomicU64,
     pub(crate) fault_spurious: AtomicU64,
     pub(crate) fault_waits: AtomicU64,
+    pub(crate) fault_throttled: AtomicU64,
+    pub(crate) fault_unowned: AtomicU64,
+    pub(crate) adopted_pages: AtomicU64,
+    pub(crate) adopted_regions: AtomicU64,
+    pub(crate) retired_regions: AtomicU64,
+    pub(crate) remap_moved_pages: AtomicU64,
+    pub(crate) ev_deferred: AtomicU64,
     pub(crate) pages_mapped: AtomicU64,
     pub(crate) demoted_pages: AtomicU64,
     pub(crate) evicted_pages: AtomicU64,
@@ -129,6 +136,23 @@ pub struct PagerStats {
     pub fault_spurious: u64,
     /// Times a fault waited for another thread working on the same folio.
     pub fault_waits: u64,
+    /// Faults retried because the charge was over the limit while the reclaimer caught up
+    /// (thread fault mode).
+    pub fault_throttled: u64,
+    /// Faults on registered memory no region knew (resolved as zero-fill: never evicted).
+    pub fault_unowned: u64,
+    /// Pages found present in the program's mappings when they were adopted.
+    pub adopted_pages: u64,
+    /// Mappings (pieces) adopted where they lie.
+    pub adopted_regions: u64,
+    /// Adopted regions retired after the program unmapped them.
+    pub retired_regions: u64,
+    /// Page states moved to a new address by the program's `mremap`.
+    pub remap_moved_pages: u64,
+    /// Events that had to wait for a page held by another thread (processed later).
+    pub events_deferred: u64,
+    /// Live regions (adopted or mapped by the pager).
+    pub regions_live: u64,
     /// Pages mapped by faults.
     pub pages_mapped: u64,
     /// Pages moved from the active to the inactive list (unmapped, kept uncompressed).
@@ -224,6 +248,14 @@ pub(crate) fn snapshot(p: &Pager) -> PagerStats {
         fault_wp: g(&c.fault_wp),
         fault_spurious: g(&c.fault_spurious),
         fault_waits: g(&c.fault_waits),
+        fault_throttled: g(&c.fault_throttled),
+        fault_unowned: g(&c.fault_unowned),
+        adopted_pages: g(&c.adopted_pages),
+        adopted_regions: g(&c.adopted_regions),
+        retired_regions: g(&c.retired_regions),
+        remap_moved_pages: g(&c.remap_moved_pages),
+        events_deferred: g(&c.ev_deferred),
+        regions_live: crate::region::live_regions_of(p) as u64,
         pages_mapped: g(&c.pages_mapped),
         demoted_pages: g(&c.demoted_pages),
         evicted_pages: g(&c.evicted_pages),

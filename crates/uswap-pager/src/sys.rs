@@ -488,5 +488,83 @@ pub fn map_noreserve(bytes: usize) -> std::io::Result<*mut u8> {
     if p == libc::MAP_FAILED {
         return Err(std::io::Error::last_os_error());
     }
+    crate::own::add(p as usize, bytes);
     Ok(p.cast())
+}
+
+/// A lock that yields while it waits: for rare, short critical sections that threads of any
+/// kind may enter (program threads in interposed calls, the pager's threads). It allocates
+/// nothing, and a fork child can take it over with [`YieldLock::force_unlock`].
+pub struct YieldLock(std::sync::atomic::AtomicBool);
+
+/// Holds a [`YieldLock`] until dropped.
+pub struct YieldGuard<'a>(&'a YieldLock);
+
+impl Default for YieldLock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl YieldLock {
+    /// A free lock.
+    pub const fn new() -> YieldLock {
+        YieldLock(std::sync::atomic::AtomicBool::new(false))
+    }
+    /// Take the lock.
+    pub fn lock(&self) -> YieldGuard<'_> {
+        let mut spins = 0u32;
+        while self.0.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            if spins < 64 {
+                std::hint::spin_loop();
+                spins += 1;
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        YieldGuard(self)
+    }
+    /// Free the lock without a guard: in a fork child, where the holder no longer exists.
+    pub fn force_unlock(&self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+impl Drop for YieldGuard<'_> {
+    fn drop(&mut self) {
+        self.0 .0.store(false, Ordering::Release);
+    }
+}
+
+/// Copy `len` bytes at our own address `src` into `dst` through `process_vm_readv`, without
+/// touching `src` from this thread: a range unmapped meanwhile gives false instead of a
+/// SIGSEGV, and a missing page of a registered range faults through the uffd as a system
+/// call's access does.
+///
+/// # Safety
+/// - `dst` is valid for writes of `len` bytes.
+pub unsafe fn copy_from_self(src: usize, dst: *mut u8, len: usize) -> bool {
+    let local = libc::iovec { iov_base: dst.cast(), iov_len: len };
+    let remote = libc::iovec { iov_base: src as *mut _, iov_len: len };
+    loop {
+        // SAFETY: one iovec each side; dst is writable (caller's obligation); the kernel checks src.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_process_vm_readv,
+                libc::getpid() as libc::c_long,
+                &local as *const libc::iovec,
+                1 as libc::c_ulong,
+                &remote as *const libc::iovec,
+                1 as libc::c_ulong,
+                0 as libc::c_ulong,
+            )
+        };
+        if r == len as i64 {
+            return true;
+        }
+        if r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        return false;
+    }
 }

@@ -58,6 +58,25 @@ pub mod mode {
     pub const WP: u64 = g::UFFDIO_REGISTER_MODE_WP as u64;
 }
 
+thread_local! {
+    /// Set on the thread that reads the uffd's messages: an ioctl that finds a non-cooperative
+    /// event pending (`EAGAIN`, which only that thread's next read clears) returns the error
+    /// instead of retrying, and sets [`AGAIN`].
+    pub static NOWAIT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// An ioctl of this thread gave up on `EAGAIN` (see [`NOWAIT`]).
+    pub static AGAIN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// `EAGAIN` with no progress: retry (false), or give up on the event-reading thread (true).
+fn give_up_on_eagain() -> bool {
+    if NOWAIT.with(|c| c.get()) {
+        AGAIN.with(|c| c.set(true));
+        return true;
+    }
+    std::thread::yield_now();
+    false
+}
+
 /// Outcome of a populate ioctl.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Filled {
@@ -363,8 +382,8 @@ impl Uffd {
                         if done >= len {
                             return Ok(Filled::Done);
                         }
-                    } else {
-                        std::thread::yield_now();
+                    } else if give_up_on_eagain() {
+                        return Err(UffdError { op: "UFFDIO_COPY", errno: e });
                     }
                 }
                 _ => return Err(UffdError { op: "UFFDIO_COPY", errno: e }),
@@ -407,8 +426,8 @@ impl Uffd {
                         if done >= len {
                             return Ok(Filled::Done);
                         }
-                    } else {
-                        std::thread::yield_now();
+                    } else if give_up_on_eagain() {
+                        return Err(UffdError { op: "UFFDIO_ZEROPAGE", errno: e });
                     }
                 }
                 _ => return Err(UffdError { op: "UFFDIO_ZEROPAGE", errno: e }),
@@ -435,10 +454,9 @@ impl Uffd {
                 return Ok(());
             }
             let e = errno();
-            if e != libc::EAGAIN {
+            if e != libc::EAGAIN || give_up_on_eagain() {
                 return Err(UffdError { op: "UFFDIO_WRITEPROTECT", errno: e });
             }
-            std::thread::yield_now();
         }
     }
 

@@ -1,0 +1,232 @@
+//! The malloc family, routed: the program's calls go to glibc's own allocator, unchanged;
+//! uswap's own calls go to the library's internal heap ([`crate::internal`]).
+//!
+//! The program keeps its allocator. These forwarders exist for the calls that are *not* the
+//! program's but reach `malloc` anyway: the dynamic loader allocates a new thread's TLS vector
+//! (DTV) with the global `calloc`, and resizes it from the thread itself, and glibc functions
+//! the pager's threads call may allocate. Memory from glibc's heap may be adopted by the pager
+//! and swapped out; a pager thread that touched it (its own DTV, on every thread-local access)
+//! would wait for itself. So a call made by uswap code ([`crate::fork::in_internal`]) or on a
+//! pager thread (named `uswap-*`) is served from the internal heap, which is never adopted;
+//! `free` and `realloc` go wherever the block came from ([`crate::internal::owns`] is a range
+//! check). When the library is inert (`USWAP_LIMIT` unset) every call goes to glibc.
+//!
+//! Locking: none here; glibc's and the internal heap's own locks. The internal heap's lock is
+//! never held across a fault on managed memory (its memory is never managed).
+
+use super::{mode, ours, OFF};
+use crate::internal::{owns, usable_size, HEAP};
+use libc::{c_int, c_void, size_t};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+extern "C" {
+    fn __libc_malloc(n: size_t) -> *mut c_void;
+    fn __libc_free(p: *mut c_void);
+    fn __libc_calloc(n: size_t, s: size_t) -> *mut c_void;
+    fn __libc_realloc(p: *mut c_void, n: size_t) -> *mut c_void;
+    fn __libc_memalign(a: size_t, n: size_t) -> *mut c_void;
+}
+
+/// Serve this call from the internal heap?
+#[inline]
+fn internal() -> bool {
+    mode() != OFF && ours()
+}
+
+fn enomem() -> *mut c_void {
+    // SAFETY: errno of this thread.
+    unsafe { *libc::__errno_location() = libc::ENOMEM };
+    std::ptr::null_mut()
+}
+
+fn nonnull(p: *mut u8) -> *mut c_void {
+    if p.is_null() {
+        enomem()
+    } else {
+        p.cast()
+    }
+}
+
+/// `malloc(3)`.
+///
+/// # Safety
+/// - As for `malloc(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn malloc(n: size_t) -> *mut c_void {
+    if internal() {
+        // SAFETY: dlmalloc under its lock.
+        return nonnull(HEAP.with(|h| unsafe { h.c_malloc(n) }));
+    }
+    // SAFETY: glibc's allocator, as the program asked.
+    unsafe { __libc_malloc(n) }
+}
+
+/// `free(3)`.
+///
+/// # Safety
+/// - As for `free(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn free(p: *mut c_void) {
+    if p.is_null() {
+        return;
+    }
+    if owns(p) {
+        // SAFETY: a live block of the internal heap (caller's contract).
+        HEAP.with(|h| unsafe { h.c_free(p.cast()) });
+    } else {
+        // SAFETY: a glibc block.
+        unsafe { __libc_free(p) }
+    }
+}
+
+/// `calloc(3)`.
+///
+/// # Safety
+/// - As for `calloc(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn calloc(n: size_t, s: size_t) -> *mut c_void {
+    if internal() {
+        let Some(total) = n.checked_mul(s) else { return enomem() };
+        // SAFETY: dlmalloc under its lock.
+        return nonnull(HEAP.with(|h| unsafe { h.calloc(total, 16) }));
+    }
+    // SAFETY: glibc's allocator.
+    unsafe { __libc_calloc(n, s) }
+}
+
+/// `realloc(3)`.
+///
+/// # Safety
+/// - As for `realloc(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn realloc(p: *mut c_void, n: size_t) -> *mut c_void {
+    if p.is_null() {
+        // SAFETY: malloc's contract.
+        return unsafe { malloc(n) };
+    }
+    if owns(p) {
+        if n == 0 {
+            // SAFETY: a live internal block.
+            unsafe { free(p) };
+            return std::ptr::null_mut();
+        }
+        // SAFETY: a live block of the internal heap.
+        return nonnull(HEAP.with(|h| unsafe { h.c_realloc(p.cast(), n) }));
+    }
+    // SAFETY: a glibc block.
+    unsafe { __libc_realloc(p, n) }
+}
+
+/// `reallocarray(3)`.
+///
+/// # Safety
+/// - As for `reallocarray(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: size_t, s: size_t) -> *mut c_void {
+    match n.checked_mul(s) {
+        // SAFETY: realloc's contract.
+        Some(t) => unsafe { realloc(p, t) },
+        None => enomem(),
+    }
+}
+
+unsafe fn alloc_aligned(align: usize, n: usize) -> *mut c_void {
+    if internal() {
+        // SAFETY: align is a power of two (callers check).
+        return nonnull(HEAP.with(|h| unsafe { h.c_memalign(align, n) }));
+    }
+    // SAFETY: glibc's allocator.
+    unsafe { __libc_memalign(align, n) }
+}
+
+/// `posix_memalign(3)`.
+///
+/// # Safety
+/// - As for `posix_memalign(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: size_t, n: size_t) -> c_int {
+    if !align.is_power_of_two() || !align.is_multiple_of(std::mem::size_of::<usize>()) {
+        return libc::EINVAL;
+    }
+    // SAFETY: valid alignment.
+    let p = unsafe { alloc_aligned(align, n) };
+    if p.is_null() {
+        return libc::ENOMEM;
+    }
+    // SAFETY: out is writable (caller's contract).
+    unsafe { *out = p };
+    0
+}
+
+/// `aligned_alloc(3)`.
+///
+/// # Safety
+/// - As for `aligned_alloc(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn aligned_alloc(align: size_t, n: size_t) -> *mut c_void {
+    if !align.is_power_of_two() {
+        // SAFETY: errno of this thread.
+        unsafe { *libc::__errno_location() = libc::EINVAL };
+        return std::ptr::null_mut();
+    }
+    // SAFETY: valid alignment.
+    unsafe { alloc_aligned(align, n) }
+}
+
+/// `memalign(3)`.
+///
+/// # Safety
+/// - As for `memalign(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn memalign(align: size_t, n: size_t) -> *mut c_void {
+    // SAFETY: as aligned_alloc.
+    unsafe { aligned_alloc(align.max(16).next_power_of_two(), n) }
+}
+
+/// `valloc(3)`.
+///
+/// # Safety
+/// - As for `valloc(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn valloc(n: size_t) -> *mut c_void {
+    // SAFETY: page alignment is valid.
+    unsafe { alloc_aligned(4096, n) }
+}
+
+/// `pvalloc(3)`.
+///
+/// # Safety
+/// - As for `pvalloc(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn pvalloc(n: size_t) -> *mut c_void {
+    // SAFETY: page alignment is valid.
+    unsafe { alloc_aligned(4096, n.max(1).div_ceil(4096) * 4096) }
+}
+
+/// `malloc_usable_size(3)`.
+///
+/// # Safety
+/// - As for `malloc_usable_size(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> size_t {
+    if p.is_null() {
+        return 0;
+    }
+    if owns(p) {
+        // SAFETY: a live block of the internal heap.
+        return unsafe { usable_size(p.cast()) };
+    }
+    type F = unsafe extern "C" fn(*mut c_void) -> size_t;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let mut f = NEXT.load(Ordering::Relaxed);
+    if f == 0 {
+        // SAFETY: dlsym with a NUL-terminated name.
+        f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"malloc_usable_size".as_ptr()) } as usize;
+        NEXT.store(f, Ordering::Relaxed);
+    }
+    if f == 0 {
+        return 0;
+    }
+    // SAFETY: glibc's malloc_usable_size.
+    unsafe { std::mem::transmute::<usize, F>(f)(p) }
+}

@@ -1,0 +1,326 @@
+//! Reconciling with the process's mappings: adopting the anonymous memory that no interposed
+//! call saw, and counting what stays outside the pager.
+//!
+//! glibc's brk heap, the blocks and thread arenas glibc maps with its internal `mmap`, and
+//! whatever a runtime maps through a raw system call never pass through this library. The
+//! `uswap-scan` thread watches the resident set size (`/proc/self/statm`, every
+//! `USWAP_SCAN_MS`) and, when it has grown by 1/32 of the limit since the last pass (or every
+//! 500 ms), reads `/proc/self/maps` and adopts every anonymous private writable mapping that is
+//! not the pager's own, not a thread stack (a small `PROT_NONE` guard right below it) and not a
+//! loaded object's `.bss` (anonymous memory right after one of its file mappings: libc's malloc
+//! state lives there, and the pager's threads use it). Each pass also retires regions the
+//! program has unmapped, and measures the anonymous memory outside the pager:
+//! `RssAnon - (resident + swap cache + pool) - RssAnon at start`. When that exceeds a quarter
+//! of the limit (and 32 MiB), it warns once on stderr: the limit is not holding for that part.
+//!
+//! Locking: a pass runs under [`crate::BIG`] (so a fork never copies a half-adopted mapping);
+//! the counters are atomics. The thread allocates from the library's internal heap.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use uswap_pager::Pager;
+
+static UNMANAGED_NOW: AtomicU64 = AtomicU64::new(0);
+static UNMANAGED_PEAK: AtomicU64 = AtomicU64::new(0);
+static ANON_AT_START: AtomicU64 = AtomicU64::new(0);
+static STACK_BYTES: AtomicU64 = AtomicU64::new(0);
+static SKIPPED_BYTES: AtomicU64 = AtomicU64::new(0);
+static PASSES: AtomicU64 = AtomicU64::new(0);
+static ADOPTED_BYTES: AtomicU64 = AtomicU64::new(0);
+static WARNED: AtomicBool = AtomicBool::new(false);
+static SCAN_MS: AtomicU64 = AtomicU64::new(20);
+
+/// One line of `/proc/self/maps`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Map {
+    /// First byte.
+    pub start: usize,
+    /// End (exclusive).
+    pub end: usize,
+    /// `rwxp` / `rw-s` ...
+    pub perms: [u8; 4],
+    /// Inode (0 for anonymous memory).
+    pub inode: u64,
+    /// Path or pseudo-name (`[heap]`, `[stack]`), empty for anonymous memory.
+    pub path: String,
+}
+
+/// Parse `/proc/self/maps` text.
+pub fn parse_maps(text: &str) -> Vec<Map> {
+    let mut v = Vec::new();
+    for line in text.lines() {
+        let mut it = line.split_ascii_whitespace();
+        let (Some(range), Some(perms), Some(_off), Some(_dev), Some(inode)) =
+            (it.next(), it.next(), it.next(), it.next(), it.next())
+        else {
+            continue;
+        };
+        let Some((a, b)) = range.split_once('-') else { continue };
+        let (Ok(start), Ok(end)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) else { continue };
+        let p = perms.as_bytes();
+        if p.len() < 4 {
+            continue;
+        }
+        let path = it.collect::<Vec<_>>().join(" ");
+        v.push(Map { start, end, perms: [p[0], p[1], p[2], p[3]], inode: inode.parse().unwrap_or(0), path });
+    }
+    v
+}
+
+/// Why a mapping is not adopted (None = adopt it).
+pub fn skip_reason(maps: &[Map], i: usize, min_len: usize) -> Option<&'static str> {
+    let m = &maps[i];
+    if m.perms[0] != b'r' || m.perms[1] != b'w' || m.perms[3] != b'p' {
+        return Some("not private writable");
+    }
+    if m.perms[2] == b'x' {
+        return Some("executable");
+    }
+    if m.inode != 0 || (!m.path.is_empty() && m.path != "[heap]") {
+        return Some("file or special");
+    }
+    if uswap_pager::own::is_own(m.start, m.end) {
+        return Some("pager's own");
+    }
+    if m.path == "[heap]" {
+        return None;
+    }
+    if let Some(prev) = i.checked_sub(1).map(|j| &maps[j]) {
+        if prev.end == m.start {
+            if prev.inode != 0 {
+                return Some("bss of a loaded object");
+            }
+            if &prev.perms[..3] == b"---" && prev.path.is_empty() && prev.end - prev.start <= 1 << 20 {
+                return Some("thread stack");
+            }
+        }
+    }
+    if m.end - m.start < min_len {
+        return Some("small");
+    }
+    None
+}
+
+fn read_maps() -> Vec<Map> {
+    std::fs::read_to_string("/proc/self/maps").map(|s| parse_maps(&s)).unwrap_or_default()
+}
+
+/// Is `[a, a + len)` inside one anonymous private writable mapping?
+pub fn is_anon_private_range(a: usize, len: usize) -> bool {
+    crate::fork::internal(|| {
+        let maps = read_maps();
+        maps.iter()
+            .enumerate()
+            .any(|(i, m)| m.start <= a && a + len <= m.end && skip_reason(&maps, i, 0).is_none_or(|r| r == "small"))
+    })
+}
+
+/// Record this library's own image and the anonymous memory right after it (its `.bss`, where
+/// the pager's registry lives) as the pager's own.
+pub fn record_own_image() {
+    let mut info: libc::Dl_info = unsafe_zeroed();
+    // SAFETY: dladdr with the address of one of our statics and a writable Dl_info.
+    if unsafe { libc::dladdr((&UNMANAGED_NOW as *const AtomicU64).cast(), &mut info) } == 0 || info.dli_fname.is_null()
+    {
+        return;
+    }
+    // SAFETY: dladdr set dli_fname to a NUL-terminated path that lives as long as the object.
+    let me = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
+    let me = std::fs::canonicalize(&me).map(|p| p.to_string_lossy().into_owned()).unwrap_or(me);
+    let maps = read_maps();
+    for (i, m) in maps.iter().enumerate() {
+        if m.path == me {
+            uswap_pager::own::add(m.start, m.end - m.start);
+            if let Some(n) = maps.get(i + 1) {
+                if n.start == m.end && n.inode == 0 && n.path.is_empty() {
+                    uswap_pager::own::add(n.start, n.end - n.start);
+                }
+            }
+        }
+    }
+}
+
+fn unsafe_zeroed() -> libc::Dl_info {
+    // SAFETY: Dl_info is plain pointers, for which all-zero (null) is valid.
+    unsafe { std::mem::zeroed() }
+}
+
+/// The previous pass's adopted mappings (unchanged lines are not adopted again).
+static SEEN: crate::lock::RawLock = crate::lock::RawLock::new();
+struct SeenCell(std::cell::UnsafeCell<Vec<(usize, usize)>>);
+// SAFETY: only touched under SEEN.
+unsafe impl Sync for SeenCell {}
+static SEEN_SET: SeenCell = SeenCell(std::cell::UnsafeCell::new(Vec::new()));
+
+/// One reconciliation pass (see the module docs). `first`: the pass at start-up.
+pub fn scan_once(p: &Pager, first: bool) {
+    crate::BIG.lock();
+    crate::fork::internal(|| {
+        let min_len = super::MMAP_MIN.load(Ordering::Relaxed);
+        let maps = read_maps();
+        SEEN.lock();
+        // SAFETY: under SEEN.
+        let seen = unsafe { &mut *SEEN_SET.0.get() };
+        let mut now = Vec::new();
+        let (mut stacks, mut skipped) = (0u64, 0u64);
+        for (i, m) in maps.iter().enumerate() {
+            match skip_reason(&maps, i, min_len) {
+                None => {
+                    let key = (m.start, m.end);
+                    if seen.binary_search(&key).is_err() {
+                        if let Ok(n) = p.adopt(m.start, m.end - m.start) {
+                            ADOPTED_BYTES.fetch_add(n as u64, Ordering::Relaxed);
+                        }
+                    }
+                    now.push(key);
+                }
+                Some("thread stack") => stacks += (m.end - m.start) as u64,
+                Some("small") | Some("executable") => skipped += (m.end - m.start) as u64,
+                Some(_) => {}
+            }
+        }
+        now.sort_unstable();
+        *seen = now;
+        SEEN.unlock();
+        STACK_BYTES.store(stacks, Ordering::Relaxed);
+        SKIPPED_BYTES.store(skipped, Ordering::Relaxed);
+        p.reap();
+        PASSES.fetch_add(1, Ordering::Relaxed);
+        measure(p, first);
+    });
+    crate::BIG.unlock();
+}
+
+fn measure(p: &Pager, first: bool) {
+    let anon = super::proc_status_bytes("RssAnon:");
+    if first {
+        ANON_AT_START.store(anon, Ordering::Relaxed);
+        return;
+    }
+    let managed = p.charged_bytes();
+    let out = anon.saturating_sub(managed).saturating_sub(ANON_AT_START.load(Ordering::Relaxed));
+    UNMANAGED_NOW.store(out, Ordering::Relaxed);
+    UNMANAGED_PEAK.fetch_max(out, Ordering::Relaxed);
+    let limit = p.config().limit_bytes;
+    if out > (limit / 4).max(32 << 20) && !WARNED.swap(true, Ordering::Relaxed) {
+        let msg = format!(
+            "uswap: warning: pid {}: {} MiB of anonymous memory is outside the pager (thread stacks, \
+             shared, locked or executable memory, or mappings it could not adopt); the {} MiB limit does \
+             not cover it\n",
+            std::process::id(),
+            out >> 20,
+            limit >> 20
+        );
+        // SAFETY: write(2) of our message to stderr.
+        unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+    }
+}
+
+/// Resident pages from `/proc/self/statm`.
+fn statm_resident() -> u64 {
+    let mut buf = [0u8; 128];
+    // SAFETY: open/read/close of a procfs file into a stack buffer.
+    let n = unsafe {
+        let fd = libc::open(c"/proc/self/statm".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return 0;
+        }
+        let n = libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len());
+        libc::close(fd);
+        n
+    };
+    if n <= 0 {
+        return 0;
+    }
+    std::str::from_utf8(&buf[..n as usize])
+        .ok()
+        .and_then(|s| s.split_ascii_whitespace().nth(1))
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0)
+        * 4096
+}
+
+/// Start the `uswap-scan` thread.
+pub fn start_thread(p: Arc<Pager>, ms: u64) -> Result<(), String> {
+    SCAN_MS.store(ms, Ordering::Relaxed);
+    spawn(p).map_err(|e| format!("cannot start the scan thread: {e}"))
+}
+
+fn spawn(p: Arc<Pager>) -> std::io::Result<()> {
+    std::thread::Builder::new().name("uswap-scan".into()).stack_size(256 << 10).spawn(move || {
+        uswap_pager::own::add_this_stack();
+        let ms = SCAN_MS.load(Ordering::Relaxed);
+        let step = (p.config().limit_bytes / 32).max(2 << 20);
+        let mut last_rss = statm_resident();
+        let mut last = std::time::Instant::now();
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            let rss = statm_resident();
+            if rss > last_rss + step || last.elapsed().as_millis() >= 500 {
+                scan_once(&p, false);
+                last_rss = statm_resident();
+                last = std::time::Instant::now();
+            }
+        }
+    })?;
+    Ok(())
+}
+
+/// Start the thread again in a fork child (threads do not survive `fork`).
+pub fn restart_in_child(p: Arc<Pager>) {
+    if spawn(p).is_err() {
+        let msg = b"uswap: warning: fork child has no scan thread\n";
+        // SAFETY: write(2) of a static message.
+        unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+    }
+}
+
+/// The memory outside the pager, for the statistics.
+pub fn unmanaged() -> serde_json::Value {
+    serde_json::json!({
+        "anon_bytes_now": UNMANAGED_NOW.load(Ordering::Relaxed),
+        "anon_bytes_peak": UNMANAGED_PEAK.load(Ordering::Relaxed),
+        "anon_at_start_bytes": ANON_AT_START.load(Ordering::Relaxed),
+        "thread_stack_bytes": STACK_BYTES.load(Ordering::Relaxed),
+        "small_or_exec_bytes": SKIPPED_BYTES.load(Ordering::Relaxed),
+        "scan_passes": PASSES.load(Ordering::Relaxed),
+        "scan_adopted_bytes": ADOPTED_BYTES.load(Ordering::Relaxed),
+        "own_overflow": uswap_pager::own::overflowed(),
+        "warned": WARNED.load(Ordering::Relaxed),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = "\
+55d0c0000000-55d0c0001000 r--p 00000000 fe:00 1234 /usr/bin/prog
+55d0c0001000-55d0c0002000 rw-p 00001000 fe:00 1234 /usr/bin/prog
+55d0c0002000-55d0c0003000 rw-p 00000000 00:00 0
+55d0c1000000-55d0c2000000 rw-p 00000000 00:00 0 [heap]
+7f0000000000-7f0000001000 ---p 00000000 00:00 0
+7f0000001000-7f0000801000 rw-p 00000000 00:00 0
+7f0001000000-7f0005000000 rw-p 00000000 00:00 0
+7f0005000000-7f0009000000 ---p 00000000 00:00 0
+7f0009000000-7f0009002000 rw-p 00000000 00:00 0
+7f000a000000-7f000a100000 rw-s 00000000 00:05 99 /dev/zero (deleted)
+7ffc00000000-7ffc00021000 rw-p 00000000 00:00 0 [stack]
+";
+
+    #[test]
+    fn picks_heaps_and_arenas_not_stacks_bss_or_shared() {
+        let maps = parse_maps(SAMPLE);
+        assert_eq!(maps.len(), 11);
+        let r: Vec<_> = (0..maps.len()).map(|i| skip_reason(&maps, i, 16 << 10)).collect();
+        assert_eq!(r[0], Some("not private writable"));
+        assert_eq!(r[1], Some("file or special"));
+        assert_eq!(r[2], Some("bss of a loaded object"));
+        assert_eq!(r[3], None, "[heap]");
+        assert_eq!(r[5], Some("thread stack"));
+        assert_eq!(r[6], None, "an arena's heap");
+        assert_eq!(r[8], Some("small"));
+        assert_eq!(r[9], Some("not private writable"));
+        assert_eq!(r[10], Some("file or special"));
+    }
+}

@@ -1,0 +1,150 @@
+//! The pager's own memory: mappings and thread stacks that must never be put under a pager.
+//!
+//! A pager that adopts a program's anonymous memory where it lies (see [`crate::vma`]) finds
+//! that memory by reading `/proc/self/maps`, where its own mappings (page words, rings, the
+//! swap cache, the engine's pool, the library's internal heap) and its threads' stacks look
+//! like any other anonymous mapping. Managing one of them would make a pager thread fault on
+//! memory only it can fill: a deadlock. So everything the pager (or a library embedding it)
+//! maps for itself is recorded here, and every pager thread records its stack pointer when it
+//! starts; [`is_own`] tells an adopter to keep away.
+//!
+//! Locking: none. A fixed table of atomic `(start, end)` pairs: [`add`] claims a free entry by
+//! CAS, [`remove`] clears it; readers scan without locks (signal-safe, allocation-free). A
+//! mapping added concurrently with a scan may be missed by that scan, so callers add a mapping
+//! before anything else can see it (right after `mmap` returns).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+const MAX_OWN: usize = 2048;
+const MAX_STACKS: usize = 64;
+
+struct Range {
+    start: AtomicUsize,
+    end: AtomicUsize,
+}
+
+#[expect(clippy::declare_interior_mutable_const, reason = "array initialiser of atomics")]
+const EMPTY: Range = Range { start: AtomicUsize::new(0), end: AtomicUsize::new(0) };
+static OWN: [Range; MAX_OWN] = [EMPTY; MAX_OWN];
+static HIGH: AtomicUsize = AtomicUsize::new(0);
+#[expect(clippy::declare_interior_mutable_const, reason = "array initialiser of atomics")]
+const NO_SP: AtomicUsize = AtomicUsize::new(0);
+static STACKS: [AtomicUsize; MAX_STACKS] = [NO_SP; MAX_STACKS];
+/// Own mappings that did not fit in the table (then adoption must be conservative).
+static OVERFLOW: AtomicUsize = AtomicUsize::new(0);
+
+/// Record `[start, start + len)` as the pager's own memory.
+pub fn add(start: usize, len: usize) {
+    if len == 0 {
+        return;
+    }
+    for (i, r) in OWN.iter().enumerate() {
+        if r.end.load(Ordering::Relaxed) == 0
+            && r.start.compare_exchange(0, start, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        {
+            r.end.store(start + len, Ordering::Release);
+            HIGH.fetch_max(i + 1, Ordering::AcqRel);
+            return;
+        }
+    }
+    OVERFLOW.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Forget `[start, start + len)` (the mapping was unmapped). Entries overlapping the range
+/// are trimmed to what is left of them (an entry split in two keeps its lower part).
+pub fn remove(start: usize, len: usize) {
+    let end = start + len;
+    let n = HIGH.load(Ordering::Acquire);
+    for r in &OWN[..n] {
+        let (s, e) = (r.start.load(Ordering::Acquire), r.end.load(Ordering::Acquire));
+        if e == 0 || s >= end || e <= start {
+            continue;
+        }
+        if start <= s && end >= e {
+            r.end.store(0, Ordering::Release);
+            r.start.store(0, Ordering::Release);
+        } else if start <= s {
+            r.start.store(end, Ordering::Release);
+        } else {
+            r.end.store(start, Ordering::Release);
+        }
+    }
+}
+
+/// Record the calling thread's stack (call first thing in every pager thread): any mapping
+/// that contains this stack pointer is the thread's stack.
+pub fn add_this_stack() {
+    let probe = 0u8;
+    let sp = std::hint::black_box(&probe) as *const u8 as usize;
+    for s in &STACKS {
+        if s.compare_exchange(0, sp, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            return;
+        }
+    }
+    OVERFLOW.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Forget the calling thread's stack (when a pager thread ends).
+pub fn remove_this_stack() {
+    let probe = 0u8;
+    let sp = std::hint::black_box(&probe) as *const u8 as usize;
+    // The recorded pointer is higher up the same stack: the closest one above sp.
+    let mut best: Option<&AtomicUsize> = None;
+    for s in &STACKS {
+        let v = s.load(Ordering::Acquire);
+        if v >= sp && best.is_none_or(|b| v < b.load(Ordering::Relaxed)) {
+            best = Some(s);
+        }
+    }
+    if let Some(b) = best {
+        b.store(0, Ordering::Release);
+    }
+}
+
+/// True if `[start, end)` overlaps the pager's own memory or contains a pager thread's stack.
+pub fn is_own(start: usize, end: usize) -> bool {
+    let n = HIGH.load(Ordering::Acquire);
+    OWN[..n].iter().any(|r| {
+        let e = r.end.load(Ordering::Acquire);
+        e != 0 && r.start.load(Ordering::Acquire) < end && e > start
+    }) || STACKS.iter().any(|s| {
+        let v = s.load(Ordering::Acquire);
+        v != 0 && v >= start && v < end
+    })
+}
+
+/// Own mappings that could not be recorded (the table was full).
+pub fn overflowed() -> usize {
+    OVERFLOW.load(Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn add_remove_and_split() {
+        let base = 0x7000_0000_0000usize;
+        add(base, 0x10000);
+        assert!(is_own(base + 0x1000, base + 0x2000));
+        assert!(!is_own(base + 0x10000, base + 0x20000));
+        remove(base + 0x8000, 0x8000);
+        assert!(is_own(base, base + 0x1000));
+        assert!(!is_own(base + 0x8000, base + 0x9000));
+        remove(base, 0x8000);
+        assert!(!is_own(base, base + 0x10000));
+    }
+
+    #[test]
+    fn this_stack_is_own() {
+        add_this_stack();
+        let probe = 0u8;
+        let sp = std::hint::black_box(&probe) as *const u8 as usize;
+        assert!(is_own(sp - 4096, sp + 4096));
+        remove_this_stack();
+        assert!(!STACKS.iter().any(|s| {
+            let v = s.load(Ordering::Relaxed);
+            v != 0 && v >= sp - 4096 && v < sp + 4096
+        }));
+    }
+}

@@ -1,0 +1,449 @@
+//! Memory where it lies: adopting a program's own anonymous mappings, and following them
+//! through `munmap`, `mremap` and `madvise` (the kernel's VMA tree, as far as a pager needs it).
+//!
+//! A pager that only pages memory it mapped itself makes a program use *its* allocator. This
+//! module lets it page the program's memory instead, wherever the program got it (glibc's
+//! heap and its internal `mmap`s, jemalloc, pymalloc arenas, a JVM's or V8's heap):
+//! - [`adopt`] registers an existing anonymous private range with the uffd and publishes
+//!   regions over it (pieces of whole folios, then 4 KiB pages for a ragged tail); the pages
+//!   already present become `RESIDENT` and join the active list, so reclaim can take them.
+//!   Parts already covered by a live region are skipped, so adopting twice is harmless.
+//! - [`release`] applies an `UNMAP` or `REMOVE` event: the pages' swap entries and cache
+//!   copies are freed; unmapped pages become `UNMAPPED` (an adopted region whose pages are all
+//!   unmapped is retired by [`reap`]). A `REMOVE` on pages an eviction is dropping
+//!   ([`crate::region::BUSY_DROP`]) is the pager's own and is ignored.
+//! - [`remap`] applies a `REMAP` event: the kernel moved the pages and their registration; the
+//!   page words move to a new region at the new address (orders are kept when the move keeps
+//!   folio alignment, else the words become 4 KiB ones; cached folios are stored first).
+//!
+//! The event functions run on the thread that reads the uffd and never wait for a page held
+//! by another thread (that thread may be blocked until this one reads its event): they return
+//! false and the event is retried later.
+//!
+//! Locking: [`Pager::vma_lock`](crate::Pager) serializes adoption, remap and retirement (so
+//! two adopters cannot publish overlapping regions). It is never held across anything that
+//! waits for the event thread (callers sync events *before* taking it), nor while touching
+//! program memory. Page words change only by CAS, as everywhere ([`crate::region`]).
+
+use crate::region::{self, kind, w_kind, w_order, w_payload, word, RegionInner, BUSY, BUSY_DROP};
+use crate::stats::inc;
+use crate::{Pager, PagerError, PAGE_SIZE};
+use std::sync::atomic::Ordering;
+
+/// Adopt `[start, start + len)`, an anonymous private mapping of the program (page aligned).
+/// Returns the bytes newly put under the pager.
+pub(crate) fn adopt(p: &Pager, start: usize, len: usize) -> Result<usize, PagerError> {
+    let start = start & !(PAGE_SIZE - 1);
+    let end = (start + len).div_ceil(PAGE_SIZE) * PAGE_SIZE;
+    if end <= start || crate::own::is_own(start, end) {
+        return Ok(0);
+    }
+    // Unmap events read so far must be applied first, or a new region could be covered by an
+    // old one's pages that are about to become UNMAPPED.
+    p.sync_events();
+    let _g = p.vma_lock.lock();
+    let npages = (end - start) / PAGE_SIZE;
+    let mut covered = vec![false; npages];
+    region::enter();
+    region::for_each_of(p, |r| {
+        let (a, b) = (r.start.max(start), (r.start + r.len).min(end));
+        for addr in (a..b).step_by(PAGE_SIZE) {
+            if w_kind(r.word((addr - r.start) / PAGE_SIZE).load(Ordering::Acquire)) != kind::UNMAPPED {
+                covered[(addr - start) / PAGE_SIZE] = true;
+            }
+        }
+    });
+    region::leave();
+    let mut adopted = 0;
+    let mut first_err = None;
+    let mut dead = Vec::new();
+    crate::reclaim::runs(npages, &|i| !covered[i], |i, j| {
+        match adopt_run(p, start + i * PAGE_SIZE, (j - i) * PAGE_SIZE, &mut dead) {
+            Ok(n) => adopted += n,
+            Err(e) => {
+                if first_err.is_none() {
+                    first_err = Some(e);
+                }
+            }
+        }
+        true
+    });
+    drop(_g);
+    for r in dead {
+        // SAFETY: unpublished by adopt_piece; freed once, here, outside vma_lock and enter().
+        unsafe { region::free_unpublished(r) };
+    }
+    if p.charged_bytes() > crate::reclaim::wake_mark(p) {
+        crate::sys::futex_wake(&p.reclaim_wake);
+    }
+    match first_err {
+        Some(e) if adopted == 0 => Err(e),
+        _ => Ok(adopted),
+    }
+}
+
+/// Adopt one uncovered run: whole folios, then the ragged tail in 4 KiB pages.
+fn adopt_run(p: &Pager, start: usize, len: usize, dead: &mut Vec<*mut RegionInner>) -> Result<usize, PagerError> {
+    let fo = (p.cfg.folio_size / PAGE_SIZE).trailing_zeros();
+    let folio = PAGE_SIZE << fo;
+    let head = len / folio * folio;
+    let mut done = 0;
+    if head > 0 {
+        done += adopt_piece(p, start, head, fo, dead)?;
+    }
+    if len > head {
+        done += adopt_piece(p, start + head, len - head, 0, dead)?;
+    }
+    Ok(done)
+}
+
+fn adopt_piece(
+    p: &Pager,
+    start: usize,
+    len: usize,
+    order: u32,
+    dead: &mut Vec<*mut RegionInner>,
+) -> Result<usize, PagerError> {
+    let r = region::publish_adopted(p, start, len, order)?;
+    let mode = crate::uffd::mode::MISSING | crate::uffd::mode::WP;
+    if let Err(e) = p.uffd.register(start, len, mode) {
+        // Gone or not registrable (unmapped meanwhile, a VM_PFNMAP/hugetlb/shared mapping).
+        for i in 0..r.npages {
+            r.mark_unmapped(i);
+        }
+        let r = r as *const RegionInner as *mut RegionInner;
+        // SAFETY: published above; unpublished once; freed by the caller outside the lock.
+        unsafe { region::unpublish(r) };
+        dead.push(r);
+        return Err(PagerError::Os(format!("{e} (adopting {len} bytes at {start:#x})")));
+    }
+    inc(&p.counters.adopted_regions, 1);
+    // Pages already present are resident: from here on the uffd reports the missing ones, so
+    // this snapshot cannot miss a page that appears later.
+    let mut present = vec![0u8; r.npages];
+    const CHUNK: usize = 1 << 16;
+    for c in (0..r.npages).step_by(CHUNK) {
+        let n = CHUNK.min(r.npages - c);
+        // SAFETY: mincore on a page-aligned range with one byte per page in the vector.
+        let rc = unsafe { libc::mincore(r.addr(c) as *mut _, n * PAGE_SIZE, present[c..].as_mut_ptr()) };
+        if rc != 0 {
+            present[c..c + n].fill(0);
+        }
+    }
+    let mut count = 0u64;
+    crate::reclaim::blocks(0, r.npages, &|i| present[i] & 1 != 0, |pg, kb| {
+        // Blocks larger than the region's folio come as several folios.
+        let k = kb.min(order);
+        let n = 1usize << k;
+        for q in (pg..pg + (1usize << kb)).step_by(n) {
+            let mut got = 0;
+            for i in 0..n {
+                if r.word(q + i)
+                    .compare_exchange(
+                        word(kind::NONE, 0, 0),
+                        word(kind::RESIDENT, k, 0),
+                        Ordering::AcqRel,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+                {
+                    got += 1;
+                }
+            }
+            if got == n {
+                push_active(p, r, q, k);
+            } else {
+                // A fault or an event got some pages first: queue the ones we took singly.
+                for i in 0..n {
+                    if r.word(q + i)
+                        .compare_exchange(
+                            word(kind::RESIDENT, k, 0),
+                            word(kind::RESIDENT, 0, 0),
+                            Ordering::AcqRel,
+                            Ordering::Relaxed,
+                        )
+                        .is_ok()
+                    {
+                        push_active(p, r, q + i, 0);
+                    }
+                }
+            }
+            count += got as u64;
+        }
+    });
+    p.resident_pages.fetch_add(count as i64, Ordering::AcqRel);
+    inc(&p.counters.adopted_pages, count);
+    Ok(len)
+}
+
+fn push_active(p: &Pager, r: &RegionInner, pg: usize, k: u32) {
+    if !p.active.push(crate::reclaim::entry(r, pg, k)) {
+        // The active list is full: the folio stays resident unqueued (counted; the ring is
+        // sized for several times the limit, so reclaim is far behind if this happens).
+        inc(&p.counters.reclaim_fail, 1);
+    }
+}
+
+/// Apply an `UNMAP` (`unmap`) or `REMOVE` event on `[start, end)`. Returns false if some
+/// page is held by another thread (retry later; what could be done is done).
+pub(crate) fn release(p: &Pager, start: usize, end: usize, unmap: bool) -> bool {
+    let mut complete = true;
+    region::enter();
+    region::for_each_of(p, |r| {
+        let (a, b) = (r.start.max(start), (r.start + r.len).min(end));
+        if a >= b {
+            return;
+        }
+        let lo = (a - r.start) / PAGE_SIZE;
+        let hi = (b - r.start).div_ceil(PAGE_SIZE);
+        crate::reclaim::release_pages_ex(r, lo, hi, false, true);
+        for pg in lo..hi {
+            let w = r.word(pg).load(Ordering::Acquire);
+            match w_kind(w) {
+                kind::BUSY if !unmap && w == BUSY_DROP => {} // our own eviction's madvise
+                kind::BUSY => complete = false,
+                kind::UNMAPPED => {}
+                _ if unmap => {
+                    if r.word(pg).compare_exchange(w, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                        r.mark_unmapped(pg);
+                    } else {
+                        complete = false;
+                    }
+                }
+                _ => {}
+            }
+        }
+    });
+    region::leave();
+    if !complete {
+        inc(&p.counters.ev_deferred, 1);
+    }
+    complete
+}
+
+/// Apply a `REMAP` event: the kernel moved `[from, from + len)` to `to` (with its uffd
+/// registration). Returns false if some page is held by another thread (retry later; nothing
+/// was changed).
+pub(crate) fn remap(p: &Pager, from: usize, to: usize, len: usize) -> bool {
+    let _g = p.vma_lock.lock();
+    let end = from + len;
+    region::enter();
+    let mut moved: Vec<(&'static RegionInner, usize, usize)> = Vec::new();
+    let mut ok = true;
+    region::for_each_of(p, |r| {
+        let (a, b) = (r.start.max(from), (r.start + r.len).min(end));
+        if a < b && r.adopted {
+            moved.push((r, (a - r.start) / PAGE_SIZE, (b - a) / PAGE_SIZE));
+        }
+    });
+    // Claim every page first (all or nothing), so no other thread changes them mid-move.
+    let mut claimed: Vec<(&'static RegionInner, usize, Vec<u64>)> = Vec::new();
+    'outer: for &(r, i0, m) in &moved {
+        let mut old = Vec::with_capacity(m);
+        for i in 0..m {
+            let w = r.word(i0 + i).load(Ordering::Acquire);
+            let mine = w_kind(w) != kind::BUSY
+                && r.word(i0 + i).compare_exchange(w, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok();
+            if !mine {
+                for (j, &o) in old.iter().enumerate() {
+                    r.word(i0 + j).store(o, Ordering::Release);
+                }
+                ok = false;
+                break 'outer;
+            }
+            old.push(w);
+        }
+        claimed.push((r, i0, old));
+    }
+    if !ok {
+        for (r, i0, old) in claimed {
+            for (j, &o) in old.iter().enumerate() {
+                r.word(i0 + j).store(o, Ordering::Release);
+            }
+        }
+        region::leave();
+        inc(&p.counters.ev_deferred, 1);
+        return false;
+    }
+    let mut created: Vec<(&'static RegionInner, Vec<u64>)> = Vec::new();
+    for (r, i0, old) in claimed {
+        let m = old.len();
+        let old_addr = r.addr(i0);
+        let new_start = to + (old_addr - from);
+        let fo = r.folio_order;
+        let fp = 1usize << fo;
+        let aligned = fo > 0 && i0 % fp == 0 && m % fp == 0;
+        let order = if aligned { fo } else { 0 };
+        let mut words = old.clone();
+        if !aligned {
+            to_order0(p, &mut words);
+        }
+        match region::publish_adopted(p, new_start, m * PAGE_SIZE, order) {
+            Ok(nr) => {
+                for (i, &w) in words.iter().enumerate() {
+                    nr.word(i).store(w, Ordering::Release);
+                    if w_kind(w) == kind::UNMAPPED {
+                        nr.unmapped.fetch_add(1, Ordering::Relaxed);
+                    }
+                    nr.shadow(i).store(r.shadow(i0 + i).load(Ordering::Relaxed), Ordering::Relaxed);
+                }
+                created.push((nr, words));
+            }
+            Err(_) => {
+                // No registry slot: the moved pages cannot be followed. Their entries are
+                // freed and the new range becomes unmanaged memory (zero-fill for what was
+                // swapped out would lose data, so map the swapped pages back first).
+                fault_back(p, new_start, &words);
+            }
+        }
+        for i in 0..m {
+            r.mark_unmapped(i0 + i);
+        }
+        inc(&p.counters.remap_moved_pages, m as u64);
+    }
+    // Queue the moved folios on their lists under their new region.
+    for (nr, words) in &created {
+        for (i, &w) in words.iter().enumerate() {
+            let k = w_order(w);
+            if i % (1usize << k) != 0 {
+                continue;
+            }
+            match w_kind(w) {
+                kind::RESIDENT | kind::CLEAN => push_active(p, nr, i, k),
+                kind::CACHED if !p.inactive.push(crate::reclaim::entry(nr, i, k)) => {
+                    inc(&p.counters.reclaim_fail, 1);
+                }
+                _ => {}
+            }
+        }
+    }
+    region::leave();
+    true
+}
+
+/// Rewrite moved page words as 4 KiB ones (the move broke folio alignment): mapped and
+/// swapped pages keep their entries (a 4 KiB swap-in of a larger stored folio reads its part);
+/// cached folios are stored page by page (a cache object is one aligned folio).
+fn to_order0(p: &Pager, words: &mut [u64]) {
+    let mut i = 0;
+    while i < words.len() {
+        let w = words[i];
+        match w_kind(w) {
+            kind::RESIDENT => words[i] = word(kind::RESIDENT, 0, 0),
+            kind::SWAPPED => words[i] = word(kind::SWAPPED, 0, w_payload(w)),
+            kind::CLEAN => {
+                let e = region::clean_entry(w);
+                words[i] = word(kind::CLEAN, 0, region::clean_payload(e, 0));
+            }
+            kind::CACHED => {
+                let k = w_order(w);
+                let n = 1usize << k;
+                // The folio's pages are consecutive words with this same value.
+                let o = crate::arena::Obj {
+                    off: w_payload(w) as usize * crate::arena::GRANULE,
+                    class: crate::arena::class_of(PAGE_SIZE << k).unwrap_or(0),
+                };
+                let mut kept = [0u64; 512];
+                crate::reclaim::clean_tags(p, o, n, &mut kept);
+                crate::reclaim::clear_clean_tags(p, o, n);
+                let mut j = 0;
+                while j < n && i + j < words.len() && words[i + j] == w {
+                    words[i + j] = if kept[j] != 0 {
+                        word(kind::SWAPPED, 0, w_payload(kept[j]))
+                    } else {
+                        // SAFETY: page j of the cache object (claimed: its words are BUSY).
+                        let d = unsafe { std::slice::from_raw_parts(p.cache.ptr(o).add(j * PAGE_SIZE), PAGE_SIZE) };
+                        let mut nw = [0u64; 1];
+                        if crate::reclaim::store_folio(p, d, 0, &mut nw).is_ok() {
+                            nw[0]
+                        } else {
+                            inc(&p.counters.store_errors, 1);
+                            word(kind::NONE, 0, 0)
+                        }
+                    };
+                    j += 1;
+                }
+                p.cache.free(o);
+                i += j.max(1);
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+}
+
+/// The moved pages could not get a region: put what was swapped out back into memory at its
+/// new address and free its entries (the range is then unmanaged, never silently zeroed).
+fn fault_back(p: &Pager, start: usize, words: &[u64]) {
+    let bi = p.bufs.take();
+    let buf = p.bufs.buf(bi, PAGE_SIZE);
+    for (i, &w) in words.iter().enumerate() {
+        let entry = match w_kind(w) {
+            kind::SWAPPED => Some(w_payload(w)),
+            kind::CLEAN => Some(region::clean_entry(w)),
+            _ => None,
+        };
+        let Some(e) = entry else { continue };
+        if w_kind(w) == kind::SWAPPED && p.store.load(e, buf).is_ok() {
+            // SAFETY: buf holds one page; the destination is missing in the moved mapping.
+            let _ = unsafe { p.uffd.copy(start + i * PAGE_SIZE, buf.as_ptr(), PAGE_SIZE, false, true) };
+        }
+        p.store.put(e, 1);
+    }
+    p.bufs.give(bi);
+    let _ = p.uffd.unregister(start, words.len() * PAGE_SIZE);
+}
+
+/// Retire adopted regions whose pages are all unmapped. Call on a pager thread or an API
+/// caller, never on the event thread, and not inside [`region::enter`].
+pub(crate) fn reap(p: &Pager) -> usize {
+    p.sync_events();
+    let g = p.vma_lock.lock();
+    let mut dead = Vec::new();
+    for r in region::adopted_of(p) {
+        // SAFETY: adopted regions are unpublished only under vma_lock (held).
+        if unsafe { &*r }.all_unmapped() {
+            // SAFETY: as above, once.
+            unsafe { region::unpublish(r) };
+            dead.push(r);
+        }
+    }
+    drop(g);
+    // Freeing waits for threads inside enter(), which may wait for the event thread, which may
+    // wait for vma_lock: so outside it.
+    for &r in &dead {
+        // SAFETY: unpublished above, freed once; not inside enter().
+        unsafe { region::free_unpublished(r) };
+    }
+    inc(&p.counters.retired_regions, dead.len() as u64);
+    dead.len()
+}
+
+/// Retire every adopted region (the pager is going away).
+pub(crate) fn retire_all(p: &Pager) {
+    let g = p.vma_lock.lock();
+    let all = region::adopted_of(p);
+    for &r in &all {
+        // SAFETY: as in reap.
+        unsafe { region::unpublish(r) };
+    }
+    drop(g);
+    for r in all {
+        // SAFETY: as in reap.
+        unsafe { region::free_unpublished(r) };
+    }
+}
+
+/// Runs of pages of `p`'s regions that are still registered (not unmapped): for a fork child
+/// to register them again on its own uffd.
+pub(crate) fn registered_runs(p: &Pager, mut f: impl FnMut(usize, usize)) {
+    region::enter();
+    region::for_each_of(p, |r| {
+        crate::reclaim::runs(r.npages, &|i| w_kind(r.word(i).load(Ordering::Acquire)) != kind::UNMAPPED, |i, j| {
+            f(r.addr(i), (j - i) * PAGE_SIZE);
+            true
+        });
+    });
+    region::leave();
+}
