@@ -37,7 +37,17 @@ native run) unless --limit is given. The kernel side charges everything the prog
 (page cache too) to a memory cgroup with that limit, shared by all its processes; uswap limits \
 each process's anonymous memory, and its fixed overhead (the RSS when the pager had started) \
 comes on top. Programs the kernel OOM-kills are reported as kernel_outcome \"oom\" and left \
-out of the geometric mean.")]
+out of the geometric mean.
+
+JSON (--json), per program: limit_bytes; native_s, kernel_s, uswap_s (medians of the runs that \
+finished); speed_ratio = kernel_s / uswap_s; native_peak_rss_bytes, kernel_peak_bytes, \
+uswap_peak_rss_bytes (wait4's ru_maxrss: the largest process of the tree); \
+kernel_cgroup_peak_bytes (the cgroup's memory.max_usage_in_bytes, page cache included); \
+uswap_fixed_overhead_bytes (from uswap run --stats); uswap_evicted_bytes; correct and \
+kernel_correct (output == native output); native_outcome, kernel_outcome, uswap_outcome \
+(ok | oom | timeout | error); *_stacks (the stacks printed at a timeout); runs (every run). \
+Top level: geomean_speed_ratio with geomean_over and geomean_excluded (and why), failures, \
+skipped (a runtime that is not installed), machine, date.")]
 pub struct Args {
     /// What to compare uswap with: kernel (= zram: lz4 zram swap + memory cgroup; needs root) or none.
     #[arg(long, default_value = "none")]
