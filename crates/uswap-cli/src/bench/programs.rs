@@ -362,6 +362,23 @@ fn tail(p: &Path) -> String {
     lines[lines.len().saturating_sub(STDERR_TAIL)..].join(" | ")
 }
 
+/// `uswap run` keeps its processes' statistics in `$TMPDIR/uswap-run-PID-N` and removes it
+/// when the program ends; a `uswap run` we killed (timeout) leaves it behind: remove it.
+fn remove_run_statsdir(pid: i32) {
+    if pid <= 0 {
+        return;
+    }
+    let prefix = format!("uswap-run-{pid}-");
+    if let Ok(rd) = std::fs::read_dir(std::env::temp_dir()) {
+        for e in rd.flatten() {
+            if e.file_name().to_str().is_some_and(|n| n.strip_prefix(&prefix).is_some_and(|r| r.parse::<u32>().is_ok()))
+            {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+}
+
 /// What the kernel side adds around a run.
 struct KernelRun {
     cg: setup::Cgroup,
@@ -476,6 +493,9 @@ fn run_once(
     }
     match waited {
         Some(w) => {
+            if sc.side == Side::Uswap && (w.stacks.is_some() || w.signal().is_some()) {
+                remove_run_statsdir(w.pid);
+            }
             rec.secs = w.secs;
             rec.peak_rss = w.peak_rss;
             rec.outcome = if w.stacks.is_some() {

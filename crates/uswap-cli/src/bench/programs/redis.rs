@@ -312,7 +312,7 @@ pub fn run(
             Err(Stop::Error(e)) | Err(Stop::Timeout(e)) => Some(e),
             Ok(()) => Some("the server never started".into()),
         };
-        return Outcome { waited: Waited { status: None, peak_rss: 0, secs, stacks: None }, error };
+        return Outcome { waited: Waited { status: None, peak_rss: 0, secs, stacks: None, pid: 0 }, error };
     };
     match res {
         Ok(()) => {

@@ -33,6 +33,8 @@ pub struct Waited {
     pub secs: f64,
     /// On timeout: the stacks printed before the tree was killed.
     pub stacks: Option<String>,
+    /// The pid it had (0 when unknown).
+    pub pid: i32,
 }
 
 impl Waited {
@@ -158,6 +160,7 @@ impl Proc {
             peak_rss: peak,
             secs: at.duration_since(self.start).as_secs_f64(),
             stacks,
+            pid: self.pid,
         }
     }
 
@@ -168,7 +171,7 @@ impl Proc {
             return w;
         }
         let Some(rx) = self.rx.take() else {
-            return Waited { status: None, peak_rss: 0, secs: 0.0, stacks: None };
+            return Waited { status: None, peak_rss: 0, secs: 0.0, stacks: None, pid: self.pid };
         };
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
