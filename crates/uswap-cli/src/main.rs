@@ -1,11 +1,15 @@
 //! The `uswap` command: the pager's main job, and the benchmarks that compare uswap with
 //! the kernel's own swap on the same machine in the same run.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
 
 mod bench;
+mod help;
 mod kernel;
+mod preload;
+mod progress;
+mod report;
 mod run;
 
 /// Exit code for bad usage or bad configuration (clap uses 2 as well).
@@ -15,7 +19,8 @@ pub const EXIT_USAGE: u8 = 2;
 #[command(
     name = "uswap",
     version,
-    about = "User-space swap: a swap table, compressed and encrypted tiers, and a userfaultfd pager"
+    about = "User-space swap: a swap table, compressed and encrypted tiers, and a userfaultfd pager",
+    after_help = help::MAIN
 )]
 struct Cli {
     #[command(subcommand)]
@@ -25,15 +30,40 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Benchmarks (each prints what it measured; `--json` for machine-readable output).
+    #[command(after_help = help::BENCH)]
     Bench {
         #[command(subcommand)]
         which: bench::Which,
     },
     /// The main job: a usemem-like workload on a uswap region under a limit with the default
     /// tiers, ending in throughput and swap statistics.
+    #[command(after_help = help::DEMO)]
     Demo(bench::usemem::DemoArgs),
     /// Run a program with its anonymous memory under the pager (LD_PRELOAD).
+    #[command(after_help = "Examples:\n  uswap run --limit 512M -- python3 train.py\n  uswap run --limit 25% make -j2\n\nSee --help for the tier grammar, exit codes and environment variables.", after_long_help = help::RUN)]
     Run(run::RunArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(after_help = help::COMPLETIONS)]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), or write one page per command into a directory.
+    #[command(after_help = help::MAN)]
+    Man {
+        /// Write uswap.1, uswap-run.1, ... into this directory instead of printing uswap.1.
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
+}
+
+fn man(dir: Option<&std::path::Path>) -> bench::CliResult {
+    let cmd = Cli::command();
+    let fail = |e: std::io::Error| bench::CliError::fail(format!("man: {e}"));
+    match dir {
+        None => clap_mangen::Man::new(cmd).render(&mut std::io::stdout().lock()).map_err(fail),
+        Some(d) => clap_mangen::generate_to(cmd, d).map_err(fail),
+    }
 }
 
 fn main() -> ExitCode {
@@ -50,6 +80,11 @@ fn main() -> ExitCode {
     let res = match cli.cmd {
         Cmd::Bench { which } => bench::run(which),
         Cmd::Demo(a) => bench::usemem::demo(&a),
+        Cmd::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "uswap", &mut std::io::stdout());
+            Ok(())
+        }
+        Cmd::Man { dir } => man(dir.as_deref()),
         Cmd::Run(_) => unreachable!("handled above"),
     };
     match res {
@@ -57,6 +92,102 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("uswap: {e}");
             ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_args(argv: &[&str]) -> Result<run::RunArgs, clap::Error> {
+        match Cli::try_parse_from(argv)?.cmd {
+            Cmd::Run(a) => Ok(a),
+            _ => panic!("not run"),
+        }
+    }
+
+    fn cmd(a: &run::RunArgs) -> Vec<String> {
+        a.command.iter().map(|s| s.to_string_lossy().into_owned()).collect()
+    }
+
+    #[test]
+    fn the_program_starts_at_dashdash_or_the_first_word() {
+        let a = run_args(&["uswap", "run", "--limit", "1G", "python3", "-c", "x", "--tiers", "y"]).unwrap();
+        assert_eq!(cmd(&a), ["python3", "-c", "x", "--tiers", "y"]);
+        assert_eq!(a.tiers, "zero,lz4,file:/var/tmp");
+        let a = run_args(&["uswap", "run", "--limit", "1G", "--", "ls", "-l"]).unwrap();
+        assert_eq!(cmd(&a), ["ls", "-l"]);
+        let a = run_args(&["uswap", "run", "--limit=1G", "-q", "--", "--weird", "--", "-x"]).unwrap();
+        assert_eq!(cmd(&a), ["--weird", "--", "-x"]);
+        assert!(a.quiet);
+        let a = run_args(&["uswap", "run", "--force", "--limit", "1G", "--stats", "-", "env", "-i", "A=b"]).unwrap();
+        assert!(a.force);
+        assert_eq!(cmd(&a), ["env", "-i", "A=b"]);
+    }
+
+    #[test]
+    fn mistyped_options_are_errors_not_programs() {
+        for (argv, similar) in [
+            (&["uswap", "run", "--limit", "32M", "--tier", "zero,lz4", "--", "/bin/true"][..], Some("--tiers")),
+            (&["uswap", "run", "--limit", "32M", "--follio", "4K", "/bin/true"][..], Some("--folio")),
+            (&["uswap", "run", "--limit", "32M", "--json", "/bin/true"][..], None),
+            (&["uswap", "run", "--limit", "32M"][..], None),
+            (&["uswap", "run", "/bin/true"][..], None),
+        ] {
+            let e = match run_args(argv) {
+                Err(e) => e,
+                Ok(a) => panic!("{argv:?} parsed: {:?}", cmd(&a)),
+            };
+            assert_eq!(e.exit_code(), 2, "{argv:?}");
+            let msg = e.to_string();
+            if let Some(s) = similar {
+                assert!(msg.contains(s), "{argv:?}: {msg}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_command_has_examples_and_the_parser_is_sound() {
+        Cli::command().debug_assert();
+        let mut c = Cli::command();
+        c.build();
+        for sub in c.get_subcommands().filter(|s| s.get_name() != "help") {
+            let h = sub.get_after_help().or(sub.get_after_long_help()).map(|s| s.to_string()).unwrap_or_default();
+            assert!(h.contains("Examples:"), "{} has no examples", sub.get_name());
+            if sub.get_name() == "bench" {
+                for b in sub.get_subcommands().filter(|s| s.get_name() != "help") {
+                    let h = b.get_after_help().map(|s| s.to_string()).unwrap_or_default();
+                    assert!(h.contains("Examples:"), "bench {} has no examples", b.get_name());
+                }
+            }
+        }
+        let run = c.find_subcommand("run").unwrap().get_after_long_help().unwrap().to_string();
+        // Every variable the preload library reads is documented, in the help and the README.
+        let src = include_str!("../../uswap-ffi/src/preload/mod.rs");
+        let readme = include_str!("../../../README.md");
+        for part in src.split("env(c\"").skip(1) {
+            let var = &part[..part.find('"').unwrap()];
+            assert!(run.contains(var), "run --help lacks {var}");
+            assert!(readme.contains(var), "README lacks {var}");
+        }
+        for s in ["USWAP_PRELOAD", "128+N", "127", "126", "125", "uswap completions", "uswap man", "1.5G", "50%"] {
+            assert!(readme.contains(s), "README lacks {s}");
+        }
+        for s in [
+            "pool=",
+            "accept=",
+            "folio=",
+            "file:PATH",
+            "force",
+            "127",
+            "126",
+            "125",
+            "128+N",
+            "USWAP_PRELOAD",
+            "covers",
+        ] {
+            assert!(run.contains(s), "run --help lacks {s}");
         }
     }
 }

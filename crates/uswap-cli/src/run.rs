@@ -25,29 +25,36 @@ use std::sync::atomic::{AtomicI32, Ordering};
 /// Exit code when userfaultfd is not permitted.
 pub const EXIT_NO_UFFD: u8 = 1;
 
-/// Arguments of `uswap run`.
+/// Arguments of `uswap run`. Options end at `--` or at the first word that is not an option
+/// (the program), as for `env` and `systemd-run`; an unknown option is an error.
 #[derive(clap::Args, Debug)]
 #[command(trailing_var_arg = true)]
 pub struct RunArgs {
-    /// Resident limit: resident pages plus the compressed pool (e.g. 512M, 2G).
-    #[arg(long)]
+    /// Memory limit: resident pages + swap cache + compressed pool of the memory the pager
+    /// manages (a size such as 512M, 1.5G, 256MiB, or N% of physical memory).
+    #[arg(long, value_name = "SIZE|N%")]
     pub limit: String,
-    /// Storage tiers, in order. The default sends what does not fit in half the limit as
-    /// compressed pages to an encrypted, unlinked swap file in /var/tmp, so the limit holds
-    /// for data that compresses poorly; `zero,lz4` keeps everything in RAM.
+    /// Storage tiers, in order (grammar in --help). The default sends what does not fit in
+    /// half the limit as compressed pages to an encrypted, unlinked swap file in /var/tmp, so
+    /// the limit holds for data that compresses poorly; `zero,lz4` keeps everything in RAM.
     #[arg(long, default_value = "zero,lz4,file:/var/tmp")]
     pub tiers: String,
     /// Folio size: 4K, 64K or 2M.
     #[arg(long, default_value = "64K")]
     pub folio: String,
-    /// Write the statistics as JSON to this file (instead of the summary on stderr).
-    #[arg(long)]
+    /// Write the statistics as JSON (docs/stats.md) to this file, or to stdout with `-`,
+    /// instead of the summary on stderr.
+    #[arg(long, value_name = "FILE|-")]
     pub stats: Option<PathBuf>,
+    /// Let a `file:PATH` tier overwrite an existing file or block device that has no uswap
+    /// header (never one that is in use).
+    #[arg(long)]
+    pub force: bool,
     /// Print nothing after the run (the exit status still passes through).
     #[arg(long, short)]
     pub quiet: bool,
-    /// The program and its arguments.
-    #[arg(required = true, allow_hyphen_values = true)]
+    /// The program and its arguments (passed unchanged).
+    #[arg(required = true, value_name = "PROGRAM [ARGS]...")]
     pub command: Vec<OsString>,
 }
 
@@ -58,13 +65,14 @@ fn usage(msg: String) -> RunError {
     RunError(msg, crate::EXIT_USAGE)
 }
 
-/// Parse a size such as 512M.
+/// Parse a limit such as 512M, 1.5G or 25% (of physical memory).
 pub fn parse_limit(s: &str) -> Result<u64, RunError> {
-    uswap::config::parse_size("--limit", s.trim()).map_err(|e| usage(e.to_string()))
+    uswap::size::parse_limit(s)
+        .map_err(|e| usage(format!("--limit: {e} (a memory limit such as 512M, 1.5G, 2GiB or 25% of RAM)")))
 }
 
 fn parse_folio(s: &str) -> Result<usize, RunError> {
-    let v = uswap::config::parse_size("--folio", s.trim()).map_err(|e| usage(e.to_string()))?;
+    let v = uswap::size::parse(s).map_err(|e| usage(format!("--folio: {e}")))?;
     match v {
         4096 | 65536 | 2097152 => Ok(v as usize),
         _ => Err(usage(format!("bad --folio '{s}' (expected 4K, 64K or 2M)"))),
@@ -164,27 +172,6 @@ pub fn exe_kind(path: &Path) -> std::io::Result<ExeKind> {
     Ok(if interp { ExeKind::Dynamic } else { ExeKind::Static })
 }
 
-/// Where the preload library is.
-fn find_preload() -> Result<PathBuf, RunError> {
-    if let Some(p) = std::env::var_os("USWAP_PRELOAD") {
-        return Ok(PathBuf::from(p));
-    }
-    let exe = std::env::current_exe().map_err(|e| RunError(format!("cannot find the uswap binary: {e}"), 1))?;
-    let dir = exe.parent().unwrap_or(Path::new("."));
-    for c in [dir.join("libuswap_ffi.so"), dir.join("deps/libuswap_ffi.so"), dir.join("../lib/libuswap_ffi.so")] {
-        if c.is_file() {
-            return Ok(c);
-        }
-    }
-    Err(RunError(
-        format!(
-            "cannot find libuswap_ffi.so next to {} (build it with `cargo build -p uswap-ffi`, or set USWAP_PRELOAD)",
-            exe.display()
-        ),
-        1,
-    ))
-}
-
 static CHILD: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
@@ -195,17 +182,6 @@ extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc
         if pid > 0 && !from_kernel {
             libc::kill(pid, sig);
         }
-    }
-}
-
-fn human(b: u64) -> String {
-    let b = b as f64;
-    if b >= (1u64 << 30) as f64 {
-        format!("{:.2} GiB", b / (1u64 << 30) as f64)
-    } else if b >= (1u64 << 20) as f64 {
-        format!("{:.1} MiB", b / (1u64 << 20) as f64)
-    } else {
-        format!("{:.0} KiB", b / 1024.0)
     }
 }
 
@@ -232,14 +208,20 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
     let limit = parse_limit(&a.limit)?;
     let folio = parse_folio(&a.folio)?;
     if limit < 4 * folio as u64 {
-        return Err(usage(format!("--limit {} is below four folios ({} bytes)", a.limit, 4 * folio)));
+        return Err(usage(format!(
+            "--limit {} is below four folios ({}): the pager needs room to work",
+            a.limit,
+            uswap::size::format(4 * folio as u64)
+        )));
     }
+    let tiers = if a.force { uswap::config::with_force(&a.tiers) } else { a.tiers.clone() };
+    let to_stdout = a.stats.as_deref() == Some(Path::new("-"));
     // Tiers: parse and build once here, so a bad tier or an unwritable directory is reported
     // before the program runs (each process builds its own).
-    let spec = a.tiers.strip_prefix("builtin:").unwrap_or(&a.tiers);
+    let spec = tiers.strip_prefix("builtin:").unwrap_or(&tiers);
     let tc = uswap::config::TiersConfig::parse(spec).map_err(|e| usage(format!("--tiers: {e}")))?;
     tc.build().map_err(|e| usage(format!("--tiers: {e}")))?;
-    if let Some(s) = &a.stats {
+    if let Some(s) = a.stats.as_ref().filter(|_| !to_stdout) {
         std::fs::write(s, b"").map_err(|e| usage(format!("--stats {}: {e}", s.display())))?;
     }
     // userfaultfd: the same features the pager asks for.
@@ -280,7 +262,7 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
         Ok(_) => {}
         Err(e) => return Err(RunError(format!("{}: {e}", prog.display()), 126)),
     }
-    let lib = find_preload()?;
+    let lib = crate::preload::locate().map_err(|m| RunError(m, 1))?;
     let lib = lib.canonicalize().unwrap_or(lib);
     let statsdir = tempdir()?;
     let preload = match std::env::var_os("LD_PRELOAD") {
@@ -298,7 +280,7 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
         .env("LD_PRELOAD", preload)
         .env("USWAP_LIMIT", limit.to_string())
         .env("USWAP_FOLIO", folio.to_string())
-        .env("USWAP_TIERS", &a.tiers)
+        .env("USWAP_TIERS", &tiers)
         .env("USWAP_STATS_DIR", &statsdir);
     // Forward signals sent to us.
     for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2] {
@@ -311,6 +293,7 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
             libc::sigaction(s, &sa, std::ptr::null_mut());
         }
     }
+    let t0 = std::time::Instant::now();
     let child = cmd.spawn().map_err(|e| {
         let _ = std::fs::remove_dir_all(&statsdir);
         let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
@@ -339,28 +322,32 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
         (libc::WEXITSTATUS(status) as u8, None)
     };
     let peak_rss = ru.ru_maxrss as u64 * 1024;
-    let report = collect(&statsdir, pid);
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    let procs = collect(&statsdir, pid);
     let _ = std::fs::remove_dir_all(&statsdir);
-    let main = report.iter().find(|v| v["pid"] == pid).cloned();
-    let others: Vec<&serde_json::Value> = report.iter().filter(|v| v["pid"] != pid).collect();
-    if let Some(s) = &a.stats {
-        let j = serde_json::json!({
-            "command": a.command.iter().map(|s| s.to_string_lossy()).collect::<Vec<_>>(),
-            "pid": pid,
-            "exit_code": code,
-            "signal": signal,
-            "limit_bytes": limit,
-            "folio_bytes": folio,
-            "tiers": a.tiers,
-            "peak_rss_bytes": peak_rss,
-            "main": main,
-            "other_processes": others,
-        });
-        if let Err(e) = std::fs::write(s, format!("{j:#}\n")) {
-            eprintln!("uswap: --stats {}: {e}", s.display());
+    let command: Vec<String> = a.command.iter().map(|s| s.to_string_lossy().into_owned()).collect();
+    let r = crate::report::Run {
+        command: &command,
+        pid,
+        exit_code: code,
+        signal,
+        elapsed_s: t0.elapsed().as_secs_f64(),
+        cpu_s: (tv(ru.ru_utime), tv(ru.ru_stime)),
+        limit,
+        folio: folio as u64,
+        tiers: &tiers,
+        peak_rss,
+    };
+    let doc = crate::report::run_report(&r, &procs);
+    match &a.stats {
+        Some(_) if to_stdout => println!("{doc:#}"),
+        Some(s) => {
+            if let Err(e) = std::fs::write(s, format!("{doc:#}\n")) {
+                eprintln!("uswap: --stats {}: {e}", s.display());
+            }
         }
-    } else if !a.quiet {
-        summary(&prog, limit, peak_rss, main.as_ref(), &others);
+        None if !a.quiet => summary(&prog, limit, peak_rss, &doc),
+        None => {}
     }
     if let Some(s) = signal {
         if !a.quiet {
@@ -399,11 +386,20 @@ fn u(v: &serde_json::Value, p: &str) -> u64 {
     v.pointer(p).and_then(|x| x.as_u64()).unwrap_or(0)
 }
 
-fn summary(prog: &Path, limit: u64, peak: u64, main: Option<&serde_json::Value>, others: &[&serde_json::Value]) {
+fn summary(prog: &Path, limit: u64, peak: u64, doc: &serde_json::Value) {
+    let human = uswap::size::format;
     let name = prog.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let main = doc.get("main").filter(|m| !m.is_null());
+    let others = doc["other_processes"].as_array().cloned().unwrap_or_default();
+    eprintln!(
+        "uswap: {name}: {:.2} s, CPU {:.2} s user + {:.2} s system",
+        doc["elapsed_s"].as_f64().unwrap_or(0.0),
+        doc["cpu_user_s"].as_f64().unwrap_or(0.0),
+        doc["cpu_system_s"].as_f64().unwrap_or(0.0)
+    );
     // The limit covers what the pager manages; the library, the pager's own tables and the
     // program's binary and libraries (RSS when the pager had started) come on top.
-    match main.map(|m| u(m, "/rss_at_start_bytes")) {
+    match main.map(|m| u(m, "/fixed_overhead_bytes")) {
         Some(fixed) => {
             let bound = limit + fixed;
             eprintln!(
@@ -415,6 +411,11 @@ fn summary(prog: &Path, limit: u64, peak: u64, main: Option<&serde_json::Value>,
                 human(peak.abs_diff(bound)),
                 if peak > bound { "over" } else { "under" }
             );
+            if peak > bound {
+                if let Some(m) = main {
+                    eprintln!("uswap: over because {}", crate::report::why_over(m, limit));
+                }
+            }
         }
         // Without the program's statistics its fixed overhead is unknown: say so rather
         // than compare against the bare limit.
@@ -426,27 +427,15 @@ fn summary(prog: &Path, limit: u64, peak: u64, main: Option<&serde_json::Value>,
     }
     match main {
         Some(m) => {
-            let swin: u64 = m
-                .pointer("/pager/swpin")
-                .and_then(|a| a.as_array())
-                .map(|a| a.iter().enumerate().map(|(o, n)| n.as_u64().unwrap_or(0) << o).sum())
-                .unwrap_or(0);
-            eprintln!(
-                "uswap: swapped out {} ({} folios), swapped in {}; {} faults ({} swap-in, {} zero-fill); compressed pool {}",
-                human(u(m, "/pager/evicted_pages") * 4096),
-                u(m, "/pager/evicted_folios"),
-                human(swin * 4096),
-                u(m, "/pager/faults"),
-                u(m, "/pager/fault_swapin"),
-                u(m, "/pager/fault_zero"),
-                human(u(m, "/pager/pool_bytes")),
-            );
+            for l in crate::report::human_lines(m) {
+                eprintln!("uswap: {l}");
+            }
         }
         None => eprintln!("uswap: no statistics from the program (it did not exit through exit(3), or exec'd)"),
     }
     if !others.is_empty() {
-        let out: u64 = others.iter().map(|o| u(o, "/pager/evicted_pages")).sum();
-        let hwm = others.iter().map(|o| u(o, "/vm_hwm_bytes")).max().unwrap_or(0);
+        let out: u64 = others.iter().map(|o| u(o, "/swap/pswpout")).sum();
+        let hwm = others.iter().map(|o| u(o, "/peak_rss_bytes")).max().unwrap_or(0);
         eprintln!(
             "uswap: {} more process(es) ran under uswap, each with its own {} limit: swapped out {}, largest peak RSS {}",
             others.len(),
@@ -487,8 +476,12 @@ mod tests {
     #[test]
     fn parses_limits_and_folios() {
         assert_eq!(parse_limit("512M").ok(), Some(512 << 20));
+        assert_eq!(parse_limit("256MiB").ok(), Some(256 << 20));
+        assert_eq!(parse_limit("1.5G").ok(), Some(3 << 29));
+        assert!(parse_limit("50%").is_ok_and(|v| v > 0));
         assert!(parse_limit("lots").is_err());
-        assert!(parse_limit("0").is_err());
+        let RunError(m, code) = parse_limit("0").err().unwrap();
+        assert!(m.contains("greater than zero") && m.contains("--limit") && code == 2, "{m}");
         assert_eq!(parse_folio("64K").ok(), Some(65536));
         assert!(parse_folio("8K").is_err());
     }

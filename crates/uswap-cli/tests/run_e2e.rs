@@ -6,9 +6,9 @@
 //! temporary directory by each test. `tests/programs/pattern.h` defines the data they write;
 //! [`page_words`] and [`page_hash`] below compute the same values.
 //!
-//! Peak RSS: `uswap run --stats` reports `peak_rss_bytes` (the largest RSS of the program and
+//! Statistics are read in the schema of docs/stats.md. Peak RSS: `uswap run --stats` reports `peak_rss_bytes` (the largest RSS of the program and
 //! the processes it waited for). The bound checked is `limit + fixed overhead + slack`, where the
-//! fixed overhead is the RSS when the pager had started (`rss_at_start_bytes`, the largest over
+//! fixed overhead is the RSS when the pager had started (`fixed_overhead_bytes`, the largest over
 //! the processes that ran under uswap) and [`slack`] covers the rest (the pager's own tables).
 //!
 //! Every test prints `SKIPPED: …` and passes when userfaultfd is not permitted here (the runner
@@ -89,13 +89,13 @@ fn churn_through_free_munmap_madvise_mremap_leaks_nothing() {
     assert_eq!(r.out(), "bad=0\n", "churn output; stderr:\n{}", r.stderr);
     assert_eq!(r.code, Some(0), "churn exit status; stderr:\n{}", r.stderr);
     let s = stats(&st);
-    assert!(num(&s, "/main/pager/evicted_pages") * PAGE_BYTES >= 10 * limit, "churn swapped out too little: {s:#}");
-    let stored = num(&s, "/main/pager/engine/stored_pages");
+    assert!(num(&s, "/main/swap/pswpout") * PAGE_BYTES >= 10 * limit, "churn swapped out too little: {s:#}");
+    let stored = num(&s, "/main/swap/stored_pages");
     assert!(stored < 64, "{stored} pages still stored at exit (leak): {s:#}");
     // What is still live at exit is libc's (stdio buffers): one heap segment at most.
-    let va = num(&s, "/main/heap_used_va_bytes");
+    let va = num(&s, "/main/preload/heap_used_va_bytes");
     assert!(va <= MIB, "{va} bytes of managed address space still in use at exit (leak): {s:#}");
-    assert_eq!(num(&s, "/main/program_mmaps_live"), 0, "mappings still tracked at exit: {s:#}");
+    assert_eq!(num(&s, "/main/preload/program_mmaps_live"), 0, "mappings still tracked at exit: {s:#}");
     check_peak("churn", &s, limit, r.secs);
 }
 
@@ -135,7 +135,7 @@ fn threads_write_and_verify_four_times_the_limit() {
     let s = stats(&st);
     assert_eq!(num(&s, "/exit_code"), 0);
     assert!(
-        num(&s, "/main/pager/evicted_pages") * PAGE_BYTES >= bytes - limit,
+        num(&s, "/main/swap/pswpout") * PAGE_BYTES >= bytes - limit,
         "threads: the pager swapped out less than it must have: {s:#}"
     );
     check_peak("threads", &s, limit, r.secs);
@@ -260,7 +260,7 @@ fn read_write_files_through_swapped_out_memory() {
     }
     let s = stats(&st);
     assert!(
-        num(&s, "/main/pager/evicted_pages") * PAGE_BYTES >= 2 * other,
+        num(&s, "/main/swap/pswpout") * PAGE_BYTES >= 2 * other,
         "readwrite: the pager swapped out less than it must have: {s:#}"
     );
     check_peak("readwrite", &s, limit, r.secs);
@@ -386,7 +386,7 @@ fn shell_pipeline_sorting_beyond_the_limit() {
             a.iter().find(|p| p.pointer("/argv/0").and_then(|a| a.as_str()).is_some_and(|a| a.ends_with("sort")))
         })
         .expect("sort's statistics");
-    assert!(num(sort, "/pager/evicted_pages") * PAGE_BYTES >= limit, "sort swapped out less than the limit: {sort:#}");
+    assert!(num(sort, "/swap/pswpout") * PAGE_BYTES >= limit, "sort swapped out less than the limit: {sort:#}");
 }
 
 // ---------------------------------------------------------------------------------------------

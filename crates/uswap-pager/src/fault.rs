@@ -923,7 +923,10 @@ pub(crate) fn event_loop(p: &Pager) {
             p.ev_quiet.store(false, Ordering::SeqCst);
         }
         let seq = p.ev_reads.fetch_add(1, Ordering::SeqCst) + 1;
-        let n = p.uffd.read_msgs(&mut msgs).unwrap_or(0);
+        let n = {
+            let _g = p.read_gate.lock();
+            p.uffd.read_msgs(&mut msgs).unwrap_or(0)
+        };
         for m in &msgs[..n] {
             match crate::uffd::decode(m) {
                 Event::Pagefault { addr, write, wp } => {

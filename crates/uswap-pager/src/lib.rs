@@ -226,6 +226,10 @@ pub struct Pager {
     pub(crate) ev_quiet: AtomicBool,
     /// The background reclaimer is paused.
     pub(crate) kswapd_quiet: AtomicBool,
+    /// Held by the event thread while it reads messages, and by reclaim while it drops pages
+    /// in thread fault mode: a program's `munmap` stays blocked in the kernel (its UNMAP event
+    /// unread) while reclaim drops, so its range cannot be mapped again and dropped by mistake.
+    pub(crate) read_gate: sys::YieldLock,
     /// The background reclaimer's last pass could not lower the charge (nothing evictable:
     /// faults stop waiting for it).
     pub(crate) reclaim_stuck: AtomicBool,
@@ -358,6 +362,7 @@ impl Pager {
             ev_quiet: AtomicBool::new(true),
             kswapd_quiet: AtomicBool::new(true),
             reclaim_stuck: AtomicBool::new(false),
+            read_gate: sys::YieldLock::new(),
             threads: std::sync::Mutex::new(Vec::new()),
             cfg,
             uffd,
@@ -404,6 +409,7 @@ impl Pager {
         self.ev_done.store(self.ev_reads.load(Ordering::SeqCst), Ordering::SeqCst);
         self.ev_pending.store(0, Ordering::SeqCst);
         self.vma_lock.force_unlock();
+        self.read_gate.force_unlock();
         self.pause.store(false, Ordering::SeqCst);
         self.ev_quiet.store(true, Ordering::SeqCst);
         self.kswapd_quiet.store(true, Ordering::SeqCst);
@@ -455,6 +461,14 @@ impl Pager {
     /// The caller must make sure the range is not memory a pager thread uses (see [`own`]).
     pub fn adopt(&self, start: usize, len: usize) -> Result<usize, PagerError> {
         vma::adopt(self, start, len)
+    }
+
+    /// The program released `[start, start + len)` (`madvise(MADV_DONTNEED/FREE/REMOVE)`, about
+    /// to be applied): the pages' swap entries and cache copies are freed and they read as zero
+    /// from then on. Call before the madvise itself, from a program thread (it waits for pages
+    /// other threads hold).
+    pub fn discard_range(&self, start: usize, len: usize) {
+        vma::discard(self, start, len)
     }
 
     /// Retire adopted regions the program has unmapped completely; returns how many.

@@ -51,7 +51,8 @@ pub fn add(start: usize, len: usize) {
 }
 
 /// Forget `[start, start + len)` (the mapping was unmapped). Entries overlapping the range
-/// are trimmed to what is left of them (an entry split in two keeps its lower part).
+/// are trimmed to what is left of them; an entry split in two keeps its lower part and its
+/// upper part gets an entry of its own.
 pub fn remove(start: usize, len: usize) {
     let end = start + len;
     let n = HIGH.load(Ordering::Acquire);
@@ -67,6 +68,9 @@ pub fn remove(start: usize, len: usize) {
             r.start.store(end, Ordering::Release);
         } else {
             r.end.store(start, Ordering::Release);
+            if end < e {
+                add(end, e - end);
+            }
         }
     }
 }
@@ -128,6 +132,10 @@ mod tests {
         add(base, 0x10000);
         assert!(is_own(base + 0x1000, base + 0x2000));
         assert!(!is_own(base + 0x10000, base + 0x20000));
+        remove(base + 0x4000, 0x1000);
+        assert!(is_own(base + 0x3000, base + 0x4000), "below the hole");
+        assert!(!is_own(base + 0x4000, base + 0x5000), "the hole");
+        assert!(is_own(base + 0x5000, base + 0x6000), "above the hole");
         remove(base + 0x8000, 0x8000);
         assert!(is_own(base, base + 0x1000));
         assert!(!is_own(base + 0x8000, base + 0x9000));

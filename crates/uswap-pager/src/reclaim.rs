@@ -586,6 +586,47 @@ fn evict_resident(
             }
         }
     }
+    // In thread fault mode the program's threads run while we work, and one may have unmapped
+    // (or moved) a range of this batch: its UNMAP/REMAP event was read, or is pending. Its
+    // address may then hold a new mapping, which our madvise must not drop. So: hold the read
+    // gate (no event is read, so no munmap in progress can return), and drop only if no event
+    // is pending in the kernel or deferred here; otherwise give the batch up.
+    let gated = p.cfg.fault_mode == crate::FaultMode::Thread && !p.cfg.event_remove;
+    let mut _gate = gated.then(|| p.read_gate.lock());
+    if gated {
+        let first = b.blocks[..b.nblocks].iter().find(|blk| blk.dest != 2);
+        let quiet = first.is_none_or(|blk| {
+            // SAFETY: as above.
+            let r = unsafe { &*blk.r };
+            p.ev_pending.load(Ordering::SeqCst) == 0 && p.uffd.probe_quiet(r.addr(blk.page))
+        });
+        if !quiet {
+            // Never wait for anything with the gate held: undoing takes ioctls that wait for
+            // the pending event to be read.
+            _gate = None;
+            inc(&p.counters.reclaim_aborted, 1);
+            for blk in &mut b.blocks[..b.nblocks] {
+                let n = 1usize << blk.order;
+                match blk.dest {
+                    0 => release_words(p, &b.words[blk.w..blk.w + n]),
+                    1 => {
+                        let w = b.words[blk.w];
+                        p.cache.free(crate::arena::Obj {
+                            off: w_payload(w) as usize * crate::arena::GRANULE,
+                            class: crate::arena::class_of(PAGE_SIZE << blk.order).unwrap_or(0),
+                        });
+                    }
+                    _ => {}
+                }
+                if blk.dest != 2 {
+                    blk.dest = 2;
+                    // SAFETY: as above.
+                    let r = unsafe { &*blk.r };
+                    let _ = p.uffd.writeprotect(r.addr(blk.page), PAGE_SIZE << blk.order, false, true);
+                }
+            }
+        }
+    }
     // Drop the copied pages in one batch. From here on a REMOVE event on these pages is our
     // own madvise's (BUSY_DROP), and a fault on them waits for the publish below.
     for blk in &b.blocks[..b.nblocks] {
@@ -617,6 +658,7 @@ fn evict_resident(
     if niov > 0 {
         let calls = p.madv.dontneed(&iov[..niov]);
         inc(&p.counters.madvise_calls, calls);
+        drop(_gate);
         if p.cfg.event_remove {
             // Our madvise raised REMOVE events, acknowledged by the event thread's read() but
             // maybe not yet processed: wait until they are, while our pages are still BUSY

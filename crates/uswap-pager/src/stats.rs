@@ -29,6 +29,7 @@ pub struct Counters {
     pub(crate) retired_regions: AtomicU64,
     pub(crate) remap_moved_pages: AtomicU64,
     pub(crate) ev_deferred: AtomicU64,
+    pub(crate) reclaim_aborted: AtomicU64,
     pub(crate) pages_mapped: AtomicU64,
     pub(crate) demoted_pages: AtomicU64,
     pub(crate) evicted_pages: AtomicU64,
@@ -151,6 +152,8 @@ pub struct PagerStats {
     pub remap_moved_pages: u64,
     /// Events that had to wait for a page held by another thread (processed later).
     pub events_deferred: u64,
+    /// Reclaim batches given up because the program unmapped or moved memory meanwhile.
+    pub reclaim_aborted: u64,
     /// Live regions (adopted or mapped by the pager).
     pub regions_live: u64,
     /// Pages mapped by faults.
@@ -255,6 +258,7 @@ pub(crate) fn snapshot(p: &Pager) -> PagerStats {
         retired_regions: g(&c.retired_regions),
         remap_moved_pages: g(&c.remap_moved_pages),
         events_deferred: g(&c.ev_deferred),
+        reclaim_aborted: g(&c.reclaim_aborted),
         regions_live: crate::region::live_regions_of(p) as u64,
         pages_mapped: g(&c.pages_mapped),
         demoted_pages: g(&c.demoted_pages),

@@ -460,6 +460,16 @@ impl Uffd {
         }
     }
 
+    /// True when no non-cooperative event (unmap, remap, remove, fork) is pending on the uffd
+    /// and the page at `addr` is still in a registered range: one write-protect of a page that
+    /// is write-protected already (the kernel refuses range operations with `EAGAIN` while an
+    /// event is pending, and fails on a range that is gone).
+    pub fn probe_quiet(&self, addr: usize) -> bool {
+        let mut w = g::uffdio_writeprotect { range: g::uffdio_range { start: addr as u64, len: 4096 }, mode: 1 };
+        // SAFETY: valid fd, properly sized struct.
+        unsafe { libc::ioctl(self.raw(), io::UFFDIO_WRITEPROTECT as _, &mut w) == 0 }
+    }
+
     /// Wake threads blocked on `[start, start+len)` (message mode).
     pub fn wake(&self, start: usize, len: usize) -> Result<(), UffdError> {
         let mut r = g::uffdio_range { start: start as u64, len: len as u64 };

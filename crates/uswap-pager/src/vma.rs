@@ -184,6 +184,25 @@ fn push_active(p: &Pager, r: &RegionInner, pg: usize, k: u32) {
     }
 }
 
+/// The program is about to drop `[start, start + len)` with madvise: free what the pages hold.
+pub(crate) fn discard(p: &Pager, start: usize, len: usize) {
+    let end = start.saturating_add(len);
+    region::enter();
+    region::for_each_of(p, |r| {
+        let (a, b) = (r.start.max(start), (r.start + r.len).min(end));
+        if a < b {
+            crate::reclaim::release_pages_ex(
+                r,
+                (a - r.start) / PAGE_SIZE,
+                (b - r.start).div_ceil(PAGE_SIZE),
+                false,
+                false,
+            );
+        }
+    });
+    region::leave();
+}
+
 /// Apply an `UNMAP` (`unmap`) or `REMOVE` event on `[start, end)`. Returns false if some
 /// page is held by another thread (retry later; what could be done is done).
 pub(crate) fn release(p: &Pager, start: usize, end: usize, unmap: bool) -> bool {

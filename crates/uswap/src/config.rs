@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | `zero` | zero-page elision (no backend: a flag) | |
 //! | `lz4`, `zstd`, `pool` | compressed pool (`pool` = lz4) | `pool=20%` or `pool=512M` (zswap `max_pool_percent`), `accept=90%` (`accept_threshold_percent`), `threshold=75%`, `incompressible=raw\|reject`, `folio=whole\|page\|16k`, `comp=lz4\|zstd`, `level=1` |
-//! | `file[:PATH]` | swap file: an unlinked temp file in directory PATH (default `/var/tmp`), or the file/block device PATH | `size=8G`, `engine=psync\|uring`, `encrypt=on\|off`, `discard=on\|off`, `direct=on\|off` (O_DIRECT) |
+//! | `file[:PATH]` | swap file: an unlinked temp file in directory PATH (default `/var/tmp`), or the file/block device PATH | `size=8G`, `engine=psync\|uring`, `encrypt=on\|off`, `discard=on\|off`, `direct=on\|off` (O_DIRECT), `force` (use an existing file or device without uswap's header, overwriting it) |
 //! | `mem` | uncompressed RAM (tests) | `pages=N` |
 //!
 //! Every bad value is a [`SwapError::Config`] whose message names it. Parsing checks that a
@@ -54,12 +54,7 @@ fn bad(msg: String) -> SwapError {
 
 /// Total RAM in bytes (`MemTotal` of /proc/meminfo).
 pub fn mem_total_bytes() -> Result<u64, SwapError> {
-    let s = std::fs::read_to_string("/proc/meminfo").map_err(|e| bad(format!("cannot read /proc/meminfo: {e}")))?;
-    s.lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map(|kb| kb * 1024)
-        .ok_or_else(|| bad("no MemTotal in /proc/meminfo".into()))
+    crate::size::mem_total().map_err(bad)
 }
 
 /// Parse `N%` with 1 <= N <= 100.
@@ -72,25 +67,12 @@ fn percent(key: &str, v: &str) -> Result<u8, SwapError> {
     Ok(n)
 }
 
-/// Parse a size: bytes with an optional K/M/G/T suffix (powers of 1024).
+/// Parse a size for option `key` (a tier option such as `size`, or a flag such as `--limit`)
+/// with [`crate::size::parse`]: `512M`, `1.5G`, `256MiB`, `64kB`. Zero is an error.
 pub fn parse_size(key: &str, v: &str) -> Result<u64, SwapError> {
     // A tier option is `key=value`; a command-line flag (`--limit`) is named as it is.
     let eq = if key.starts_with('-') { "" } else { "=" };
-    let err = || bad(format!("bad size '{v}' for {key}{eq} (expected a number with optional K, M, G or T)"));
-    let (num, mul) = match v.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let m = match c.to_ascii_uppercase() {
-                'K' => 1u64 << 10,
-                'M' => 1 << 20,
-                'G' => 1 << 30,
-                'T' => 1 << 40,
-                _ => return Err(err()),
-            };
-            (&v[..i], m)
-        }
-        _ => (v, 1),
-    };
-    num.parse::<u64>().ok().and_then(|n| n.checked_mul(mul)).filter(|&n| n > 0).ok_or_else(err)
+    crate::size::parse(v).map_err(|e| bad(format!("bad size '{v}' for {key}{eq}: {}", e.why)))
 }
 
 fn on_off(key: &str, v: &str) -> Result<bool, SwapError> {
@@ -179,6 +161,7 @@ fn set_file_key(f: &mut FileConfig, key: &str, v: &str) -> Result<bool, SwapErro
         "encrypt" => f.encrypt = on_off(key, v)?,
         "discard" => f.discard = on_off(key, v)?,
         "direct" => f.direct = on_off(key, v)?,
+        "force" => f.force = on_off(key, v)?,
         _ => return Ok(false),
     }
     Ok(true)
@@ -197,6 +180,15 @@ fn set_key(spec: &mut TierSpec, key: &str, v: &str, mem: &mut Option<u64>) -> Re
 }
 
 impl TiersConfig {
+    /// Set `force` on every file tier (the CLI's `--force`).
+    pub fn force_files(&mut self) {
+        for t in &mut self.tiers {
+            if let TierSpec::File(f) = t {
+                f.force = true;
+            }
+        }
+    }
+
     /// Parse a `--tiers` string.
     pub fn parse(s: &str) -> Result<TiersConfig, SwapError> {
         let mut cfg = TiersConfig { zero_elision: false, tiers: Vec::new() };
@@ -255,6 +247,7 @@ impl TiersConfig {
                         explicit_limit |= k == "pool" || k == "max";
                     }
                     None => match &mut spec {
+                        TierSpec::File(f) if a == "force" => f.force = true,
                         TierSpec::File(f) => {
                             let p = PathBuf::from(a);
                             f.target = if p.is_dir() || a.ends_with('/') {
@@ -321,6 +314,22 @@ impl TiersConfig {
     }
 }
 
+/// The same `--tiers` string with `force` added to every file tier (what the CLI's `--force`
+/// passes on to the processes it starts, which parse the string themselves).
+pub fn with_force(spec: &str) -> String {
+    spec.split(',')
+        .map(|item| {
+            let t = item.trim();
+            if t == "file" || t.starts_with("file:") {
+                format!("{t}:force")
+            } else {
+                t.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 fn describe_target(t: &FileTarget) -> String {
     match t {
         FileTarget::TempIn(d) => format!("temporary file in {}", d.display()),
@@ -377,6 +386,23 @@ mod tests {
         assert_eq!(a, b);
         assert_eq!(TiersConfig::parse("mem:pages=10").unwrap().tiers, vec![TierSpec::Memory(10)]);
         assert!(TiersConfig::parse("file").is_ok());
+        // force: a bare word, a key, or through with_force.
+        for s in ["file:/tmp/x.swap:force", "file:/tmp/x.swap:force=on", "lz4,file:/tmp/x.swap,force=yes"] {
+            let c = TiersConfig::parse(s).unwrap();
+            let TierSpec::File(f) = c.tiers.last().unwrap() else { panic!() };
+            assert!(f.force, "{s}");
+        }
+        let TierSpec::File(f) = &TiersConfig::parse("file:/tmp/x.swap").unwrap().tiers[0] else { panic!() };
+        assert!(!f.force);
+        assert_eq!(with_force("zero,lz4,file:/var/tmp,file"), "zero,lz4,file:/var/tmp:force,file:force");
+        let mut c = TiersConfig::parse(&with_force("zero, lz4, file:/var/tmp:size=1G")).unwrap();
+        let TierSpec::File(f) = &c.tiers[1] else { panic!() };
+        assert!(f.force && f.size_bytes == 1 << 30);
+        c.force_files();
+        assert_eq!(c, TiersConfig::parse("zero,lz4,file:/var/tmp:size=1G:force").unwrap());
+        // One size grammar: decimals and IEC units.
+        let TierSpec::File(f) = &TiersConfig::parse("file:/tmp:size=1.5GiB").unwrap().tiers[0] else { panic!() };
+        assert_eq!(f.size_bytes, 3 << 29);
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //! - [`backend`] and [`tier`]: where data lives (zero elision, compressed pool, swap file).
 //! - [`group`]: groups with limits and counters (the memory cgroup analogue).
 //! - [`stats`]: kernel-named counters, sharded so the hot path stays cheap.
+//! - [`size`]: the one parser and printer of byte sizes (`1.5G`, `256MiB`, `50%`).
 //!
 //! `docs/design.md` in the repository is the contract between these parts (bit layout of the
 //! table word, lock order, engine API).
@@ -24,6 +25,7 @@ pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod group;
+pub mod size;
 pub mod stats;
 pub mod swap_cache;
 pub mod swap_table;

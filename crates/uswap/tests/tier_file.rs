@@ -6,8 +6,9 @@ use rand::{Rng, RngCore, SeedableRng};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::sync::Arc;
 use uswap::backend::Backend;
-use uswap::tier::file::{EngineKind, FileConfig, FileTarget, FileTier, CLUSTER_STRIDE};
+use uswap::tier::file::{open_target, EngineKind, FileConfig, FileTarget, FileTier, CLUSTER_STRIDE};
 use uswap::tier::io_engine::{Fault, FaultEngine, IoEngine, PsyncEngine, UringEngine};
+use uswap::tier::swapfile::{HEADER_BYTES, MAGIC};
 use uswap::{SwapEntry, TierError, PAGE_SIZE};
 
 fn engines() -> Vec<EngineKind> {
@@ -28,6 +29,7 @@ fn cfg(engine: EngineKind, encrypt: bool) -> FileConfig {
         encrypt,
         discard: false,
         direct: false,
+        force: false,
     }
 }
 
@@ -109,9 +111,15 @@ fn the_file_reveals_nothing_and_tampering_is_detected() {
     let path = dir.path().join("swap");
     let direct_ok = direct_dir().is_some();
     for (encrypt, direct) in [(false, false), (true, false), (true, direct_ok)] {
-        // An existing file is used in place (and kept); a missing one would be unlinked at once.
+        // An existing file is used in place (and kept) with force; a missing one would be
+        // unlinked at once.
         std::fs::File::create(&path).unwrap();
-        let c = FileConfig { target: FileTarget::Path(path.clone()), direct, ..cfg(EngineKind::Psync, encrypt) };
+        let c = FileConfig {
+            target: FileTarget::Path(path.clone()),
+            direct,
+            force: true,
+            ..cfg(EngineKind::Psync, encrypt)
+        };
         let t = FileTier::open(&c).unwrap();
         let secret: Vec<u8> = b"correct horse battery staple ".iter().copied().cycle().take(PAGE_SIZE).collect();
         let a = t.store(&secret, SwapEntry(1)).unwrap();
@@ -138,7 +146,10 @@ fn the_file_reveals_nothing_and_tampering_is_detected() {
         let (da, db) = (FileTier::data_offset(a.handle), FileTier::data_offset(b.handle));
         let mut blk = vec![0u8; PAGE_SIZE];
         f.read_exact_at(&mut blk, da).unwrap();
-        let meta = |d: u64| (d / CLUSTER_STRIDE) * CLUSTER_STRIDE + 2 * 1024 * 1024 + (d % CLUSTER_STRIDE) / 4096 * 32;
+        let meta = |d: u64| {
+            let d = d - HEADER_BYTES;
+            HEADER_BYTES + (d / CLUSTER_STRIDE) * CLUSTER_STRIDE + 2 * 1024 * 1024 + (d % CLUSTER_STRIDE) / 4096 * 32
+        };
         let mut m = [0u8; 32];
         f.read_exact_at(&mut m, meta(da)).unwrap();
         f.write_all_at(&blk, db).unwrap();
@@ -253,7 +264,7 @@ fn discard_punches_holes_for_empty_clusters() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("swap");
     std::fs::File::create(&path).unwrap();
-    let t = FileTier::open(&FileConfig { target: FileTarget::Path(path.clone()), ..c }).unwrap();
+    let t = FileTier::open(&FileConfig { target: FileTarget::Path(path.clone()), force: true, ..c }).unwrap();
     let d = data(9, 0, 5);
     let hs: Vec<_> = (0..4).map(|i| t.store(&d, SwapEntry(i * 512)).unwrap()).collect();
     let full = std::fs::metadata(&path).unwrap().blocks();
@@ -359,9 +370,143 @@ fn a_new_swap_file_leaves_nothing_behind() {
     drop(t);
     let kept = dir.path().join("kept.swap");
     std::fs::File::create(&kept).unwrap();
-    let t =
-        FileTier::open(&FileConfig { target: FileTarget::Path(kept.clone()), ..cfg(EngineKind::Psync, true) }).unwrap();
+    let t = FileTier::open(&FileConfig {
+        target: FileTarget::Path(kept.clone()),
+        force: true,
+        ..cfg(EngineKind::Psync, true)
+    })
+    .unwrap();
     assert!(kept.exists());
     drop(t);
     assert!(kept.exists(), "an existing swap file was removed");
+    // It has uswap's header now: reused without force.
+    FileTier::open(&FileConfig { target: FileTarget::Path(kept.clone()), ..cfg(EngineKind::Psync, true) }).unwrap();
+}
+
+fn open_err(c: &FileConfig) -> String {
+    match FileTier::open(c) {
+        Ok(_) => panic!("{:?} opened", c.target),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// A file that is not uswap's is never written without force: neither its data nor its size
+/// change. With force it gets a header, and data never starts at offset 0.
+#[test]
+fn an_existing_file_without_a_header_is_refused_unless_forced() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data.bin");
+    let content: Vec<u8> = (0..4u32 << 20).map(|i| (i % 253) as u8).collect();
+    std::fs::write(&path, &content).unwrap();
+    for c in [
+        FileConfig { target: FileTarget::Path(path.clone()), ..cfg(EngineKind::Psync, true) },
+        FileConfig { target: FileTarget::Path(path.clone()), size_bytes: 0, ..cfg(EngineKind::Psync, false) },
+    ] {
+        let e = open_err(&c);
+        assert!(e.contains("without a uswap swap header") && e.contains("force"), "{e}");
+    }
+    // An empty file is refused too: the user may have meant another path.
+    let empty = dir.path().join("empty");
+    std::fs::File::create(&empty).unwrap();
+    assert!(open_err(&FileConfig { target: FileTarget::Path(empty), ..cfg(EngineKind::Psync, true) })
+        .contains("without a uswap swap header"));
+    assert_eq!(std::fs::read(&path).unwrap(), content, "the refused file changed");
+    // Force: a header at 0, the data after it.
+    let t = FileTier::open(&FileConfig {
+        target: FileTarget::Path(path.clone()),
+        force: true,
+        ..cfg(EngineKind::Psync, false)
+    })
+    .unwrap();
+    let d = data(0, 0, 9);
+    let h = t.store(&d, SwapEntry(0)).unwrap();
+    assert!(FileTier::data_offset(h.handle) >= HEADER_BYTES);
+    let raw = std::fs::read(&path).unwrap();
+    assert_eq!(&raw[..8], &MAGIC);
+    assert_eq!(&raw[FileTier::data_offset(h.handle) as usize..][..PAGE_SIZE], &d[..]);
+    drop(t);
+    // Files uswap creates are private.
+    for target in [FileTarget::TempIn(dir.path().into()), FileTarget::Path(dir.path().join("new"))] {
+        let (f, _) = open_target(&target, false, false).unwrap();
+        let md = f.metadata().unwrap();
+        assert_eq!(md.permissions().mode() & 0o777, 0o600, "{target:?}");
+        let mut m = [0u8; 8];
+        f.read_exact_at(&mut m, 0).unwrap();
+        assert_eq!(m, MAGIC, "{target:?}");
+    }
+    // A bad header version is named.
+    let old = dir.path().join("old.swap");
+    let mut b = vec![0u8; 8192];
+    b[..8].copy_from_slice(&MAGIC);
+    b[8] = 99;
+    std::fs::write(&old, &b).unwrap();
+    assert!(
+        open_err(&FileConfig { target: FileTarget::Path(old), ..cfg(EngineKind::Psync, true) }).contains("version 99")
+    );
+    // Something that is neither a file nor a block device.
+    assert!(open_err(&FileConfig {
+        target: FileTarget::Path("/dev/null".into()),
+        force: true,
+        ..cfg(EngineKind::Psync, true)
+    })
+    .contains("neither a regular file nor a block device"));
+}
+
+/// Two tiers (two processes) never share one swap file.
+#[test]
+fn a_file_in_use_is_refused_even_with_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.swap");
+    std::fs::File::create(&path).unwrap();
+    let c = FileConfig { target: FileTarget::Path(path.clone()), force: true, ..cfg(EngineKind::Psync, true) };
+    let t = FileTier::open(&c).unwrap();
+    let e = open_err(&c);
+    assert!(e.contains("in use by another uswap process"), "{e}");
+    drop(t);
+    FileTier::open(&c).unwrap();
+}
+
+/// A loop device (root only; skipped where losetup is missing): refused without the header,
+/// usable with force, and refused while another program holds it exclusively.
+#[test]
+fn block_devices_need_a_header_and_must_be_free() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("disk.img");
+    std::fs::File::create(&img).unwrap().set_len(16 << 20).unwrap();
+    let out = std::process::Command::new("losetup").args(["-f", "--show"]).arg(&img).output();
+    let dev = match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        _ => {
+            eprintln!("losetup unavailable: block device cases skipped");
+            return;
+        }
+    };
+    struct Detach(String);
+    impl Drop for Detach {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("losetup").args(["-d", &self.0]).status();
+        }
+    }
+    let _g = Detach(dev.clone());
+    let c = FileConfig { target: FileTarget::Path(dev.clone().into()), size_bytes: 0, ..cfg(EngineKind::Psync, true) };
+    let e = open_err(&c);
+    assert!(e.contains("block device without a uswap swap header"), "{e}");
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let _held = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_EXCL).open(&dev).unwrap();
+        let e = open_err(&FileConfig { force: true, ..c.clone() });
+        assert!(e.contains("in use"), "{e}");
+    }
+    let t = FileTier::open(&FileConfig { force: true, ..c.clone() }).unwrap();
+    // 16 MiB minus the header: 7 clusters of data + metadata.
+    assert_eq!(t.usage().limit_bytes, 7 * 512 * PAGE_SIZE as u64);
+    let d = data(4, 0, 11);
+    let h = t.store(&d, SwapEntry(16)).unwrap();
+    let mut out = vec![0u8; d.len()];
+    t.load(h.handle, &mut out).unwrap();
+    assert!(out == d);
+    drop(t);
+    // The header is there now: no force needed.
+    FileTier::open(&c).unwrap();
 }

@@ -32,6 +32,7 @@ pub enum PolicyArg {
 
 /// Options of `uswap bench alloc`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:\n  uswap bench alloc\n  uswap bench alloc --json | jq .")]
 pub struct Args {
     /// Print one JSON object instead of a table.
     #[arg(long)]
@@ -391,6 +392,7 @@ fn summarize(policy: FragPolicy, runs: Vec<PolicyResult>) -> PolicySummary {
 
 /// Run the benchmark.
 pub fn run(a: &Args) -> CliResult {
+    let spin = crate::progress::Spin::new(a.json, "uswap bench alloc");
     if !(0.05..=0.99).contains(&a.fill) {
         return Err(CliError::usage("--fill must be between 0.05 and 0.99"));
     }
@@ -438,6 +440,7 @@ pub fn run(a: &Args) -> CliResult {
             "ns_p50": { name(x.policy): x.ns_p50, name(y.policy): y.ns_p50 },
         })
     });
+    spin.done();
     if a.json {
         let mut obj = serde_json::Map::new();
         obj.insert("bench".into(), "alloc".into());

@@ -29,6 +29,7 @@ use uswap::PAGE_SIZE;
 
 /// Options of `uswap bench drain`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:\n  uswap bench drain\n  uswap bench drain --no-kernel --json")]
 pub struct Args {
     /// Print one JSON object instead of a table.
     #[arg(long)]
@@ -309,6 +310,7 @@ fn kernel_swapoff(bytes: usize, limit_mib: usize) -> Result<Value, String> {
 
 /// Run the benchmark.
 pub fn run(a: &Args) -> CliResult {
+    let spin = crate::progress::Spin::new(a.json, "uswap bench drain");
     if a.mib < 4 || a.file_mib < 4 || a.order > 9 {
         return Err(CliError::usage("--mib and --file-mib must be at least 4, --order at most 9"));
     }
@@ -354,6 +356,7 @@ pub fn run(a: &Args) -> CliResult {
     }
     out.insert("order".into(), json!(a.order));
     out.insert("elapsed_s".into(), json!((t0.elapsed().as_secs_f64() * 100.0).round() / 100.0));
+    spin.done();
     print_result("drain", &Value::Object(out), a.json);
     Ok(())
 }

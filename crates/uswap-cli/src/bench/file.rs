@@ -21,6 +21,7 @@ use uswap::{SwapEntry, PAGE_SIZE};
 
 /// Options of `uswap bench file`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:\n  uswap bench file\n  uswap bench file --dir /mnt/ssd --json")]
 pub struct Args {
     /// Print one JSON object instead of a table.
     #[arg(long)]
@@ -58,6 +59,7 @@ fn row(
         encrypt,
         discard: false,
         direct,
+        force: false,
     };
     let t = FileTier::open(&cfg).map_err(|e| e.to_string())?;
     let mut data = vec![0u8; folio];
@@ -130,6 +132,7 @@ fn crypto_only() -> Value {
 
 /// Run the benchmark.
 pub fn run(a: &Args) -> CliResult {
+    let spin = crate::progress::Spin::new(a.json, "uswap bench file");
     if !a.dir.is_dir() {
         return Err(CliError::usage(format!("--dir {}: not a directory", a.dir.display())));
     }
@@ -164,6 +167,7 @@ pub fn run(a: &Args) -> CliResult {
         "skipped": skipped,
         "elapsed_s": (t0.elapsed().as_secs_f64() * 100.0).round() / 100.0,
     });
+    spin.done();
     if a.json {
         println!("{v}");
     } else {

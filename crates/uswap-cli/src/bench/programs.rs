@@ -302,8 +302,8 @@ impl SideCtx<'_> {
     }
 }
 
-/// Read `uswap run --stats`: (fixed overhead, evicted bytes, processes). None when absent
-/// (killed before writing it, or empty).
+/// Read `uswap run --stats` (docs/stats.md): (fixed overhead, swapped-out bytes, processes).
+/// None when absent (killed before writing it, or empty).
 fn uswap_stats(p: &Path) -> Option<(u64, u64, u64)> {
     let v: Value = serde_json::from_slice(&std::fs::read(p).ok()?).ok()?;
     let procs: Vec<&Value> = v
@@ -312,9 +312,10 @@ fn uswap_stats(p: &Path) -> Option<(u64, u64, u64)> {
         .into_iter()
         .chain(v.get("other_processes").and_then(Value::as_array).into_iter().flatten())
         .collect();
-    let u = |x: &Value, p: &str| x.pointer(p).and_then(Value::as_u64).unwrap_or(0);
-    let fixed = procs.iter().map(|x| u(x, "/rss_at_start_bytes")).max().unwrap_or(0);
-    let evicted = procs.iter().map(|x| u(x, "/pager/evicted_pages") * 4096).sum();
+    // docs/stats.md (schema 1); the keys before it as a fallback.
+    let u = |x: &Value, p: &[&str]| p.iter().find_map(|p| x.pointer(p).and_then(Value::as_u64)).unwrap_or(0);
+    let fixed = procs.iter().map(|x| u(x, &["/fixed_overhead_bytes", "/rss_at_start_bytes"])).max().unwrap_or(0);
+    let evicted = procs.iter().map(|x| u(x, &["/swap/pswpout", "/pager/evicted_pages"]) * 4096).sum();
     (!procs.is_empty()).then_some((fixed, evicted, procs.len() as u64))
 }
 

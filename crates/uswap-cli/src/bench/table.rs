@@ -30,6 +30,7 @@ use uswap::{SwapEntry, PAGE_SIZE};
 
 /// Options of `uswap bench table`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:\n  uswap bench table\n  uswap bench table --json > table.json")]
 pub struct Args {
     /// Print one JSON object instead of a table.
     #[arg(long)]
@@ -145,6 +146,7 @@ struct Report {
 
 /// Run the benchmark.
 pub fn run(a: &Args) -> CliResult {
+    let spin = crate::progress::Spin::new(a.json, "uswap bench table");
     if a.slots < 1024 || a.slots > 1 << 32 {
         return Err(CliError::usage("--slots must be between 1024 and 2^32"));
     }
@@ -268,6 +270,7 @@ pub fn run(a: &Args) -> CliResult {
     r.allin_bytes_per_page_memory = (h1 - h0) as f64 / pages as f64 - PAGE_SIZE as f64;
     drop(eng);
 
+    spin.done();
     if a.json {
         println!("{}", serde_json::to_string(&r).map_err(|e| CliError::fail(e.to_string()))?);
     } else {

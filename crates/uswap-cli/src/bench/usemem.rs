@@ -19,18 +19,22 @@ use super::{CliError, CliResult};
 use crate::kernel::{self, restore::Restore, setup, RealOps};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{json, Map, Value};
-use size::{fmt_size, parse_size};
+use size::{fmt_size, parse_limit, parse_size};
 use std::path::{Path, PathBuf};
 use workload::{DataKind, WorkloadCfg, PAGE};
 
 /// Options of `uswap bench usemem`.
 #[derive(clap::Args, Debug, Clone)]
+#[command(
+    after_help = "Examples:\n  uswap bench usemem --quick\n  uswap bench usemem --size 1G --limit 1.5G --compare zram --json\n  uswap bench usemem --tiers zero,lz4,file:/var/tmp --verify"
+)]
 pub struct Args {
     /// Size of the region the workload writes [default: 1G; 256M with --quick].
     #[arg(long, value_parser = parse_size)]
     pub size: Option<u64>,
-    /// Resident limit, the same for uswap and the kernel's memory cgroup [default: 256M; 64M with --quick].
-    #[arg(long, value_parser = parse_size)]
+    /// Resident limit, the same for uswap and the kernel's memory cgroup: a size or N% of RAM
+    /// [default: 256M; 64M with --quick].
+    #[arg(long, value_parser = parse_limit)]
     pub limit: Option<u64>,
     /// What to compare uswap with: kernel (= zram,zswap), zram, zswap or none.
     #[arg(long, default_value = "kernel")]
@@ -64,6 +68,9 @@ pub struct Args {
     /// nothing (`false` = free it at swap-in, as the kernel does for zram).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub keep_clean: bool,
+    /// Let a `file:PATH` tier overwrite an existing file or device without uswap's header.
+    #[arg(long)]
+    pub force: bool,
     /// Sequential write rounds (steady state = rounds after the first) [default: 3; 2 with --quick].
     #[arg(long)]
     pub rounds: Option<u32>,
@@ -90,8 +97,9 @@ pub struct DemoArgs {
     /// Size of the region.
     #[arg(long, default_value = "1G", value_parser = parse_size)]
     pub size: u64,
-    /// Resident limit.
-    #[arg(long, default_value = "256M", value_parser = parse_size)]
+    /// Resident limit: resident pages + swap cache + compressed pool (a size such as 256M or
+    /// 1.5G, or N% of RAM).
+    #[arg(long, default_value = "256M", value_parser = parse_limit)]
     pub limit: u64,
     /// Folio size (4K, 64K or 2M).
     #[arg(long, default_value = "64K", value_parser = parse_size)]
@@ -108,9 +116,12 @@ pub struct DemoArgs {
     /// Skip checking every byte read back (checked by default).
     #[arg(long)]
     pub no_verify: bool,
-    /// Print one JSON object.
+    /// Print one JSON object (schema: docs/stats.md).
     #[arg(long)]
     pub json: bool,
+    /// Let a `file:PATH` tier overwrite an existing file or device without uswap's header.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// The resolved settings of one benchmark invocation.
@@ -283,6 +294,15 @@ fn setup_kernel(p: &Plan) -> KernelSide {
     k
 }
 
+/// The tiers string, with `force` on its file tiers when `--force` was given.
+fn tiers_of(tiers: &str, force: bool) -> String {
+    if force {
+        uswap::config::with_force(tiers)
+    } else {
+        tiers.to_string()
+    }
+}
+
 fn worker_args(a: &Args, p: &Plan, kind: &str, pin: Option<usize>, procs: Option<&Path>) -> Vec<String> {
     let mut v: Vec<String> = ["bench", "usemem", "--worker", kind].iter().map(|s| s.to_string()).collect();
     let kv = [
@@ -290,7 +310,7 @@ fn worker_args(a: &Args, p: &Plan, kind: &str, pin: Option<usize>, procs: Option
         ("--limit", p.limit.to_string()),
         ("--folio", p.folio.to_string()),
         ("--data", a.data.name().to_string()),
-        ("--tiers", a.tiers.clone()),
+        ("--tiers", tiers_of(&a.tiers, a.force)),
         ("--keep-clean", a.keep_clean.to_string()),
         ("--rounds", p.rounds.to_string()),
     ];
@@ -658,7 +678,7 @@ fn worker_main(a: &Args, kind: &str) -> CliResult {
     let cfg = WorkloadCfg { rounds: a.rounds.unwrap_or(3).max(1), verify: a.verify, data: a.data, seed: 0x5eed };
     let place = worker::Placement { pin: a.pin_cpu, cgroup_procs: a.cgroup_procs.as_deref() };
     let folio = a.folio;
-    let tiers = a.tiers.clone();
+    let tiers = tiers_of(&a.tiers, a.force);
     let res = worker::child_main(size as usize, &cfg, &place, || match kind {
         "plain" => Ok(Box::new(mem::PlainMem) as Box<dyn mem::Backing>),
         "uswap" => mem::uswap(limit, folio, &tiers, a.keep_clean),
@@ -677,11 +697,22 @@ pub fn demo(d: &DemoArgs) -> CliResult {
     if d.rounds == 0 {
         return Err(CliError::usage("--rounds must be at least 1"));
     }
-    let backing = mem::uswap(d.limit, d.folio, &d.tiers, true).map_err(CliError::fail)?;
+    let t0 = std::time::Instant::now();
+    let backing = mem::uswap(d.limit, d.folio, &tiers_of(&d.tiers, d.force), true).map_err(CliError::fail)?;
     let mut region = backing.map(d.size as usize).map_err(CliError::fail)?;
     let cfg = WorkloadCfg { rounds: d.rounds, verify: !d.no_verify, data: d.data, seed: 0x5eed };
     let pages = d.size / PAGE as u64;
-    let pb = if d.json {
+    let pb = if !crate::progress::visible(d.json) {
+        if !d.json {
+            eprintln!(
+                "uswap demo: {} of {} data under a {} limit, folio {}, {}",
+                fmt_size(d.size),
+                d.data.name(),
+                fmt_size(d.limit),
+                fmt_size(d.folio),
+                backing.describe()
+            );
+        }
         ProgressBar::hidden()
     } else {
         eprintln!(
@@ -700,9 +731,19 @@ pub fn demo(d: &DemoArgs) -> CliResult {
     let res = unsafe { workload::run(ptr, len, &cfg, &mut |n| pb.inc(n)) };
     pb.finish_and_clear();
     let res = res.map_err(|e| CliError::fail(e.to_string()))?;
-    let stats = backing.stats();
+    let stats = crate::report::pager(&backing.stats(), &d.tiers);
     if d.json {
-        println!("{}", json!({ "workload": res, "stats": stats, "backing": backing.describe() }));
+        println!(
+            "{:#}",
+            json!({
+                "schema_version": crate::report::SCHEMA_VERSION,
+                "uswap_version": env!("CARGO_PKG_VERSION"),
+                "elapsed_s": (t0.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
+                "workload": res,
+                "stats": stats,
+                "backing": backing.describe(),
+            })
+        );
     } else {
         for (i, mb) in res.round_mb_s.iter().enumerate() {
             println!("write round {i}: {mb:.1} MB/s");
@@ -718,11 +759,14 @@ pub fn demo(d: &DemoArgs) -> CliResult {
         if cfg.verify {
             println!("verified: {} bytes read back, all correct", res.verified_bytes);
         }
-        println!("swap statistics ({}):", backing.describe());
-        if let Value::Object(m) = &stats {
-            for (k, v) in m {
-                println!("  {k:<18} {v}");
-            }
+        println!("swap statistics ({}), {:.1} s:", backing.describe(), t0.elapsed().as_secs_f64());
+        for l in crate::report::human_lines(&stats) {
+            println!("  {l}");
+        }
+        if let (Some(p50), Some(p99)) =
+            (stats.pointer("/faults/latency_p50_ns"), stats.pointer("/faults/latency_p99_ns"))
+        {
+            println!("  fault latency: p50 {p50} ns, p99 {p99} ns");
         }
     }
     drop(region);

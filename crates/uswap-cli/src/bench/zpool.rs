@@ -23,6 +23,7 @@ use uswap::{SwapEntry, PAGE_SIZE};
 
 /// Options of `uswap bench zpool`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:\n  uswap bench zpool\n  uswap bench zpool --mib 64 --no-zram --json")]
 pub struct Args {
     /// Print one JSON object instead of a table.
     #[arg(long)]
@@ -415,6 +416,7 @@ fn run_zram(corpus: &[Category]) -> Result<Value, String> {
 
 /// Run the benchmark.
 pub fn run(a: &Args) -> CliResult {
+    let spin = crate::progress::Spin::new(a.json, "uswap bench zpool");
     if a.mib < 1 {
         return Err(CliError::usage("--mib must be at least 1"));
     }
@@ -483,6 +485,7 @@ pub fn run(a: &Args) -> CliResult {
         }
     }
     out.insert("elapsed_s".into(), json!(round2(t0.elapsed().as_secs_f64())));
+    spin.done();
     print_result("zpool", &Value::Object(out), a.json);
     Ok(())
 }

@@ -311,7 +311,7 @@ pub fn mib(b: u64) -> String {
 }
 
 /// Check the peak RSS in the stats against `limit + fixed overhead + slack`, printing the
-/// figures. The fixed overhead is the largest `rss_at_start_bytes` of the processes that wrote
+/// figures. The fixed overhead is the largest `fixed_overhead_bytes` of the processes that wrote
 /// statistics (each process under uswap has its own pager and limit; a shell that leaves
 /// through `_exit`, as dash does, writes none).
 pub fn check_peak(name: &str, st: &serde_json::Value, limit: u64, secs: f64) {
@@ -323,7 +323,7 @@ pub fn check_peak(name: &str, st: &serde_json::Value, limit: u64, secs: f64) {
         .chain(st["other_processes"].as_array().into_iter().flatten())
         .collect();
     assert!(!procs.is_empty(), "{name}: no process wrote statistics: {st:#}");
-    let fixed = procs.iter().map(|p| num(p, "/rss_at_start_bytes")).max().unwrap_or(0);
+    let fixed = procs.iter().map(|p| num(p, "/fixed_overhead_bytes")).max().unwrap_or(0);
     let peak = num(st, "/peak_rss_bytes");
     let slack = slack(limit);
     let bound = limit + fixed + slack;
@@ -338,20 +338,20 @@ pub fn check_peak(name: &str, st: &serde_json::Value, limit: u64, secs: f64) {
         mib(bound),
     );
     for p in &procs {
-        let pg = &p["pager"];
+        let pg = &p["memory"];
         eprintln!(
             "  pid {} {}: VmHWM {}, RSS at start {}, internal heap {}; at exit: charged {}, resident {}, \
              cache {}, pool {}; evicted {} pages",
             num(p, "/pid"),
             p.pointer("/argv/0").and_then(|a| a.as_str()).unwrap_or("?"),
-            mib(num(p, "/vm_hwm_bytes")),
-            mib(num(p, "/rss_at_start_bytes")),
-            mib(num(p, "/internal_heap_bytes")),
+            mib(num(p, "/peak_rss_bytes")),
+            mib(num(p, "/fixed_overhead_bytes")),
+            mib(num(p, "/preload/internal_heap_bytes")),
             mib(num(pg, "/charged_bytes")),
             mib(num(pg, "/resident_bytes")),
-            mib(num(pg, "/cache_bytes")),
+            mib(num(pg, "/swap_cache_bytes")),
             mib(num(pg, "/pool_bytes")),
-            num(pg, "/evicted_pages"),
+            num(p, "/swap/pswpout"),
         );
     }
     assert!(

@@ -1,5 +1,6 @@
-//! The malloc family, routed: the program's calls go to glibc's own allocator, unchanged;
-//! uswap's own calls go to the library's internal heap ([`crate::internal`]).
+//! The malloc family, routed: the program's calls go to the program's own allocator (the next
+//! definition after this library: glibc's, or a jemalloc/tcmalloc/mimalloc the program links),
+//! unchanged; uswap's own calls go to the library's internal heap ([`crate::internal`]).
 //!
 //! The program keeps its allocator. These forwarders exist for the calls that are *not* the
 //! program's but reach `malloc` anyway: the dynamic loader allocates a new thread's TLS vector
@@ -9,7 +10,9 @@
 //! would wait for itself. So a call made by uswap code ([`crate::fork::in_internal`]) or on a
 //! pager thread (named `uswap-*`) is served from the internal heap, which is never adopted;
 //! `free` and `realloc` go wherever the block came from ([`crate::internal::owns`] is a range
-//! check). When the library is inert (`USWAP_LIMIT` unset) every call goes to glibc.
+//! check). When the library is inert (`USWAP_LIMIT` unset) every call goes to the next allocator.
+//! The next allocator's symbols are looked up once with `dlsym(RTLD_NEXT)`, as uswap code (so
+//! an allocation inside `dlsym` is served from the internal heap).
 //!
 //! Locking: none here; glibc's and the internal heap's own locks. The internal heap's lock is
 //! never held across a fault on managed memory (its memory is never managed).
@@ -19,18 +22,60 @@ use crate::internal::{owns, usable_size, HEAP};
 use libc::{c_int, c_void, size_t};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-extern "C" {
-    fn __libc_malloc(n: size_t) -> *mut c_void;
-    fn __libc_free(p: *mut c_void);
-    fn __libc_calloc(n: size_t, s: size_t) -> *mut c_void;
-    fn __libc_realloc(p: *mut c_void, n: size_t) -> *mut c_void;
-    fn __libc_memalign(a: size_t, n: size_t) -> *mut c_void;
+/// The next allocator's entry points (resolved once).
+struct Next {
+    malloc: AtomicUsize,
+    free: AtomicUsize,
+    calloc: AtomicUsize,
+    realloc: AtomicUsize,
+    memalign: AtomicUsize,
+    usable: AtomicUsize,
+}
+static NEXT: Next = Next {
+    malloc: AtomicUsize::new(0),
+    free: AtomicUsize::new(0),
+    calloc: AtomicUsize::new(0),
+    realloc: AtomicUsize::new(0),
+    memalign: AtomicUsize::new(0),
+    usable: AtomicUsize::new(0),
+};
+
+#[cold]
+fn resolve() {
+    crate::fork::internal(|| {
+        let get = |name: &std::ffi::CStr| {
+            // SAFETY: dlsym with a NUL-terminated name; RTLD_NEXT finds the definition after ours.
+            unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) as usize }
+        };
+        NEXT.free.store(get(c"free"), Ordering::Release);
+        NEXT.calloc.store(get(c"calloc"), Ordering::Release);
+        NEXT.realloc.store(get(c"realloc"), Ordering::Release);
+        NEXT.memalign.store(get(c"memalign"), Ordering::Release);
+        NEXT.usable.store(get(c"malloc_usable_size"), Ordering::Release);
+        NEXT.malloc.store(get(c"malloc"), Ordering::Release);
+    });
+}
+
+#[inline]
+fn next(slot: &AtomicUsize) -> usize {
+    let f = slot.load(Ordering::Acquire);
+    if f != 0 {
+        return f;
+    }
+    resolve();
+    slot.load(Ordering::Acquire)
 }
 
 /// Serve this call from the internal heap?
 #[inline]
 fn internal() -> bool {
-    mode() != OFF && ours()
+    (mode() != OFF && ours()) || in_resolve()
+}
+
+/// True while the next allocator is being looked up (calls from inside `dlsym`).
+#[inline]
+fn in_resolve() -> bool {
+    NEXT.malloc.load(Ordering::Relaxed) == 0 && crate::fork::in_internal()
 }
 
 fn enomem() -> *mut c_void {
@@ -57,8 +102,13 @@ pub unsafe extern "C" fn malloc(n: size_t) -> *mut c_void {
         // SAFETY: dlmalloc under its lock.
         return nonnull(HEAP.with(|h| unsafe { h.c_malloc(n) }));
     }
-    // SAFETY: glibc's allocator, as the program asked.
-    unsafe { __libc_malloc(n) }
+    if in_resolve() {
+        // SAFETY: dlmalloc under its lock (a call from inside dlsym while resolving).
+        return nonnull(HEAP.with(|h| unsafe { h.c_malloc(n) }));
+    }
+    type F = unsafe extern "C" fn(size_t) -> *mut c_void;
+    // SAFETY: the next allocator's malloc, as the program asked.
+    unsafe { std::mem::transmute::<usize, F>(next(&NEXT.malloc))(n) }
 }
 
 /// `free(3)`.
@@ -74,8 +124,9 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
         // SAFETY: a live block of the internal heap (caller's contract).
         HEAP.with(|h| unsafe { h.c_free(p.cast()) });
     } else {
-        // SAFETY: a glibc block.
-        unsafe { __libc_free(p) }
+        type F = unsafe extern "C" fn(*mut c_void);
+        // SAFETY: a block of the next allocator.
+        unsafe { std::mem::transmute::<usize, F>(next(&NEXT.free))(p) }
     }
 }
 
@@ -90,8 +141,9 @@ pub unsafe extern "C" fn calloc(n: size_t, s: size_t) -> *mut c_void {
         // SAFETY: dlmalloc under its lock.
         return nonnull(HEAP.with(|h| unsafe { h.calloc(total, 16) }));
     }
-    // SAFETY: glibc's allocator.
-    unsafe { __libc_calloc(n, s) }
+    type F = unsafe extern "C" fn(size_t, size_t) -> *mut c_void;
+    // SAFETY: the next allocator.
+    unsafe { std::mem::transmute::<usize, F>(next(&NEXT.calloc))(n, s) }
 }
 
 /// `realloc(3)`.
@@ -113,8 +165,9 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, n: size_t) -> *mut c_void {
         // SAFETY: a live block of the internal heap.
         return nonnull(HEAP.with(|h| unsafe { h.c_realloc(p.cast(), n) }));
     }
-    // SAFETY: a glibc block.
-    unsafe { __libc_realloc(p, n) }
+    type F = unsafe extern "C" fn(*mut c_void, size_t) -> *mut c_void;
+    // SAFETY: a block of the next allocator.
+    unsafe { std::mem::transmute::<usize, F>(next(&NEXT.realloc))(p, n) }
 }
 
 /// `reallocarray(3)`.
@@ -135,8 +188,9 @@ unsafe fn alloc_aligned(align: usize, n: usize) -> *mut c_void {
         // SAFETY: align is a power of two (callers check).
         return nonnull(HEAP.with(|h| unsafe { h.c_memalign(align, n) }));
     }
-    // SAFETY: glibc's allocator.
-    unsafe { __libc_memalign(align, n) }
+    type F = unsafe extern "C" fn(size_t, size_t) -> *mut c_void;
+    // SAFETY: the next allocator.
+    unsafe { std::mem::transmute::<usize, F>(next(&NEXT.memalign))(align, n) }
 }
 
 /// `posix_memalign(3)`.
@@ -217,16 +271,10 @@ pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> size_t {
         return unsafe { usable_size(p.cast()) };
     }
     type F = unsafe extern "C" fn(*mut c_void) -> size_t;
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let mut f = NEXT.load(Ordering::Relaxed);
-    if f == 0 {
-        // SAFETY: dlsym with a NUL-terminated name.
-        f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"malloc_usable_size".as_ptr()) } as usize;
-        NEXT.store(f, Ordering::Relaxed);
-    }
+    let f = next(&NEXT.usable);
     if f == 0 {
         return 0;
     }
-    // SAFETY: glibc's malloc_usable_size.
+    // SAFETY: the next allocator's malloc_usable_size, for one of its blocks.
     unsafe { std::mem::transmute::<usize, F>(f)(p) }
 }

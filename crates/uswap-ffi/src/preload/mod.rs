@@ -5,8 +5,8 @@
 //! that links it for the C ABI is not touched). Configuration, set by `uswap run`:
 //! `USWAP_LIMIT` (bytes), `USWAP_TIERS`, `USWAP_FOLIO` (bytes), `USWAP_STATS_DIR` (each process
 //! writes `<pid>.json` there at exit), `USWAP_MMAP_MIN` (smallest anonymous mapping adopted at
-//! `mmap` time, default 16 KiB), `USWAP_SCAN_MS` (how often the mappings are reconciled,
-//! default 20 ms), `USWAP_ON_ERROR=warn` (run unmanaged, with a warning, if the pager cannot
+//! `mmap` time, default 16 KiB), `USWAP_SCAN_MS` (how often the resident set is checked for
+//! memory to reconcile, default 5 ms), `USWAP_ON_ERROR=warn` (run unmanaged, with a warning, if the pager cannot
 //! start; default: print why and exit 125).
 //!
 //! The program keeps its own allocator (glibc malloc, jemalloc, pymalloc, a JVM's or V8's
@@ -19,8 +19,10 @@
 //!   internal `mmap` for large blocks and thread arenas): the [`scan`] thread reconciles with
 //!   `/proc/self/maps` whenever the resident set grows, and every 500 ms.
 //!
-//! `munmap`, `mremap` and `madvise(MADV_DONTNEED/FREE/REMOVE)` need no interposition: the
-//! kernel reports them as uffd events (UNMAP, REMAP, REMOVE) and the pager follows. What is not
+//! `munmap` and `mremap` need no interposition: the kernel reports them as uffd events (UNMAP,
+//! REMAP) and the pager follows. `madvise(MADV_DONTNEED/FREE/REMOVE)` is interposed (it frees
+//! the pages' swap entries first); glibc's internal trims are turned off with a trim threshold
+//! above any heap (see `start`), since no symbol sees them. What is not
 //! adopted (stacks, shared or file mappings, the libraries' data, small mappings) is counted
 //! and shown in the statistics; when a large share of the program's memory is outside the
 //! pager, [`scan`] says so on stderr.
@@ -69,6 +71,8 @@ static MMAP_MIN: AtomicUsize = AtomicUsize::new(16 << 10);
 static PAGER: OnceLock<Arc<Pager>> = OnceLock::new();
 /// Resident set size when the pager had started (fixed overhead: binary, libraries, pager).
 pub static RSS_AT_START: AtomicU64 = AtomicU64::new(0);
+/// The internal heap's size when the pager had started.
+static HEAP_AT_START: AtomicU64 = AtomicU64::new(0);
 
 /// Counters of the interposition layer.
 pub struct Counters {
@@ -213,18 +217,25 @@ fn start() -> Result<(), String> {
     let limit = parse_num(c"USWAP_LIMIT", 0)?;
     let folio = parse_num(c"USWAP_FOLIO", 65536)? as usize;
     MMAP_MIN.store(parse_num(c"USWAP_MMAP_MIN", 16 << 10)? as usize, Ordering::Relaxed);
-    let scan_ms = parse_num(c"USWAP_SCAN_MS", 20)?;
+    let scan_ms = parse_num(c"USWAP_SCAN_MS", 5)?;
     let cfg = PagerConfig {
         limit_bytes: limit,
         folio_size: folio,
         tiers: env(c"USWAP_TIERS").unwrap_or("zero,lz4,file:/var/tmp").to_string(),
         fault_mode: uswap_pager::FaultMode::Thread,
-        // The program's own madvise(DONTNEED) (glibc trims its heaps with the internal,
-        // uninterposable one) must free the pages' swap entries, or a later fault would bring
-        // back stale data where the program expects zeros.
-        event_remove: true,
+        // No REMOVE events: reclaim's own madvise would then wait for the event thread, which
+        // must hold off reading while reclaim drops (see the pager's read gate). The program's
+        // madvise goes through the interposed `madvise` below instead.
+        event_remove: false,
         ..Default::default()
     };
+    // glibc trims its heaps with its internal madvise(MADV_DONTNEED), which no interposed symbol
+    // sees: a page swapped out before such a trim would come back with its old bytes where
+    // glibc expects zeros (calloc from a regrown thread heap trusts that). A trim threshold
+    // above any heap turns those trims off (the free memory stays, and is swapped out like any
+    // cold memory); heaps and blocks given back with munmap are still released.
+    // SAFETY: mallopt is safe to call at any time.
+    unsafe { libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX) };
     // The library's own data (its .bss holds the pager's registry) is never adopted.
     scan::record_own_image();
     let before = fork::fd_snapshot();
@@ -237,6 +248,7 @@ fn start() -> Result<(), String> {
     fork::install_gate()?;
     let _ = PAGER.set(pager.clone());
     RSS_AT_START.store(proc_status_bytes("VmRSS:"), Ordering::Relaxed);
+    HEAP_AT_START.store(crate::internal::mapped_bytes(), Ordering::Relaxed);
     // Whatever the program has mapped so far (its brk heap, what the loader allocated), then
     // the reconciler keeps up with what it maps where no call of ours sees it.
     scan::scan_once(&pager, true);
@@ -282,6 +294,11 @@ pub fn stats_json() -> Option<serde_json::Value> {
     Some(serde_json::json!({
         "limit_bytes": p.config().limit_bytes,
         "rss_at_start_bytes": RSS_AT_START.load(Ordering::Relaxed),
+        // What the limit does not cover: the RSS at start plus the growth of the library's own
+        // heap (the engine's tables, the pager's bookkeeping), the analogue of the kernel's
+        // swap metadata, which a memory cgroup does not charge either.
+        "fixed_overhead_bytes": RSS_AT_START.load(Ordering::Relaxed)
+            + crate::internal::mapped_bytes().saturating_sub(HEAP_AT_START.load(Ordering::Relaxed)),
         "internal_heap_bytes": crate::internal::mapped_bytes(),
         "adopt_calls": c.adopt_calls.load(Ordering::Relaxed),
         "adopt_bytes": c.adopt_bytes.load(Ordering::Relaxed),
@@ -436,6 +453,26 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
         }
     }
     r
+}
+
+/// `madvise(2)`: `MADV_DONTNEED`, `MADV_FREE` and `MADV_REMOVE` on managed memory free the
+/// pages' swap entries first (the range reads as zeros afterwards, as the kernel promises).
+///
+/// # Safety
+/// - As for `madvise(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
+    let releasing = matches!(advice, libc::MADV_DONTNEED | libc::MADV_FREE | libc::MADV_REMOVE);
+    if releasing && ready() && !ours() && (addr as usize).is_multiple_of(4096) {
+        let (a, b) = (addr as usize, (addr as usize).saturating_add(len));
+        if uswap_pager::region::overlaps(a, b) {
+            if let Some(p) = pager() {
+                internal(|| p.discard_range(a, len));
+            }
+        }
+    }
+    // SAFETY: forwarded.
+    unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) as c_int }
 }
 
 /// `mprotect(2)`: a reservation made writable is adopted.

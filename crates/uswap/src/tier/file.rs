@@ -1,13 +1,16 @@
 //! The swap file tier: [`FileTier`], a [`Backend`] of kind [`TierKind::File`] over a file or
 //! block device. By default an unlinked temporary file (mode 0600, `O_TMPFILE`) in a
-//! configurable directory, so nothing is left behind when the process ends.
+//! configurable directory, so nothing is left behind when the process ends. An existing file
+//! or device is used only if it carries uswap's header or `force` is set, and never while it
+//! is in use ([`swapfile`] has the rules).
 //!
 //! Physical slots are managed by the cluster allocator ([`SwapSpace`]): a stored folio of
 //! 2^order pages takes 2^order naturally aligned slots of one cluster, each holding the
 //! reverse-map word `Word::rmap(group, owner virtual slot)`, and is written as one contiguous
 //! I/O. The handle is `slot << 4 | order`.
 //!
-//! On-disk layout, per 512-slot cluster: 2 MiB of page data, then a 16 KiB metadata area of
+//! On-disk layout: a 4 KiB header ([`swapfile::Header`]: magic, version, page size, UUID),
+//! then per 512-slot cluster: 2 MiB of page data, then a 16 KiB metadata area of
 //! 32 bytes per slot holding the AES-256-GCM nonce and tag ([`crypt`](super::crypt)). Every page
 //! is encrypted and authenticated with a per-process key, with the slot number and the owning
 //! virtual slot as associated data; a page that fails authentication is reported as [`TierError::Corrupt`] and never
@@ -24,6 +27,7 @@
 
 use super::crypt::{PageCipher, META_BYTES};
 use super::io_engine::{IoBuf, IoEngine, IoOp, PsyncEngine, UringEngine};
+use super::swapfile::{self, HEADER_BYTES};
 use crate::backend::{Backend, Stored, TierKind, Usage};
 use crate::cluster::{SpaceConfig, SwapSpace};
 use crate::error::TierError;
@@ -55,8 +59,9 @@ pub enum EngineKind {
 pub enum FileTarget {
     /// An unlinked temporary file in this directory.
     TempIn(PathBuf),
-    /// This existing file or block device (a missing regular file is created, mode 0600, and
-    /// unlinked at once: it lives as long as the tier).
+    /// This file or block device: a missing regular file is created (mode 0600, with a
+    /// header) and unlinked at once, so it lives as long as the tier; an existing one needs
+    /// uswap's header or `force`, and is refused while in use.
     Path(PathBuf),
 }
 
@@ -77,6 +82,8 @@ pub struct FileConfig {
     /// Bypass the page cache (`O_DIRECT`), so swapped data does not occupy RAM as page
     /// cache; metadata records are then updated by read-modify-write of aligned 4 KiB blocks.
     pub direct: bool,
+    /// Use an existing file or device even without uswap's header (overwriting its data).
+    pub force: bool,
 }
 
 impl Default for FileConfig {
@@ -88,6 +95,7 @@ impl Default for FileConfig {
             encrypt: true,
             discard: false,
             direct: false,
+            force: false,
         }
     }
 }
@@ -113,13 +121,15 @@ fn handle_of(slot: u64, order: u8) -> u64 {
 fn split(h: u64) -> (u64, u8) {
     (h >> ORDER_BITS, (h & ((1 << ORDER_BITS) - 1)) as u8)
 }
+/// Byte offset of cluster `ci` (after the header).
+fn cluster_off(ci: u64) -> u64 {
+    HEADER_BYTES + ci * CLUSTER_STRIDE
+}
 fn data_off(slot: u64) -> u64 {
-    (slot / SLOTS_PER_CLUSTER as u64) * CLUSTER_STRIDE + (slot % SLOTS_PER_CLUSTER as u64) * PAGE_SIZE as u64
+    cluster_off(slot / SLOTS_PER_CLUSTER as u64) + (slot % SLOTS_PER_CLUSTER as u64) * PAGE_SIZE as u64
 }
 fn meta_off(slot: u64) -> u64 {
-    (slot / SLOTS_PER_CLUSTER as u64) * CLUSTER_STRIDE
-        + DATA_BYTES
-        + (slot % SLOTS_PER_CLUSTER as u64) * META_BYTES as u64
+    cluster_off(slot / SLOTS_PER_CLUSTER as u64) + DATA_BYTES + (slot % SLOTS_PER_CLUSTER as u64) * META_BYTES as u64
 }
 /// The 4 KiB-aligned byte range of the metadata area holding the records of `n` slots from
 /// `slot` (direct I/O can only transfer whole aligned blocks).
@@ -132,8 +142,10 @@ fn io_err(op: &'static str, e: std::io::Error) -> TierError {
     TierError::io(op, &e)
 }
 
-/// Open the file a configuration names; returns it with its usable size in bytes.
-pub fn open_target(target: &FileTarget, direct: bool) -> Result<(File, u64), TierError> {
+/// Open the file a configuration names, checked and with uswap's header written or verified
+/// ([`swapfile`] has the rules; `force` overwrites a file or device without the header); returns
+/// it with its size in bytes (0 for a new file).
+pub fn open_target(target: &FileTarget, direct: bool, force: bool) -> Result<(File, u64), TierError> {
     use std::io::{Seek, SeekFrom};
     use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
     let dflag = if direct { libc::O_DIRECT } else { 0 };
@@ -146,36 +158,78 @@ pub fn open_target(target: &FileTarget, direct: bool) -> Result<(File, u64), Tie
                 .mode(0o600)
                 .open(dir)
                 .map_err(|e| io_err("create temporary swap file (O_TMPFILE|O_DIRECT)", e))?;
+            swapfile::write_header(&f)?;
             Ok((f, 0))
         }
         FileTarget::TempIn(dir) => {
+            // O_TMPFILE where the file system has it (tempfile then uses mode 0666 & umask:
+            // made private before anything is written).
             let f = tempfile::tempfile_in(dir).map_err(|e| io_err("create temporary swap file", e))?;
+            use std::os::unix::fs::PermissionsExt;
+            f.set_permissions(std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| io_err("chmod temporary swap file", e))?;
+            swapfile::write_header(&f)?;
             Ok((f, 0))
         }
         FileTarget::Path(p) => {
+            let md = std::fs::metadata(p).ok();
+            let is_blk = md.as_ref().is_some_and(|m| m.file_type().is_block_device());
+            if md.as_ref().is_some_and(|m| !m.file_type().is_file() && !is_blk) {
+                return Err(TierError::Io {
+                    op: "open swap file",
+                    msg: format!("'{}' is neither a regular file nor a block device", p.display()),
+                });
+            }
+            // O_EXCL on a block device is the kernel's exclusive claim: EBUSY while it is
+            // mounted, an active swap area, or held by md/dm or another exclusive opener; held
+            // for as long as we keep it open.
+            let excl = if is_blk { libc::O_EXCL } else { 0 };
             let open = |create_new: bool| {
                 std::fs::OpenOptions::new()
                     .read(true)
                     .write(true)
                     .create_new(create_new)
-                    .custom_flags(dflag)
+                    .custom_flags(dflag | excl)
                     .mode(0o600)
                     .open(p)
             };
-            let mut f = match open(true) {
-                Ok(f) => {
+            let mut f = match open(md.is_none()) {
+                Ok(f) if md.is_none() => {
                     // Created here: its data is encrypted with a key that dies with this
                     // process, so unlink it now; nothing is left behind, even after a crash.
                     std::fs::remove_file(p).map_err(|e| io_err("unlink new swap file", e))?;
-                    f
+                    swapfile::write_header(&f)?;
+                    return Ok((f, 0));
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    open(false).map_err(|e| io_err("open swap file", e))?
+                Ok(f) => f,
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    return Err(TierError::Io {
+                        op: "open swap device",
+                        msg: format!(
+                            "'{}' is in use (mounted, an active swap area, or held by another program); uswap \
+                             never uses it, even with force",
+                            p.display()
+                        ),
+                    })
                 }
-                Err(e) => return Err(io_err("create swap file", e)),
+                Err(e) => return Err(io_err(if md.is_none() { "create swap file" } else { "open swap file" }, e)),
             };
-            let ft = f.metadata().map_err(|e| io_err("stat swap file", e))?.file_type();
-            let size = if ft.is_block_device() {
+            swapfile::claim(p, &f)?;
+            let what = if is_blk { "block device" } else { "file" };
+            match swapfile::read_header(&f)? {
+                Some(Ok(_)) => {}
+                Some(Err(why)) if !force => {
+                    return Err(TierError::Io {
+                        op: "open swap file",
+                        msg: format!("'{}' is a {why}; add `force` to overwrite it", p.display()),
+                    })
+                }
+                None if !force => return Err(swapfile::not_ours(p, what)),
+                _ => {
+                    swapfile::write_header(&f)?;
+                }
+            }
+            let size = if is_blk {
                 f.seek(SeekFrom::End(0)).map_err(|e| io_err("size of block device", e))?
             } else {
                 f.metadata().map_err(|e| io_err("stat swap file", e))?.len()
@@ -188,9 +242,13 @@ pub fn open_target(target: &FileTarget, direct: bool) -> Result<(File, u64), Tie
 impl FileTier {
     /// Open the tier a configuration describes.
     pub fn open(cfg: &FileConfig) -> Result<Self, TierError> {
-        let (file, existing) = open_target(&cfg.target, cfg.direct)?;
-        let want = if cfg.size_bytes == 0 { existing } else { cfg.size_bytes };
-        let nr_clusters = want / DATA_BYTES;
+        let (file, existing) = open_target(&cfg.target, cfg.direct, cfg.force)?;
+        let (want, nr_clusters) = if cfg.size_bytes == 0 {
+            let w = existing.saturating_sub(HEADER_BYTES);
+            (w, w / CLUSTER_STRIDE)
+        } else {
+            (cfg.size_bytes, cfg.size_bytes / DATA_BYTES)
+        };
         if nr_clusters == 0 {
             return Err(TierError::Io {
                 op: "open swap file",
@@ -201,15 +259,15 @@ impl FileTier {
         let is_blk =
             file.metadata().map(|m| std::os::unix::fs::FileTypeExt::is_block_device(&m.file_type())).unwrap_or(false);
         if is_blk {
-            if nr_clusters * CLUSTER_STRIDE > existing {
+            if cluster_off(nr_clusters) > existing {
                 return Err(TierError::Io {
                     op: "open swap device",
                     msg: format!("device of {existing} bytes cannot hold {nr_clusters} clusters"),
                 });
             }
-        } else if existing < nr_clusters * CLUSTER_STRIDE {
+        } else if existing < cluster_off(nr_clusters) {
             // Sparse: no blocks are allocated until written.
-            file.set_len(nr_clusters * CLUSTER_STRIDE).map_err(|e| io_err("size swap file", e))?;
+            file.set_len(cluster_off(nr_clusters)).map_err(|e| io_err("size swap file", e))?;
         }
         let io: Arc<dyn IoEngine> = match cfg.engine {
             EngineKind::Psync => Arc::new(PsyncEngine::new(file.clone())),
@@ -346,7 +404,7 @@ impl FileTier {
         if self.discard {
             let io = &self.io;
             self.space.process_discards(&mut |ci| {
-                let _ = io.punch_hole(ci as u64 * CLUSTER_STRIDE, CLUSTER_STRIDE);
+                let _ = io.punch_hole(cluster_off(ci as u64), CLUSTER_STRIDE);
             });
         }
     }
@@ -493,7 +551,7 @@ impl Backend for FileTier {
         if self.discard {
             let io = &self.io;
             self.space.process_discards(&mut |ci| {
-                let _ = io.punch_hole(ci as u64 * CLUSTER_STRIDE, CLUSTER_STRIDE);
+                let _ = io.punch_hole(cluster_off(ci as u64), CLUSTER_STRIDE);
             });
         }
         self.stored_pages.fetch_sub(n as u64, Ordering::Relaxed);

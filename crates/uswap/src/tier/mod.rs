@@ -5,7 +5,8 @@
 //!   size-class allocator, a size limit with hysteresis, and compaction; its memory comes
 //!   from [`pages`], which gives freed pages back to the kernel.
 //! - [`file`]: the swap file or block device, with the cluster allocator over its physical
-//!   slots, pluggable I/O engines ([`io_engine`]) and AES-256-GCM at rest ([`crypt`]).
+//!   slots, pluggable I/O engines ([`io_engine`]) and AES-256-GCM at rest ([`crypt`]); its
+//!   on-disk header and the checks that keep it off files and devices in use ([`swapfile`]).
 //!
 //! Every tier locks only its own internal state (lock order: the engine's cluster lock, then
 //! a tier's internal locks); compression, encryption and I/O run outside any tier lock except
@@ -16,6 +17,7 @@ pub mod file;
 pub mod io_engine;
 pub mod lz4;
 pub mod pages;
+pub mod swapfile;
 pub mod zero;
 pub mod zpool;
 

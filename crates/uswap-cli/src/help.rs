@@ -1,0 +1,115 @@
+//! Long help texts: examples for every command, and for `run` the tier grammar, the size
+//! grammar, what the limit covers, exit codes and environment variables. The README's CLI
+//! section says the same; `tests/cli.rs` checks that the help and README agree on the lists.
+//!
+//! Locking: none (constants).
+
+/// `uswap --help`.
+pub const MAIN: &str = "\
+Examples:
+  uswap run --limit 512M -- python3 train.py     run a program with its memory under 512 MiB
+  uswap run --limit 25% --stats - make -j2       a quarter of RAM; statistics as JSON on stdout
+  uswap demo --limit 128M                        the pager on a built-in workload
+  uswap bench usemem --quick                     uswap against kernel swap in a memory cgroup
+  uswap completions bash > /etc/bash_completion.d/uswap
+  uswap man > uswap.1
+
+Sizes everywhere: K, M, G, T and KiB, MiB, GiB, TiB are 1024-based (as systemd's MemoryMax=);
+kB, MB, GB, TB are 1000-based (as GNU dd); decimals such as 1.5G are allowed.
+
+Statistics (run --stats, demo --json, bench --json) follow docs/stats.md (schema_version 1).";
+
+/// `uswap run --help`.
+pub const RUN: &str = "\
+Examples:
+  uswap run --limit 512M -- python3 -c 'x = bytearray(2 << 30)'
+  uswap run --limit 1.5G make -j2                      (the program starts at the first word)
+  uswap run --limit 25% --tiers zero,zstd -- ./a.out   (RAM only: zstd-compressed pool)
+  uswap run --limit 1G --tiers zero,lz4,file:/mnt/ssd/swap.img --force -- ./sim
+  uswap run --limit 256M --stats - -- ls -l > stats.json
+
+Options end at `--` or at the first word that is not an option: everything from the program
+name on is passed to it unchanged. A mistyped option is an error (exit 2), never a program.
+
+The limit (--limit SIZE or N% of physical memory) covers the pages the pager manages: the
+resident pages of the program's heap and of its anonymous private mappings of 16 KiB or more,
+plus the uncompressed swap cache, plus the compressed pool, each counted as the memory it holds.
+On top come a fixed overhead (the program's binary and libraries, the preload library and the
+pager's tables: the RSS when the pager started; the summary prints it) and a few MiB of the
+engine's tables. Every process started under uswap (pipelines, exec, fork) has its own limit.
+
+Tiers (--tiers, comma-separated, in order of preference; default zero,lz4,file:/var/tmp):
+  zero                 store nothing for all-zero pages
+  lz4 | zstd | pool    compressed RAM pool (pool = lz4), options:
+    pool=20%|512M        pool size (share of RAM or a size; zswap's max_pool_percent)
+    accept=90%           refill the pool only below this share (accept_threshold_percent)
+    threshold=75%        store a page compressed only below this share of its size
+    incompressible=raw|reject
+    folio=whole|16k|page compression unit of a large folio (whole: one unit)
+    comp=lz4|zstd, level=1..19
+  file:PATH, file      swap file, compressed pages AES-256-GCM encrypted with a per-process key:
+                         PATH a directory: an unlinked temporary file in it (default /var/tmp);
+                         PATH missing: created (mode 0600) and unlinked at once;
+                         PATH an existing file or block device: used only if it carries
+                         uswap's header, or with `force`; refused while in use (mounted,
+                         active swap, another uswap process), even with force.
+    size=8G, engine=psync|uring, encrypt=on|off, discard=on|off, direct=on|off, force
+  mem[:pages=N]        uncompressed RAM (tests)
+Options follow their tier with `:` (lz4:pool=10%) or as items of their own (lz4,pool=10%).
+
+Sizes: K, M, G, T and KiB, MiB, GiB, TiB are 1024-based; kB, MB, GB, TB are 1000-based;
+decimals such as 1.5G are allowed.
+
+Exit status:
+  N        the program's exit status
+  128+N    the program was killed by signal N
+  127      the program was not found
+  126      the program cannot be executed
+  125      a process could not be put under the pager at start (the library says why)
+  2        bad option, limit, folio or tiers; unusable swap file or directory; a statically
+           linked program (the preload library would never load)
+  1        userfaultfd is not permitted (root or CAP_SYS_PTRACE, vm.unprivileged_userfaultfd=1,
+           or access to /dev/userfaultfd), or another failure before the program started
+
+Environment:
+  USWAP_PRELOAD      path of libuswap_ffi.so to preload instead of the built-in copy
+  USWAP_ON_ERROR     `warn`: a process that cannot be put under the pager runs unprotected
+                     with a warning instead of exiting with 125
+  USWAP_MMAP_MIN     smallest anonymous mapping adopted when the program maps it (default 16K)
+  USWAP_SCAN_MS      how often the resident set is checked for memory mapped where no call
+                     is seen, e.g. glibc's heap (default 5 ms)
+  Set by uswap run for the program (inherited by everything it starts): LD_PRELOAD,
+  USWAP_LIMIT, USWAP_FOLIO, USWAP_TIERS, USWAP_STATS_DIR.";
+
+/// `uswap demo --help`.
+pub const DEMO: &str = "\
+Examples:
+  uswap demo                                   1 GiB of mixed data under 256 MiB, default tiers
+  uswap demo --limit 64M --tiers zero,zstd     RAM only, zstd
+  uswap demo --size 2G --limit 10% --json      statistics as JSON (docs/stats.md)";
+
+/// `uswap bench --help`.
+pub const BENCH: &str = "\
+Examples:
+  uswap bench usemem --quick                   smoke test against kernel swap (root for the kernel side)
+  uswap bench usemem --size 1G --limit 1.5G --compare zram
+  uswap bench table --json > table.json
+  uswap bench zpool --mib 64
+  uswap bench file --dir /var/tmp
+  uswap bench drain --no-kernel
+
+Every benchmark prints a table, or one JSON object with --json; a progress bar is drawn on a
+terminal only.";
+
+/// `uswap completions --help`.
+pub const COMPLETIONS: &str = "\
+Examples:
+  uswap completions bash > ~/.local/share/bash-completion/completions/uswap
+  uswap completions zsh > ~/.zfunc/_uswap
+  uswap completions fish > ~/.config/fish/completions/uswap.fish";
+
+/// `uswap man --help`.
+pub const MAN: &str = "\
+Examples:
+  uswap man > uswap.1 && man ./uswap.1
+  uswap man --dir /usr/local/share/man/man1     (one page per command: uswap-run.1, ...)";

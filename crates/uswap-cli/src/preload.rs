@@ -1,0 +1,106 @@
+//! Where `uswap run` finds the LD_PRELOAD library: `USWAP_PRELOAD`, else the copy embedded in
+//! release builds (see build.rs), else `libuswap_ffi.so` next to the binary (`deps/` in a cargo
+//! target directory, `../lib/` when installed by a package).
+//!
+//! The embedded copy is written once to a private cache file, `$XDG_RUNTIME_DIR/uswap/` or
+//! `/tmp/uswap-$UID/` (directory mode 0700, owned by us, not a symlink), named by the content's
+//! hash, written to a temporary name and renamed, so concurrent runs never see half a file. A
+//! file path (not a memfd) because every program started below `uswap run` inherits LD_PRELOAD,
+//! including those started after their parent closed all its file descriptors.
+//!
+//! Locking: none (the rename is atomic; two runs writing the same content race harmlessly).
+
+use std::path::{Path, PathBuf};
+
+#[cfg(uswap_embed)]
+static EMBEDDED: Option<&[u8]> = Some(include_bytes!(env!("USWAP_EMBED_PATH")));
+#[cfg(not(uswap_embed))]
+static EMBEDDED: Option<&[u8]> = None;
+
+/// FNV-1a 64: names the cache file by content (not a security boundary: the directory is ours).
+fn hash(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// A private directory for the cache: created 0700 if missing; refused unless it is a real
+/// directory owned by us and closed to others.
+fn private_dir() -> Result<PathBuf, String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let d = match std::env::var_os("XDG_RUNTIME_DIR").filter(|s| !s.is_empty()) {
+        Some(r) => PathBuf::from(r).join("uswap"),
+        None => std::env::temp_dir().join(format!("uswap-{uid}")),
+    };
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(&d);
+    let md = std::fs::symlink_metadata(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+    if !md.is_dir() || md.uid() != uid || md.permissions().mode() & 0o077 != 0 {
+        return Err(format!("{} is not a private directory of this user (mode 0700)", d.display()));
+    }
+    Ok(d)
+}
+
+/// Write `bytes` to `dir/libuswap_ffi-HASH.so` unless it is already there with this content.
+pub fn cached(dir: &Path, bytes: &[u8]) -> Result<PathBuf, String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let p = dir.join(format!("libuswap_ffi-{:016x}.so", hash(bytes)));
+    if std::fs::read(&p).is_ok_and(|b| b == bytes) {
+        return Ok(p);
+    }
+    let tmp = dir.join(format!(".libuswap_ffi-{}.tmp", std::process::id()));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o500)
+        .open(&tmp)
+        .map_err(|e| format!("{}: {e}", tmp.display()))?;
+    f.write_all(bytes).and_then(|()| f.sync_all()).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, &p).map_err(|e| format!("{}: {e}", p.display()))?;
+    Ok(p)
+}
+
+/// The library to preload, or a message naming every way to provide one.
+pub fn locate() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("USWAP_PRELOAD") {
+        return Ok(PathBuf::from(p));
+    }
+    let mut why = String::new();
+    if let Some(b) = EMBEDDED {
+        match private_dir().and_then(|d| cached(&d, b)) {
+            Ok(p) => return Ok(p),
+            Err(e) => why = format!(" (the built-in copy could not be written: {e})"),
+        }
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the uswap binary: {e}"))?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    for c in [dir.join("libuswap_ffi.so"), dir.join("deps/libuswap_ffi.so"), dir.join("../lib/libuswap_ffi.so")] {
+        if c.is_file() {
+            return Ok(c);
+        }
+    }
+    Err(format!(
+        "cannot find libuswap_ffi.so next to {}{why}: build uswap with `cargo build --release -p uswap-cli` (which \
+         embeds it) or `cargo install --path crates/uswap-cli`, or set USWAP_PRELOAD to the library's path",
+        exe.display()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_is_written_once_and_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let a = cached(d.path(), b"lib one").unwrap();
+        assert_eq!(std::fs::read(&a).unwrap(), b"lib one");
+        assert_eq!(std::fs::metadata(&a).unwrap().permissions().mode() & 0o777, 0o500);
+        assert_eq!(cached(d.path(), b"lib one").unwrap(), a);
+        let b = cached(d.path(), b"lib two").unwrap();
+        assert_ne!(a, b);
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 2, "no temporary file left");
+    }
+}

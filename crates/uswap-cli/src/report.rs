@@ -1,0 +1,398 @@
+//! Statistics with a stable schema (docs/stats.md, [`SCHEMA_VERSION`]): a translation layer
+//! from what the preload library writes per process (and the pager's `PagerStats` with the
+//! engine's counters inside) to what the CLI prints, for `run --stats`, `demo --json` and the
+//! human summaries.
+//!
+//! The input keys are read leniently (a missing key reads as 0 / absent), so a pager that adds
+//! counters does not break the report; the output keys only change with the schema version.
+//! Per-order arrays become objects keyed by folio size as the kernel names them in
+//! `/sys/kernel/mm/transparent_hugepage/hugepages-64kB/stats` (`"4kB"`, `"8kB"`, ... `"2048kB"`);
+//! tiers are named (`zpool:lz4`, `file:/var/tmp`); `u64::MAX` ("no limit") and null become
+//! absent keys.
+//!
+//! Locking: none (pure functions over JSON values).
+
+use serde_json::{json, Map, Value};
+
+/// Version of the printed schema; bumped when a key changes meaning or goes away.
+pub const SCHEMA_VERSION: u32 = 1;
+
+fn u(v: &Value, p: &str) -> u64 {
+    v.pointer(p).and_then(Value::as_u64).unwrap_or(0)
+}
+
+/// A number, or absent when unknown or "unlimited" (u64::MAX).
+fn opt(v: &Value, p: &str) -> Option<u64> {
+    v.pointer(p).and_then(Value::as_u64).filter(|&n| n != u64::MAX)
+}
+
+fn insert_opt(m: &mut Map<String, Value>, k: &str, v: Option<u64>) {
+    if let Some(v) = v {
+        m.insert(k.into(), json!(v));
+    }
+}
+
+/// The kernel's name of an order's folio size: 0 -> "4kB", 4 -> "64kB", 9 -> "2048kB".
+pub fn order_key(order: usize) -> String {
+    format!("{}kB", 4u64 << order)
+}
+
+/// A per-order array as an object keyed by folio size (all orders, zeros included, so the keys
+/// are always the same).
+pub fn per_order(v: Option<&Value>) -> Value {
+    let mut m = Map::new();
+    if let Some(a) = v.and_then(Value::as_array) {
+        for (o, n) in a.iter().enumerate() {
+            m.insert(order_key(o), json!(n.as_u64().unwrap_or(0)));
+        }
+    }
+    Value::Object(m)
+}
+
+/// Pages in a per-order array (folios × pages per folio).
+fn pages_of(v: Option<&Value>) -> u64 {
+    v.and_then(Value::as_array)
+        .map(|a| a.iter().enumerate().map(|(o, n)| n.as_u64().unwrap_or(0) << o).sum())
+        .unwrap_or(0)
+}
+
+/// Names of the tiers a `--tiers` string configures, in order (the engine's tier list has no
+/// names; it has one entry per backend in this order).
+pub fn tier_names(tiers: &str) -> Vec<String> {
+    use uswap::config::{TierSpec, TiersConfig};
+    use uswap::tier::file::FileTarget;
+    use uswap::tier::zpool::Compressor;
+    let spec = if tiers == "default" { "zero,lz4,file:/var/tmp" } else { tiers };
+    let Ok(c) = TiersConfig::parse(spec.strip_prefix("builtin:").unwrap_or(spec)) else { return Vec::new() };
+    c.tiers
+        .iter()
+        .map(|t| match t {
+            TierSpec::Pool(p) => match p.compressor {
+                Compressor::Lz4 => "zpool:lz4".to_string(),
+                Compressor::Zstd { level } => format!("zpool:zstd-{level}"),
+            },
+            TierSpec::File(f) => match &f.target {
+                FileTarget::TempIn(d) | FileTarget::Path(d) => format!("file:{}", d.display()),
+            },
+            TierSpec::Memory(_) => "mem".to_string(),
+        })
+        .collect()
+}
+
+/// The pager's statistics (`PagerStats` as JSON, the engine's inside under `engine`) in the
+/// schema. `tiers` is the `--tiers` string, to name the tiers.
+pub fn pager(p: &Value, tiers: &str) -> Value {
+    let e = p.get("engine").cloned().unwrap_or(Value::Null);
+    let names = tier_names(tiers);
+    let mut tier_map = Map::new();
+    let (mut pool_orig, mut pool_used) = (0u64, 0u64);
+    if let Some(ts) = e.get("tiers").and_then(Value::as_array) {
+        for (i, t) in ts.iter().enumerate() {
+            let name = names.get(i).cloned().unwrap_or_else(|| format!("tier{i}"));
+            let stored = u(t, "/stored_pages");
+            let used = u(t, "/used_bytes");
+            if name.starts_with("zpool") {
+                pool_orig += stored * 4096;
+                pool_used += used;
+            }
+            let mut m = Map::new();
+            m.insert("index".into(), json!(i));
+            m.insert("stored_pages".into(), json!(stored));
+            m.insert("stored_bytes".into(), json!(stored * 4096));
+            m.insert("used_bytes".into(), json!(used));
+            insert_opt(&mut m, "limit_bytes", opt(t, "/limit_bytes"));
+            if used > 0 && name.starts_with("zpool") {
+                m.insert("compression_ratio".into(), json!(ratio(stored * 4096, used)));
+            }
+            tier_map.insert(name, Value::Object(m));
+        }
+    }
+    let resident = u(p, "/resident_bytes");
+    let cache = u(p, "/cache_bytes");
+    let pool = u(p, "/pool_bytes");
+    let mut memory = Map::new();
+    memory.insert("charged_bytes".into(), json!(u(p, "/charged_bytes").max(resident + cache + pool)));
+    memory.insert("resident_bytes".into(), json!(resident));
+    memory.insert("swap_cache_bytes".into(), json!(cache));
+    memory.insert("pool_bytes".into(), json!(pool));
+    insert_opt(&mut memory, "pool_max_bytes", opt(&e, "/group/pool_max"));
+    insert_opt(&mut memory, "limit_bytes", opt(p, "/limit_bytes"));
+    memory.insert("pool_capped".into(), json!(p.get("pool_capped").and_then(Value::as_bool).unwrap_or(false)));
+    let mut faults = Map::new();
+    for (k, src) in [
+        ("total", "faults"),
+        ("zero_fill", "fault_zero"),
+        ("swapin", "fault_swapin"),
+        ("swap_cache", "fault_cache"),
+        ("write_protect", "fault_wp"),
+        ("spurious", "fault_spurious"),
+        ("waits", "fault_waits"),
+    ] {
+        faults.insert(k.into(), json!(u(p, &format!("/{src}"))));
+    }
+    insert_opt(&mut faults, "latency_p50_ns", opt(p, "/fault_p50_ns"));
+    insert_opt(&mut faults, "latency_p99_ns", opt(p, "/fault_p99_ns"));
+    let swpout_pages = u(p, "/evicted_pages");
+    json!({
+        "memory": memory,
+        "faults": faults,
+        "swap": {
+            "pswpout": swpout_pages,
+            "stored_pages": u(&e, "/stored_pages"),
+            "pswpin": pages_of(p.get("swpin")) + pages_of(p.get("swpin_fallback")),
+            "swpout": per_order(p.get("swpout")),
+            "swpout_fallback": per_order(p.get("swpout_fallback")),
+            "swpin": per_order(p.get("swpin")),
+            "swpin_fallback": per_order(p.get("swpin_fallback")),
+            "swpout_zero": u(&e, "/swpout_zero"),
+            "swpin_zero": u(&e, "/swpin_zero"),
+            "zswpout": u(&e, "/zswpout"),
+            "zswpin": u(&e, "/zswpin"),
+            "zswpwb": u(&e, "/zswpwb"),
+            "swap_ra": u(p, "/swap_ra"),
+            "swap_ra_hit": u(p, "/swap_ra_hit"),
+        },
+        "compression": {
+            "stored_bytes": pool_orig,
+            "pool_used_bytes": pool_used,
+            "ratio": ratio(pool_orig, pool_used),
+        },
+        "tiers": tier_map,
+        "reclaim": {
+            "batches": u(p, "/reclaim_batches"),
+            "failed": u(p, "/reclaim_fail"),
+            "demoted_pages": u(p, "/demoted_pages"),
+            "evicted_folios": u(p, "/evicted_folios"),
+            "clean_kept": u(p, "/clean_kept"),
+            "clean_evicted": u(p, "/clean_evicted"),
+            "store_errors": u(p, "/store_errors"),
+        },
+    })
+}
+
+/// Original bytes per stored byte, two decimals; null when nothing is stored.
+fn ratio(orig: u64, used: u64) -> Value {
+    if orig == 0 || used == 0 {
+        Value::Null
+    } else {
+        json!((orig as f64 / used as f64 * 100.0).round() / 100.0)
+    }
+}
+
+/// One process of `uswap run`, from the JSON its preload library wrote at exit.
+pub fn process(v: &Value, tiers: &str) -> Value {
+    let mut m = Map::new();
+    m.insert("pid".into(), json!(u(v, "/pid")));
+    m.insert("ppid".into(), json!(u(v, "/ppid")));
+    m.insert("argv".into(), v.get("argv").cloned().unwrap_or(json!([])));
+    m.insert("peak_rss_bytes".into(), json!(u(v, "/vm_hwm_bytes")));
+    // The fixed overhead: the RSS when the pager had started (binary, libraries, the pager's
+    // reservations) plus what the library's own heap grew by since (the engine's tables).
+    let fixed =
+        v.get("fixed_overhead_bytes").map_or_else(|| u(v, "/rss_at_start_bytes"), |_| u(v, "/fixed_overhead_bytes"));
+    m.insert("fixed_overhead_bytes".into(), json!(fixed));
+    m.insert("forks".into(), json!(u(v, "/forks")));
+    if let Some(p) = v.get("pager") {
+        if let Value::Object(pm) = pager(p, tiers) {
+            m.extend(pm);
+        }
+    }
+    let mut pre = Map::new();
+    for k in ["internal_heap_bytes", "adopt_calls", "adopt_bytes", "adopt_errors", "mmap_small", "reservations"] {
+        pre.insert(k.into(), json!(u(v, &format!("/{k}"))));
+    }
+    m.insert("preload".into(), Value::Object(pre));
+    // Anonymous memory the pager does not manage (thread stacks, shared memory, what it could
+    // not adopt), as the reconciler measured it.
+    if let Some(un) = v.get("unmanaged") {
+        m.insert("unmanaged".into(), un.clone());
+    }
+    Value::Object(m)
+}
+
+/// What `uswap run` measured, for the report.
+pub struct Run<'a> {
+    /// The program and its arguments.
+    pub command: &'a [String],
+    /// Its pid.
+    pub pid: i32,
+    /// Exit code uswap exits with.
+    pub exit_code: u8,
+    /// The signal that killed it.
+    pub signal: Option<i32>,
+    /// Wall-clock time from start to exit.
+    pub elapsed_s: f64,
+    /// CPU time of the program and everything it waited for (user, system).
+    pub cpu_s: (f64, f64),
+    /// Limit, folio, tiers as given.
+    pub limit: u64,
+    /// Folio size.
+    pub folio: u64,
+    /// `--tiers`.
+    pub tiers: &'a str,
+    /// The program's peak RSS (wait4).
+    pub peak_rss: u64,
+}
+
+/// The whole `run --stats` document. `procs` are the preload's per-process files.
+pub fn run_report(r: &Run, procs: &[Value]) -> Value {
+    let main = procs.iter().find(|v| v["pid"] == r.pid).map(|v| process(v, r.tiers));
+    let others: Vec<Value> = procs.iter().filter(|v| v["pid"] != r.pid).map(|v| process(v, r.tiers)).collect();
+    json!({
+        "schema_version": SCHEMA_VERSION,
+        "uswap_version": env!("CARGO_PKG_VERSION"),
+        "command": r.command,
+        "pid": r.pid,
+        "exit_code": r.exit_code,
+        "signal": r.signal,
+        "elapsed_s": (r.elapsed_s * 1000.0).round() / 1000.0,
+        "cpu_user_s": (r.cpu_s.0 * 1000.0).round() / 1000.0,
+        "cpu_system_s": (r.cpu_s.1 * 1000.0).round() / 1000.0,
+        "limit_bytes": r.limit,
+        "folio_bytes": r.folio,
+        "tiers": r.tiers,
+        "peak_rss_bytes": r.peak_rss,
+        "main": main,
+        "other_processes": others,
+    })
+}
+
+/// Why the peak went over limit + fixed overhead, from a process's report.
+pub fn why_over(p: &Value, limit: u64) -> String {
+    let pool = u(p, "/memory/pool_bytes");
+    let capped = p.pointer("/memory/pool_capped").and_then(Value::as_bool).unwrap_or(false);
+    let failed = u(p, "/reclaim/failed");
+    let f = uswap::size::format;
+    if !capped && pool > limit / 2 {
+        format!(
+            "every tier is in RAM and the compressed pool holds {}: the limit holds only while the data compresses \
+             below it (add a file tier, e.g. --tiers zero,lz4,file:/var/tmp)",
+            f(pool)
+        )
+    } else if failed > 0 {
+        format!("reclaim could not free memory {failed} time(s) (the store was full or nothing could be evicted)")
+    } else {
+        format!(
+            "while the pool and swap cache fill the limit, reclaim keeps 1/8 of it ({}) resident, and the engine's \
+             tables add a few MiB",
+            f(limit / 8)
+        )
+    }
+}
+
+/// The human lines for one process's pager statistics (run's summary and demo's table).
+pub fn human_lines(p: &Value) -> Vec<String> {
+    let f = uswap::size::format;
+    let mut v = vec![format!(
+        "swapped out {} ({} folios), swapped in {}; {} faults ({} swap-in, {} zero-fill)",
+        f(u(p, "/swap/pswpout") * 4096),
+        u(p, "/reclaim/evicted_folios"),
+        f(u(p, "/swap/pswpin") * 4096),
+        u(p, "/faults/total"),
+        u(p, "/faults/swapin"),
+        u(p, "/faults/zero_fill"),
+    )];
+    let ratio = p.pointer("/compression/ratio").and_then(Value::as_f64);
+    v.push(format!(
+        "memory: resident {}, swap cache {}, compressed pool {}{}",
+        f(u(p, "/memory/resident_bytes")),
+        f(u(p, "/memory/swap_cache_bytes")),
+        f(u(p, "/memory/pool_bytes")),
+        match ratio {
+            Some(r) => format!(" (compression ratio {r:.2}: {} stored)", f(u(p, "/compression/stored_bytes"))),
+            None => String::new(),
+        }
+    ));
+    if let Some(Value::Object(ts)) = p.get("tiers") {
+        let parts: Vec<String> = ts
+            .iter()
+            .filter(|(_, t)| u(t, "/stored_pages") > 0)
+            .map(|(n, t)| format!("{n} {} in {}", f(u(t, "/stored_bytes")), f(u(t, "/used_bytes"))))
+            .collect();
+        if !parts.is_empty() {
+            v.push(format!("tiers: {}", parts.join(", ")));
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Value {
+        json!({
+            "pid": 7, "ppid": 1, "argv": ["a"], "vm_hwm_bytes": 100 << 20, "rss_at_start_bytes": 10 << 20,
+            "pager": {
+                "faults": 10, "fault_zero": 4, "fault_swapin": 6, "evicted_pages": 32, "evicted_folios": 2,
+                "swpout": [0, 0, 0, 0, 2, 0, 0, 0, 0, 0], "swpin": [3, 0, 0, 0, 1, 0, 0, 0, 0, 0],
+                "swpin_fallback": [0, 0, 0, 0, 0, 0, 0, 0, 0, 0], "resident_bytes": 1 << 20, "cache_bytes": 0, "pool_bytes": 8192,
+                "charged_bytes": (1 << 20) + 8192, "limit_bytes": 64 << 20, "pool_capped": true,
+                "fault_p50_ns": null,
+                "engine": {
+                    "group": { "pool_max": 8388608u64, "swap_max": u64::MAX },
+                    "tiers": [
+                        { "stored_pages": 8, "used_bytes": 8192, "limit_bytes": 1u64 << 30 },
+                        { "stored_pages": 0, "used_bytes": 0, "limit_bytes": 8u64 << 30 }
+                    ]
+                }
+            }
+        })
+    }
+
+    #[test]
+    fn translates_to_the_schema() {
+        let p = process(&sample(), "zero,lz4,file:/var/tmp");
+        assert_eq!(p["peak_rss_bytes"], 100 << 20);
+        assert_eq!(p["swap"]["swpout"]["64kB"], 2);
+        assert_eq!(p["swap"]["swpout"]["4kB"], 0);
+        assert_eq!(p["swap"]["swpout"]["2048kB"], 0);
+        assert_eq!(p["swap"]["swpin"]["4kB"], 3);
+        assert_eq!(p["swap"]["pswpin"], 3 + 16);
+        assert_eq!(p["tiers"]["zpool:lz4"]["stored_pages"], 8);
+        assert_eq!(p["tiers"]["zpool:lz4"]["compression_ratio"], 4.0);
+        assert!(p["tiers"]["file:/var/tmp"].is_object());
+        assert_eq!(p["compression"]["ratio"], 4.0);
+        assert_eq!(p["memory"]["pool_max_bytes"], 8388608);
+        // Null latency and "unlimited" are absent, never null or 18446744073709551615.
+        assert!(p["faults"].get("latency_p50_ns").is_none());
+        assert!(!p.to_string().contains("18446744073709551615"));
+        assert!(!p.to_string().contains("null"));
+        let lines = human_lines(&p).join("\n");
+        assert!(lines.contains("compression ratio 4.00"), "{lines}");
+        assert!(lines.contains("zpool:lz4"), "{lines}");
+    }
+
+    #[test]
+    fn run_documents_have_a_version_and_times() {
+        let cmd = vec!["a".to_string()];
+        let r = Run {
+            command: &cmd,
+            pid: 7,
+            exit_code: 0,
+            signal: None,
+            elapsed_s: 1.23456,
+            cpu_s: (0.5, 0.25),
+            limit: 64 << 20,
+            folio: 65536,
+            tiers: "zero,lz4",
+            peak_rss: 1,
+        };
+        let d = run_report(&r, &[sample(), json!({"pid": 8, "argv": ["b"]})]);
+        assert_eq!(d["schema_version"], SCHEMA_VERSION);
+        assert_eq!(d["elapsed_s"], 1.235);
+        assert_eq!(d["cpu_user_s"], 0.5);
+        assert_eq!(d["main"]["pid"], 7);
+        assert_eq!(d["other_processes"][0]["pid"], 8);
+        assert_eq!(d["other_processes"][0]["peak_rss_bytes"], 0);
+    }
+
+    #[test]
+    fn says_why_the_peak_went_over() {
+        let mut p = process(&sample(), "zero,lz4");
+        assert!(why_over(&p, 64 << 20).contains("1/8"));
+        p["memory"]["pool_capped"] = json!(false);
+        p["memory"]["pool_bytes"] = json!(40 << 20);
+        assert!(why_over(&p, 64 << 20).contains("every tier is in RAM"));
+    }
+}
