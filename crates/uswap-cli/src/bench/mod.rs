@@ -6,6 +6,7 @@ use clap::Subcommand;
 pub mod alloc;
 pub mod drain;
 pub mod file;
+pub mod programs;
 pub mod table;
 pub mod usemem;
 pub mod zpool;
@@ -58,6 +59,9 @@ pub enum Which {
     Drain(drain::Args),
     /// usemem-like workload under a limit: uswap pager against kernel swap in a memory cgroup.
     Usemem(Box<usemem::Args>),
+    /// Real programs (Python, Node.js, Java, SQLite, sort, Redis, gcc, xz, Perl, a pipeline):
+    /// native, kernel zram + memory cgroup, and `uswap run`, with timeouts and output checks.
+    Programs(Box<programs::Args>),
 }
 
 /// Run one benchmark.
@@ -69,5 +73,6 @@ pub fn run(w: Which) -> CliResult {
         Which::File(a) => file::run(&a),
         Which::Drain(a) => drain::run(&a),
         Which::Usemem(a) => usemem::run(&a),
+        Which::Programs(a) => programs::run(&a),
     }
 }

@@ -115,8 +115,9 @@ static CHILD: AtomicI32 = AtomicI32::new(0);
 extern "C" fn on_signal(_sig: libc::c_int) {
     INTERRUPTED.store(true, Ordering::SeqCst);
     let pid = CHILD.load(Ordering::SeqCst);
-    if pid > 0 {
-        // SAFETY: kill(2) is async-signal-safe; `pid` is our own child (or 0, skipped).
+    if pid != 0 {
+        // SAFETY: kill(2) is async-signal-safe; `pid` is our own child, or minus the process
+        // group of children we started (0 is skipped).
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
 }
@@ -142,7 +143,8 @@ pub fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::SeqCst)
 }
 
-/// Set (pid > 0) or clear (0) the child the signal handler kills.
+/// Set (pid > 0: a child; pid < 0: the process group -pid) or clear (0) what the signal
+/// handler kills.
 pub fn set_child(pid: i32) {
     CHILD.store(pid, Ordering::SeqCst);
 }

@@ -1,0 +1,464 @@
+//! The Redis scenario of `uswap bench programs`. The server under test (native, in the kernel
+//! side's memory cgroup, or under `uswap run`) listens on 127.0.0.1 only, on a free port, with
+//! persistence off (`--save ''`) and its directory in the run's directory. This driver loads it
+//! with deterministic values over a pipelined RESP connection, starts a BGSAVE while
+//! `redis-benchmark -t get` reads random keys, waits for the dump, checks DBSIZE and a sample of
+//! values, shuts the server down, then starts a second server (natively) on the dump and checks
+//! that every key came back. The facts (key count, sample checksum) are the run's output; the
+//! time is the whole scenario.
+//!
+//! Locking: none; the driver is single-threaded (each process has a waiter thread in `runner`).
+
+use super::runner::{self, Proc, Waited};
+use super::suite::Rng;
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// What the scenario needs.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// redis-server.
+    pub server: PathBuf,
+    /// redis-benchmark.
+    pub benchmark: PathBuf,
+    /// Number of keys loaded.
+    pub keys: u64,
+    /// Bytes per value.
+    pub value_len: usize,
+}
+
+/// SET commands per pipelined batch.
+const BATCH: u64 = 1000;
+/// Values read back and hashed (evenly spread over the keys).
+const SAMPLE: u64 = 1000;
+
+impl Plan {
+    /// The command line shown in the report.
+    pub fn display(&self) -> String {
+        format!(
+            "{} --bind 127.0.0.1 --port FREE --save '' --dir RUNDIR; load {} keys x {} B (pipelined SET); BGSAVE during {} -t get -r {}; \
+             DBSIZE + {} sampled values; reload the dump in a second server (natively)",
+            self.server.display(),
+            self.keys,
+            self.value_len,
+            self.benchmark.display(),
+            self.keys,
+            SAMPLE.min(self.keys)
+        )
+    }
+}
+
+/// The key of index `i`, in redis-benchmark's `-r` format (so its GETs hit loaded keys).
+fn key(i: u64) -> String {
+    format!("key:{i:012}")
+}
+
+/// The value of key `i`: words from a small vocabulary (text-like, compresses a few times).
+fn value(i: u64, len: usize) -> Vec<u8> {
+    const W: [&[u8]; 8] = [b"lorem ", b"ipsum ", b"dolor ", b"sit ", b"amet ", b"redis ", b"swap ", b"page "];
+    let mut v = format!("v{i}:").into_bytes();
+    let mut r = Rng::new(i ^ 0x5eed);
+    while v.len() < len {
+        let x = r.next_u64();
+        v.extend_from_slice(W[(x & 7) as usize]);
+        v.extend_from_slice((x >> 40).to_string().as_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+fn fnv(h: u64, b: &[u8]) -> u64 {
+    b.iter().fold(h, |h, &c| (h ^ u64::from(c)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// A RESP reply.
+#[derive(Debug)]
+#[expect(dead_code, reason = "error texts and array items are read only through Debug, in error messages")]
+enum Reply {
+    Status(String),
+    Error(String),
+    Int(i64),
+    Bulk(Option<Vec<u8>>),
+    Array(Vec<Reply>),
+}
+
+/// Why the scenario stopped.
+enum Stop {
+    Timeout(String),
+    Error(String),
+}
+
+fn io_stop(what: &str, e: std::io::Error) -> Stop {
+    if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) {
+        Stop::Timeout(format!("{what}: no answer before the deadline"))
+    } else {
+        Stop::Error(format!("{what}: {e}"))
+    }
+}
+
+struct Conn {
+    w: TcpStream,
+    r: BufReader<TcpStream>,
+    deadline: Instant,
+}
+
+impl Conn {
+    fn connect(port: u16, deadline: Instant) -> std::io::Result<Conn> {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        let w = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
+        w.set_nodelay(true)?;
+        let r = BufReader::with_capacity(1 << 16, w.try_clone()?);
+        Ok(Conn { w, r, deadline })
+    }
+
+    fn arm(&self) -> std::io::Result<()> {
+        let left = self.deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+        self.w.set_read_timeout(Some(left))?;
+        self.w.set_write_timeout(Some(left))
+    }
+
+    fn encode(buf: &mut Vec<u8>, args: &[&[u8]]) {
+        buf.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+        for a in args {
+            buf.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            buf.extend_from_slice(a);
+            buf.extend_from_slice(b"\r\n");
+        }
+    }
+
+    fn line(&mut self) -> std::io::Result<String> {
+        let mut l = String::new();
+        if self.r.read_line(&mut l)? == 0 {
+            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "connection closed"));
+        }
+        Ok(l.trim_end_matches(['\r', '\n']).to_string())
+    }
+
+    fn reply(&mut self) -> std::io::Result<Reply> {
+        let bad = |l: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("bad reply {l:?}"));
+        let l = self.line()?;
+        let (t, rest) = l.split_at(l.len().min(1));
+        Ok(match t {
+            "+" => Reply::Status(rest.into()),
+            "-" => Reply::Error(rest.into()),
+            ":" => Reply::Int(rest.parse().map_err(|_| bad(&l))?),
+            "$" => {
+                let n: i64 = rest.parse().map_err(|_| bad(&l))?;
+                if n < 0 {
+                    Reply::Bulk(None)
+                } else {
+                    let mut b = vec![0u8; n as usize + 2];
+                    self.r.read_exact(&mut b)?;
+                    b.truncate(n as usize);
+                    Reply::Bulk(Some(b))
+                }
+            }
+            "*" => {
+                let n: i64 = rest.parse().map_err(|_| bad(&l))?;
+                let mut v = Vec::new();
+                for _ in 0..n.max(0) {
+                    v.push(self.reply()?);
+                }
+                Reply::Array(v)
+            }
+            _ => return Err(bad(&l)),
+        })
+    }
+
+    fn cmd(&mut self, args: &[&[u8]]) -> std::io::Result<Reply> {
+        self.arm()?;
+        let mut b = Vec::new();
+        Self::encode(&mut b, args);
+        self.w.write_all(&b)?;
+        self.reply()
+    }
+
+    /// Send all commands, then read all replies.
+    fn pipeline(&mut self, cmds: &[Vec<Vec<u8>>]) -> std::io::Result<Vec<Reply>> {
+        self.arm()?;
+        let mut b = Vec::new();
+        for c in cmds {
+            let a: Vec<&[u8]> = c.iter().map(Vec::as_slice).collect();
+            Self::encode(&mut b, &a);
+        }
+        self.w.write_all(&b)?;
+        (0..cmds.len()).map(|_| self.reply()).collect()
+    }
+}
+
+/// A port that was free a moment ago on 127.0.0.1.
+fn free_port() -> Result<u16, Stop> {
+    let l =
+        TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| Stop::Error(format!("finding a free port: {e}")))?;
+    l.local_addr().map(|a| a.port()).map_err(|e| Stop::Error(e.to_string()))
+}
+
+fn server_argv(p: &Plan, port: u16, dir: &Path) -> Vec<OsString> {
+    let mut v: Vec<OsString> = vec![p.server.clone().into()];
+    for (k, val) in [
+        ("--port", port.to_string()),
+        ("--bind", "127.0.0.1".into()),
+        ("--protected-mode", "yes".into()),
+        ("--save", String::new()),
+        ("--appendonly", "no".into()),
+        ("--daemonize", "no".into()),
+        ("--dbfilename", "dump.rdb".into()),
+    ] {
+        v.push(k.into());
+        v.push(val.into());
+    }
+    v.push("--dir".into());
+    v.push(dir.as_os_str().to_owned());
+    v
+}
+
+fn log_to(cmd: &mut Command, path: &Path) -> Result<(), Stop> {
+    let f = std::fs::File::create(path).map_err(|e| Stop::Error(format!("{}: {e}", path.display())))?;
+    let f2 = f.try_clone().map_err(|e| Stop::Error(e.to_string()))?;
+    cmd.stdin(Stdio::null()).stdout(Stdio::from(f)).stderr(Stdio::from(f2));
+    Ok(())
+}
+
+/// Connect once the server answers (a loading server answers -LOADING to DBSIZE: keep trying).
+fn ready(server: &mut Proc, port: u16, deadline: Instant, log: &Path) -> Result<Conn, Stop> {
+    loop {
+        if let Some(w) = server.try_wait() {
+            let tail = std::fs::read_to_string(log).unwrap_or_default();
+            let tail: Vec<&str> = tail.lines().rev().take(5).collect();
+            return Err(Stop::Error(format!(
+                "redis-server ended before answering ({}): {}",
+                w.describe(),
+                tail.join(" | ")
+            )));
+        }
+        if Instant::now() > deadline {
+            return Err(Stop::Timeout("redis-server did not answer".into()));
+        }
+        if let Ok(mut c) = Conn::connect(port, deadline) {
+            if let Ok(Reply::Int(_)) = c.cmd(&[b"DBSIZE"]) {
+                return Ok(c);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn dbsize(c: &mut Conn) -> Result<i64, Stop> {
+    match c.cmd(&[b"DBSIZE"]).map_err(|e| io_stop("DBSIZE", e))? {
+        Reply::Int(n) => Ok(n),
+        r => Err(Stop::Error(format!("DBSIZE answered {r:?}"))),
+    }
+}
+
+/// GET the sampled keys: (count, mismatches, FNV over the values).
+fn sample(c: &mut Conn, p: &Plan) -> Result<(u64, u64, u64), Stop> {
+    let step = (p.keys / SAMPLE).max(1);
+    let idx: Vec<u64> = (0..p.keys).step_by(step as usize).collect();
+    let cmds: Vec<Vec<Vec<u8>>> = idx.iter().map(|&i| vec![b"GET".to_vec(), key(i).into_bytes()]).collect();
+    let replies = c.pipeline(&cmds).map_err(|e| io_stop("GET sample", e))?;
+    let (mut bad, mut h) = (0u64, 0xcbf2_9ce4_8422_2325u64);
+    for (&i, r) in idx.iter().zip(&replies) {
+        match r {
+            Reply::Bulk(Some(v)) => {
+                if *v != value(i, p.value_len) {
+                    bad += 1;
+                }
+                h = fnv(h, v);
+            }
+            _ => {
+                bad += 1;
+                h = fnv(h, b"(missing)");
+            }
+        }
+    }
+    Ok((idx.len() as u64, bad, h))
+}
+
+fn shutdown(c: &mut Conn) {
+    // The server closes the connection instead of answering.
+    let _ = c.cmd(&[b"SHUTDOWN", b"NOSAVE"]);
+}
+
+/// What a scenario run gives back: the server under test's wait result (its peak RSS; the
+/// whole scenario's time), an error if a step failed, and the output written to `stdout`.
+pub struct Outcome {
+    /// The server under test (stacks set on timeout).
+    pub waited: Waited,
+    /// A step that failed (not a timeout).
+    pub error: Option<String>,
+}
+
+/// Run the scenario once. `wrap` turns the server's argv into the command for the side
+/// (native, cgroup, uswap run); its output is written to `stdout`.
+pub fn run(
+    p: &Plan,
+    dir: &Path,
+    stdout: &Path,
+    wrap: &dyn Fn(&[OsString]) -> Result<Command, String>,
+    deadline: Instant,
+    print: &mut dyn FnMut(&str),
+) -> Outcome {
+    let start = Instant::now();
+    let mut server: Option<Proc> = None;
+    let res = scenario(p, dir, stdout, wrap, deadline, &mut server);
+    let secs = start.elapsed().as_secs_f64();
+    let _ = std::fs::remove_file(dir.join("dump.rdb"));
+    let Some(mut srv) = server else {
+        let error = match res {
+            Err(Stop::Error(e)) | Err(Stop::Timeout(e)) => Some(e),
+            Ok(()) => Some("the server never started".into()),
+        };
+        return Outcome { waited: Waited { status: None, peak_rss: 0, secs, stacks: None, pid: 0 }, error };
+    };
+    match res {
+        Ok(()) => {
+            let mut w = srv.wait(deadline, print);
+            w.secs = secs;
+            Outcome { waited: w, error: None }
+        }
+        Err(Stop::Timeout(what)) => {
+            print(&format!("redis scenario: {what}"));
+            // Dump the stacks of the server's tree now and kill it.
+            let mut w = srv.wait(Instant::now(), print);
+            w.secs = secs;
+            if w.stacks.is_none() {
+                w.stacks = Some(format!("(the server had already ended: {})", w.describe()));
+            }
+            Outcome { waited: w, error: None }
+        }
+        Err(Stop::Error(e)) => {
+            srv.kill();
+            let mut w = srv.wait(Instant::now(), &mut |_| {});
+            w.secs = secs;
+            Outcome { waited: w, error: Some(e) }
+        }
+    }
+}
+
+fn scenario(
+    p: &Plan,
+    dir: &Path,
+    stdout: &Path,
+    wrap: &dyn Fn(&[OsString]) -> Result<Command, String>,
+    deadline: Instant,
+    server: &mut Option<Proc>,
+) -> Result<(), Stop> {
+    let port = free_port()?;
+    let mut cmd = wrap(&server_argv(p, port, dir)).map_err(Stop::Error)?;
+    let log = dir.join("server.log");
+    log_to(&mut cmd, &log)?;
+    let srv = server.insert(runner::spawn(&mut cmd, None).map_err(Stop::Error)?);
+    let pgid = srv.pgid;
+    let mut c = ready(srv, port, deadline, &log)?;
+
+    // Load.
+    let mut i = 0;
+    while i < p.keys {
+        let n = BATCH.min(p.keys - i);
+        let cmds: Vec<Vec<Vec<u8>>> =
+            (i..i + n).map(|k| vec![b"SET".to_vec(), key(k).into_bytes(), value(k, p.value_len)]).collect();
+        for r in c.pipeline(&cmds).map_err(|e| io_stop("SET", e))? {
+            if !matches!(r, Reply::Status(ref s) if s == "OK") {
+                return Err(Stop::Error(format!("SET answered {r:?}")));
+            }
+        }
+        i += n;
+    }
+
+    // BGSAVE under a GET load.
+    match c.cmd(&[b"BGSAVE"]).map_err(|e| io_stop("BGSAVE", e))? {
+        Reply::Status(_) => {}
+        r => return Err(Stop::Error(format!("BGSAVE answered {r:?}"))),
+    }
+    let mut bench = Command::new(&p.benchmark);
+    bench.args(["-h", "127.0.0.1", "-p", &port.to_string(), "-t", "get", "-c", "8", "-q"]).args([
+        "-n",
+        &p.keys.to_string(),
+        "-r",
+        &p.keys.to_string(),
+    ]);
+    log_to(&mut bench, &dir.join("benchmark.log"))?;
+    let mut b = runner::spawn(&mut bench, Some(pgid)).map_err(Stop::Error)?;
+    crate::kernel::set_child(-pgid);
+    let bw = b.wait(deadline, &mut |_| {});
+    if bw.stacks.is_some() {
+        return Err(Stop::Timeout("redis-benchmark -t get during BGSAVE did not finish".into()));
+    }
+    if !bw.success() {
+        let log = std::fs::read_to_string(dir.join("benchmark.log")).unwrap_or_default();
+        return Err(Stop::Error(format!("redis-benchmark: {}: {}", bw.describe(), log.trim())));
+    }
+    loop {
+        let info = match c.cmd(&[b"INFO", b"persistence"]).map_err(|e| io_stop("INFO", e))? {
+            Reply::Bulk(Some(b)) => String::from_utf8_lossy(&b).into_owned(),
+            r => return Err(Stop::Error(format!("INFO answered {r:?}"))),
+        };
+        if info.lines().any(|l| l.trim() == "rdb_bgsave_in_progress:0") {
+            if !info.lines().any(|l| l.trim() == "rdb_last_bgsave_status:ok") {
+                return Err(Stop::Error(format!("BGSAVE failed: {}", info.replace("\r\n", " "))));
+            }
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(Stop::Timeout("BGSAVE did not finish".into()));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let n = dbsize(&mut c)?;
+    let (cnt, bad, h) = sample(&mut c, p)?;
+    shutdown(&mut c);
+    drop(c);
+    let w = srv.wait(deadline, &mut |_| {});
+    if w.stacks.is_some() {
+        return Err(Stop::Timeout("redis-server did not exit after SHUTDOWN".into()));
+    }
+
+    // Reload the dump in a second server, natively.
+    let port2 = free_port()?;
+    let mut cmd2 = Command::new(&p.server);
+    cmd2.args(&server_argv(p, port2, dir)[1..]);
+    let log2 = dir.join("server2.log");
+    log_to(&mut cmd2, &log2)?;
+    let mut srv2 = runner::spawn(&mut cmd2, None).map_err(Stop::Error)?;
+    let mut c2 = ready(&mut srv2, port2, deadline, &log2)?;
+    let n2 = dbsize(&mut c2)?;
+    let (cnt2, bad2, h2) = sample(&mut c2, p)?;
+    shutdown(&mut c2);
+    drop(c2);
+    let _ = srv2.wait(deadline, &mut |_| {});
+    crate::kernel::set_child(-pgid);
+
+    let out = format!(
+        "keys {} value_len {}\ndbsize {n}\nsample {cnt} mismatches {bad} fnv {h:016x}\nbgsave ok\n\
+         reloaded dbsize {n2}\nreloaded sample {cnt2} mismatches {bad2} fnv {h2:016x}\n",
+        p.keys, p.value_len
+    );
+    std::fs::write(stdout, out).map_err(|e| Stop::Error(format!("{}: {e}", stdout.display())))?;
+    // Put the server back for the caller, already reaped (its wait result is cached below).
+    *server = Some(Proc::reaped(w));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_deterministic_and_sized() {
+        assert_eq!(value(7, 1000), value(7, 1000));
+        assert_ne!(value(7, 1000), value(8, 1000));
+        assert_eq!(value(123_456, 1000).len(), 1000);
+        assert_eq!(key(42), "key:000000000042");
+    }
+
+    #[test]
+    fn resp_encoding() {
+        let mut b = Vec::new();
+        Conn::encode(&mut b, &[b"SET", b"k", b"v1"]);
+        assert_eq!(b, b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\nv1\r\n");
+    }
+}
