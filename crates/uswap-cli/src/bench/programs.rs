@@ -28,6 +28,11 @@ use suite::{Body, Program};
 /// Options of `uswap bench programs`.
 #[derive(clap::Args, Debug, Clone)]
 #[command(after_help = "\
+Examples:
+  uswap bench programs --compare kernel            the whole suite against kernel zram (root)
+  uswap bench programs --only python-dict,redis --scale 0.3 --json
+  uswap bench programs --list
+
 Targets (reported, not asserted): no run hangs; every uswap output equals the native one; \
 uswap's peak RSS stays within (limit + fixed overhead) + 10%; the geometric mean of \
 kernel_s / uswap_s over the programs both finished is at least 1.0.
