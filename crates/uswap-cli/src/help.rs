@@ -77,7 +77,7 @@ Environment:
                      with a warning instead of exiting with 125
   USWAP_MMAP_MIN     smallest anonymous mapping adopted when the program maps it (default 16K)
   USWAP_SCAN_MS      how often the resident set is checked for memory mapped where no call
-                     is seen, e.g. glibc's heap (default 2 ms)
+                     is seen, e.g. glibc's heap (default 1 ms)
   Set by uswap run for the program (inherited by everything it starts): LD_PRELOAD,
   USWAP_LIMIT, USWAP_FOLIO, USWAP_TIERS, USWAP_STATS_DIR.";
 

@@ -6,7 +6,7 @@
 //! `USWAP_LIMIT` (bytes), `USWAP_TIERS`, `USWAP_FOLIO` (bytes), `USWAP_STATS_DIR` (each process
 //! writes `<pid>.json` there at exit), `USWAP_MMAP_MIN` (smallest anonymous mapping adopted at
 //! `mmap` time, default 16 KiB), `USWAP_SCAN_MS` (how often the resident set is checked for
-//! memory to reconcile, default 2 ms), `USWAP_ON_ERROR=warn` (run unmanaged, with a warning, if the pager cannot
+//! memory to reconcile, default 1 ms), `USWAP_ON_ERROR=warn` (run unmanaged, with a warning, if the pager cannot
 //! start; default: print why and exit 125).
 //!
 //! The program keeps its own allocator (glibc malloc, jemalloc, pymalloc, a JVM's or V8's
@@ -217,7 +217,7 @@ fn start() -> Result<(), String> {
     let limit = parse_num(c"USWAP_LIMIT", 0)?;
     let folio = parse_num(c"USWAP_FOLIO", 65536)? as usize;
     MMAP_MIN.store(parse_num(c"USWAP_MMAP_MIN", 16 << 10)? as usize, Ordering::Relaxed);
-    let scan_ms = parse_num(c"USWAP_SCAN_MS", 2)?;
+    let scan_ms = parse_num(c"USWAP_SCAN_MS", 1)?;
     let cfg = PagerConfig {
         limit_bytes: limit,
         folio_size: folio,

@@ -4,7 +4,7 @@
 //! glibc's brk heap, the blocks and thread arenas glibc maps with its internal `mmap`, and
 //! whatever a runtime maps through a raw system call never pass through this library. The
 //! `uswap-scan` thread watches the resident set size (`/proc/self/statm`, every
-//! `USWAP_SCAN_MS`) and, when it has grown by 1/64 of the limit since the last pass (or every
+//! `USWAP_SCAN_MS`) and, when it has grown by 1/128 of the limit since the last pass (or every
 //! 500 ms), reads `/proc/self/maps` and adopts every anonymous private writable mapping that is
 //! not the pager's own, not a thread stack (a small `PROT_NONE` guard right below it) and not a
 //! loaded object's `.bss` (anonymous memory right after one of its file mappings: libc's malloc
@@ -257,7 +257,7 @@ fn spawn(p: Arc<Pager>) -> std::io::Result<()> {
     std::thread::Builder::new().name("uswap-scan".into()).stack_size(256 << 10).spawn(move || {
         uswap_pager::own::add_this_stack();
         let ms = SCAN_MS.load(Ordering::Relaxed);
-        let step = (p.config().limit_bytes / 64).max(1 << 20);
+        let step = (p.config().limit_bytes / 128).max(256 << 10);
         let mut last_rss = statm_resident();
         let mut last = std::time::Instant::now();
         loop {
