@@ -247,6 +247,38 @@ pub(crate) fn remap(p: &Pager, from: usize, to: usize, len: usize) -> bool {
     let _g = p.vma_lock.lock();
     let end = from + len;
     region::enter();
+    // The destination may already be covered: an adopter that read /proc/self/maps after the
+    // kernel moved the pages but before this event was read published a region there, with the
+    // moved-out pages as NONE. Those words are wrong (the moved words are the truth): retire
+    // them first, or a fault could zero-fill a page that was swapped out.
+    let mut clear = true;
+    region::for_each_of(p, |r| {
+        let (a, b) = (r.start.max(to), (r.start + r.len).min(to + len));
+        if a >= b || (r.start < end && r.start + r.len > from && a < end && b > from) {
+            return;
+        }
+        let (lo, hi) = ((a - r.start) / PAGE_SIZE, (b - r.start) / PAGE_SIZE);
+        crate::reclaim::release_pages_ex(r, lo, hi, false, true);
+        for pg in lo..hi {
+            let w = r.word(pg).load(Ordering::Acquire);
+            match w_kind(w) {
+                kind::UNMAPPED => {}
+                kind::BUSY => clear = false,
+                _ => {
+                    if r.word(pg).compare_exchange(w, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                        r.mark_unmapped(pg);
+                    } else {
+                        clear = false;
+                    }
+                }
+            }
+        }
+    });
+    if !clear {
+        region::leave();
+        inc(&p.counters.ev_deferred, 1);
+        return false;
+    }
     let mut moved: Vec<(&'static RegionInner, usize, usize)> = Vec::new();
     let mut ok = true;
     region::for_each_of(p, |r| {
