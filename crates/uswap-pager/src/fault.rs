@@ -1093,10 +1093,7 @@ pub(crate) fn event_loop(p: &Pager) {
             events.pop_front();
         }
         p.ev_pending.store(events.len(), Ordering::SeqCst);
-        if p.pause.load(Ordering::SeqCst) {
-            // Quiesced for a fork: hold no page; faults wait.
-            p.ev_quiet.store(true, Ordering::SeqCst);
-        } else if !faults.is_empty() {
+        if !faults.is_empty() {
             let now = now_ns();
             let remap_pending = events.iter().any(|e| matches!(e, Event::Remap { .. }));
             faults.retain_mut(|f| {

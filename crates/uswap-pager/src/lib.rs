@@ -497,15 +497,18 @@ impl Pager {
         }
     }
 
-    /// Make the pager's own threads hold no page (no fault being resolved, no eviction in
-    /// flight) until [`Pager::resume`]: a `fork` then copies no page word half-changed by a
-    /// thread the child will not have. Events are still read (the kernel blocks `fork` until
-    /// its event is read). Gives up after two seconds (returns false).
+    /// Pause the background reclaimer until [`Pager::resume`]: a `fork` then copies no page an
+    /// eviction holds half-done (the child will not have that thread), and nothing made
+    /// resident before the fork is evicted meanwhile. Faults and events are still served (the
+    /// kernel blocks `fork` until its event is read). Gives up after two seconds (false).
     pub fn quiesce(&self) -> bool {
         self.pause.store(true, Ordering::SeqCst);
         sys::futex_wake(&self.reclaim_wake);
         let t0 = std::time::Instant::now();
-        while !(self.ev_quiet.load(Ordering::SeqCst) && self.kswapd_quiet.load(Ordering::SeqCst)) {
+        // Only the reclaimer pauses: the event thread keeps serving faults, because the forking
+        // thread still runs glibc's own fork preparation after our handler (it locks malloc
+        // arenas, whose state lives in memory the pager may have swapped out).
+        while !self.kswapd_quiet.load(Ordering::SeqCst) {
             if t0.elapsed().as_secs() >= 2 {
                 return false;
             }
