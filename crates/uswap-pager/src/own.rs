@@ -35,7 +35,12 @@ static OVERFLOW: AtomicUsize = AtomicUsize::new(0);
 
 /// Record `[start, start + len)` as the pager's own memory.
 pub fn add(start: usize, len: usize) {
-    if len == 0 {
+    let n = HIGH.load(Ordering::Acquire);
+    let covered = OWN[..n].iter().any(|r| {
+        let e = r.end.load(Ordering::Acquire);
+        e != 0 && r.start.load(Ordering::Acquire) <= start && e >= start + len
+    });
+    if len == 0 || covered {
         return;
     }
     for (i, r) in OWN.iter().enumerate() {

@@ -203,6 +203,28 @@ pub(crate) fn discard(p: &Pager, start: usize, len: usize) {
     region::leave();
 }
 
+/// Free what pages `[lo, hi)` of `r` hold and mark them UNMAPPED, leaving pages another thread
+/// holds. Returns false if some page was left (the caller retries later).
+fn unmap_pages(r: &RegionInner, lo: usize, hi: usize) -> bool {
+    crate::reclaim::release_pages_ex(r, lo, hi, false, true);
+    let mut complete = true;
+    for pg in lo..hi {
+        let w = r.word(pg).load(Ordering::Acquire);
+        match w_kind(w) {
+            kind::UNMAPPED => {}
+            kind::BUSY => complete = false,
+            _ => {
+                if r.word(pg).compare_exchange(w, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                    r.mark_unmapped(pg);
+                } else {
+                    complete = false;
+                }
+            }
+        }
+    }
+    complete
+}
+
 /// Apply an `UNMAP` (`unmap`) or `REMOVE` event on `[start, end)`. Returns false if some
 /// page is held by another thread (retry later; what could be done is done).
 pub(crate) fn release(p: &Pager, start: usize, end: usize, unmap: bool) -> bool {
@@ -215,23 +237,17 @@ pub(crate) fn release(p: &Pager, start: usize, end: usize, unmap: bool) -> bool 
         }
         let lo = (a - r.start) / PAGE_SIZE;
         let hi = (b - r.start).div_ceil(PAGE_SIZE);
-        crate::reclaim::release_pages_ex(r, lo, hi, false, true);
-        for pg in lo..hi {
-            let w = r.word(pg).load(Ordering::Acquire);
-            match w_kind(w) {
-                kind::BUSY if !unmap && w == BUSY_DROP => {} // our own eviction's madvise
-                kind::BUSY => complete = false,
-                kind::UNMAPPED => {}
-                _ if unmap => {
-                    if r.word(pg).compare_exchange(w, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                        r.mark_unmapped(pg);
-                    } else {
-                        complete = false;
-                    }
-                }
-                _ => {}
-            }
+        if unmap {
+            complete &= unmap_pages(r, lo, hi);
+            return;
         }
+        crate::reclaim::release_pages_ex(r, lo, hi, false, true);
+        // A REMOVE on a page our own eviction is dropping is ours; any other holder's page is
+        // released once it is let go.
+        complete &= (lo..hi).all(|pg| {
+            let w = r.word(pg).load(Ordering::Acquire);
+            w_kind(w) != kind::BUSY || w == BUSY_DROP
+        });
     });
     region::leave();
     if !complete {
@@ -258,21 +274,7 @@ pub(crate) fn remap(p: &Pager, from: usize, to: usize, len: usize) -> bool {
             return;
         }
         let (lo, hi) = ((a - r.start) / PAGE_SIZE, (b - r.start) / PAGE_SIZE);
-        crate::reclaim::release_pages_ex(r, lo, hi, false, true);
-        for pg in lo..hi {
-            let w = r.word(pg).load(Ordering::Acquire);
-            match w_kind(w) {
-                kind::UNMAPPED => {}
-                kind::BUSY => clear = false,
-                _ => {
-                    if r.word(pg).compare_exchange(w, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                        r.mark_unmapped(pg);
-                    } else {
-                        clear = false;
-                    }
-                }
-            }
-        }
+        clear &= unmap_pages(r, lo, hi);
     });
     if !clear {
         region::leave();
