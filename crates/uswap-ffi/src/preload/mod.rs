@@ -46,6 +46,7 @@
 //! Locking: [`RESERVED`] (the program's `PROT_NONE` reservations) is behind a [`RawLock`] held
 //! only for map updates; everything else is atomics or the pager's own locks.
 
+pub mod dl;
 pub mod io;
 pub mod malloc;
 pub mod scan;
