@@ -78,6 +78,12 @@ Environment:
   USWAP_MMAP_MIN     smallest anonymous mapping adopted when the program maps it (default 16K)
   USWAP_SCAN_MS      how often the resident set is checked for memory mapped where no call
                      is seen, e.g. glibc's heap (default 1 ms)
+  USWAP_INACTIVE_PERCENT  share of the limit for the inactive list, unmapped pages kept
+                     uncompressed for a cheap refault (default 5)
+  USWAP_POOL_PERCENT share of the limit for the compressed pool when a file tier takes the
+                     rest (default 15)
+  USWAP_STATS_INTERVAL_MS  also rewrite each process's statistics in USWAP_STATS_DIR this
+                     often (a live view; default 0 = only at exit)
   Set by uswap run for the program (inherited by everything it starts): LD_PRELOAD,
   USWAP_LIMIT, USWAP_FOLIO, USWAP_TIERS, USWAP_STATS_DIR.";
 

@@ -5,15 +5,16 @@
 //! objects are carved from a bump pointer, rounded up to one of ~150 size classes (64 B steps
 //! up to 1 KiB, then ~6 % geometric steps up to 2 MiB + 64 B), and freed objects go on a
 //! per-class lock-free stack (a Treiber stack whose head carries a 24-bit tag against ABA; the
-//! link lives in the first 8 bytes of the free object). The reservation is never unmapped
+//! link lives in the first 8 bytes of the free object, or, for a page-aligned object of a page
+//! or more, in its first page's tag word, so that such an object can be released whole). The reservation is never unmapped
 //! while the arena lives, so reading a stale link is harmless: the tagged CAS then fails.
 //!
 //! Freed objects stay resident for reuse (re-faulting a released page costs more than it saves
 //! while the cache is busy), so the arena's RSS is its high-water mark per class, not its live
 //! bytes: [`Arena::resident_bytes`] is what the pager charges to its limit. [`Arena::trim`]
 //! gives memory back: it moves free objects to a second per-class stack of *released*
-//! objects after `madvise(MADV_DONTNEED)` of the whole pages inside them (the first 8 bytes,
-//! the stack link, stay); `alloc` prefers resident free objects, then released ones, then the
+//! objects after `madvise(MADV_DONTNEED)` of the whole pages inside them (all of a page-aligned
+//! object's pages; an unaligned one keeps the page with its link); `alloc` prefers resident free objects, then released ones, then the
 //! bump pointer. The bytes an object releases follow from its offset and class, so the
 //! accounting needs no per-object state.
 //!
@@ -116,32 +117,50 @@ impl Arena {
         })
     }
 
-    fn link(&self, off: usize) -> &AtomicU64 {
+    /// Whether a free object's stack link lives in its first page's tag word (a page-aligned
+    /// object of a page or more: its tag word is its owner's only while it is allocated).
+    fn link_in_tag(off: usize, class: usize) -> bool {
+        off.is_multiple_of(4096) && class_size(class) >= 4096
+    }
+
+    fn link(&self, off: usize, class: usize) -> &AtomicU64 {
+        if Self::link_in_tag(off, class) {
+            // SAFETY: one tag word per 4 KiB of the reservation, mapped for the arena's life.
+            return unsafe { &*self.tags.add(off / 4096) };
+        }
         // SAFETY: off is a granule-aligned offset of an object inside the reservation, which
         // stays mapped for the arena's life; AtomicU64 has the alignment of u64 (8 <= 64).
         unsafe { AtomicU64::from_ptr(self.base.add(off).cast()) }
     }
 
-    /// Pop an object from a tagged Treiber stack.
-    fn pop(&self, head: &AtomicU64) -> Option<usize> {
+    /// Pop an object from a tagged Treiber stack of `class`.
+    fn pop(&self, head: &AtomicU64, class: usize) -> Option<usize> {
         let mut h = head.load(Ordering::Acquire);
         while h & EMPTY != EMPTY {
             let off = ((h & EMPTY) as usize) * GRANULE;
-            let next = self.link(off).load(Ordering::Relaxed) & EMPTY;
+            // A stale read (the object was popped and reused meanwhile) is harmless: the
+            // tagged CAS below then fails.
+            let next = self.link(off, class).load(Ordering::Relaxed) & EMPTY;
             let tag = (h >> 40).wrapping_add(1) & 0xff_ffff;
             match head.compare_exchange_weak(h, next | (tag << 40), Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Some(off),
+                Ok(_) => {
+                    if Self::link_in_tag(off, class) {
+                        // The owner finds its tag word 0.
+                        self.link(off, class).store(0, Ordering::Relaxed);
+                    }
+                    return Some(off);
+                }
                 Err(x) => h = x,
             }
         }
         None
     }
 
-    /// Push an object onto a tagged Treiber stack.
-    fn push(&self, head: &AtomicU64, off: usize) {
+    /// Push an object onto a tagged Treiber stack of `class`.
+    fn push(&self, head: &AtomicU64, off: usize, class: usize) {
         let mut h = head.load(Ordering::Acquire);
         loop {
-            self.link(off).store(h & EMPTY, Ordering::Relaxed);
+            self.link(off, class).store(h & EMPTY, Ordering::Relaxed);
             let tag = (h >> 40).wrapping_add(1) & 0xff_ffff;
             let new = ((off / GRANULE) as u64) | (tag << 40);
             match head.compare_exchange_weak(h, new, Ordering::AcqRel, Ordering::Acquire) {
@@ -151,9 +170,10 @@ impl Arena {
         }
     }
 
-    /// The whole pages inside an object after its 8-byte link: what [`Arena::trim`] releases.
+    /// The whole pages inside an object, besides an in-object link: what [`Arena::trim`]
+    /// releases.
     fn inner_pages(off: usize, class: usize) -> (usize, usize) {
-        let a = (off + 8).div_ceil(4096) * 4096;
+        let a = if Self::link_in_tag(off, class) { off } else { (off + 8).div_ceil(4096) * 4096 };
         let b = (off + class_size(class)) / 4096 * 4096;
         (a, b.max(a))
     }
@@ -163,11 +183,11 @@ impl Arena {
     pub fn alloc(&self, size: usize) -> Option<Obj> {
         let class = class_of(size)?;
         let sz = class_size(class);
-        if let Some(off) = self.pop(&self.heads[class]) {
+        if let Some(off) = self.pop(&self.heads[class], class) {
             self.live_bytes.fetch_add(sz as u64, Ordering::Relaxed);
             return Some(Obj { off, class });
         }
-        if let Some(off) = self.pop(&self.cold[class]) {
+        if let Some(off) = self.pop(&self.cold[class], class) {
             let (a, b) = Self::inner_pages(off, class);
             self.released.fetch_sub((b - a) as u64, Ordering::Relaxed);
             self.live_bytes.fetch_add(sz as u64, Ordering::Relaxed);
@@ -184,7 +204,7 @@ impl Arena {
 
     /// Return an object to its class's free stack (it stays resident for reuse).
     pub fn free(&self, o: Obj) {
-        self.push(&self.heads[o.class], o.off);
+        self.push(&self.heads[o.class], o.off, o.class);
         self.live_bytes.fetch_sub(class_size(o.class) as u64, Ordering::Relaxed);
     }
 
@@ -194,17 +214,17 @@ impl Arena {
     pub fn trim(&self, keep: u64) -> u64 {
         let mut done = 0;
         for class in (0..self.heads.len()).rev() {
-            if class_size(class) < 2 * 4096 {
+            if class_size(class) < 4096 {
                 break;
             }
             while self.free_resident_bytes() > keep {
-                let Some(off) = self.pop(&self.heads[class]) else { break };
+                let Some(off) = self.pop(&self.heads[class], class) else { break };
                 let (a, b) = Self::inner_pages(off, class);
                 // SAFETY: [a, b) lies inside a free object of the reservation that this thread
                 // popped, so nobody reads or writes it until it is allocated again.
                 unsafe { libc::madvise(self.base.add(a).cast(), b - a, libc::MADV_DONTNEED) };
                 self.released.fetch_add((b - a) as u64, Ordering::Relaxed);
-                self.push(&self.cold[class], off);
+                self.push(&self.cold[class], off, class);
                 done += (b - a) as u64;
             }
         }
@@ -303,9 +323,8 @@ mod tests {
         assert_eq!(a.live_bytes(), 0);
         assert_eq!(a.resident_bytes(), full, "free objects stay resident until trimmed");
         let released = a.trim(0);
-        // Every 64 KiB object gives back its whole pages but the one with the link; 4 KiB objects
-        // cannot give anything.
-        assert_eq!(released, 32 * 15 * 4096);
+        // Page-aligned objects keep their links in tag words: every page goes back.
+        assert_eq!(released, 32 * 65536 + 32 * 4096);
         assert_eq!(a.resident_bytes(), full - released);
         let rss_trimmed = resident(a.base as usize, full as usize);
         assert_eq!(rss_full, full);
@@ -314,7 +333,8 @@ mod tests {
         let bump = a.footprint();
         let o = a.alloc(65536).unwrap();
         assert_eq!(a.footprint(), bump);
-        assert_eq!(a.resident_bytes(), full - released + 15 * 4096);
+        assert_eq!(a.resident_bytes(), full - released + 65536);
+        assert_eq!(a.tag(o, 0).load(Ordering::Relaxed), 0, "a reused object's tag word starts at 0");
         // SAFETY: our object.
         unsafe { std::ptr::write_bytes(a.ptr(o), 0x5a, 65536) };
         // SAFETY: reading our object.

@@ -131,6 +131,9 @@ pub struct PagerConfig {
     pub replacement: Replacement,
     /// Share of the limit the inactive list (swap cache) may hold, in percent.
     pub inactive_percent: u8,
+    /// Share of the limit the compressed pool may hold when a tier outside RAM takes the rest,
+    /// in percent.
+    pub pool_percent: u8,
     /// Pages per reclaim batch (one `process_madvise` per batch).
     pub reclaim_batch: usize,
     /// Swap-in readahead window for 4 KiB folios, in pages (0 = off; kernel-like growth on
@@ -165,6 +168,7 @@ impl Default for PagerConfig {
             reclaim: ReclaimMode::Direct,
             replacement: Replacement::TwoList,
             inactive_percent: 25,
+            pool_percent: 50,
             reclaim_batch: 256,
             readahead_pages: 8,
             adaptive: true,
@@ -310,7 +314,7 @@ impl Pager {
         // resident + swap cache + pool <= limit: with a tier outside RAM, cap the pool at half
         // the limit so reclaim always has resident pages to evict (without one, the pool grows
         // with the data and the limit holds only while the data compresses below it).
-        let pool_capped = store.limit_ram(cfg.group, cfg.limit_bytes / 2);
+        let pool_capped = store.limit_ram(cfg.group, cfg.limit_bytes * u64::from(cfg.pool_percent) / 100);
         let mut features = uffd::feature::PAGEFAULT_FLAG_WP
             | uffd::feature::EVENT_UNMAP
             | uffd::feature::EVENT_REMAP

@@ -97,14 +97,17 @@ pub fn add_this_stack() {
 pub fn remove_this_stack() {
     let probe = 0u8;
     let sp = std::hint::black_box(&probe) as *const u8 as usize;
-    // The recorded pointer is higher up the same stack: the closest one above sp.
-    let mut best: Option<&AtomicUsize> = None;
+    // The recorded pointer lies in the same stack, usually higher up, but when both calls
+    // are inlined into one frame it may lie just below: the closest one either way (other
+    // threads' stacks are separate mappings, far apart).
+    let mut best: Option<(&AtomicUsize, usize)> = None;
     for s in &STACKS {
         let v = s.load(Ordering::Acquire);
-        if v >= sp && best.is_none_or(|b| v < b.load(Ordering::Relaxed)) {
-            best = Some(s);
+        if v != 0 && best.is_none_or(|(_, d)| v.abs_diff(sp) < d) {
+            best = Some((s, v.abs_diff(sp)));
         }
     }
+    let best = best.map(|(s, _)| s);
     if let Some(b) = best {
         b.store(0, Ordering::Release);
     }

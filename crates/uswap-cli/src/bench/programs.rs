@@ -78,8 +78,10 @@ pub struct Args {
     /// Each program's limit as a fraction of its native peak RSS (first native run).
     #[arg(long, default_value_t = 0.4)]
     pub limit_fraction: f64,
-    /// uswap tiers (RAM only by default, like the kernel side's zram).
-    #[arg(long, default_value = "zero,lz4")]
+    /// uswap tiers: `uswap run`'s default, a user's out-of-the-box setup. uswap charges its
+    /// compressed pool to the limit (as cgroup v2 charges zswap), the kernel side's zram is
+    /// not charged; so what does not fit goes to a swap file here. `zero,lz4` keeps all in RAM.
+    #[arg(long, default_value = "zero,lz4,file:/var/tmp")]
     pub tiers: String,
     /// uswap folio size (4K, 64K or 2M).
     #[arg(long, default_value = "64K")]

@@ -260,8 +260,16 @@ fn spawn(p: Arc<Pager>) -> std::io::Result<()> {
         let step = (p.config().limit_bytes / 128).max(256 << 10);
         let mut last_rss = statm_resident();
         let mut last = std::time::Instant::now();
+        // `USWAP_STATS_INTERVAL_MS`: also write the statistics file every so often (a live
+        // view for `uswap run --stats-interval`).
+        let every = super::env(c"USWAP_STATS_INTERVAL_MS").and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        let mut last_stats = std::time::Instant::now();
         loop {
             std::thread::sleep(std::time::Duration::from_millis(ms));
+            if every > 0 && last_stats.elapsed().as_millis() as u64 >= every {
+                super::write_stats();
+                last_stats = std::time::Instant::now();
+            }
             let rss = statm_resident();
             if rss > last_rss + step || last.elapsed().as_millis() >= 500 {
                 scan_once(&p, false);
