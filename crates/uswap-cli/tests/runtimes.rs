@@ -132,19 +132,18 @@ fn cpython_list() {
 }
 
 #[test]
-#[ignore = "peak RSS over limit + fixed overhead + slack (68.0 MiB against 59.5 at a 32 MiB limit, 2026-11-23): memory glibc maps where no call is seen is adopted up to a reconciler pass late (issue 10 stays open)"]
 fn cpython_dict() {
     runtime("python-dict", 0.1);
 }
 
 #[test]
-#[ignore = "peak RSS over the bound (114 MiB against 105 at 65 MiB, 2026-11-23): V8's heap is managed but overshoots while reclaim catches up (issue 10 stays open)"]
+#[ignore = "peak RSS over the bound (114 MiB against 105.5 at 65 MiB, release build, 2026-11-24): V8's heap is managed but overshoots while reclaim catches up (issue 10 stays open)"]
 fn nodejs_objects() {
     runtime("node-objects", 0.1);
 }
 
 #[test]
-#[ignore = "peak RSS over the bound (82.5 MiB against 67.3 at 40 MiB, 2026-11-23): the JVM's non-heap memory grows outside the pager (issue 10 stays open)"]
+#[ignore = "peak RSS over the bound (83.1 MiB against 68.9 at 41 MiB, release build, 2026-11-24; native peak 82.6): the JVM's memory grows faster than it is adopted and reclaimed (issue 10 stays open)"]
 fn jvm_hashmap() {
     runtime("java-hashmap", 0.1);
 }
@@ -155,7 +154,6 @@ fn sqlite_in_memory() {
 }
 
 #[test]
-#[ignore = "peak RSS over the bound (79.9 MiB against 57.4 at 32 MiB, 2026-11-23): sort's large glibc-internal buffer is adopted a reconciler pass late (issue 10 stays open)"]
 fn gnu_sort() {
     runtime("sort", 0.2);
 }
@@ -167,19 +165,19 @@ fn redis_bgsave_under_load() {
 }
 
 #[test]
-#[ignore = "peak RSS over the bound (80.5 MiB against 63.9 at 36 MiB, 2026-11-23) (issue 10 stays open)"]
+#[ignore = "peak RSS over the bound (68.8 MiB against 64.1 at 36 MiB, release build, 2026-11-24) (issue 10 stays open)"]
 fn gcc_compiles_a_large_file() {
     runtime("gcc", 0.1);
 }
 
 #[test]
-#[ignore = "times out at this size under a debug build (thrashes; no deadlock in its stacks, 2026-11-23) (issue 10 stays open)"]
+#[ignore = "thrashes: 39 s and 6.3 GiB swapped out for a 42 MiB native peak at a 21 MiB limit, peak RSS 51.8 MiB against 43.9 (release build, 2026-11-24; the pager sees no accessed bits and xz's match finder reads its whole window at random) (issue 10 stays open)"]
 fn xz_compresses() {
     runtime("xz", 0.1);
 }
 
 #[test]
-#[ignore = "times out at this size under a debug build (kswapd compressing, perl faulting: thrash, not a deadlock, 2026-11-23) (issue 10 stays open)"]
+#[ignore = "thrashes: 71 s and 12.6 GiB swapped out for a 60 MiB native peak at a 30 MiB limit, peak RSS 63.7 MiB against 56.0 (release build, 2026-11-24) (issue 10 stays open)"]
 fn perl_hash() {
     runtime("perl-hash", 0.1);
 }
