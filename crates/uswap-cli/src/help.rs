@@ -34,9 +34,10 @@ name on is passed to it unchanged. A mistyped option is an error (exit 2), never
 The limit (--limit SIZE or N% of physical memory) covers the pages the pager manages: the
 resident pages of the program's heap and of its anonymous private mappings of 16 KiB or more,
 plus the uncompressed swap cache, plus the compressed pool, each counted as the memory it holds.
-On top come a fixed overhead (the program's binary and libraries, the preload library and the
-pager's tables: the RSS when the pager started; the summary prints it) and a few MiB of the
-engine's tables. Every process started under uswap (pipelines, exec, fork) has its own limit.
+On top comes a fixed overhead, which the summary prints: the RSS when the pager started (the
+program's binary and libraries, the preload library, the pager's tables), what uswap's own heap
+grew by (the engine's tables), and file-backed pages loaded since (libraries opened later,
+program text, mapped files: not anonymous memory; the kernel reclaims them by itself). Every process started under uswap (pipelines, exec, fork) has its own limit.
 
 Tiers (--tiers, comma-separated, in order of preference; default zero,lz4,file:/var/tmp):
   zero                 store nothing for all-zero pages

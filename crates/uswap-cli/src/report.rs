@@ -191,6 +191,8 @@ pub fn process(v: &Value, tiers: &str) -> Value {
     let fixed =
         v.get("fixed_overhead_bytes").map_or_else(|| u(v, "/rss_at_start_bytes"), |_| u(v, "/fixed_overhead_bytes"));
     m.insert("fixed_overhead_bytes".into(), json!(fixed));
+    m.insert("rss_at_start_bytes".into(), json!(u(v, "/rss_at_start_bytes")));
+    m.insert("file_rss_growth_bytes".into(), json!(u(v, "/file_rss_growth_bytes")));
     m.insert("forks".into(), json!(u(v, "/forks")));
     if let Some(p) = v.get("pager") {
         if let Value::Object(pm) = pager(p, tiers) {
@@ -198,7 +200,15 @@ pub fn process(v: &Value, tiers: &str) -> Value {
         }
     }
     let mut pre = Map::new();
-    for k in ["internal_heap_bytes", "adopt_calls", "adopt_bytes", "adopt_errors", "mmap_small", "reservations"] {
+    for k in [
+        "internal_heap_bytes",
+        "internal_heap_growth_bytes",
+        "adopt_calls",
+        "adopt_bytes",
+        "adopt_errors",
+        "mmap_small",
+        "reservations",
+    ] {
         pre.insert(k.into(), json!(u(v, &format!("/{k}"))));
     }
     m.insert("preload".into(), Value::Object(pre));

@@ -411,6 +411,14 @@ fn summary(prog: &Path, limit: u64, peak: u64, doc: &serde_json::Value) {
                 human(peak.abs_diff(bound)),
                 if peak > bound { "over" } else { "under" }
             );
+            if let Some(m) = main {
+                eprintln!(
+                    "uswap: fixed overhead = RSS at start {} + uswap's own heap growth {} + file-backed pages loaded since {}",
+                    human(u(m, "/rss_at_start_bytes")),
+                    human(u(m, "/preload/internal_heap_growth_bytes")),
+                    human(u(m, "/file_rss_growth_bytes")),
+                );
+            }
             if peak > bound {
                 if let Some(m) = main {
                     eprintln!("uswap: over because {}", crate::report::why_over(m, limit));

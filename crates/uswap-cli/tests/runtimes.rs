@@ -137,13 +137,11 @@ fn cpython_dict() {
 }
 
 #[test]
-#[ignore = "peak RSS over the bound (114 MiB against 105.5 at 65 MiB, release build, 2026-11-24): V8's heap is managed but overshoots while reclaim catches up (issue 10 stays open)"]
 fn nodejs_objects() {
     runtime("node-objects", 0.1);
 }
 
 #[test]
-#[ignore = "peak RSS over the bound (83.1 MiB against 68.9 at 41 MiB, release build, 2026-11-24; native peak 82.6): the JVM's memory grows faster than it is adopted and reclaimed (issue 10 stays open)"]
 fn jvm_hashmap() {
     runtime("java-hashmap", 0.1);
 }
@@ -165,7 +163,6 @@ fn redis_bgsave_under_load() {
 }
 
 #[test]
-#[ignore = "peak RSS over the bound (68.8 MiB against 64.1 at 36 MiB, release build, 2026-11-24) (issue 10 stays open)"]
 fn gcc_compiles_a_large_file() {
     runtime("gcc", 0.1);
 }

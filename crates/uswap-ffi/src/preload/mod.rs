@@ -261,6 +261,7 @@ fn start() -> Result<(), String> {
     fork::install_gate()?;
     let _ = PAGER.set(pager.clone());
     RSS_AT_START.store(proc_status_bytes("VmRSS:"), Ordering::Relaxed);
+    scan::FILE_AT_START.store(scan::statm().1, Ordering::Relaxed);
     HEAP_AT_START.store(crate::internal::mapped_bytes(), Ordering::Relaxed);
     // Whatever the program has mapped so far (its brk heap, what the loader allocated), then
     // the reconciler keeps up with what it maps where no call of ours sees it.
@@ -307,12 +308,16 @@ pub fn stats_json() -> Option<serde_json::Value> {
     Some(serde_json::json!({
         "limit_bytes": p.config().limit_bytes,
         "rss_at_start_bytes": RSS_AT_START.load(Ordering::Relaxed),
-        // What the limit does not cover: the RSS at start plus the growth of the library's own
-        // heap (the engine's tables, the pager's bookkeeping), the analogue of the kernel's
-        // swap metadata, which a memory cgroup does not charge either.
+        // What the limit does not cover: the RSS at start, the growth of the library's own
+        // heap (the engine's tables, the pager's bookkeeping: the analogue of the kernel's
+        // swap metadata, which a memory cgroup does not charge either), and file-backed pages
+        // loaded since (libraries opened later, mapped files), which are not anonymous memory.
         "fixed_overhead_bytes": RSS_AT_START.load(Ordering::Relaxed)
-            + crate::internal::mapped_bytes().saturating_sub(HEAP_AT_START.load(Ordering::Relaxed)),
+            + crate::internal::mapped_bytes().saturating_sub(HEAP_AT_START.load(Ordering::Relaxed))
+            + scan::file_growth_peak(),
+        "file_rss_growth_bytes": scan::file_growth_peak(),
         "internal_heap_bytes": crate::internal::mapped_bytes(),
+        "internal_heap_growth_bytes": crate::internal::mapped_bytes().saturating_sub(HEAP_AT_START.load(Ordering::Relaxed)),
         "adopt_calls": c.adopt_calls.load(Ordering::Relaxed),
         "adopt_bytes": c.adopt_bytes.load(Ordering::Relaxed),
         "adopt_errors": c.adopt_errors.load(Ordering::Relaxed),

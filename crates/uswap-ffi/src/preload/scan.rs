@@ -225,26 +225,47 @@ fn measure(p: &Pager, first: bool) {
 
 /// Resident pages from `/proc/self/statm`.
 fn statm_resident() -> u64 {
+    statm().0
+}
+
+/// Resident and shared (file-backed + shared memory) bytes from `/proc/self/statm`, read
+/// with raw calls into a stack buffer ((0, 0) if unreadable).
+pub fn statm() -> (u64, u64) {
     let mut buf = [0u8; 128];
     // SAFETY: open/read/close of a procfs file into a stack buffer.
     let n = unsafe {
         let fd = libc::open(c"/proc/self/statm".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
         if fd < 0 {
-            return 0;
+            return (0, 0);
         }
         let n = libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len());
         libc::close(fd);
         n
     };
     if n <= 0 {
-        return 0;
+        return (0, 0);
     }
-    std::str::from_utf8(&buf[..n as usize])
-        .ok()
-        .and_then(|s| s.split_ascii_whitespace().nth(1))
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(0)
-        * 4096
+    let Ok(s) = std::str::from_utf8(&buf[..n as usize]) else { return (0, 0) };
+    let mut f = s.split_ascii_whitespace().skip(1).map(|v| v.parse::<u64>().unwrap_or(0) * 4096);
+    (f.next().unwrap_or(0), f.next().unwrap_or(0))
+}
+
+/// Shared resident bytes when the pager started.
+pub static FILE_AT_START: AtomicU64 = AtomicU64::new(0);
+/// The largest growth of file-backed and shared resident memory since the start, sampled with
+/// the resident set (a JVM's `libjvm.so` and class archive, a compiler's text): memory that is
+/// not anonymous, which the pager does not manage and the kernel reclaims by itself.
+static FILE_GROWTH_PEAK: AtomicU64 = AtomicU64::new(0);
+
+/// See [`FILE_GROWTH_PEAK`].
+pub fn file_growth_peak() -> u64 {
+    FILE_GROWTH_PEAK.load(Ordering::Relaxed)
+}
+
+fn sample_rss() -> u64 {
+    let (rss, shared) = statm();
+    FILE_GROWTH_PEAK.fetch_max(shared.saturating_sub(FILE_AT_START.load(Ordering::Relaxed)), Ordering::Relaxed);
+    rss
 }
 
 /// Start the `uswap-scan` thread.
@@ -266,11 +287,11 @@ fn spawn(p: Arc<Pager>) -> std::io::Result<()> {
         let mut last_stats = std::time::Instant::now();
         loop {
             std::thread::sleep(std::time::Duration::from_millis(ms));
+            let rss = sample_rss();
             if every > 0 && last_stats.elapsed().as_millis() as u64 >= every {
                 super::write_stats();
                 last_stats = std::time::Instant::now();
             }
-            let rss = statm_resident();
             if rss > last_rss + step || last.elapsed().as_millis() >= 500 {
                 scan_once(&p, false);
                 last_rss = statm_resident();
