@@ -82,6 +82,8 @@ Environment:
                      uncompressed for a cheap refault (default 5)
   USWAP_POOL_PERCENT share of the limit for the compressed pool when a file tier takes the
                      rest (default 15)
+  USWAP_REPLACEMENT  `fifo`: evict first in, first out straight to the store instead of
+                     through the active and inactive lists (for comparison)
   USWAP_STATS_INTERVAL_MS  also rewrite each process's statistics in USWAP_STATS_DIR this
                      often (a live view; default 0 = only at exit)
   Set by uswap run for the program (inherited by everything it starts): LD_PRELOAD,
