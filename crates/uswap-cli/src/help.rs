@@ -106,8 +106,9 @@ Examples:
   uswap bench file --dir /var/tmp
   uswap bench drain --no-kernel
 
-Every benchmark prints a table, or one JSON object with --json; a progress bar is drawn on a
-terminal only.";
+Every benchmark prints a table, or one JSON object with --json (schema_version, bench, date,
+machine, then its figures: docs/stats.md); a progress bar of the work done is drawn on stderr
+when it is a terminal and --json is off.";
 
 /// `uswap completions --help`.
 pub const COMPLETIONS: &str = "\
