@@ -83,6 +83,8 @@ Environment:
                      uncompressed for a cheap refault (default 5)
   USWAP_POOL_PERCENT share of the limit for the compressed pool when a file tier takes the
                      rest (default 15)
+  USWAP_REPLACEMENT  `fifo`: evict first in, first out straight to the store instead of
+                     through the active and inactive lists (for comparison)
   USWAP_STATS_INTERVAL_MS  also rewrite each process's statistics in USWAP_STATS_DIR this
                      often (a live view; default 0 = only at exit)
   Set by uswap run for the program (inherited by everything it starts): LD_PRELOAD,
@@ -105,8 +107,9 @@ Examples:
   uswap bench file --dir /var/tmp
   uswap bench drain --no-kernel
 
-Every benchmark prints a table, or one JSON object with --json; a progress bar is drawn on a
-terminal only.";
+Every benchmark prints a table, or one JSON object with --json (schema_version, bench, date,
+machine, then its figures: docs/stats.md); a progress bar of the work done is drawn on stderr
+when it is a terminal and --json is off.";
 
 /// `uswap completions --help`.
 pub const COMPLETIONS: &str = "\

@@ -1,7 +1,7 @@
 //! Statistics with a stable schema (docs/stats.md, [`SCHEMA_VERSION`]): a translation layer
 //! from what the preload library writes per process (and the pager's `PagerStats` with the
 //! engine's counters inside) to what the CLI prints, for `run --stats`, `demo --json` and the
-//! human summaries.
+//! human summaries; and the keys every `--json` document starts with ([`header`]).
 //!
 //! The input keys are read leniently (a missing key reads as 0 / absent), so a pager that adds
 //! counters does not break the report; the output keys only change with the schema version.
@@ -16,6 +16,70 @@ use serde_json::{json, Map, Value};
 
 /// Version of the printed schema; bumped when a key changes meaning or goes away.
 pub const SCHEMA_VERSION: u32 = 1;
+
+/// Civil date and time (UTC) of now, ISO 8601 (`2026-11-23T09:41:07Z`).
+pub fn now_utc() -> String {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    civil_utc(t)
+}
+
+/// `secs` since the Unix epoch as an ISO 8601 UTC date and time.
+fn civil_utc(secs: u64) -> String {
+    let (days, secs) = ((secs / 86400) as i64, secs % 86400);
+    // Howard Hinnant's days_from_civil, inverted.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", secs / 3600, secs / 60 % 60, secs % 60)
+}
+
+/// The keys every `--json` document of `uswap bench NAME` and `uswap demo` starts with:
+/// `schema_version`, `uswap_version`, `bench` (the command's name), `date` (UTC, when the
+/// document was made) and `machine` (from [`crate::kernel::machine_facts`], taken before the
+/// command changed anything). `doc`'s own keys are kept after them.
+pub fn with_header(bench: &str, machine: Value, doc: Value) -> Value {
+    let mut m = header(machine);
+    m.insert("bench".into(), json!(bench));
+    if let Value::Object(d) = doc {
+        for (k, v) in d {
+            m.insert(k, v);
+        }
+    }
+    Value::Object(m)
+}
+
+/// `schema_version`, `uswap_version`, `date` and `machine` (see [`with_header`]).
+pub fn header(machine: Value) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("schema_version".into(), json!(SCHEMA_VERSION));
+    m.insert("uswap_version".into(), json!(env!("CARGO_PKG_VERSION")));
+    m.insert("date".into(), json!(now_utc()));
+    m.insert("machine".into(), machine);
+    m
+}
+
+/// This machine's description for [`with_header`].
+pub fn machine() -> Value {
+    crate::kernel::machine_facts(&crate::kernel::RealOps::default())
+}
+
+/// CPU time of this process so far (user, system), in seconds, three decimals.
+pub fn self_cpu_s() -> (f64, f64) {
+    // SAFETY: zeroed rusage is valid storage for getrusage to fill.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage with RUSAGE_SELF and a valid pointer.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return (0.0, 0.0);
+    }
+    let tv = |t: libc::timeval| ((t.tv_sec as f64 + t.tv_usec as f64 / 1e6) * 1000.0).round() / 1000.0;
+    (tv(ru.ru_utime), tv(ru.ru_stime))
+}
 
 fn u(v: &Value, p: &str) -> u64 {
     v.pointer(p).and_then(Value::as_u64).unwrap_or(0)
@@ -86,7 +150,10 @@ pub fn pager(p: &Value, tiers: &str) -> Value {
     let names = tier_names(tiers);
     let mut tier_map = Map::new();
     let (mut pool_orig, mut pool_used) = (0u64, 0u64);
+    // The tiers in RAM and what each holds there: the parts of `memory.pool_bytes`.
+    let mut pool_parts: Option<Map<String, Value>> = None;
     if let Some(ts) = e.get("tiers").and_then(Value::as_array) {
+        pool_parts = Some(Map::new());
         for (i, t) in ts.iter().enumerate() {
             let name = names.get(i).cloned().unwrap_or_else(|| format!("tier{i}"));
             let stored = u(t, "/stored_pages");
@@ -94,6 +161,11 @@ pub fn pager(p: &Value, tiers: &str) -> Value {
             if name.starts_with("zpool") {
                 pool_orig += stored * 4096;
                 pool_used += used;
+            }
+            if name.starts_with("zpool") || name == "mem" {
+                if let Some(parts) = pool_parts.as_mut() {
+                    parts.insert(name.clone(), json!(used));
+                }
             }
             let mut m = Map::new();
             m.insert("index".into(), json!(i));
@@ -115,6 +187,13 @@ pub fn pager(p: &Value, tiers: &str) -> Value {
     memory.insert("resident_bytes".into(), json!(resident));
     memory.insert("swap_cache_bytes".into(), json!(cache));
     memory.insert("pool_bytes".into(), json!(pool));
+    // The engine's pool figure is the RAM its tiers hold: each RAM tier's bytes (compressed
+    // objects with the fragmentation of their pages) plus emptied memory kept for reuse.
+    if let Some(mut parts) = pool_parts {
+        let in_tiers: u64 = parts.values().filter_map(Value::as_u64).sum();
+        parts.insert("spare".into(), json!(pool.saturating_sub(in_tiers)));
+        memory.insert("pool_parts".into(), Value::Object(parts));
+    }
     insert_opt(&mut memory, "pool_max_bytes", opt(&e, "/group/pool_max"));
     insert_opt(&mut memory, "limit_bytes", opt(p, "/limit_bytes"));
     memory.insert("pool_capped".into(), json!(p.get("pool_capped").and_then(Value::as_bool).unwrap_or(false)));
@@ -303,11 +382,13 @@ pub fn human_lines(p: &Value) -> Vec<String> {
         u(p, "/faults/zero_fill"),
     )];
     let ratio = p.pointer("/compression/ratio").and_then(Value::as_f64);
+    let spare = u(p, "/memory/pool_parts/spare");
     v.push(format!(
-        "memory: resident {}, swap cache {}, compressed pool {}{}",
+        "memory: resident {}, swap cache {}, compressed pool {}{}{}",
         f(u(p, "/memory/resident_bytes")),
         f(u(p, "/memory/swap_cache_bytes")),
         f(u(p, "/memory/pool_bytes")),
+        if spare > 0 { format!(" ({} of it spare, kept for reuse)", f(spare)) } else { String::new() },
         match ratio {
             Some(r) => format!(" (compression ratio {r:.2}: {} stored)", f(u(p, "/compression/stored_bytes"))),
             None => String::new(),
@@ -336,8 +417,8 @@ mod tests {
             "pager": {
                 "faults": 10, "fault_zero": 4, "fault_swapin": 6, "evicted_pages": 32, "evicted_folios": 2,
                 "swpout": [0, 0, 0, 0, 2, 0, 0, 0, 0, 0], "swpin": [3, 0, 0, 0, 1, 0, 0, 0, 0, 0],
-                "swpin_fallback": [0, 0, 0, 0, 0, 0, 0, 0, 0, 0], "resident_bytes": 1 << 20, "cache_bytes": 0, "pool_bytes": 8192,
-                "charged_bytes": (1 << 20) + 8192, "limit_bytes": 64 << 20, "pool_capped": true,
+                "swpin_fallback": [0, 0, 0, 0, 0, 0, 0, 0, 0, 0], "resident_bytes": 1 << 20, "cache_bytes": 0, "pool_bytes": 8192 + 4096,
+                "charged_bytes": (1 << 20) + 8192 + 4096, "limit_bytes": 64 << 20, "pool_capped": true,
                 "fault_p50_ns": null,
                 "engine": {
                     "group": { "pool_max": 8388608u64, "swap_max": u64::MAX },
@@ -364,12 +445,16 @@ mod tests {
         assert!(p["tiers"]["file:/var/tmp"].is_object());
         assert_eq!(p["compression"]["ratio"], 4.0);
         assert_eq!(p["memory"]["pool_max_bytes"], 8388608);
+        // One pool figure, and its parts add up to it.
+        assert_eq!(p["memory"]["pool_bytes"], 8192 + 4096);
+        assert_eq!(p["memory"]["pool_parts"], json!({ "zpool:lz4": 8192, "spare": 4096 }));
         // Null latency and "unlimited" are absent, never null or 18446744073709551615.
         assert!(p["faults"].get("latency_p50_ns").is_none());
         assert!(!p.to_string().contains("18446744073709551615"));
         assert!(!p.to_string().contains("null"));
         let lines = human_lines(&p).join("\n");
         assert!(lines.contains("compression ratio 4.00"), "{lines}");
+        assert!(lines.contains("compressed pool 12.0 KiB (4.00 KiB of it spare"), "{lines}");
         assert!(lines.contains("zpool:lz4"), "{lines}");
     }
 
@@ -393,8 +478,24 @@ mod tests {
         assert_eq!(d["elapsed_s"], 1.235);
         assert_eq!(d["cpu_user_s"], 0.5);
         assert_eq!(d["main"]["pid"], 7);
+        assert!(d["main"]["memory"]["pool_parts"].is_object());
         assert_eq!(d["other_processes"][0]["pid"], 8);
         assert_eq!(d["other_processes"][0]["peak_rss_bytes"], 0);
+    }
+
+    #[test]
+    fn bench_documents_start_with_the_header() {
+        assert_eq!(civil_utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(civil_utc(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(civil_utc(1_795_434_067), "2026-11-23T11:41:07Z");
+        let d = with_header("table", json!({ "cpus": 2 }), json!({ "slots": 1024 }));
+        assert_eq!(d["schema_version"], SCHEMA_VERSION);
+        assert_eq!(d["uswap_version"], env!("CARGO_PKG_VERSION"));
+        assert_eq!(d["bench"], "table");
+        assert_eq!(d["machine"]["cpus"], 2);
+        assert_eq!(d["slots"], 1024);
+        let date = d["date"].as_str().unwrap();
+        assert!(date.len() == 20 && date.starts_with("20") && date.ends_with('Z'), "{date}");
     }
 
     #[test]

@@ -58,11 +58,44 @@ fn small_uswap_only_run_prints_the_json_keys() {
         "runs",
         "pinned",
         "machine",
+        "schema_version",
+        "uswap_version",
+        "date",
     ] {
         assert!(v.get(k).is_some(), "missing key {k} in {out}");
     }
+    assert_eq!(v["bench"], "usemem");
     assert!(v["seq_uswap_mb_s"].as_f64().unwrap() > 0.0);
     // Every byte was checked: 2 rounds (fresh-zero check + one rewrite check) + the random pass.
     assert_eq!(v["modes"]["unpinned"]["uswap_verified_bytes"].as_u64(), Some(3 * (16 << 20)));
     assert!(v["kernel_zram_skipped"].as_str().unwrap().contains("not requested"));
+}
+
+#[test]
+fn demo_json_is_one_document_of_the_schema() {
+    let o = uswap(&["demo", "--size", "32M", "--limit", "16M", "--rounds", "1", "--tiers", "zero,lz4", "--json"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    if err.contains("userfaultfd") && !o.status.success() {
+        eprintln!("skipped: userfaultfd not permitted here: {err}");
+        return;
+    }
+    assert!(o.status.success(), "{err}");
+    // --json: no progress bar or banner on stderr.
+    assert!(err.trim().is_empty(), "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON object");
+    assert_eq!(v["schema_version"], 1);
+    for k in ["uswap_version", "date", "machine", "elapsed_s", "cpu_user_s", "cpu_system_s", "workload", "backing"] {
+        assert!(v.get(k).is_some(), "missing key {k} in {out}");
+    }
+    let st = &v["stats"];
+    // Swapped through the pool: one pool figure whose parts add up to it, a compression ratio,
+    // per-order counters keyed by folio size, tiers by name.
+    let pool = st["memory"]["pool_bytes"].as_u64().unwrap();
+    let parts: u64 = st["memory"]["pool_parts"].as_object().unwrap().values().map(|x| x.as_u64().unwrap()).sum();
+    // (Read a moment apart while the reclaimer may still run: equal within 5 %.)
+    assert!(parts.abs_diff(pool) <= pool / 20, "{st}");
+    assert!(st["compression"]["ratio"].as_f64().is_some_and(|r| r > 1.0), "{st}");
+    assert!(st["swap"]["swpout"]["64kB"].as_u64().unwrap() > 0, "{st}");
+    assert!(st["tiers"]["zpool:lz4"].is_object(), "{st}");
 }

@@ -10,6 +10,7 @@
 //! call, where allocations came from, the lists, and the fragment bucket statistics.
 
 use super::{CliError, CliResult};
+use indicatif::ProgressBar;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::cmp::Reverse;
@@ -65,6 +66,8 @@ pub struct Args {
 const ORDERS: [(u8, f64); 4] = [(0, 0.60), (2, 0.25), (4, 0.14), (9, 0.01)];
 /// Share of entries that live until a random free picks them.
 const LONG_LIVED: f64 = 0.3;
+/// Replay steps per progress update (the bar is advanced between steps, off the timed calls).
+const PROGRESS_STEPS: u64 = 1 << 16;
 
 struct Item {
     e: SwapEntry,
@@ -116,7 +119,8 @@ fn pick_order(rng: &mut SmallRng) -> u8 {
     0
 }
 
-fn replay(a: &Args, policy: FragPolicy, seed: u64) -> Result<PolicyResult, CliError> {
+/// One replay of `a.ops` steps; advances `pb` by `a.ops` in all.
+fn replay(a: &Args, policy: FragPolicy, seed: u64, pb: &ProgressBar) -> Result<PolicyResult, CliError> {
     let s = SwapSpace::new(SpaceConfig { nr_slots: a.slots, frag_policy: policy, discard: false, nr_shards: 1 })
         .map_err(|e| CliError::usage(e.to_string()))?;
     let nr = s.nr_slots() as usize;
@@ -169,6 +173,9 @@ fn replay(a: &Args, policy: FragPolicy, seed: u64) -> Result<PolicyResult, CliEr
     }
 
     for step in 0..a.ops {
+        if step % PROGRESS_STEPS == 0 && step > 0 {
+            pb.inc(PROGRESS_STEPS);
+        }
         // Deadlines.
         while let Some(&Reverse((t, id, g))) = deaths.peek() {
             if t > step {
@@ -279,6 +286,7 @@ fn replay(a: &Args, policy: FragPolicy, seed: u64) -> Result<PolicyResult, CliEr
         }
     }
     let wall_s = t0.elapsed().as_secs_f64();
+    pb.inc(a.ops - a.ops.saturating_sub(1) / PROGRESS_STEPS * PROGRESS_STEPS);
     s.check_invariants().map_err(|e| CliError::fail(format!("allocator invariant broken: {e}")))?;
     let stats = s.alloc_stats();
     let rate = |f: u64, n: u64| if n == 0 { 0.0 } else { f as f64 / n as f64 };
@@ -392,7 +400,6 @@ fn summarize(policy: FragPolicy, runs: Vec<PolicyResult>) -> PolicySummary {
 
 /// Run the benchmark.
 pub fn run(a: &Args) -> CliResult {
-    let spin = crate::progress::Spin::new(a.json, "uswap bench alloc");
     if !(0.05..=0.99).contains(&a.fill) {
         return Err(CliError::usage("--fill must be between 0.05 and 0.99"));
     }
@@ -407,12 +414,20 @@ pub fn run(a: &Args) -> CliResult {
         PolicyArg::Buckets => &[FragPolicy::Buckets],
         PolicyArg::Both => &[FragPolicy::ScanOne, FragPolicy::Buckets],
     };
+    let t0 = Instant::now();
     let seeds: Vec<u64> = (0..a.seeds).map(|i| a.seed + i).collect();
+    let bar = crate::progress::Bar::new(
+        a.json,
+        "uswap bench alloc",
+        policies.len() as u64 * a.seeds * a.ops,
+        crate::progress::Unit::Count("steps"),
+    );
     let mut results = Vec::new();
     for &p in policies {
         let mut runs = Vec::new();
         for &seed in &seeds {
-            runs.push(replay(a, p, seed)?);
+            bar.set_message(format!("{}, seed {seed}", name(p)));
+            runs.push(replay(a, p, seed, &bar)?);
         }
         results.push(summarize(p, runs));
     }
@@ -440,10 +455,9 @@ pub fn run(a: &Args) -> CliResult {
             "ns_p50": { name(x.policy): x.ns_p50, name(y.policy): y.ns_p50 },
         })
     });
-    spin.done();
+    bar.done();
     if a.json {
         let mut obj = serde_json::Map::new();
-        obj.insert("bench".into(), "alloc".into());
         obj.insert("slots".into(), a.slots.into());
         obj.insert("clusters".into(), a.slots.div_ceil(SLOTS_PER_CLUSTER as u64).into());
         obj.insert("ops".into(), a.ops.into());
@@ -463,7 +477,8 @@ pub fn run(a: &Args) -> CliResult {
         if let Some(v) = verdict {
             obj.insert("verdict".into(), v);
         }
-        println!("{}", serde_json::Value::Object(obj));
+        obj.insert("elapsed_s".into(), ((t0.elapsed().as_secs_f64() * 100.0).round() / 100.0).into());
+        println!("{}", crate::report::with_header("alloc", crate::report::machine(), serde_json::Value::Object(obj)));
         return Ok(());
     }
     println!(
@@ -532,4 +547,28 @@ pub fn run(a: &Args) -> CliResult {
         println!("verdict: lower fallback = {}, faster = {}", v["lower_fallback"], v["faster"]);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replay_advances_the_bar_by_its_steps() {
+        for ops in [0, 1, PROGRESS_STEPS, PROGRESS_STEPS + 1, 3 * PROGRESS_STEPS - 1] {
+            let a = Args {
+                json: true,
+                slots: 4096,
+                policy: PolicyArg::Buckets,
+                ops,
+                seed: 1,
+                seeds: 1,
+                fill: 0.9,
+                partial: 0.05,
+            };
+            let bar = ProgressBar::hidden();
+            replay(&a, FragPolicy::Buckets, 1, &bar).unwrap();
+            assert_eq!(bar.position(), ops, "ops {ops}");
+        }
+    }
 }

@@ -16,6 +16,7 @@
 
 use super::zpool::{print_result, zram_add, ZramDev};
 use super::{CliError, CliResult};
+use indicatif::ProgressBar;
 use serde_json::{json, Map, Value};
 use std::ffi::CString;
 use std::path::PathBuf;
@@ -79,15 +80,28 @@ fn gen_page(i: u64, page: &mut [u8]) {
     }
 }
 
+/// Bytes a uswap case moves, for the progress bar: the fill, then the drain of all of it.
+fn case_work(bytes: usize, order: u8) -> u64 {
+    let folio = PAGE_SIZE << order;
+    2 * (bytes / folio * folio) as u64
+}
+
+/// Bytes filled between two progress updates (the fill is timed but not the figure reported).
+const PROGRESS_BYTES: usize = 4 << 20;
+
+/// One uswap case; advances `pb` by [`case_work`]: during the fill once per
+/// [`PROGRESS_BYTES`], and by the whole drain once it is done.
 fn uswap_case(
     name: &str,
     tiers: Vec<Arc<dyn Backend>>,
     drain: usize,
     bytes: usize,
     order: u8,
+    pb: &ProgressBar,
 ) -> Result<Value, CliError> {
     let folio = PAGE_SIZE << order;
     let n = bytes / folio;
+    let per_inc = (PROGRESS_BYTES / folio).max(1);
     let pages = (n * folio / PAGE_SIZE) as u64;
     let eng = Engine::new(
         EngineConfig { virtual_slots: pages + (4 << 9), zero_elision: true, ..EngineConfig::default() },
@@ -102,12 +116,17 @@ fn uswap_case(
             gen_page((i * (folio / PAGE_SIZE) + k) as u64, p);
         }
         entries.push(eng.swap_out(0, &buf).map_err(|e| CliError::fail(format!("{name}: swap_out: {e}")))?);
+        if (i + 1) % per_inc == 0 {
+            pb.inc((per_inc * folio) as u64);
+        }
     }
     let fill = t.elapsed();
+    pb.inc((n % per_inc * folio) as u64);
     let before = eng.tier_usage(drain).map_err(|e| CliError::fail(e.to_string()))?;
     let t = Instant::now();
     let moved = eng.drain_tier(drain).map_err(|e| CliError::fail(format!("{name}: drain: {e}")))?;
     let dt = t.elapsed();
+    pb.inc((n * folio) as u64);
     let after = eng.tier_usage(drain).map_err(|e| CliError::fail(e.to_string()))?;
     // Check a sample byte for byte.
     let mut out = vec![0u8; folio];
@@ -310,18 +329,35 @@ fn kernel_swapoff(bytes: usize, limit_mib: usize) -> Result<Value, String> {
 
 /// Run the benchmark.
 pub fn run(a: &Args) -> CliResult {
-    let spin = crate::progress::Spin::new(a.json, "uswap bench drain");
     if a.mib < 4 || a.file_mib < 4 || a.order > 9 {
         return Err(CliError::usage("--mib and --file-mib must be at least 4, --order at most 9"));
     }
     let file_bytes = a.file_mib << 20;
     let bytes = a.mib << 20;
     let t0 = Instant::now();
+    let machine = crate::report::machine();
     let mut out = Map::new();
     out.insert("mib".into(), json!(a.mib));
     out.insert("file_mib".into(), json!(a.file_mib));
-    // The kernel side first, while this process is still single-threaded (it forks).
-    let kernel = if a.no_kernel { Err("--no-kernel".to_string()) } else { kernel_swapoff(bytes, a.limit_mib) };
+    // Bytes: the kernel side counts as the data it fills and swaps off (one step, when done),
+    // then each uswap case its fill and drain.
+    let kernel_work = if a.no_kernel { 0 } else { bytes as u64 };
+    let bar = crate::progress::Bar::without_ticker(
+        a.json,
+        "uswap bench drain",
+        kernel_work + case_work(bytes, a.order) + 2 * case_work(file_bytes, a.order),
+        crate::progress::Unit::Bytes,
+    );
+    // The kernel side first, while this process is still single-threaded (it forks): the bar's
+    // ticker thread starts after it.
+    let kernel = if a.no_kernel {
+        Err("--no-kernel".to_string())
+    } else {
+        bar.set_message("kernel: zram swap, fill under a memory cgroup, swapoff");
+        kernel_swapoff(bytes, a.limit_mib)
+    };
+    bar.inc(kernel_work);
+    bar.tick_steadily();
     let pool = || -> Arc<dyn Backend> { Arc::new(ZPool::new("zpool:lz4", PoolConfig::default())) };
     let file = |size: usize| -> Result<Arc<dyn Backend>, CliError> {
         let cfg = FileConfig {
@@ -332,14 +368,17 @@ pub fn run(a: &Args) -> CliResult {
         Ok(Arc::new(FileTier::open(&cfg).map_err(|e| CliError::fail(format!("file tier: {e}")))?))
     };
     let mut cases = Map::new();
-    cases.insert("pool_to_memory".into(), uswap_case("pool_to_memory", vec![pool()], 0, bytes, a.order)?);
+    bar.set_message("uswap: pool to memory");
+    cases.insert("pool_to_memory".into(), uswap_case("pool_to_memory", vec![pool()], 0, bytes, a.order, &bar)?);
+    bar.set_message("uswap: file to memory");
     cases.insert(
         "file_to_memory".into(),
-        uswap_case("file_to_memory", vec![file(file_bytes)?], 0, file_bytes, a.order)?,
+        uswap_case("file_to_memory", vec![file(file_bytes)?], 0, file_bytes, a.order, &bar)?,
     );
+    bar.set_message("uswap: pool to file");
     cases.insert(
         "pool_to_file".into(),
-        uswap_case("pool_to_file", vec![pool(), file(file_bytes)?], 0, file_bytes, a.order)?,
+        uswap_case("pool_to_file", vec![pool(), file(file_bytes)?], 0, file_bytes, a.order, &bar)?,
     );
     out.insert("drain_s_per_gib".into(), cases["pool_to_memory"]["drain_s_per_gib"].clone());
     out.insert("file_drain_s_per_gib".into(), cases["file_to_memory"]["drain_s_per_gib"].clone());
@@ -356,7 +395,29 @@ pub fn run(a: &Args) -> CliResult {
     }
     out.insert("order".into(), json!(a.order));
     out.insert("elapsed_s".into(), json!((t0.elapsed().as_secs_f64() * 100.0).round() / 100.0));
-    spin.done();
-    print_result("drain", &Value::Object(out), a.json);
+    bar.done();
+    if a.json {
+        print_result("drain", &crate::report::with_header("drain", machine, Value::Object(out)), true);
+    } else {
+        print_result("drain", &Value::Object(out), false);
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_case_advances_the_bar_by_its_fill_and_drain() {
+        // 4 MiB + 3 folios: the last, partial batch is counted too.
+        for (bytes, order) in [(PROGRESS_BYTES + 3 * PAGE_SIZE, 0u8), (PROGRESS_BYTES + (3 << 16), 4)] {
+            let bar = ProgressBar::hidden();
+            let pool: Arc<dyn Backend> = Arc::new(ZPool::new("zpool:lz4", PoolConfig::default()));
+            let v = uswap_case("t", vec![pool], 0, bytes, order, &bar).unwrap();
+            assert_eq!(bar.position(), case_work(bytes, order), "order {order}");
+            assert_eq!(case_work(bytes, order), 2 * bytes as u64);
+            assert_eq!(v["tier_pages_after"], 0);
+        }
+    }
 }

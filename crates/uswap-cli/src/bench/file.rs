@@ -11,6 +11,7 @@
 
 use super::zpool::print_result;
 use super::{CliError, CliResult};
+use indicatif::ProgressBar;
 use serde_json::{json, Map, Value};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -44,14 +45,41 @@ fn mbs(bytes: usize, d: Duration) -> f64 {
     (bytes as f64 / 1e6 / d.as_secs_f64().max(1e-9) * 10.0).round() / 10.0
 }
 
-fn row(
-    dir: &std::path::Path,
+/// One row of the table, before it runs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Plan {
     engine: EngineKind,
     encrypt: bool,
     direct: bool,
     folio: usize,
-    total: usize,
-) -> Result<Value, String> {
+    /// Bytes written (a multiple of `folio`); the row reads them back twice.
+    bytes: usize,
+}
+
+/// The rows in the order they run: per engine, per (encrypt, direct), 4 KiB then 2 MiB.
+fn plan(a: &Args) -> Vec<Plan> {
+    let mut v = Vec::new();
+    for engine in [EngineKind::Psync, EngineKind::Uring] {
+        for (encrypt, direct) in [(true, false), (false, false), (true, true), (false, true)] {
+            for (folio, mib) in [(PAGE_SIZE, a.mib_4k), (2 << 20, a.mib_2m)] {
+                // Direct 4 KiB I/O runs at device QD1 speed: a smaller volume keeps the run short.
+                let mib = if direct && folio == PAGE_SIZE { mib.min(a.mib_4k_direct) } else { mib };
+                let bytes = (mib.max(2) << 20) / folio * folio;
+                v.push(Plan { engine, encrypt, direct, folio, bytes });
+            }
+        }
+    }
+    v
+}
+
+/// Bytes a row moves, for the progress bar: the writes, then the cold and the hot reads.
+fn row_work(p: &Plan) -> u64 {
+    3 * p.bytes as u64
+}
+
+/// Run one row; advances `pb` by [`row_work`] in three steps, each after a timed phase.
+fn row(dir: &std::path::Path, p: &Plan, pb: &ProgressBar) -> Result<Value, String> {
+    let Plan { engine, encrypt, direct, folio, bytes: total } = *p;
     let cfg = FileConfig {
         target: FileTarget::TempIn(dir.to_path_buf()),
         size_bytes: (total as u64 + (4 << 20)).next_multiple_of(2 << 20),
@@ -74,6 +102,7 @@ fn row(
     let tw = t0.elapsed();
     t.sync_and_drop_cache().map_err(|e| e.to_string())?;
     let tws = t0.elapsed();
+    pb.inc((n * folio) as u64);
     let mut out = vec![0u8; folio];
     let mut read = |label: &str| -> Result<Duration, String> {
         let t1 = Instant::now();
@@ -87,7 +116,9 @@ fn row(
         Ok(t1.elapsed())
     };
     let cold = read("cold read")?;
+    pb.inc((n * folio) as u64);
     let hot = read("hot read")?;
+    pb.inc((n * folio) as u64);
     Ok(json!({
         "engine": t.engine_name(),
         "encrypt": encrypt,
@@ -130,35 +161,62 @@ fn crypto_only() -> Value {
     })
 }
 
+/// Run the rows of `plan`. A failing row skips the rest of its (engine, encrypt, direct) group
+/// when it is io_uring that is unavailable or O_DIRECT that is refused (recorded in the second
+/// map), else ends the benchmark. The bar's length drops by the work of the rows not done.
+fn run_rows(a: &Args, plan: &[Plan], bar: &ProgressBar) -> Result<(Vec<Value>, Map<String, Value>), CliError> {
+    let mut rows: Vec<Value> = Vec::new();
+    let mut skipped = Map::new();
+    let mut skip_group = None;
+    for p in plan {
+        let group = (p.engine, p.encrypt, p.direct);
+        if skip_group == Some(group) {
+            bar.dec_length(row_work(p));
+            continue;
+        }
+        bar.set_message(format!(
+            "{:?}{}{}, {} KiB folios",
+            p.engine,
+            if p.encrypt { ", encrypted" } else { "" },
+            if p.direct { ", O_DIRECT" } else { "" },
+            p.folio >> 10
+        ));
+        let before = bar.position();
+        match row(&a.dir, p, bar) {
+            Ok(r) => rows.push(r),
+            Err(e) => {
+                bar.set_position(before);
+                bar.dec_length(row_work(p));
+                if p.engine == EngineKind::Uring && rows.iter().all(|r| r["engine"] != "io_uring") {
+                    skipped.insert("io_uring".into(), json!(e));
+                } else if p.direct {
+                    skipped.insert(format!("{:?} direct", p.engine), json!(e));
+                } else {
+                    return Err(CliError::fail(format!("{:?} encrypt={} folio={}: {e}", p.engine, p.encrypt, p.folio)));
+                }
+                skip_group = Some(group);
+            }
+        }
+    }
+    Ok((rows, skipped))
+}
+
 /// Run the benchmark.
 pub fn run(a: &Args) -> CliResult {
-    let spin = crate::progress::Spin::new(a.json, "uswap bench file");
     if !a.dir.is_dir() {
         return Err(CliError::usage(format!("--dir {}: not a directory", a.dir.display())));
     }
     let t0 = Instant::now();
-    let mut rows = Vec::new();
-    let mut skipped = Map::new();
-    for engine in [EngineKind::Psync, EngineKind::Uring] {
-        for (encrypt, direct) in [(true, false), (false, false), (true, true), (false, true)] {
-            for (folio, mib) in [(PAGE_SIZE, a.mib_4k), (2 << 20, a.mib_2m)] {
-                // Direct 4 KiB I/O runs at device QD1 speed: a smaller volume keeps the run short.
-                let mib = if direct && folio == PAGE_SIZE { mib.min(a.mib_4k_direct) } else { mib };
-                match row(&a.dir, engine, encrypt, direct, folio, mib.max(2) << 20) {
-                    Ok(r) => rows.push(r),
-                    Err(e) if engine == EngineKind::Uring && rows.iter().all(|r| r["engine"] != "io_uring") => {
-                        skipped.insert("io_uring".into(), json!(e));
-                        break;
-                    }
-                    Err(e) if direct => {
-                        skipped.insert(format!("{engine:?} direct"), json!(e));
-                        break;
-                    }
-                    Err(e) => return Err(CliError::fail(format!("{engine:?} encrypt={encrypt} folio={folio}: {e}"))),
-                }
-            }
-        }
-    }
+    let machine = crate::report::machine();
+    let plan = plan(a);
+    let bar = crate::progress::Bar::new(
+        a.json,
+        "uswap bench file",
+        plan.iter().map(row_work).sum(),
+        crate::progress::Unit::Bytes,
+    );
+    let (rows, skipped) = run_rows(a, &plan, &bar)?;
+    bar.set_message("AES-256-GCM alone");
     let v = json!({
         "dir": a.dir.display().to_string(),
         "io": "positional I/O on an unlinked O_TMPFILE, buffered or O_DIRECT; data + 32-byte nonce/tag record per page (direct: read-modify-write of its 4 KiB block)",
@@ -167,9 +225,9 @@ pub fn run(a: &Args) -> CliResult {
         "skipped": skipped,
         "elapsed_s": (t0.elapsed().as_secs_f64() * 100.0).round() / 100.0,
     });
-    spin.done();
+    bar.done();
     if a.json {
-        println!("{v}");
+        println!("{}", crate::report::with_header("file", machine, v));
     } else {
         println!("uswap bench file (dir {})", a.dir.display());
         println!(
@@ -196,4 +254,28 @@ pub fn run(a: &Args) -> CliResult {
         print_result("file (other)", &rest, false);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bar_counts_the_rows_that_ran() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = Args { json: true, dir: dir.path().to_path_buf(), mib_4k: 2, mib_4k_direct: 2, mib_2m: 3 };
+        let plan = plan(&a);
+        assert_eq!(plan.len(), 16);
+        // 3 MiB of 2 MiB folios is one folio.
+        assert!(plan.iter().all(|p| p.bytes == 2 << 20));
+        let total: u64 = plan.iter().map(row_work).sum();
+        let bar = ProgressBar::hidden();
+        bar.set_length(total);
+        let (rows, skipped) = run_rows(&a, &plan, &bar).unwrap();
+        // Rows that could not run (no io_uring, no O_DIRECT here) leave the length too.
+        let done: u64 = rows.iter().map(|r| 3 * r["bytes"].as_u64().unwrap()).sum();
+        assert_eq!(bar.position(), done);
+        assert_eq!(bar.length(), Some(done));
+        assert!(rows.len() >= 4, "{skipped:?}");
+    }
 }

@@ -189,23 +189,6 @@ fn mib(b: u64) -> String {
     format!("{:.1}M", b as f64 / (1u64 << 20) as f64)
 }
 
-/// Civil date (UTC) of now, ISO 8601.
-fn now_utc() -> String {
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let (days, secs) = ((t / 86400) as i64, t % 86400);
-    // Howard Hinnant's days_from_civil, inverted.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", secs / 3600, secs / 60 % 60, secs % 60)
-}
-
 fn setup_kernel(want: bool) -> KernelSide {
     let mut k = KernelSide {
         guard: Restore::new(Box::new(RealOps::default())),
@@ -892,9 +875,7 @@ pub fn run(a: &Args) -> CliResult {
         }
     }
     let geo = geomean(&ratios);
-    let out = json!({
-        "bench": "programs",
-        "date": now_utc(),
+    let doc = json!({
         "scale": a.scale,
         "runs": a.runs,
         "timeout_s": a.timeout,
@@ -917,10 +898,10 @@ pub fn run(a: &Args) -> CliResult {
         "geomean_excluded": excluded,
         "failures": failures,
         "restore_errors": restore_errors,
-        "machine": facts,
         "workdir": work.path,
         "targets": "no hang; uswap output == native output; uswap peak RSS <= (limit + fixed overhead) * 1.1; geomean kernel_s/uswap_s >= 1.0",
     });
+    let out = crate::report::with_header("programs", facts, doc);
     if a.json {
         println!("{out}");
     } else {
@@ -1088,7 +1069,7 @@ mod tests {
         assert_eq!(median(&[]), None);
         assert_eq!(median_u(&[4, 1, 2, 3]), Some(3));
         assert!((geomean(&[2.0, 0.5]).unwrap() - 1.0).abs() < 1e-12);
-        let d = now_utc();
+        let d = crate::report::now_utc();
         assert_eq!(d.len(), 20, "{d}");
         assert!(d.starts_with("20"), "{d}");
     }

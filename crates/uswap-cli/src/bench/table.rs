@@ -18,6 +18,7 @@
 //! No locking of its own beyond the structures under test; threads start together on a barrier.
 
 use super::{CliError, CliResult};
+use indicatif::ProgressBar;
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::sync::{Arc, Barrier, Mutex};
@@ -144,19 +145,55 @@ struct Report {
     allin_bytes_per_page_memory: f64,
 }
 
+/// Operations the benchmark does, for its progress bar: the two memory fills, lookups at 1 and
+/// 2 threads on both structures, inserts at 1 and 2 threads on both, and the two all-in fills.
+fn total_ops(inserts: u64, lookups: u64, pages: u64) -> u64 {
+    let fills = 2 * inserts;
+    let lookups = [1u64, 2].iter().map(|t| 2 * t * lookups).sum::<u64>();
+    let inserts = [1u64, 2].iter().map(|t| 2 * (inserts / t) * t).sum::<u64>();
+    fills + lookups + inserts + 2 * pages
+}
+
 /// Run the benchmark.
 pub fn run(a: &Args) -> CliResult {
-    let spin = crate::progress::Spin::new(a.json, "uswap bench table");
     if a.slots < 1024 || a.slots > 1 << 32 {
         return Err(CliError::usage("--slots must be between 1024 and 2^32"));
     }
     if a.lookups == 0 || a.pages == 0 {
         return Err(CliError::usage("--lookups and --pages must be positive"));
     }
+    let t0 = Instant::now();
+    let machine = crate::report::machine();
     let inserts = a.slots * 8 / 10;
+    let bar = crate::progress::Bar::new(
+        a.json,
+        "uswap bench table",
+        total_ops(inserts, a.lookups, a.pages.min(inserts)),
+        crate::progress::Unit::Count("ops"),
+    );
+    let r = measure(a, &bar)?;
+    bar.done();
+    if a.json {
+        let mut doc = serde_json::to_value(&r).map_err(|e| CliError::fail(e.to_string()))?;
+        if let Some(m) = doc.as_object_mut() {
+            m.insert("elapsed_s".into(), ((t0.elapsed().as_secs_f64() * 100.0).round() / 100.0).into());
+        }
+        println!("{}", crate::report::with_header("table", machine, doc));
+    } else {
+        print_human(a, &r);
+    }
+    Ok(())
+}
+
+/// Every measurement; advances `bar` by [`total_ops`] in all, after each measured phase (never
+/// inside one: the memory phases read malloc statistics, the others are timed).
+fn measure(a: &Args, bar: &ProgressBar) -> Result<Report, CliError> {
+    let inserts = a.slots * 8 / 10;
+    let pages = a.pages.min(inserts);
     let mut r = Report { slots: a.slots, lookups_per_thread: a.lookups, inserts_total: inserts, ..Report::default() };
 
     // --- memory: table, filled on the main thread ---
+    bar.set_message("memory: swap table");
     let h0 = heap_bytes();
     let sp = space(a.slots)?;
     for i in 0..inserts {
@@ -165,8 +202,10 @@ pub fn run(a: &Args) -> CliResult {
     let h1 = heap_bytes();
     r.bytes_per_slot = (h1 - h0) as f64 / inserts as f64;
     r.table_metadata_bytes_per_slot = sp.metadata_bytes() as f64 / sp.used_slots().max(1) as f64;
+    bar.inc(inserts);
 
     // --- memory: baseline ---
+    bar.set_message("memory: baseline");
     let h0 = heap_bytes();
     let base = Baseline::new(a.slots as usize);
     for i in 0..inserts {
@@ -174,12 +213,14 @@ pub fn run(a: &Args) -> CliResult {
     }
     let h1 = heap_bytes();
     r.baseline_bytes_per_slot = (h1 - h0) as f64 / inserts as f64;
+    bar.inc(inserts);
 
     // --- lookups, 1 and 2 threads, same index sequence ---
     let sp = Arc::new(sp);
     let base = Arc::new(base);
     let slots = a.slots;
     for threads in [1usize, 2] {
+        bar.set_message(format!("lookups, {threads} thread(s)"));
         let s = sp.clone();
         let t = mops(
             threads,
@@ -207,6 +248,7 @@ pub fn run(a: &Args) -> CliResult {
                 black_box(acc);
             }),
         );
+        bar.inc(2 * threads as u64 * a.lookups);
         if threads == 1 {
             (r.table_lookup_mops_1t, r.baseline_lookup_mops_1t) = (t, bl);
         } else {
@@ -218,6 +260,7 @@ pub fn run(a: &Args) -> CliResult {
 
     // --- inserts into fresh structures, 80 % of the slots split over the threads ---
     for threads in [1usize, 2] {
+        bar.set_message(format!("inserts, {threads} thread(s)"));
         let per = inserts / threads as u64;
         let s = Arc::new(space(a.slots)?);
         let t = mops(
@@ -239,6 +282,7 @@ pub fn run(a: &Args) -> CliResult {
                 }
             }),
         );
+        bar.inc(2 * per * threads as u64);
         if threads == 1 {
             (r.table_insert_mops_1t, r.baseline_insert_mops_1t) = (t, bl);
         } else {
@@ -247,7 +291,7 @@ pub fn run(a: &Args) -> CliResult {
     }
 
     // --- all-in per stored page through the engine ---
-    let pages = a.pages.min(a.slots * 8 / 10);
+    bar.set_message("all-in bytes per page");
     let cfg = EngineConfig { virtual_slots: a.slots, nr_groups: 1, ..EngineConfig::default() };
     let zero = vec![0u8; PAGE_SIZE];
     let h0 = heap_bytes();
@@ -258,6 +302,7 @@ pub fn run(a: &Args) -> CliResult {
     let h1 = heap_bytes();
     r.allin_bytes_per_page_zero = (h1 - h0) as f64 / pages as f64;
     drop(eng);
+    bar.inc(pages);
     let mut page = vec![0u8; PAGE_SIZE];
     let h0 = heap_bytes();
     let mem: Arc<dyn Backend> = Arc::new(MemBackend::new("mem", 0));
@@ -269,36 +314,37 @@ pub fn run(a: &Args) -> CliResult {
     let h1 = heap_bytes();
     r.allin_bytes_per_page_memory = (h1 - h0) as f64 / pages as f64 - PAGE_SIZE as f64;
     drop(eng);
+    bar.inc(pages);
+    Ok(r)
+}
 
-    spin.done();
-    if a.json {
-        println!("{}", serde_json::to_string(&r).map_err(|e| CliError::fail(e.to_string()))?);
-    } else {
-        println!("uswap bench table: {} slots, {} lookups/thread, {} inserts", r.slots, a.lookups, inserts);
-        println!("{:<28} {:>12} {:>12}", "", "swap table", "baseline");
-        println!(
-            "{:<28} {:>12.2} {:>12.2}",
-            "lookup Mops/s, 1 thread", r.table_lookup_mops_1t, r.baseline_lookup_mops_1t
-        );
-        println!(
-            "{:<28} {:>12.2} {:>12.2}",
-            "lookup Mops/s, 2 threads", r.table_lookup_mops_2t, r.baseline_lookup_mops_2t
-        );
-        println!(
-            "{:<28} {:>12.2} {:>12.2}",
-            "insert Mops/s, 1 thread", r.table_insert_mops_1t, r.baseline_insert_mops_1t
-        );
-        println!(
-            "{:<28} {:>12.2} {:>12.2}",
-            "insert Mops/s, 2 threads", r.table_insert_mops_2t, r.baseline_insert_mops_2t
-        );
-        println!(
-            "{:<28} {:>12.2} {:>12.2}",
-            "bytes per used slot (malloc)", r.bytes_per_slot, r.baseline_bytes_per_slot
-        );
-        println!("{:<28} {:>12.2}", "bytes per slot (metadata)", r.table_metadata_bytes_per_slot);
-        println!("{:<28} {:>12.2}", "all-in bytes/page, zero", r.allin_bytes_per_page_zero);
-        println!("{:<28} {:>12.2}", "all-in bytes/page, memory", r.allin_bytes_per_page_memory);
+fn print_human(a: &Args, r: &Report) {
+    println!("uswap bench table: {} slots, {} lookups/thread, {} inserts", r.slots, a.lookups, r.inserts_total);
+    println!("{:<28} {:>12} {:>12}", "", "swap table", "baseline");
+    println!("{:<28} {:>12.2} {:>12.2}", "lookup Mops/s, 1 thread", r.table_lookup_mops_1t, r.baseline_lookup_mops_1t);
+    println!("{:<28} {:>12.2} {:>12.2}", "lookup Mops/s, 2 threads", r.table_lookup_mops_2t, r.baseline_lookup_mops_2t);
+    println!("{:<28} {:>12.2} {:>12.2}", "insert Mops/s, 1 thread", r.table_insert_mops_1t, r.baseline_insert_mops_1t);
+    println!("{:<28} {:>12.2} {:>12.2}", "insert Mops/s, 2 threads", r.table_insert_mops_2t, r.baseline_insert_mops_2t);
+    println!("{:<28} {:>12.2} {:>12.2}", "bytes per used slot (malloc)", r.bytes_per_slot, r.baseline_bytes_per_slot);
+    println!("{:<28} {:>12.2}", "bytes per slot (metadata)", r.table_metadata_bytes_per_slot);
+    println!("{:<28} {:>12.2}", "all-in bytes/page, zero", r.allin_bytes_per_page_zero);
+    println!("{:<28} {:>12.2}", "all-in bytes/page, memory", r.allin_bytes_per_page_memory);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bar_counts_every_operation() {
+        let a = Args { json: true, slots: 4096, lookups: 1000, pages: 100 };
+        let inserts = a.slots * 8 / 10;
+        let total = total_ops(inserts, a.lookups, a.pages);
+        assert_eq!(total, 2 * inserts + 6 * a.lookups + 4 * inserts + 2 * a.pages);
+        let bar = ProgressBar::hidden();
+        bar.set_length(total);
+        let r = measure(&a, &bar).unwrap();
+        assert_eq!(bar.position(), total);
+        assert!(r.table_lookup_mops_1t > 0.0 && r.baseline_insert_mops_2t > 0.0);
     }
-    Ok(())
 }

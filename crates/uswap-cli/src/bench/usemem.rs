@@ -488,7 +488,6 @@ pub fn run(a: &Args) -> CliResult {
     }
     let primary = if modes.contains_key("pinned") { "pinned" } else { "unpinned" };
     let mut out = Map::new();
-    out.insert("bench".into(), json!("usemem"));
     if let Some(Value::Object(m)) = modes.get(primary) {
         for (key, v) in m {
             out.insert(key.clone(), v.clone());
@@ -522,10 +521,9 @@ pub fn run(a: &Args) -> CliResult {
     );
     out.insert("failures".into(), json!(failures));
     out.insert("restore_errors".into(), json!(restore_errors));
-    out.insert("machine".into(), facts);
     out.insert("modes".into(), Value::Object(modes.clone()));
     if a.json {
-        println!("{}", Value::Object(out));
+        println!("{}", crate::report::with_header("usemem", facts, Value::Object(out)));
     } else {
         print_table(a, &p, &sides, &modes, &k, &results);
         for f in &failures {
@@ -732,18 +730,16 @@ pub fn demo(d: &DemoArgs) -> CliResult {
     pb.finish_and_clear();
     let res = res.map_err(|e| CliError::fail(e.to_string()))?;
     let stats = crate::report::pager(&backing.stats(), &d.tiers);
+    let (cpu_user, cpu_system) = crate::report::self_cpu_s();
     if d.json {
-        println!(
-            "{:#}",
-            json!({
-                "schema_version": crate::report::SCHEMA_VERSION,
-                "uswap_version": env!("CARGO_PKG_VERSION"),
-                "elapsed_s": (t0.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
-                "workload": res,
-                "stats": stats,
-                "backing": backing.describe(),
-            })
-        );
+        let mut doc = crate::report::header(crate::report::machine());
+        doc.insert("elapsed_s".into(), json!((t0.elapsed().as_secs_f64() * 1000.0).round() / 1000.0));
+        doc.insert("cpu_user_s".into(), json!(cpu_user));
+        doc.insert("cpu_system_s".into(), json!(cpu_system));
+        doc.insert("workload".into(), serde_json::to_value(&res).map_err(|e| CliError::fail(e.to_string()))?);
+        doc.insert("stats".into(), stats);
+        doc.insert("backing".into(), json!(backing.describe()));
+        println!("{:#}", Value::Object(doc));
     } else {
         for (i, mb) in res.round_mb_s.iter().enumerate() {
             println!("write round {i}: {mb:.1} MB/s");
@@ -759,7 +755,11 @@ pub fn demo(d: &DemoArgs) -> CliResult {
         if cfg.verify {
             println!("verified: {} bytes read back, all correct", res.verified_bytes);
         }
-        println!("swap statistics ({}), {:.1} s:", backing.describe(), t0.elapsed().as_secs_f64());
+        println!(
+            "swap statistics ({}), {:.1} s, CPU {cpu_user:.2} s user + {cpu_system:.2} s system:",
+            backing.describe(),
+            t0.elapsed().as_secs_f64()
+        );
         for l in crate::report::human_lines(&stats) {
             println!("  {l}");
         }

@@ -13,6 +13,7 @@
 //! `mem_used_total`; the device is reset and removed afterwards whatever happens.
 
 use super::{CliError, CliResult};
+use indicatif::ProgressBar;
 use serde_json::{json, Map, Value};
 use std::io::Read;
 use std::time::{Duration, Instant};
@@ -198,6 +199,9 @@ fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
+/// Pool runs per benchmark: lz4 and zstd per page, then 64 KiB and 2 MiB folios in three modes.
+const POOL_RUNS: u64 = 2 + 2 * 3;
+
 struct PoolRun {
     compress_mb_s: f64,
     decompress_mb_s: f64,
@@ -205,8 +209,9 @@ struct PoolRun {
     per_category: Map<String, Value>,
 }
 
-/// Store every page (zero pages elided as the engine does), then load and compare.
-fn run_pool(corpus: &[Category], cfg: PoolConfig, unit: usize) -> Result<PoolRun, CliError> {
+/// Store every page (zero pages elided as the engine does), then load and compare. Advances
+/// `pb` by twice the corpus's pages, per category after its timed store and load loops.
+fn run_pool(corpus: &[Category], cfg: PoolConfig, unit: usize, pb: &ProgressBar) -> Result<PoolRun, CliError> {
     let pool = ZPool::new("bench", cfg);
     let mut per_category = Map::new();
     let mut handles = Vec::new();
@@ -226,6 +231,7 @@ fn run_pool(corpus: &[Category], cfg: PoolConfig, unit: usize) -> Result<PoolRun
         let dt = t.elapsed();
         tc += dt;
         let pages = (c.data.len() / PAGE_SIZE) as u64;
+        pb.inc(pages);
         pages_all += pages;
         let used = pool.usage().used_bytes - before;
         per_category.insert(
@@ -251,6 +257,7 @@ fn run_pool(corpus: &[Category], cfg: PoolConfig, unit: usize) -> Result<PoolRun
         }
         let dt = t.elapsed();
         td += dt;
+        pb.inc((c.data.len() / PAGE_SIZE) as u64);
         if let Some(Value::Object(m)) = per_category.get_mut(c.name) {
             m.insert("decompress_mb_s".into(), json!(round2(mbs(c.data.len(), dt))));
         }
@@ -346,7 +353,8 @@ pub(crate) fn zram_add() -> Result<ZramDev, String> {
 }
 
 /// Write the corpus to a fresh zram device with O_DIRECT, read it back; returns a JSON object.
-fn run_zram(corpus: &[Category]) -> Result<Value, String> {
+/// Advances `pb` by twice the corpus's pages, once per category written and read.
+fn run_zram(corpus: &[Category], pb: &ProgressBar) -> Result<Value, String> {
     use std::os::unix::fs::{FileExt, OpenOptionsExt};
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -377,6 +385,7 @@ fn run_zram(corpus: &[Category]) -> Result<Value, String> {
             f.write_all_at(&buf.as_slice()[..piece.len()], off).map_err(|e| format!("write {path}: {e}"))?;
             off += piece.len() as u64;
         }
+        pb.inc((c.data.len() / PAGE_SIZE) as u64);
     }
     let tw = t.elapsed();
     let mm = std::fs::read_to_string(dev.sys("mm_stat")).map_err(|e| format!("mm_stat: {e}"))?;
@@ -394,6 +403,7 @@ fn run_zram(corpus: &[Category]) -> Result<Value, String> {
             same_data &= &buf.as_slice()[..piece.len()] == piece;
             off += piece.len() as u64;
         }
+        pb.inc((c.data.len() / PAGE_SIZE) as u64);
     }
     let tr = t.elapsed();
     drop(f);
@@ -416,14 +426,27 @@ fn run_zram(corpus: &[Category]) -> Result<Value, String> {
 
 /// Run the benchmark.
 pub fn run(a: &Args) -> CliResult {
-    let spin = crate::progress::Spin::new(a.json, "uswap bench zpool");
     if a.mib < 1 {
         return Err(CliError::usage("--mib must be at least 1"));
     }
     let t0 = Instant::now();
+    let machine = crate::report::machine();
+    // Pages: building the corpus counts as one pass over it, then each pool run two (store,
+    // load), then zram two (write, read). The corpus may come out a little smaller than asked
+    // (short files): the length is corrected once it is built.
+    let passes = 1 + 2 * POOL_RUNS + if a.no_zram { 0 } else { 2 };
+    let bar = crate::progress::Bar::new(
+        a.json,
+        "uswap bench zpool",
+        passes * ((a.mib as u64) << 20) / PAGE_SIZE as u64,
+        crate::progress::Unit::Count("pages"),
+    );
+    bar.set_message("building the corpus");
     let corpus = build_corpus(a.mib << 20);
     let total: usize = corpus.iter().map(|c| c.data.len()).sum();
     let pages = total / PAGE_SIZE;
+    bar.set_length(passes * pages as u64);
+    bar.set_position(pages as u64);
     let mut out = Map::new();
     out.insert("corpus_pages".into(), json!(pages));
     out.insert(
@@ -440,8 +463,11 @@ pub fn run(a: &Args) -> CliResult {
         ..PoolConfig::default()
     };
     out.insert("threshold_percent".into(), json!(base.threshold_percent));
-    let lz4 = run_pool(&corpus, base.clone(), PAGE_SIZE)?;
-    let zstd = run_pool(&corpus, PoolConfig { compressor: Compressor::Zstd { level: 1 }, ..base.clone() }, PAGE_SIZE)?;
+    bar.set_message("lz4");
+    let lz4 = run_pool(&corpus, base.clone(), PAGE_SIZE, &bar)?;
+    bar.set_message("zstd");
+    let zstd =
+        run_pool(&corpus, PoolConfig { compressor: Compressor::Zstd { level: 1 }, ..base.clone() }, PAGE_SIZE, &bar)?;
     out.insert("compressor".into(), json!("lz4"));
     out.insert("uswap_bytes_per_page".into(), json!(round2(lz4.bytes_per_page)));
     out.insert("uswap_bytes_per_page_with_table_word".into(), json!(round2(lz4.bytes_per_page + 8.0)));
@@ -459,7 +485,8 @@ pub fn run(a: &Args) -> CliResult {
         for (mode, name) in
             [(FolioMode::Whole, "whole"), (FolioMode::Block16K, "16k"), (FolioMode::PerPage, "per_page")]
         {
-            let r = run_pool(&corpus, PoolConfig { folio_mode: mode, ..base.clone() }, unit)?;
+            bar.set_message(format!("lz4, {} KiB folios, {name}", unit >> 10));
+            let r = run_pool(&corpus, PoolConfig { folio_mode: mode, ..base.clone() }, unit, &bar)?;
             folios.insert(
                 format!("lz4_{}k_{name}", unit >> 10),
                 json!({ "bytes_per_page": round2(r.bytes_per_page), "compress_mb_s": round2(r.compress_mb_s),
@@ -468,12 +495,20 @@ pub fn run(a: &Args) -> CliResult {
         }
     }
     out.insert("large_folios".into(), Value::Object(folios));
+    bar.set_message("zero check");
     out.insert("zero_check_4k".into(), zero_check());
     if a.no_zram {
         out.insert("zram".into(), json!({"skipped": "--no-zram"}));
         out.insert("zram_bytes_per_page".into(), Value::Null);
     } else {
-        match run_zram(&corpus) {
+        bar.set_message("kernel zram");
+        let before = bar.position();
+        let r = run_zram(&corpus, &bar);
+        if r.is_err() {
+            bar.set_position(before);
+            bar.dec_length(2 * pages as u64);
+        }
+        match r {
             Ok(z) => {
                 out.insert("zram_bytes_per_page".into(), z["zram_bytes_per_page"].clone());
                 out.insert("zram".into(), z);
@@ -485,8 +520,12 @@ pub fn run(a: &Args) -> CliResult {
         }
     }
     out.insert("elapsed_s".into(), json!(round2(t0.elapsed().as_secs_f64())));
-    spin.done();
-    print_result("zpool", &Value::Object(out), a.json);
+    bar.done();
+    if a.json {
+        print_result("zpool", &crate::report::with_header("zpool", machine, Value::Object(out)), true);
+    } else {
+        print_result("zpool", &Value::Object(out), false);
+    }
     Ok(())
 }
 
@@ -511,4 +550,27 @@ pub fn print_result(name: &str, v: &Value, as_json: bool) {
     }
     println!("uswap bench {name}");
     walk(v, 2);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pool_run_advances_the_bar_by_two_passes() {
+        let mut text = vec![b'a'; 40 * PAGE_SIZE];
+        text.iter_mut().enumerate().for_each(|(i, b)| *b = b'a' + (i % 23) as u8);
+        let mut random = vec![0u8; 24 * PAGE_SIZE];
+        rng_fill(&mut random, 1);
+        let corpus = vec![
+            Category { name: "text", source: String::new(), data: text },
+            Category { name: "zero", source: String::new(), data: vec![0; 16 * PAGE_SIZE] },
+            Category { name: "random", source: String::new(), data: random },
+        ];
+        for unit in [PAGE_SIZE, 64 << 10] {
+            let bar = ProgressBar::hidden();
+            run_pool(&corpus, PoolConfig::default(), unit, &bar).unwrap();
+            assert_eq!(bar.position(), 2 * 80, "unit {unit}");
+        }
+    }
 }
