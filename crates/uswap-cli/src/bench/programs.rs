@@ -543,7 +543,15 @@ impl ProgRes {
         median(&self.side(s).iter().filter(|r| r.outcome == "ok").map(|r| r.secs).collect::<Vec<_>>())
     }
     fn peak(&self, s: Side) -> Option<u64> {
-        median_u(&self.side(s).iter().filter(|r| r.peak_rss > 0).map(|r| r.peak_rss).collect::<Vec<_>>())
+        // A run killed at its deadline has no peak of its own (wait4 then reports the runner's).
+        median_u(
+            &self
+                .side(s)
+                .iter()
+                .filter(|r| r.peak_rss > 0 && r.outcome != "timeout")
+                .map(|r| r.peak_rss)
+                .collect::<Vec<_>>(),
+        )
     }
     fn opt(&self, s: Side, f: impl Fn(&RunRec) -> Option<u64>) -> Option<u64> {
         median_u(&self.side(s).iter().filter_map(|r| f(r)).collect::<Vec<_>>())
