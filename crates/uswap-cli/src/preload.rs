@@ -40,12 +40,36 @@ fn private_dir() -> Result<PathBuf, String> {
     Ok(d)
 }
 
+/// Whether the file at `p` holds exactly `bytes` (read in chunks: the library is tens of MiB,
+/// and whatever this process touches before it starts the program shows in the program's
+/// peak RSS, see [`shed_before_spawn`]).
+fn same_content(p: &Path, bytes: &[u8]) -> bool {
+    use std::io::Read;
+    let Ok(mut f) = std::fs::File::open(p) else { return false };
+    if f.metadata().map(|m| m.len()).ok() != Some(bytes.len() as u64) {
+        return false;
+    }
+    let mut buf = vec![0u8; 1 << 20];
+    let mut at = 0;
+    while at < bytes.len() {
+        let n = match f.read(&mut buf) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => n.min(bytes.len() - at),
+        };
+        if buf[..n] != bytes[at..at + n] {
+            return false;
+        }
+        at += n;
+    }
+    true
+}
+
 /// Write `bytes` to `dir/libuswap_ffi-HASH.so` unless it is already there with this content.
 pub fn cached(dir: &Path, bytes: &[u8]) -> Result<PathBuf, String> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let p = dir.join(format!("libuswap_ffi-{:016x}.so", hash(bytes)));
-    if std::fs::read(&p).is_ok_and(|b| b == bytes) {
+    if same_content(&p, bytes) {
         return Ok(p);
     }
     let tmp = dir.join(format!(".libuswap_ffi-{}.tmp", std::process::id()));
@@ -59,6 +83,27 @@ pub fn cached(dir: &Path, bytes: &[u8]) -> Result<PathBuf, String> {
     f.write_all(bytes).and_then(|()| f.sync_all()).map_err(|e| format!("{}: {e}", tmp.display()))?;
     std::fs::rename(&tmp, &p).map_err(|e| format!("{}: {e}", p.display()))?;
     Ok(p)
+}
+
+/// Make this process small before it starts a program: Linux gives a child the peak RSS of the
+/// process it was forked or spawned from (`exec` records the old address space's high-water
+/// mark in the child's `ru_maxrss`), so the embedded library that [`locate`] read (tens of
+/// MiB) would show as the program's peak. Drops those pages (a private read-only file mapping:
+/// they come back from the binary if read again) and resets this process's high-water mark to
+/// its current RSS (`/proc/self/clear_refs`, value 5). Best effort: failures only leave the
+/// figure higher.
+pub fn shed_before_spawn() {
+    if let Some(b) = EMBEDDED {
+        let start = (b.as_ptr() as usize).div_ceil(4096) * 4096;
+        let end = (b.as_ptr() as usize + b.len()) / 4096 * 4096;
+        if end > start {
+            // SAFETY: [start, end) lies inside the embedded bytes, a read-only file-backed
+            // mapping of our binary that nothing writes: MADV_DONTNEED only drops its pages,
+            // which later reads fault back in from the file unchanged.
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+        }
+    }
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
 /// The library to preload, or a message naming every way to provide one.

@@ -35,8 +35,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "SIZE|N%")]
     pub limit: String,
     /// Storage tiers, in order (grammar in --help). The default sends what does not fit in
-    /// half the limit as compressed pages to an encrypted, unlinked swap file in /var/tmp, so
-    /// the limit holds for data that compresses poorly; `zero,lz4` keeps everything in RAM.
+    /// 15 % of the limit (USWAP_POOL_PERCENT) as compressed pages to an encrypted, unlinked
+    /// swap file in /var/tmp, so the limit holds for data that compresses poorly; `zero,lz4`
+    /// keeps everything in RAM.
     #[arg(long, default_value = "zero,lz4,file:/var/tmp")]
     pub tiers: String,
     /// Folio size: 4K, 64K or 2M.
@@ -293,6 +294,7 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
             libc::sigaction(s, &sa, std::ptr::null_mut());
         }
     }
+    crate::preload::shed_before_spawn();
     let t0 = std::time::Instant::now();
     let child = cmd.spawn().map_err(|e| {
         let _ = std::fs::remove_dir_all(&statsdir);
