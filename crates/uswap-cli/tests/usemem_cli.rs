@@ -6,6 +6,15 @@ fn uswap(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_uswap")).args(args).output().expect("run uswap")
 }
 
+/// The one JSON document a successful `--json` run printed. A run that needs userfaultfd
+/// fails the test where it is not permitted (it cannot pass untested).
+fn json_of(o: &std::process::Output) -> serde_json::Value {
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "uswap failed (userfaultfd must be permitted for this test): {err}");
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("not one JSON object ({e}): {out}"))
+}
+
 #[test]
 fn bad_arguments_exit_2_with_a_clear_message() {
     for (args, msg) in [
@@ -38,14 +47,8 @@ fn small_uswap_only_run_prints_the_json_keys() {
         "--verify",
         "--json",
     ]);
+    let v = json_of(&o);
     let out = String::from_utf8_lossy(&o.stdout);
-    let err = String::from_utf8_lossy(&o.stderr);
-    if err.contains("userfaultfd") && !o.status.success() {
-        eprintln!("skipped: userfaultfd not permitted here: {err}");
-        return;
-    }
-    assert!(o.status.success(), "{err}");
-    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON object");
     for k in [
         "seq_uswap_mb_s",
         "seq_kernel_zram_mb_s",
@@ -74,16 +77,11 @@ fn small_uswap_only_run_prints_the_json_keys() {
 #[test]
 fn demo_json_is_one_document_of_the_schema() {
     let o = uswap(&["demo", "--size", "32M", "--limit", "16M", "--rounds", "1", "--tiers", "zero,lz4", "--json"]);
+    let v = json_of(&o);
     let out = String::from_utf8_lossy(&o.stdout);
     let err = String::from_utf8_lossy(&o.stderr);
-    if err.contains("userfaultfd") && !o.status.success() {
-        eprintln!("skipped: userfaultfd not permitted here: {err}");
-        return;
-    }
-    assert!(o.status.success(), "{err}");
     // --json: no progress bar or banner on stderr.
     assert!(err.trim().is_empty(), "{err}");
-    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON object");
     assert_eq!(v["schema_version"], 1);
     for k in ["uswap_version", "date", "machine", "elapsed_s", "cpu_user_s", "cpu_system_s", "workload", "backing"] {
         assert!(v.get(k).is_some(), "missing key {k} in {out}");
