@@ -6,16 +6,17 @@
 //! up to 1 KiB, then ~6 % geometric steps up to 2 MiB + 64 B), and freed objects go on a
 //! per-class lock-free stack (a Treiber stack whose head carries a 24-bit tag against ABA; the
 //! link lives in the first 8 bytes of the free object, or, for a page-aligned object of a page
-//! or more, in its first page's tag word, so that such an object can be released whole). The reservation is never unmapped
-//! while the arena lives, so reading a stale link is harmless: the tagged CAS then fails.
+//! or more, in its first page's tag word, so that such an object can be released whole). The
+//! reservation is never unmapped while the arena lives, so reading a stale link is harmless:
+//! the tagged CAS then fails.
 //!
 //! Freed objects stay resident for reuse (re-faulting a released page costs more than it saves
 //! while the cache is busy), so the arena's RSS is its high-water mark per class, not its live
 //! bytes: [`Arena::resident_bytes`] is what the pager charges to its limit. [`Arena::trim`]
 //! gives memory back: it moves free objects to a second per-class stack of *released*
 //! objects after `madvise(MADV_DONTNEED)` of the whole pages inside them (all of a page-aligned
-//! object's pages; an unaligned one keeps the page with its link); `alloc` prefers resident free objects, then released ones, then the
-//! bump pointer. The bytes an object releases follow from its offset and class, so the
+//! object's pages; an unaligned one keeps the page with its link); `alloc` prefers resident
+//! free objects, then released ones, then the bump pointer. The bytes an object releases follow from its offset and class, so the
 //! accounting needs no per-object state.
 //!
 //! Objects of a page or more also have one tag word per 4 KiB ([`Arena::tag`]) in a side

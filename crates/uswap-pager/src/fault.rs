@@ -252,9 +252,7 @@ pub fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool, wake:
         match w_kind(w) {
             kind::UNMAPPED => {
                 // Not the region's any more: the access retries elsewhere.
-                if wake {
-                    let _ = p.uffd.wake(r.addr(pg), PAGE_SIZE);
-                }
+                wake_page(p, r, pg, wake);
                 return true;
             }
             kind::RESIDENT => {
@@ -271,9 +269,7 @@ pub fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool, wake:
                     let _ = p.uffd.writeprotect(r.addr(pg), PAGE_SIZE, false, wake);
                     r.word(pg).store(w, Ordering::Release);
                 }
-                if wake {
-                    let _ = p.uffd.wake(r.addr(pg), PAGE_SIZE);
-                }
+                wake_page(p, r, pg, wake);
                 return true;
             }
             kind::CLEAN => {
@@ -443,53 +439,50 @@ fn unclean(p: &Pager, r: &RegionInner, pg: usize, w0: u64, wake: bool) -> bool {
     true
 }
 
+/// Wake the thread that faulted on page `pg` of `r` (message mode, `wake`), when the fault path
+/// ends without mapping it itself: the page was unmapped meanwhile, found present, or kept
+/// its word after the kernel refused it (the thread then retries the access).
+fn wake_page(p: &Pager, r: &RegionInner, pg: usize, wake: bool) {
+    if wake {
+        let _ = p.uffd.wake(r.addr(pg), PAGE_SIZE);
+    }
+}
+
 /// Copy the claimed runs of `[first, first + claimed.len())` from `src` (laid out like the
 /// range) into place; `wp` maps them write-protected.
 ///
 /// A run the kernel refuses whole (a folio that crosses into another mapping, e.g. the
-/// `PROT_NONE` rest of a reservation: `UFFDIO_COPY` needs one VMA) is copied page by page;
-/// pages that still fail are dropped from `claimed` (the caller restores their words). Returns
-/// false only when an event is pending (`EAGAIN` on the event thread: retry everything later).
+/// `PROT_NONE` rest of a reservation: `UFFDIO_COPY` needs one VMA) is copied page by page.
+/// Returns the pages that still failed (the caller restores their words), or `None` when an
+/// event is pending (`EAGAIN` on the event thread: retry everything later).
 fn copy_runs(
     p: &Pager,
     r: &RegionInner,
     first: usize,
-    claimed: &mut [bool],
+    claimed: &[bool],
     src: *const u8,
     wp: bool,
     wake: bool,
-) -> bool {
-    let snapshot: [bool; 512] = std::array::from_fn(|i| i < claimed.len() && claimed[i]);
+) -> Option<[bool; 512]> {
+    let again = || crate::uffd::AGAIN.with(|c| c.get());
     let mut failed = [false; 512];
-    let mut again = false;
-    reclaim::runs(claimed.len(), &|i| snapshot[i], |i, j| {
+    reclaim::runs(claimed.len(), &|i| claimed[i], |i, j| {
         // SAFETY: src holds claimed.len() pages; the destination pages are claimed (BUSY) and
         // missing.
         let whole = unsafe { p.uffd.copy(r.addr(first + i), src.add(i * PAGE_SIZE), (j - i) * PAGE_SIZE, wp, wake) };
         if whole.is_ok() {
             return true;
         }
-        if crate::uffd::AGAIN.with(|c| c.get()) {
-            again = true;
+        if again() {
             return false;
         }
         for q in i..j {
             // SAFETY: as above, one page.
-            if unsafe { p.uffd.copy(r.addr(first + q), src.add(q * PAGE_SIZE), PAGE_SIZE, wp, wake) }.is_err() {
-                failed[q] = true;
-            }
+            failed[q] = unsafe { p.uffd.copy(r.addr(first + q), src.add(q * PAGE_SIZE), PAGE_SIZE, wp, wake) }.is_err();
         }
-        !crate::uffd::AGAIN.with(|c| c.get())
+        !again()
     });
-    if again || crate::uffd::AGAIN.with(|c| c.get()) {
-        return false;
-    }
-    for (i, c) in claimed.iter_mut().enumerate() {
-        if failed[i] {
-            *c = false;
-        }
-    }
-    true
+    (!again()).then_some(failed)
 }
 
 /// Promote the claimed cached folio `[head, head + n)` (cache object `o`) page by page: pages
@@ -549,10 +542,7 @@ fn fill(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wak
                 }
                 return false;
             }
-            let o = crate::arena::Obj {
-                off: w_payload(w0) as usize * crate::arena::GRANULE,
-                class: crate::arena::class_of(PAGE_SIZE << k0).unwrap_or(0),
-            };
+            let o = region::cached_obj(w0, k0);
             // A clean folio demoted here still has its swap entries: a read maps it clean again.
             let mut kept = [0u64; 512];
             let k = reclaim::clean_tags(p, o, n, &mut kept);
@@ -564,18 +554,14 @@ fn fill(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wak
                     for i in 0..n {
                         r.word(head + i).store(w0, Ordering::Release);
                     }
-                    if wake {
-                        let _ = p.uffd.wake(r.addr(pg), PAGE_SIZE);
-                    }
+                    wake_page(p, r, pg, wake);
                     return true; // unmapped meanwhile, or an event pending (retried)
                 }
                 // The folio spans mappings the kernel will not fill in one call (part of it
                 // is PROT_NONE now): promote it page by page; a page that cannot be mapped
                 // keeps its data in the store.
                 uncache_by_page(p, r, head, n, o, wake);
-                if wake {
-                    let _ = p.uffd.wake(r.addr(pg), PAGE_SIZE);
-                }
+                wake_page(p, r, pg, wake);
                 return true;
             }
             reclaim::clear_clean_tags(p, o, n);
@@ -645,19 +631,20 @@ fn fill(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wak
                     fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
                 }
                 let clean = all && !write && e_head + (n as u64) < region::CLEAN_MAX_ENTRY && p.keep.keep(p);
-                let before = claimed;
-                let ok = copy_runs(p, r, head, &mut claimed[..n], buf.as_ptr(), clean, wake);
+                let failed = copy_runs(p, r, head, &claimed[..n], buf.as_ptr(), clean, wake);
                 p.bufs.give(bi);
-                if !ok {
-                    restore(&before[..n]);
+                let Some(failed) = failed else {
+                    restore(&claimed[..n]);
                     return true;
-                }
+                };
                 // Pages the kernel would not fill keep their words.
-                let dropped: [bool; 512] = std::array::from_fn(|i| i < n && before[i] && !claimed[i]);
-                restore(&dropped[..n]);
+                restore(&failed[..n]);
+                for (c, f) in claimed.iter_mut().zip(failed) {
+                    *c &= !f;
+                }
                 let clean = clean && claimed[..n].iter().all(|&c| c);
-                if !claimed[pg - head] && wake {
-                    let _ = p.uffd.wake(r.addr(pg), PAGE_SIZE);
+                if !claimed[pg - head] {
+                    wake_page(p, r, pg, wake);
                 }
                 if clean {
                     let old: [u64; 512] = std::array::from_fn(|i| word(kind::SWAPPED, k0, e_head + i as u64));
@@ -710,9 +697,7 @@ fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, wri
     p.bufs.give(bi);
     if res.is_err() {
         r.word(pg).store(w0, Ordering::Release);
-        if wake {
-            let _ = p.uffd.wake(r.addr(pg), PAGE_SIZE);
-        }
+        wake_page(p, r, pg, wake);
         return true;
     }
     if clean {
@@ -782,9 +767,7 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
         // A read of a never-written page: map the shared zero page.
         if p.uffd.zeropage(r.addr(pg), PAGE_SIZE, wake).is_err() {
             rollback(r, first, &old[..n], &claimed[..n]);
-            if wake {
-                let _ = p.uffd.wake(r.addr(pg), PAGE_SIZE);
-            }
+            wake_page(p, r, pg, wake);
             return true;
         }
         publish(p, r, pg, &claimed[pgi..pgi + 1], None);
@@ -817,20 +800,21 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
         src = p.bufs.zero();
     }
     let clean = any_swapped && all_swapped && !write && p.keep.keep(p);
-    let before = claimed;
-    let ok = copy_runs(p, r, first, &mut claimed[..n], src, clean, wake);
+    let failed = copy_runs(p, r, first, &claimed[..n], src, clean, wake);
     if bi != usize::MAX {
         p.bufs.give(bi);
     }
-    if !ok {
-        rollback(r, first, &old[..n], &before[..n]);
+    let Some(failed) = failed else {
+        rollback(r, first, &old[..n], &claimed[..n]);
         return true;
-    }
+    };
     // Pages the kernel would not fill keep their words (and their entries).
-    let dropped: [bool; 512] = std::array::from_fn(|i| i < n && before[i] && !claimed[i]);
-    rollback(r, first, &old[..n], &dropped[..n]);
-    if !claimed[pg - first] && wake {
-        let _ = p.uffd.wake(r.addr(pg), PAGE_SIZE);
+    rollback(r, first, &old[..n], &failed[..n]);
+    for (c, f) in claimed.iter_mut().zip(failed) {
+        *c &= !f;
+    }
+    if !claimed[pg - first] {
+        wake_page(p, r, pg, wake);
     }
     let mut swapped = 0u64;
     for i in 0..n {

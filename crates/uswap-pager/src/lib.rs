@@ -311,9 +311,10 @@ impl Pager {
                 Box::new(s)
             }
         };
-        // resident + swap cache + pool <= limit: with a tier outside RAM, cap the pool at half
-        // the limit so reclaim always has resident pages to evict (without one, the pool grows
-        // with the data and the limit holds only while the data compresses below it).
+        // resident + swap cache + pool <= limit: with a tier outside RAM, cap the pool at
+        // `pool_percent` of the limit so reclaim always has resident pages to evict (without
+        // one, the pool grows with the data and the limit holds only while the data
+        // compresses below it).
         let pool_capped = store.limit_ram(cfg.group, cfg.limit_bytes * u64::from(cfg.pool_percent) / 100);
         let mut features = uffd::feature::PAGEFAULT_FLAG_WP
             | uffd::feature::EVENT_UNMAP

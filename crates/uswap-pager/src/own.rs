@@ -107,8 +107,7 @@ pub fn remove_this_stack() {
             best = Some((s, v.abs_diff(sp)));
         }
     }
-    let best = best.map(|(s, _)| s);
-    if let Some(b) = best {
+    if let Some((b, _)) = best {
         b.store(0, Ordering::Release);
     }
 }

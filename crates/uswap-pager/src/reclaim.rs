@@ -611,10 +611,7 @@ fn evict_resident(
                     0 => release_words(p, &b.words[blk.w..blk.w + n]),
                     1 => {
                         let w = b.words[blk.w];
-                        p.cache.free(crate::arena::Obj {
-                            off: w_payload(w) as usize * crate::arena::GRANULE,
-                            class: crate::arena::class_of(PAGE_SIZE << blk.order).unwrap_or(0),
-                        });
+                        p.cache.free(region::cached_obj(w, blk.order));
                     }
                     _ => {}
                 }
@@ -782,10 +779,7 @@ fn shrink_inactive(p: &Pager, max_pages: usize) -> usize {
             }
             continue;
         }
-        let o = crate::arena::Obj {
-            off: w_payload(w0) as usize * crate::arena::GRANULE,
-            class: crate::arena::class_of(PAGE_SIZE << order).unwrap_or(0),
-        };
+        let o = region::cached_obj(w0, order);
         if keep_or_forget_clean(p, o, n, &mut words[..n]) {
             // A clean folio: its entries still hold it; nothing to compress.
             for i in 0..n {
@@ -973,10 +967,7 @@ pub(crate) fn evict_region(r: &'static RegionInner) -> usize {
             pg = head + n;
             continue;
         }
-        let o = crate::arena::Obj {
-            off: w_payload(w0) as usize * crate::arena::GRANULE,
-            class: crate::arena::class_of(PAGE_SIZE << order).unwrap_or(0),
-        };
+        let o = region::cached_obj(w0, order);
         // SAFETY: cache object of this claimed piece.
         let data = unsafe { std::slice::from_raw_parts(p.cache.ptr(o), PAGE_SIZE << order) };
         if keep_or_forget_clean(p, o, n, &mut words[..n]) || store_folio(p, data, order, &mut words[..n]).is_ok() {
@@ -1076,10 +1067,7 @@ pub(crate) fn release_pages_ex(r: &RegionInner, a: usize, b: usize, live: bool, 
                     }
                     continue;
                 }
-                let o = crate::arena::Obj {
-                    off: w_payload(w) as usize * crate::arena::GRANULE,
-                    class: crate::arena::class_of(PAGE_SIZE << order).unwrap_or(0),
-                };
+                let o = region::cached_obj(w, order);
                 let mut kept = [0u64; 512];
                 clean_tags(p, o, n, &mut kept);
                 clear_clean_tags(p, o, n);

@@ -98,6 +98,13 @@ pub fn w_order(w: u64) -> u32 {
 pub fn w_payload(w: u64) -> u64 {
     w >> 8
 }
+/// The swap-cache object a CACHED word of a folio of `order` points at.
+pub(crate) fn cached_obj(w: u64, order: u32) -> crate::arena::Obj {
+    crate::arena::Obj {
+        off: w_payload(w) as usize * crate::arena::GRANULE,
+        class: crate::arena::class_of(crate::PAGE_SIZE << order).unwrap_or(0),
+    }
+}
 /// Readahead mark of a word.
 #[inline]
 pub fn w_ra(w: u64) -> bool {

@@ -392,10 +392,7 @@ fn to_order0(p: &Pager, words: &mut [u64]) {
                 let k = w_order(w);
                 let n = 1usize << k;
                 // The folio's pages are consecutive words with this same value.
-                let o = crate::arena::Obj {
-                    off: w_payload(w) as usize * crate::arena::GRANULE,
-                    class: crate::arena::class_of(PAGE_SIZE << k).unwrap_or(0),
-                };
+                let o = region::cached_obj(w, k);
                 let mut kept = [0u64; 512];
                 crate::reclaim::clean_tags(p, o, n, &mut kept);
                 crate::reclaim::clear_clean_tags(p, o, n);

@@ -700,19 +700,7 @@ pub fn demo(d: &DemoArgs) -> CliResult {
     let mut region = backing.map(d.size as usize).map_err(CliError::fail)?;
     let cfg = WorkloadCfg { rounds: d.rounds, verify: !d.no_verify, data: d.data, seed: 0x5eed };
     let pages = d.size / PAGE as u64;
-    let pb = if !crate::progress::visible(d.json) {
-        if !d.json {
-            eprintln!(
-                "uswap demo: {} of {} data under a {} limit, folio {}, {}",
-                fmt_size(d.size),
-                d.data.name(),
-                fmt_size(d.limit),
-                fmt_size(d.folio),
-                backing.describe()
-            );
-        }
-        ProgressBar::hidden()
-    } else {
+    if !d.json {
         eprintln!(
             "uswap demo: {} of {} data under a {} limit, folio {}, {}",
             fmt_size(d.size),
@@ -721,7 +709,11 @@ pub fn demo(d: &DemoArgs) -> CliResult {
             fmt_size(d.folio),
             backing.describe()
         );
+    }
+    let pb = if crate::progress::visible(d.json) {
         ProgressBar::with_draw_target(Some(pages * (u64::from(d.rounds) + 1)), ProgressDrawTarget::stderr())
+    } else {
+        ProgressBar::hidden()
     };
     let (ptr, len) = (region.as_mut_ptr(), region.len());
     // SAFETY: the region is page-aligned, `len` bytes, owned by `region` (alive until the end

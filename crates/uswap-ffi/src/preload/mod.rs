@@ -6,8 +6,8 @@
 //! `USWAP_LIMIT` (bytes), `USWAP_TIERS`, `USWAP_FOLIO` (bytes), `USWAP_STATS_DIR` (each process
 //! writes `<pid>.json` there at exit), `USWAP_MMAP_MIN` (smallest anonymous mapping adopted at
 //! `mmap` time, default 16 KiB), `USWAP_SCAN_MS` (how often the resident set is checked for
-//! memory to reconcile, default 1 ms), `USWAP_ON_ERROR=warn` (run unmanaged, with a warning, if the pager cannot
-//! start; default: print why and exit 125).
+//! memory to reconcile, default 1 ms), `USWAP_ON_ERROR=warn` (run unmanaged, with a warning,
+//! if the pager cannot start; default: print why and exit 125).
 //!
 //! The program keeps its own allocator (glibc malloc, jemalloc, pymalloc, a JVM's or V8's
 //! heap): nothing is replaced. Its anonymous private memory is found and adopted by the pager
@@ -22,8 +22,7 @@
 //! `munmap` and `mremap` need no interposition: the kernel reports them as uffd events (UNMAP,
 //! REMAP) and the pager follows. `madvise(MADV_DONTNEED/FREE/REMOVE)` is interposed (it frees
 //! the pages' swap entries first); glibc's internal trims are turned off with a trim threshold
-//! above any heap (see `start`), since no symbol sees them. What is not
-//! adopted (stacks, shared or file mappings, the libraries' data, small mappings) is counted
+//! above any heap (see `start`), since no symbol sees them. What is not adopted (stacks, shared or file mappings, the libraries' data, small mappings) is counted
 //! and shown in the statistics; when a large share of the program's memory is outside the
 //! pager, [`scan`] says so on stderr.
 //!
@@ -260,8 +259,9 @@ fn start() -> Result<(), String> {
     r?;
     fork::install_gate()?;
     let _ = PAGER.set(pager.clone());
-    RSS_AT_START.store(proc_status_bytes("VmRSS:"), Ordering::Relaxed);
-    scan::FILE_AT_START.store(scan::statm().1, Ordering::Relaxed);
+    let (rss, shared) = scan::statm();
+    RSS_AT_START.store(rss, Ordering::Relaxed);
+    scan::FILE_AT_START.store(shared, Ordering::Relaxed);
     HEAP_AT_START.store(crate::internal::mapped_bytes(), Ordering::Relaxed);
     // Whatever the program has mapped so far (its brk heap, what the loader allocated), then
     // the reconciler keeps up with what it maps where no call of ours sees it.
@@ -305,6 +305,7 @@ pub fn stats_json() -> Option<serde_json::Value> {
     let p = pager()?;
     let c = &COUNTERS;
     let u = scan::unmanaged();
+    let heap_growth = crate::internal::mapped_bytes().saturating_sub(HEAP_AT_START.load(Ordering::Relaxed));
     Some(serde_json::json!({
         "limit_bytes": p.config().limit_bytes,
         "rss_at_start_bytes": RSS_AT_START.load(Ordering::Relaxed),
@@ -312,12 +313,10 @@ pub fn stats_json() -> Option<serde_json::Value> {
         // heap (the engine's tables, the pager's bookkeeping: the analogue of the kernel's
         // swap metadata, which a memory cgroup does not charge either), and file-backed pages
         // loaded since (libraries opened later, mapped files), which are not anonymous memory.
-        "fixed_overhead_bytes": RSS_AT_START.load(Ordering::Relaxed)
-            + crate::internal::mapped_bytes().saturating_sub(HEAP_AT_START.load(Ordering::Relaxed))
-            + scan::file_growth_peak(),
+        "fixed_overhead_bytes": RSS_AT_START.load(Ordering::Relaxed) + heap_growth + scan::file_growth_peak(),
         "file_rss_growth_bytes": scan::file_growth_peak(),
         "internal_heap_bytes": crate::internal::mapped_bytes(),
-        "internal_heap_growth_bytes": crate::internal::mapped_bytes().saturating_sub(HEAP_AT_START.load(Ordering::Relaxed)),
+        "internal_heap_growth_bytes": heap_growth,
         "adopt_calls": c.adopt_calls.load(Ordering::Relaxed),
         "adopt_bytes": c.adopt_bytes.load(Ordering::Relaxed),
         "adopt_errors": c.adopt_errors.load(Ordering::Relaxed),

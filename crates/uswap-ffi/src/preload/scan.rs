@@ -223,11 +223,6 @@ fn measure(p: &Pager, first: bool) {
     }
 }
 
-/// Resident pages from `/proc/self/statm`.
-fn statm_resident() -> u64 {
-    statm().0
-}
-
 /// Resident and shared (file-backed + shared memory) bytes from `/proc/self/statm`, read
 /// with raw calls into a stack buffer ((0, 0) if unreadable).
 pub fn statm() -> (u64, u64) {
@@ -279,10 +274,10 @@ fn spawn(p: Arc<Pager>) -> std::io::Result<()> {
         uswap_pager::own::add_this_stack();
         let ms = SCAN_MS.load(Ordering::Relaxed);
         let step = (p.config().limit_bytes / 128).max(256 << 10);
-        let mut last_rss = statm_resident();
+        let mut last_rss = statm().0;
         let mut last = std::time::Instant::now();
         // `USWAP_STATS_INTERVAL_MS`: also write the statistics file every so often (a live
-        // view for `uswap run --stats-interval`).
+        // view of a running program).
         let every = super::env(c"USWAP_STATS_INTERVAL_MS").and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
         let mut last_stats = std::time::Instant::now();
         loop {
@@ -294,7 +289,7 @@ fn spawn(p: Arc<Pager>) -> std::io::Result<()> {
             }
             if rss > last_rss + step || last.elapsed().as_millis() >= 500 {
                 scan_once(&p, false);
-                last_rss = statm_resident();
+                last_rss = statm().0;
                 last = std::time::Instant::now();
             }
         }
