@@ -607,11 +607,17 @@ fn evict_resident(
             inc(&p.counters.reclaim_aborted, 1);
             for blk in &mut b.blocks[..b.nblocks] {
                 let n = 1usize << blk.order;
+                // The block goes back to RESIDENT: free what the copy made of it, and the swap
+                // entries a clean block had kept (no word refers to them any more).
                 match blk.dest {
-                    0 => release_words(p, &b.words[blk.w..blk.w + n]),
+                    0 | 3 => release_words(p, &b.words[blk.w..blk.w + n]),
                     1 => {
-                        let w = b.words[blk.w];
-                        p.cache.free(region::cached_obj(w, blk.order));
+                        let o = region::cached_obj(b.words[blk.w], blk.order);
+                        let mut kept = [0u64; 512];
+                        clean_tags(p, o, n, &mut kept);
+                        clear_clean_tags(p, o, n);
+                        release_words(p, &kept[..n]);
+                        p.cache.free(o);
                     }
                     _ => {}
                 }
