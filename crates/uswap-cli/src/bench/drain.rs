@@ -14,7 +14,7 @@
 //! Everything is restored afterwards (child killed, swapoff, cgroup removed, zram reset and
 //! removed), also on error.
 
-use super::zpool::{print_result, zram_add, ZramDev};
+use super::zpool::{print_tree, zram_add, ZramDev};
 use super::{CliError, CliResult};
 use indicatif::ProgressBar;
 use serde_json::{json, Map, Value};
@@ -397,9 +397,9 @@ pub fn run(a: &Args) -> CliResult {
     out.insert("elapsed_s".into(), json!((t0.elapsed().as_secs_f64() * 100.0).round() / 100.0));
     bar.done();
     if a.json {
-        print_result("drain", &crate::report::with_header("drain", machine, Value::Object(out)), true);
+        println!("{}", crate::report::with_header("drain", machine, Value::Object(out)));
     } else {
-        print_result("drain", &Value::Object(out), false);
+        print_tree("drain", &Value::Object(out));
     }
     Ok(())
 }

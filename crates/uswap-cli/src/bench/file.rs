@@ -9,7 +9,7 @@
 //! cache; with encryption each store also reads and rewrites its 4 KiB metadata block).
 //! Also AES-256-GCM alone, per 4 KiB page.
 
-use super::zpool::print_result;
+use super::zpool::print_tree;
 use super::{CliError, CliResult};
 use indicatif::ProgressBar;
 use serde_json::{json, Map, Value};
@@ -251,7 +251,7 @@ pub fn run(a: &Args) -> CliResult {
         if let Some(m) = rest.as_object_mut() {
             m.remove("rows");
         }
-        print_result("file (other)", &rest, false);
+        print_tree("file (other)", &rest);
     }
     Ok(())
 }

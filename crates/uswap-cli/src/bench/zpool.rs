@@ -522,19 +522,16 @@ pub fn run(a: &Args) -> CliResult {
     out.insert("elapsed_s".into(), json!(round2(t0.elapsed().as_secs_f64())));
     bar.done();
     if a.json {
-        print_result("zpool", &crate::report::with_header("zpool", machine, Value::Object(out)), true);
+        println!("{}", crate::report::with_header("zpool", machine, Value::Object(out)));
     } else {
-        print_result("zpool", &Value::Object(out), false);
+        print_tree("zpool", &Value::Object(out));
     }
     Ok(())
 }
 
-/// Print a result object as JSON or as indented `key: value` lines.
-pub fn print_result(name: &str, v: &Value, as_json: bool) {
-    if as_json {
-        println!("{v}");
-        return;
-    }
+/// Print a result object for people, as indented `key: value` lines (`--json` prints the
+/// document with the common header instead).
+pub fn print_tree(name: &str, v: &Value) {
     fn walk(v: &Value, indent: usize) {
         if let Value::Object(m) = v {
             for (k, x) in m {
