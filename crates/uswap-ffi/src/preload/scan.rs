@@ -159,9 +159,6 @@ struct SeenCell(std::cell::UnsafeCell<Vec<(usize, usize)>>);
 unsafe impl Sync for SeenCell {}
 static SEEN_SET: SeenCell = SeenCell(std::cell::UnsafeCell::new(Vec::new()));
 
-/// Anonymous mappings present at start and smaller than this are the loader's (see scan_once).
-const LOADER_MAX: usize = 1 << 20;
-
 /// One reconciliation pass (see the module docs). `first`: the pass at start-up.
 pub fn scan_once(p: &Pager, first: bool) {
     crate::BIG.lock();
@@ -175,14 +172,6 @@ pub fn scan_once(p: &Pager, first: bool) {
         let (mut stacks, mut skipped) = (0u64, 0u64);
         for (i, m) in maps.iter().enumerate() {
             match skip_reason(&maps, i, min_len) {
-                // What the dynamic loader mapped before we started (its link maps, the TLS
-                // slot-info list, the main thread's static TLS): small, and read by the loader
-                // on paths a pager thread or a fork child takes before any pager thread can
-                // serve a fault (thread creation on a cached stack in a fork child hung on a
-                // swapped-out slot-info list). Never adopted, so always resident.
-                None if first && m.path != "[heap]" && m.end - m.start < LOADER_MAX => {
-                    now.push((m.start, m.end));
-                }
                 None => {
                     let key = (m.start, m.end);
                     if seen.binary_search(&key).is_err() {
