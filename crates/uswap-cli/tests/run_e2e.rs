@@ -217,6 +217,44 @@ fn fork_copy_on_write_both_ways_two_generations() {
     check_peak("fork", &s, limit, r.secs);
 }
 
+/// A fork child starts its pager thread before any thread of its own can serve a fault, and
+/// glibc's `pthread_create` on a cached stack reaches the dynamic loader's start-up data (a
+/// lazily bound `_dl_allocate_tls_init`: libc's link map, the TLS slot-info list). With that
+/// data adopted and swapped out, the child hung for good in `handle_userfault` (a Redis BGSAVE
+/// child, 1 run in 2; this program with small mappings adopted, 2 runs of 2). The loader's
+/// start-up mappings are small, so `USWAP_MMAP_MIN=4096` makes the scanner consider them here
+/// as it does in a program with many libraries.
+#[test]
+fn fork_after_startup_memory_went_cold() {
+    let dir = tempdir();
+    let prog = compile("fork_cold", dir.path());
+    let limit = 32 * MIB;
+    let st = dir.path().join("stats.json");
+    let rounds = 4;
+    let (lim, n, bytes) = (limit_arg(limit), rounds.to_string(), (4 * limit).to_string());
+    let args = [
+        OsStr::new("--limit"),
+        lim.as_ref(),
+        OsStr::new("--stats"),
+        st.as_os_str(),
+        OsStr::new("--"),
+        prog.as_os_str(),
+        n.as_ref(),
+        bytes.as_ref(),
+    ];
+    let r = uswap_run_env(&args, &[("USWAP_MMAP_MIN", "4096")]);
+    if no_uffd(&r) {
+        return;
+    }
+    let want: String = (0..rounds).map(|i| format!("round {i}: child exit 0\n")).collect::<String>() + "ok\n";
+    assert_eq!(r.out(), want, "fork_cold output; stderr:\n{}", r.stderr);
+    assert_eq!(r.code, Some(0), "fork_cold exit status; stderr:\n{}", r.stderr);
+    let s = stats(&st);
+    assert!(num(&s, "/main/unmanaged/loader_bytes") > 0, "the loader's start-up data was not found: {s:#}");
+    assert!(num(&s, "/main/swap/pswpout") * PAGE_BYTES >= 3 * limit, "fork_cold: too little swapped out: {s:#}");
+    check_peak("fork_cold", &s, limit, r.secs);
+}
+
 #[test]
 fn read_write_files_through_swapped_out_memory() {
     let dir = tempdir();

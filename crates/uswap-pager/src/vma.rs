@@ -31,43 +31,65 @@ use crate::{Pager, PagerError, PAGE_SIZE};
 use std::sync::atomic::Ordering;
 
 /// Adopt `[start, start + len)`, an anonymous private mapping of the program (page aligned).
-/// Returns the bytes newly put under the pager.
+/// Returns the bytes newly put under the pager. Parts recorded as the pager's own
+/// ([`crate::own`]) are left out: the kernel merges adjacent anonymous mappings, so one line of
+/// `/proc/self/maps` may hold both the program's memory and memory that must stay resident.
 pub(crate) fn adopt(p: &Pager, start: usize, len: usize) -> Result<usize, PagerError> {
     let start = start & !(PAGE_SIZE - 1);
     let end = (start + len).div_ceil(PAGE_SIZE) * PAGE_SIZE;
-    if end <= start || crate::own::is_own(start, end) {
+    if end <= start || crate::own::covers(start, end) {
         return Ok(0);
     }
     // Unmap events read so far must be applied first, or a new region could be covered by an
     // old one's pages that are about to become UNMAPPED.
     p.sync_events();
     let _g = p.vma_lock.lock();
-    let npages = (end - start) / PAGE_SIZE;
-    let mut covered = vec![false; npages];
+    // What not to adopt, as address ranges (never a per-page vector: a runtime's reservation
+    // may span terabytes): the pager's own parts, and pages a live region already holds.
+    let mut taken: Vec<(usize, usize)> = Vec::new();
+    crate::own::for_each_overlap(start, end, |a, b| taken.push((a & !(PAGE_SIZE - 1), b)));
     region::enter();
     region::for_each_of(p, |r| {
         let (a, b) = (r.start.max(start), (r.start + r.len).min(end));
+        let mut run: Option<usize> = None;
         for addr in (a..b).step_by(PAGE_SIZE) {
-            if w_kind(r.word((addr - r.start) / PAGE_SIZE).load(Ordering::Acquire)) != kind::UNMAPPED {
-                covered[(addr - start) / PAGE_SIZE] = true;
+            let live = w_kind(r.word((addr - r.start) / PAGE_SIZE).load(Ordering::Acquire)) != kind::UNMAPPED;
+            match (live, run) {
+                (true, None) => run = Some(addr),
+                (false, Some(s)) => {
+                    taken.push((s, addr));
+                    run = None;
+                }
+                _ => {}
             }
+        }
+        if let Some(s) = run {
+            taken.push((s, b));
         }
     });
     region::leave();
+    taken.sort_unstable();
     let mut adopted = 0;
     let mut first_err = None;
     let mut dead = Vec::new();
-    crate::reclaim::runs(npages, &|i| !covered[i], |i, j| {
-        match adopt_run(p, start + i * PAGE_SIZE, (j - i) * PAGE_SIZE, &mut dead) {
-            Ok(n) => adopted += n,
-            Err(e) => {
-                if first_err.is_none() {
-                    first_err = Some(e);
+    let mut adopt_gap = |a: usize, b: usize| {
+        if a < b {
+            match adopt_run(p, a, b - a, &mut dead) {
+                Ok(n) => adopted += n,
+                Err(e) => {
+                    if first_err.is_none() {
+                        first_err = Some(e);
+                    }
                 }
             }
         }
-        true
-    });
+    };
+    let mut at = start;
+    for &(a, b) in &taken {
+        adopt_gap(at, a.min(end));
+        at = at.max(b);
+    }
+    adopt_gap(at, end);
     drop(_g);
     for r in dead {
         // SAFETY: unpublished by adopt_piece; freed once, here, outside vma_lock and enter().
@@ -120,18 +142,31 @@ fn adopt_piece(
     inc(&p.counters.adopted_regions, 1);
     // Pages already present are resident: from here on the uffd reports the missing ones, so
     // this snapshot cannot miss a page that appears later.
-    let mut present = vec![0u8; r.npages];
+    // In chunks (a power of two, so folios never straddle one) with one fixed buffer: a
+    // reservation may be huge.
     const CHUNK: usize = 1 << 16;
+    let mut present = vec![0u8; CHUNK.min(r.npages)];
+    let mut count = 0u64;
     for c in (0..r.npages).step_by(CHUNK) {
         let n = CHUNK.min(r.npages - c);
         // SAFETY: mincore on a page-aligned range with one byte per page in the vector.
-        let rc = unsafe { libc::mincore(r.addr(c) as *mut _, n * PAGE_SIZE, present[c..].as_mut_ptr()) };
+        let rc = unsafe { libc::mincore(r.addr(c) as *mut _, n * PAGE_SIZE, present.as_mut_ptr()) };
         if rc != 0 {
-            present[c..c + n].fill(0);
+            present[..n].fill(0);
         }
+        count += mark_present(p, r, c, &present[..n], order);
     }
+    p.resident_pages.fetch_add(count as i64, Ordering::AcqRel);
+    inc(&p.counters.adopted_pages, count);
+    Ok(len)
+}
+
+/// Pages `first..first + present.len()` of a just-registered region that `mincore` found
+/// present become RESIDENT and join the active list, as folios of up to `order` where whole
+/// aligned blocks are present. Returns how many pages it took.
+fn mark_present(p: &Pager, r: &RegionInner, first: usize, present: &[u8], order: u32) -> u64 {
     let mut count = 0u64;
-    crate::reclaim::blocks(0, r.npages, &|i| present[i] & 1 != 0, |pg, kb| {
+    crate::reclaim::blocks(first, present.len(), &|i| present[i] & 1 != 0, |pg, kb| {
         // Blocks larger than the region's folio come as several folios.
         let k = kb.min(order);
         let n = 1usize << k;
@@ -171,9 +206,7 @@ fn adopt_piece(
             count += got as u64;
         }
     });
-    p.resident_pages.fetch_add(count as i64, Ordering::AcqRel);
-    inc(&p.counters.adopted_pages, count);
-    Ok(len)
+    count
 }
 
 fn push_active(p: &Pager, r: &RegionInner, pg: usize, k: u32) {

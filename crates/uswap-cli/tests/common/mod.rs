@@ -244,8 +244,14 @@ pub fn dump_stacks(pgid: i32) -> String {
 
 /// `uswap run ARGS…` with the preload library of this build.
 pub fn uswap_run<S: AsRef<OsStr>>(args: &[S]) -> Ran {
+    uswap_run_env(args, &[])
+}
+
+/// [`uswap_run`] with extra environment variables for the program (`USWAP_MMAP_MIN`, …).
+pub fn uswap_run_env<S: AsRef<OsStr>>(args: &[S], envs: &[(&str, &str)]) -> Ran {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
     cmd.arg("run").args(args).env("USWAP_PRELOAD", preload()).env_remove("LD_PRELOAD");
+    cmd.envs(envs.iter().copied());
     let what = format!(
         "uswap run {}",
         args.iter().map(|a| a.as_ref().to_string_lossy().into_owned()).collect::<Vec<_>>().join(" ")

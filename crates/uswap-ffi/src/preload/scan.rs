@@ -75,7 +75,7 @@ pub fn skip_reason(maps: &[Map], i: usize, min_len: usize) -> Option<&'static st
     // so its pages are managed from their first touch. Small ones are guard pages.
     let reserve = &m.perms == b"---p" && m.inode == 0 && m.path.is_empty() && m.end - m.start >= 1 << 20;
     if reserve {
-        return if uswap_pager::own::is_own(m.start, m.end) { Some("pager's own") } else { None };
+        return if uswap_pager::own::covers(m.start, m.end) { Some("pager's own") } else { None };
     }
     if m.perms[0] != b'r' || m.perms[1] != b'w' || m.perms[3] != b'p' {
         return Some("not private writable");
@@ -86,7 +86,9 @@ pub fn skip_reason(maps: &[Map], i: usize, min_len: usize) -> Option<&'static st
     if m.inode != 0 || (!m.path.is_empty() && m.path != "[heap]") {
         return Some("file or special");
     }
-    if uswap_pager::own::is_own(m.start, m.end) {
+    // Wholly the pager's own; a mapping only partly so (the kernel merged it with a neighbour)
+    // is adopted without those parts (`Pager::adopt` leaves them out).
+    if uswap_pager::own::covers(m.start, m.end) {
         return Some("pager's own");
     }
     if m.path == "[heap]" {
@@ -159,6 +161,24 @@ struct SeenCell(std::cell::UnsafeCell<Vec<(usize, usize)>>);
 unsafe impl Sync for SeenCell {}
 static SEEN_SET: SeenCell = SeenCell(std::cell::UnsafeCell::new(Vec::new()));
 
+/// Anonymous mappings present at start and smaller than this are the dynamic loader's.
+const LOADER_MAX: usize = 1 << 20;
+static LOADER_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// Is mapping `m`, seen by the pass at start-up, the dynamic loader's data?
+///
+/// ld.so allocates with its own minimal `malloc` (small anonymous mappings) before any library
+/// code runs: the link maps, the TLS slot-info list, the main thread's static TLS and its DTV.
+/// The loader reads them on paths where no pager thread can serve a fault: a lazily bound
+/// call's `_dl_fixup`, and `pthread_create` on a cached stack (`_dl_allocate_tls_init`), both
+/// taken by a fork child while it starts its own pager thread (a Redis BGSAVE child hung there,
+/// 1 run in 2, with the slot-info list swapped out). So they are recorded as the pager's own at
+/// start: never adopted, always resident, counted in `loader_bytes`. The brk heap is the
+/// program's (`[heap]`), and anything larger than [`LOADER_MAX`] is the program's too.
+fn is_loader_data(m: &Map) -> bool {
+    m.path.is_empty() && m.perms[..2] == *b"rw" && m.end - m.start < LOADER_MAX
+}
+
 /// One reconciliation pass (see the module docs). `first`: the pass at start-up.
 pub fn scan_once(p: &Pager, first: bool) {
     crate::BIG.lock();
@@ -172,6 +192,10 @@ pub fn scan_once(p: &Pager, first: bool) {
         let (mut stacks, mut skipped) = (0u64, 0u64);
         for (i, m) in maps.iter().enumerate() {
             match skip_reason(&maps, i, min_len) {
+                None | Some("small") if first && is_loader_data(m) => {
+                    uswap_pager::own::add(m.start, m.end - m.start);
+                    LOADER_BYTES.fetch_add((m.end - m.start) as u64, Ordering::Relaxed);
+                }
                 None => {
                     let key = (m.start, m.end);
                     if seen.binary_search(&key).is_err() {
@@ -316,6 +340,7 @@ pub fn unmanaged() -> serde_json::Value {
         "small_or_exec_bytes": SKIPPED_BYTES.load(Ordering::Relaxed),
         "scan_passes": PASSES.load(Ordering::Relaxed),
         "scan_adopted_bytes": ADOPTED_BYTES.load(Ordering::Relaxed),
+        "loader_bytes": LOADER_BYTES.load(Ordering::Relaxed),
         "own_overflow": uswap_pager::own::overflowed(),
         "warned": WARNED.load(Ordering::Relaxed),
     })
