@@ -146,7 +146,12 @@ pub fn covers(start: usize, end: usize) -> bool {
             return true;
         }
         let mut next = at;
-        for_each_overlap(at, at + 1, |_, e| next = next.max(e));
+        for r in &OWN[..HIGH.load(Ordering::Acquire)] {
+            let (s, e) = (r.start.load(Ordering::Acquire), r.end.load(Ordering::Acquire));
+            if e != 0 && s <= at && e > at {
+                next = next.max(e);
+            }
+        }
         if next == at {
             return false;
         }
