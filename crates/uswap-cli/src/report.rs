@@ -291,6 +291,10 @@ pub fn process(v: &Value, tiers: &str) -> Value {
         pre.insert(k.into(), json!(u(v, &format!("/{k}"))));
     }
     m.insert("preload".into(), Value::Object(pre));
+    // The thrashing check (preload/thrash.rs), passed through as written.
+    if let Some(t) = v.get("thrash") {
+        m.insert("thrash".into(), t.clone());
+    }
     // Anonymous memory the pager does not manage (thread stacks, shared memory, what it could
     // not adopt), as the reconciler measured it.
     if let Some(un) = v.get("unmanaged") {

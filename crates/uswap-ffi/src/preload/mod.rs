@@ -50,6 +50,7 @@ pub mod io;
 pub mod malloc;
 pub mod scan;
 pub mod signals;
+pub mod thrash;
 
 use crate::fork::{self, in_internal, internal};
 use crate::lock::RawLock;
@@ -323,6 +324,7 @@ pub fn stats_json() -> Option<serde_json::Value> {
         "mmap_small": c.mmap_small.load(Ordering::Relaxed),
         "reservations": c.reservations.load(Ordering::Relaxed),
         "unmanaged": u,
+        "thrash": thrash::stats(),
         "forks": fork::FORKS.load(Ordering::Relaxed),
         "pager": p.stats(),
     }))

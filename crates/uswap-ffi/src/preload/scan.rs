@@ -304,9 +304,14 @@ fn spawn(p: Arc<Pager>) -> std::io::Result<()> {
         // view of a running program).
         let every = super::env(c"USWAP_STATS_INTERVAL_MS").and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
         let mut last_stats = std::time::Instant::now();
+        let (mut window, mut last_second) = (super::thrash::Window::default(), std::time::Instant::now());
         loop {
             std::thread::sleep(std::time::Duration::from_millis(ms));
             let rss = sample_rss();
+            if last_second.elapsed() >= std::time::Duration::from_secs(1) {
+                last_second = std::time::Instant::now();
+                super::thrash::sample(&mut window, p.stats().fault_swapin, p.config().limit_bytes);
+            }
             if every > 0 && last_stats.elapsed().as_millis() as u64 >= every {
                 super::write_stats();
                 last_stats = std::time::Instant::now();
