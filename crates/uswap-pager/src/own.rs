@@ -35,11 +35,7 @@ static OVERFLOW: AtomicUsize = AtomicUsize::new(0);
 
 /// Record `[start, start + len)` as the pager's own memory.
 pub fn add(start: usize, len: usize) {
-    let n = HIGH.load(Ordering::Acquire);
-    let covered = OWN[..n].iter().any(|r| {
-        let e = r.end.load(Ordering::Acquire);
-        e != 0 && r.start.load(Ordering::Acquire) <= start && e >= start + len
-    });
+    let covered = entries().any(|(s, e)| s <= start && e >= start + len);
     if len == 0 || covered {
         return;
     }
@@ -112,16 +108,17 @@ pub fn remove_this_stack() {
     }
 }
 
+/// The recorded ranges, as `(start, end)` (free entries left out).
+fn entries() -> impl Iterator<Item = (usize, usize)> {
+    OWN[..HIGH.load(Ordering::Acquire)]
+        .iter()
+        .map(|r| (r.start.load(Ordering::Acquire), r.end.load(Ordering::Acquire)))
+        .filter(|&(_, e)| e != 0)
+}
+
 /// True if `[start, end)` overlaps the pager's own memory or contains a pager thread's stack.
 pub fn is_own(start: usize, end: usize) -> bool {
-    let n = HIGH.load(Ordering::Acquire);
-    OWN[..n].iter().any(|r| {
-        let e = r.end.load(Ordering::Acquire);
-        e != 0 && r.start.load(Ordering::Acquire) < end && e > start
-    }) || STACKS.iter().any(|s| {
-        let v = s.load(Ordering::Acquire);
-        v != 0 && v >= start && v < end
-    })
+    entries().any(|(s, e)| s < end && e > start) || has_stack(start, end)
 }
 
 /// True if a pager thread's stack pointer lies in `[start, end)` (the whole mapping is then a
@@ -139,36 +136,22 @@ pub fn covers(start: usize, end: usize) -> bool {
     if has_stack(start, end) {
         return true;
     }
+    // Walk from `start`: each step jumps to the furthest end of an entry containing `at`.
     let mut at = start;
-    // Each round moves `at` past one entry that contains it; at most one round per entry.
-    for _ in 0..=HIGH.load(Ordering::Acquire) {
-        if at >= end {
-            return true;
+    while at < end {
+        match entries().filter(|&(s, e)| s <= at && e > at).map(|(_, e)| e).max() {
+            Some(e) => at = e,
+            None => return false,
         }
-        let mut next = at;
-        for r in &OWN[..HIGH.load(Ordering::Acquire)] {
-            let (s, e) = (r.start.load(Ordering::Acquire), r.end.load(Ordering::Acquire));
-            if e != 0 && s <= at && e > at {
-                next = next.max(e);
-            }
-        }
-        if next == at {
-            return false;
-        }
-        at = next;
     }
-    at >= end
+    true
 }
 
 /// Call `f(start, end)` for every recorded own range that overlaps `[start, end)`, clipped to
 /// it (ranges may overlap each other and come in no order).
 pub fn for_each_overlap(start: usize, end: usize, mut f: impl FnMut(usize, usize)) {
-    let n = HIGH.load(Ordering::Acquire);
-    for r in &OWN[..n] {
-        let (s, e) = (r.start.load(Ordering::Acquire), r.end.load(Ordering::Acquire));
-        if e != 0 && s < end && e > start {
-            f(s.max(start), e.min(end));
-        }
+    for (s, e) in entries().filter(|&(s, e)| s < end && e > start) {
+        f(s.max(start), e.min(end));
     }
 }
 

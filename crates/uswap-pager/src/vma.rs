@@ -51,20 +51,13 @@ pub(crate) fn adopt(p: &Pager, start: usize, len: usize) -> Result<usize, PagerE
     region::enter();
     region::for_each_of(p, |r| {
         let (a, b) = (r.start.max(start), (r.start + r.len).min(end));
-        let mut run: Option<usize> = None;
-        for addr in (a..b).step_by(PAGE_SIZE) {
-            let live = w_kind(r.word((addr - r.start) / PAGE_SIZE).load(Ordering::Acquire)) != kind::UNMAPPED;
-            match (live, run) {
-                (true, None) => run = Some(addr),
-                (false, Some(s)) => {
-                    taken.push((s, addr));
-                    run = None;
-                }
-                _ => {}
-            }
-        }
-        if let Some(s) = run {
-            taken.push((s, b));
+        if a < b {
+            let first = (a - r.start) / PAGE_SIZE;
+            let live = |i: usize| w_kind(r.word(first + i).load(Ordering::Acquire)) != kind::UNMAPPED;
+            crate::reclaim::runs((b - a) / PAGE_SIZE, &live, |i, j| {
+                taken.push((a + i * PAGE_SIZE, a + j * PAGE_SIZE));
+                true
+            });
         }
     });
     region::leave();
@@ -77,9 +70,7 @@ pub(crate) fn adopt(p: &Pager, start: usize, len: usize) -> Result<usize, PagerE
             match adopt_run(p, a, b - a, &mut dead) {
                 Ok(n) => adopted += n,
                 Err(e) => {
-                    if first_err.is_none() {
-                        first_err = Some(e);
-                    }
+                    first_err.get_or_insert(e);
                 }
             }
         }
