@@ -123,36 +123,11 @@ pub fn is_own(start: usize, end: usize) -> bool {
 
 /// True if a pager thread's stack pointer lies in `[start, end)` (the whole mapping is then a
 /// pager thread's stack: its extent is not recorded, only the pointer).
-pub fn has_stack(start: usize, end: usize) -> bool {
+fn has_stack(start: usize, end: usize) -> bool {
     STACKS.iter().any(|s| {
         let v = s.load(Ordering::Acquire);
         v != 0 && v >= start && v < end
     })
-}
-
-/// True if every byte of `[start, end)` is recorded own memory (pieces of several entries
-/// count; a pager thread's stack makes the whole range own).
-pub fn covers(start: usize, end: usize) -> bool {
-    if has_stack(start, end) {
-        return true;
-    }
-    // Walk from `start`: each step jumps to the furthest end of an entry containing `at`.
-    let mut at = start;
-    while at < end {
-        match entries().filter(|&(s, e)| s <= at && e > at).map(|(_, e)| e).max() {
-            Some(e) => at = e,
-            None => return false,
-        }
-    }
-    true
-}
-
-/// Call `f(start, end)` for every recorded own range that overlaps `[start, end)`, clipped to
-/// it (ranges may overlap each other and come in no order).
-pub fn for_each_overlap(start: usize, end: usize, mut f: impl FnMut(usize, usize)) {
-    for (s, e) in entries().filter(|&(s, e)| s < end && e > start) {
-        f(s.max(start), e.min(end));
-    }
 }
 
 /// Own mappings that could not be recorded (the table was full).
@@ -179,24 +154,6 @@ mod tests {
         assert!(!is_own(base + 0x8000, base + 0x9000));
         remove(base, 0x8000);
         assert!(!is_own(base, base + 0x10000));
-    }
-
-    #[test]
-    fn covers_needs_every_byte_and_overlaps_are_clipped() {
-        let base = 0x7100_0000_0000usize;
-        add(base, 0x2000);
-        add(base + 0x2000, 0x2000);
-        add(base + 0x6000, 0x1000);
-        assert!(covers(base, base + 0x4000), "two adjacent entries");
-        assert!(!covers(base, base + 0x5000), "a hole at +0x4000");
-        assert!(!covers(base + 0x5000, base + 0x7000));
-        assert!(covers(base + 0x6000, base + 0x7000));
-        let mut seen = Vec::new();
-        for_each_overlap(base + 0x1000, base + 0x6800, |a, b| seen.push((a - base, b - base)));
-        seen.sort_unstable();
-        assert_eq!(seen, vec![(0x1000, 0x2000), (0x2000, 0x4000), (0x6000, 0x6800)]);
-        remove(base, 0x7000);
-        assert!(!is_own(base, base + 0x7000));
     }
 
     #[test]

@@ -31,13 +31,14 @@ use crate::{Pager, PagerError, PAGE_SIZE};
 use std::sync::atomic::Ordering;
 
 /// Adopt `[start, start + len)`, an anonymous private mapping of the program (page aligned).
-/// Returns the bytes newly put under the pager. Parts recorded as the pager's own
-/// ([`crate::own`]) are left out: the kernel merges adjacent anonymous mappings, so one line of
-/// `/proc/self/maps` may hold both the program's memory and memory that must stay resident.
+/// Returns the bytes newly put under the pager. A range that overlaps the pager's own memory
+/// ([`crate::own`]) is left alone whole: the pager records a mapping only after `mmap` returns,
+/// so a neighbour the kernel merged with it may be the pager's too, not recorded yet (adopting
+/// around the recorded part made node's event thread fault on its own region words).
 pub(crate) fn adopt(p: &Pager, start: usize, len: usize) -> Result<usize, PagerError> {
     let start = start & !(PAGE_SIZE - 1);
     let end = (start + len).div_ceil(PAGE_SIZE) * PAGE_SIZE;
-    if end <= start || crate::own::covers(start, end) {
+    if end <= start || crate::own::is_own(start, end) {
         return Ok(0);
     }
     // Unmap events read so far must be applied first, or a new region could be covered by an
@@ -45,9 +46,8 @@ pub(crate) fn adopt(p: &Pager, start: usize, len: usize) -> Result<usize, PagerE
     p.sync_events();
     let _g = p.vma_lock.lock();
     // What not to adopt, as address ranges (never a per-page vector: a runtime's reservation
-    // may span terabytes): the pager's own parts, and pages a live region already holds.
+    // may span terabytes): pages a live region already holds.
     let mut taken: Vec<(usize, usize)> = Vec::new();
-    crate::own::for_each_overlap(start, end, |a, b| taken.push((a & !(PAGE_SIZE - 1), b)));
     region::enter();
     region::for_each_of(p, |r| {
         let (a, b) = (r.start.max(start), (r.start + r.len).min(end));

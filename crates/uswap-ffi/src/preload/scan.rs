@@ -75,7 +75,7 @@ pub fn skip_reason(maps: &[Map], i: usize, min_len: usize) -> Option<&'static st
     // so its pages are managed from their first touch. Small ones are guard pages.
     let reserve = &m.perms == b"---p" && m.inode == 0 && m.path.is_empty() && m.end - m.start >= 1 << 20;
     if reserve {
-        return if uswap_pager::own::covers(m.start, m.end) { Some("pager's own") } else { None };
+        return if uswap_pager::own::is_own(m.start, m.end) { Some("pager's own") } else { None };
     }
     if m.perms[0] != b'r' || m.perms[1] != b'w' || m.perms[3] != b'p' {
         return Some("not private writable");
@@ -86,9 +86,7 @@ pub fn skip_reason(maps: &[Map], i: usize, min_len: usize) -> Option<&'static st
     if m.inode != 0 || (!m.path.is_empty() && m.path != "[heap]") {
         return Some("file or special");
     }
-    // Wholly the pager's own; a mapping only partly so (the kernel merged it with a neighbour)
-    // is adopted without those parts (`Pager::adopt` leaves them out).
-    if uswap_pager::own::covers(m.start, m.end) {
+    if uswap_pager::own::is_own(m.start, m.end) {
         return Some("pager's own");
     }
     if m.path == "[heap]" {
