@@ -6,7 +6,12 @@
 //!
 //! - nonce (96 bits) = a 64-bit write counter, unique for the life of the key (an atomic
 //!   `fetch_add`; the key is discarded long before 2^64 writes), followed by the low 32 bits
-//!   of the slot. The counter alone guarantees a nonce is never reused under the key.
+//!   of the slot. The counter alone guarantees a nonce is never reused under the key. It lives
+//!   in a page of its own mapped `MAP_SHARED`: a `fork` child inherits the key (it must read
+//!   the pages its parent wrote) and shares the counter with its parent instead of copying
+//!   it, so the two processes never seal two pages under one nonce (a copied counter would
+//!   hand both the same sequence: GCM with a repeated nonce leaks the XOR of the two pages
+//!   and the authentication key).
 //! - associated data = the physical slot number and the owning virtual slot, so a block
 //!   copied to another slot, or read back for another owner after the slot was reused, fails
 //!   authentication just like a flipped bit.
@@ -17,7 +22,6 @@
 //! counter is one relaxed atomic. Encryption and decryption work in place: no allocation.
 
 use crate::error::TierError;
-use crate::sync::{AtomicU64, Ordering};
 use aes_gcm::aead::{AeadInPlace, KeyInit};
 use aes_gcm::{Aes256Gcm, Nonce, Tag};
 
@@ -37,7 +41,62 @@ fn aad(slot: u64, owner: u64) -> [u8; 16] {
 /// A per-process AES-256-GCM key and nonce counter.
 pub struct PageCipher {
     aead: Aes256Gcm,
-    counter: AtomicU64,
+    counter: SharedCounter,
+}
+
+/// A 64-bit counter in an anonymous `MAP_SHARED` page: `fork` children share it with their
+/// parent (a private copy would repeat the parent's values). Mapped with the raw system call
+/// so that no interposed `mmap` (the LD_PRELOAD library's) is involved.
+struct SharedCounter {
+    page: *mut u8,
+}
+
+// SAFETY: the page is only reached as an `AtomicU64` (see `get`), which is Sync.
+unsafe impl Send for SharedCounter {}
+// SAFETY: as above.
+unsafe impl Sync for SharedCounter {}
+
+impl SharedCounter {
+    const LEN: usize = 4096;
+
+    fn new(start: u64) -> Result<SharedCounter, TierError> {
+        // SAFETY: an anonymous shared mapping at an address the kernel picks; no memory of
+        // ours is affected.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_mmap,
+                std::ptr::null_mut::<libc::c_void>(),
+                Self::LEN,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1 as libc::c_long,
+                0 as libc::c_long,
+            )
+        };
+        if r < 0 {
+            return Err(TierError::Io { op: "mmap", msg: std::io::Error::last_os_error().to_string() });
+        }
+        let c = SharedCounter { page: r as *mut u8 };
+        c.get().store(start, std::sync::atomic::Ordering::Relaxed);
+        Ok(c)
+    }
+
+    fn get(&self) -> &std::sync::atomic::AtomicU64 {
+        // SAFETY: `page` is a live, page-aligned (so 8-byte aligned) read-write mapping of
+        // `LEN` bytes owned by self; it is only ever used as this one atomic.
+        unsafe { std::sync::atomic::AtomicU64::from_ptr(self.page.cast()) }
+    }
+
+    fn next(&self) -> u64 {
+        self.get().fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Drop for SharedCounter {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, unmapped once (other processes keep their views).
+        unsafe { libc::syscall(libc::SYS_munmap, self.page, Self::LEN) };
+    }
 }
 
 impl PageCipher {
@@ -50,13 +109,13 @@ impl PageCipher {
         // Do not leave a copy of the key on the stack longer than needed.
         key.fill(0);
         std::hint::black_box(&key);
-        Ok(PageCipher { aead, counter: AtomicU64::new(1) })
+        Ok(PageCipher { aead, counter: SharedCounter::new(1)? })
     }
 
     /// Encrypt one page in place for physical slot `slot` owned by virtual slot `owner`;
     /// writes nonce and tag into `meta` (`META_BYTES` long).
     pub fn seal(&self, slot: u64, owner: u64, page: &mut [u8], meta: &mut [u8]) -> Result<(), TierError> {
-        let ctr = self.counter.fetch_add(1, Ordering::Relaxed);
+        let ctr = self.counter.next();
         let mut nonce = [0u8; NONCE_BYTES];
         nonce[..8].copy_from_slice(&ctr.to_le_bytes());
         nonce[8..].copy_from_slice(&(slot as u32).to_le_bytes());
@@ -118,6 +177,62 @@ mod tests {
         let other = PageCipher::new_random().unwrap();
         let mut p5 = sealed;
         assert!(!other.open(42, 7, &mut p5, &meta));
+    }
+
+    /// A fork child shares the nonce counter with its parent: pages sealed by the two after
+    /// the fork never share a nonce (the bug: the child copied the counter and repeated the
+    /// parent's nonces under the same key).
+    #[test]
+    fn fork_child_and_parent_never_share_a_nonce() {
+        let c = PageCipher::new_random().unwrap();
+        let mut fds = [0i32; 2];
+        // SAFETY: a valid two-int array.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        const N: usize = 100;
+        // SAFETY: the child only seals (no allocation, no lock), writes to the pipe and exits.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let mut page = [0u8; 64];
+            let mut out = [0u8; N * NONCE_BYTES];
+            for i in 0..N {
+                let mut meta = [0u8; META_BYTES];
+                let _ = c.seal(5, 0, &mut page, &mut meta);
+                out[i * NONCE_BYTES..(i + 1) * NONCE_BYTES].copy_from_slice(&meta[..NONCE_BYTES]);
+            }
+            // SAFETY: writing our own buffer to the pipe, then leaving without running the
+            // parent's destructors or test harness.
+            unsafe {
+                libc::write(fds[1], out.as_ptr().cast(), out.len());
+                libc::_exit(0);
+            }
+        }
+        let mut mine = std::collections::HashSet::new();
+        let mut page = [0u8; 64];
+        for _ in 0..N {
+            let mut meta = [0u8; META_BYTES];
+            c.seal(5, 0, &mut page, &mut meta).unwrap();
+            mine.insert(meta[..NONCE_BYTES].to_vec());
+        }
+        // SAFETY: closing our copy of the write end; reading into a buffer of that length.
+        unsafe { libc::close(fds[1]) };
+        let mut theirs = vec![0u8; N * NONCE_BYTES];
+        let mut got = 0;
+        while got < theirs.len() {
+            // SAFETY: as above.
+            let n = unsafe { libc::read(fds[0], theirs[got..].as_mut_ptr().cast(), theirs.len() - got) };
+            assert!(n > 0, "the child sent {got} of {} bytes", theirs.len());
+            got += n as usize;
+        }
+        let mut status = 0;
+        // SAFETY: our child.
+        unsafe {
+            libc::waitpid(pid, &mut status, 0);
+            libc::close(fds[0]);
+        }
+        for n in theirs.chunks(NONCE_BYTES) {
+            assert!(!mine.contains(n), "parent and child sealed under the same nonce {n:?}");
+        }
     }
 
     #[test]
