@@ -22,8 +22,7 @@
 //! counter is one relaxed atomic. Encryption and decryption work in place: no allocation.
 
 use crate::error::TierError;
-use aes_gcm::aead::{AeadInPlace, KeyInit};
-use aes_gcm::{Aes256Gcm, Nonce, Tag};
+use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, AES_256_GCM};
 
 /// Bytes of per-page metadata on disk: nonce (12) + tag (16) + 4 bytes reserved, so that
 /// records are 32-byte aligned.
@@ -40,7 +39,7 @@ fn aad(slot: u64, owner: u64) -> [u8; 16] {
 
 /// A per-process AES-256-GCM key and nonce counter.
 pub struct PageCipher {
-    aead: Aes256Gcm,
+    aead: LessSafeKey,
     counter: SharedCounter,
 }
 
@@ -104,8 +103,10 @@ impl PageCipher {
     pub fn new_random() -> Result<Self, TierError> {
         let mut key = [0u8; 32];
         getrandom::fill(&mut key).map_err(|e| TierError::Io { op: "getrandom", msg: e.to_string() })?;
-        let aead =
-            Aes256Gcm::new_from_slice(&key).map_err(|_| TierError::Io { op: "key", msg: "bad key length".into() })?;
+        let aead = LessSafeKey::new(
+            UnboundKey::new(&AES_256_GCM, &key)
+                .map_err(|_| TierError::Io { op: "key", msg: "bad key length".into() })?,
+        );
         // Do not leave a copy of the key on the stack longer than needed.
         key.fill(0);
         std::hint::black_box(&key);
@@ -122,10 +123,10 @@ impl PageCipher {
         let aad = aad(slot, owner);
         let tag = self
             .aead
-            .encrypt_in_place_detached(Nonce::from_slice(&nonce), &aad, page)
+            .seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), Aad::from(aad), page)
             .map_err(|_| TierError::Io { op: "encrypt", msg: "AEAD encryption failed".into() })?;
         meta[..NONCE_BYTES].copy_from_slice(&nonce);
-        meta[NONCE_BYTES..NONCE_BYTES + TAG_BYTES].copy_from_slice(&tag);
+        meta[NONCE_BYTES..NONCE_BYTES + TAG_BYTES].copy_from_slice(tag.as_ref());
         meta[NONCE_BYTES + TAG_BYTES..META_BYTES].fill(0);
         Ok(())
     }
@@ -136,10 +137,13 @@ impl PageCipher {
         if meta.len() < META_BYTES {
             return false;
         }
-        let nonce = Nonce::from_slice(&meta[..NONCE_BYTES]);
-        let tag = Tag::from_slice(&meta[NONCE_BYTES..NONCE_BYTES + TAG_BYTES]);
-        let aad = aad(slot, owner);
-        self.aead.decrypt_in_place_detached(nonce, &aad, page, tag).is_ok()
+        let (Ok(nonce), Ok(tag)) = (
+            Nonce::try_assume_unique_for_key(&meta[..NONCE_BYTES]),
+            Tag::try_from(&meta[NONCE_BYTES..NONCE_BYTES + TAG_BYTES]),
+        ) else {
+            return false;
+        };
+        self.aead.open_in_place_separate_tag(nonce, Aad::from(aad(slot, owner)), tag, page, 0..).is_ok()
     }
 }
 
