@@ -11,7 +11,8 @@
 //! Locking: region creation and removal run under [`crate::BIG`]; access to region memory takes
 //! no lock.
 
-use crate::fork::{self, internal};
+use crate::fork;
+use crate::reentry::internal;
 use crate::BIG;
 use std::cell::RefCell;
 use std::ffi::{c_char, c_void, CStr, CString};
@@ -225,7 +226,7 @@ pub unsafe extern "C" fn uswap_pager_new(cfg: *const UswapConfig) -> *mut UswapP
         let r = Pager::new(pc.clone()).map_err(|e| (status_of(&e), e.to_string())).and_then(|p| {
             // SAFETY: BIG held.
             let idx = unsafe { fork::track_pager(&p, &before) }.map_err(os)?;
-            if let Err(e) = fork::install_gate() {
+            if let Err(e) = crate::gate::install_gate() {
                 // SAFETY: BIG held.
                 unsafe { fork::untrack_pager(idx) };
                 return Err(os(e));

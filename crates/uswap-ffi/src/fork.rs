@@ -1,4 +1,4 @@
-//! fork(2) under the pager, and the SIGBUS gate in front of the pager's handler.
+//! fork(2) under the pager.
 //!
 //! A pager's state (page words, rings, the engine's tables and compressed pool) is ordinary
 //! process memory, so `fork` gives the child a copy-on-write snapshot of it that agrees with the
@@ -33,38 +33,18 @@
 //! rebuilds the kernel objects first, then opens. Our handlers are registered before the
 //! program's, so the child's runs first and the prepare runs last.
 //!
-//! The gate also keeps SIGBUS ours: `sigaction(SIGBUS)` by the program is recorded and called for
+//! The gate itself is [`crate::gate`]. It also keeps SIGBUS ours: `sigaction(SIGBUS)` by the program is recorded and called for
 //! faults outside the regions, and SIGBUS cannot be blocked (a blocked synchronous SIGBUS kills
 //! the process), see [`crate::preload::signals`].
 //!
-//! Locking: tracked pagers and regions change only under [`crate::BIG`]; the gate is an atomic
-//! (tid of the forking thread) plus an in-flight counter, with SeqCst on both sides (a thread
-//! increments, then re-checks the gate; the forker closes, then waits for zero).
+//! Locking: tracked pagers and regions change only under [`crate::BIG`]; the gate's own
+//! protocol is described in [`crate::gate`].
 
+use crate::reentry::internal;
 use crate::BIG;
-use std::cell::{Cell, UnsafeCell};
+use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
 use uswap_pager::uffd;
-
-thread_local! {
-    /// > 0 while this thread runs uswap code: interposed `mmap`/`madvise`/`sigaction` pass
-    /// straight to the system for it.
-    pub static DEPTH: Cell<u32> = const { Cell::new(0) };
-}
-
-/// Run `f` as uswap code (see [`DEPTH`]).
-pub fn internal<R>(f: impl FnOnce() -> R) -> R {
-    DEPTH.with(|d| d.set(d.get() + 1));
-    let r = f();
-    DEPTH.with(|d| d.set(d.get() - 1));
-    r
-}
-
-/// True while the calling thread runs uswap code.
-pub fn in_internal() -> bool {
-    DEPTH.with(|d| d.get() > 0)
-}
 
 const MAX_PAGERS: usize = 16;
 const MAX_TRACKED: usize = 4096;
@@ -225,139 +205,23 @@ pub unsafe fn untrack_region(start: usize) {
 }
 
 // ---------------------------------------------------------------------------------------
-// The SIGBUS gate
+// Fork state
 
-static GATE: AtomicI32 = AtomicI32::new(0);
 /// True from the start of the prepare handler to the end of the parent/child handler: a
 /// `malloc` that would wait for [`BIG`] then takes memory from the internal heap instead (the
 /// pager's event thread must be able to run, and allocate at its start-up, while `fork` waits
 /// for it to read the fork event).
 pub static FORKING: AtomicBool = AtomicBool::new(false);
-static INFLIGHT: AtomicI32 = AtomicI32::new(0);
-static PAGER_ACTION: AtomicUsize = AtomicUsize::new(0);
-static PAGER_SIGINFO: AtomicBool = AtomicBool::new(true);
-/// True once the gate is installed (interposed `sigaction` then guards SIGBUS).
-pub static GATE_ON: AtomicBool = AtomicBool::new(false);
 /// Children this process forked with pagers to carry over, for statistics (a child starts
 /// again from zero).
 pub static FORKS: AtomicU64 = AtomicU64::new(0);
+/// Called in a fork child with each tracked pager once its threads run again (the preload
+/// library restarts its reconciler thread for its own pager).
+static CHILD_HOOK: AtomicUsize = AtomicUsize::new(0);
 
-/// The program's own SIGBUS disposition (what it set through `sigaction`/`signal`).
-pub struct ProgramAction {
-    lock: crate::lock::RawLock,
-    act: UnsafeCell<Option<libc::sigaction>>,
-}
-// SAFETY: `act` is only accessed under `lock` (and read in the handler, which copies it).
-unsafe impl Sync for ProgramAction {}
-/// The program's SIGBUS action.
-pub static PROGRAM: ProgramAction = ProgramAction { lock: crate::lock::RawLock::new(), act: UnsafeCell::new(None) };
-
-impl ProgramAction {
-    /// Swap the program's action: returns the old one (None = default).
-    pub fn exchange(&self, new: Option<Option<libc::sigaction>>) -> Option<libc::sigaction> {
-        self.lock.lock();
-        // SAFETY: under the lock.
-        let slot = unsafe { &mut *self.act.get() };
-        let old = *slot;
-        if let Some(n) = new {
-            *slot = n;
-        }
-        self.lock.unlock();
-        old
-    }
-    fn get(&self) -> Option<libc::sigaction> {
-        // SAFETY: a racy read of a Copy value in a signal handler would be torn only if the
-        // program changed its SIGBUS handler concurrently with a fault outside our regions.
-        unsafe { *self.act.get() }
-    }
-}
-
-fn gettid() -> i32 {
-    // SAFETY: gettid has no arguments and cannot fail.
-    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
-}
-
-/// Put the gate in front of the pager's SIGBUS handler (once; after the first pager exists).
-pub fn install_gate() -> Result<(), String> {
-    if GATE_ON.load(Ordering::Acquire) {
-        return Ok(());
-    }
-    // SAFETY: reading and replacing the SIGBUS action with valid sigaction structs; the real
-    // sigaction (`__sigaction`) so the kernel gets glibc's restorer.
-    unsafe {
-        let mut old: libc::sigaction = std::mem::zeroed();
-        if crate::preload::signals::real_sigaction(libc::SIGBUS, std::ptr::null(), &mut old) != 0 {
-            return Err("sigaction(SIGBUS) failed".into());
-        }
-        if old.sa_sigaction == libc::SIG_DFL || old.sa_sigaction == libc::SIG_IGN {
-            // Thread fault mode: no SIGBUS handler, nothing to guard.
-            return Ok(());
-        }
-        PAGER_ACTION.store(old.sa_sigaction, Ordering::Release);
-        PAGER_SIGINFO.store(old.sa_flags & libc::SA_SIGINFO != 0, Ordering::Release);
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = gate_sigbus as *const () as usize;
-        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_NODEFER;
-        libc::sigemptyset(&mut sa.sa_mask);
-        if crate::preload::signals::real_sigaction(libc::SIGBUS, &sa, std::ptr::null_mut()) != 0 {
-            return Err("sigaction(SIGBUS) failed".into());
-        }
-    }
-    GATE_ON.store(true, Ordering::Release);
-    Ok(())
-}
-
-extern "C" fn gate_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    // SAFETY: the kernel passes a valid siginfo.
-    let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
-    let ours = code > 0 && uswap_pager::region::overlaps(addr, addr + 1);
-    if !ours {
-        if let Some(pa) = PROGRAM.get() {
-            let h = pa.sa_sigaction;
-            if h != libc::SIG_DFL && h != libc::SIG_IGN {
-                if pa.sa_flags & libc::SA_SIGINFO != 0 {
-                    // SAFETY: the program installed this as an SA_SIGINFO handler.
-                    let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-                        unsafe { std::mem::transmute(h) };
-                    f(sig, info, ctx);
-                } else {
-                    // SAFETY: a plain handler.
-                    let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(h) };
-                    f(sig);
-                }
-                return;
-            }
-        }
-        // Not ours and no program handler: the pager's handler restores the default action.
-    }
-    let me = gettid();
-    loop {
-        let g = GATE.load(Ordering::SeqCst);
-        if g != 0 && g != me {
-            std::thread::yield_now();
-            continue;
-        }
-        INFLIGHT.fetch_add(1, Ordering::SeqCst);
-        let g = GATE.load(Ordering::SeqCst);
-        if g != 0 && g != me {
-            INFLIGHT.fetch_sub(1, Ordering::SeqCst);
-            continue;
-        }
-        break;
-    }
-    DEPTH.with(|d| d.set(d.get() + 1));
-    let h = PAGER_ACTION.load(Ordering::Acquire);
-    if PAGER_SIGINFO.load(Ordering::Relaxed) {
-        // SAFETY: the pager installed this SA_SIGINFO handler (read back in install_gate).
-        let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) = unsafe { std::mem::transmute(h) };
-        f(sig, info, ctx);
-    } else {
-        // SAFETY: a plain handler.
-        let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(h) };
-        f(sig);
-    }
-    DEPTH.with(|d| d.set(d.get() - 1));
-    INFLIGHT.fetch_sub(1, Ordering::SeqCst);
+/// Register `hook`, called in a fork child with every tracked pager after its rebuild.
+pub fn on_child_rebuilt(hook: fn(*const uswap_pager::Pager)) {
+    CHILD_HOOK.store(hook as usize, Ordering::Release);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -385,10 +249,7 @@ extern "C" fn prepare() {
     FORKING.store(true, Ordering::SeqCst);
     BIG.lock();
     if any_pager() {
-        GATE.store(gettid(), Ordering::SeqCst);
-        while INFLIGHT.load(Ordering::SeqCst) != 0 {
-            std::thread::yield_now();
-        }
+        crate::gate::close_for_fork();
         // The pagers' own threads hold no page across the fork (the child will not have them),
         // and what the child's handler touches before its uffd is registered (this thread's TLS
         // and its DTV, which may live in the program's heap) is resident.
@@ -487,7 +348,7 @@ extern "C" fn parent() {
         // SAFETY: as above.
         unsafe { &*t.pager }.resume();
     }
-    GATE.store(0, Ordering::SeqCst);
+    crate::gate::open_after_fork();
     FORKING.store(false, Ordering::SeqCst);
     BIG.unlock();
 }
@@ -525,8 +386,7 @@ extern "C" fn child() {
                 libc::close(w);
             }
         }
-        GATE.store(0, Ordering::SeqCst);
-        INFLIGHT.store(0, Ordering::SeqCst);
+        crate::gate::reset_in_child();
     }
     FORKING.store(false, Ordering::SeqCst);
     BIG.force_unlock();
@@ -590,11 +450,12 @@ fn rebuild_child(idx: usize, t: &Tracked) -> Result<(), String> {
     // events (fork and unmap events block their thread until read).
     // SAFETY: tracked pagers are alive while tracked (track_pager's contract).
     pager.restart_in_fork_child().map_err(|e| e.to_string())?;
-    // The preload's reconciler is one of those threads too.
-    if let Some(p) = crate::preload::pager() {
-        if std::ptr::eq(Arc::as_ptr(p), t.pager) {
-            crate::preload::scan::restart_in_child(p.clone());
-        }
+    // Threads of the pager's owner (the preload library's reconciler).
+    let hook = CHILD_HOOK.load(Ordering::Acquire);
+    if hook != 0 {
+        // SAFETY: only `on_child_rebuilt` stores here, from a `fn(*const Pager)`.
+        let hook: fn(*const uswap_pager::Pager) = unsafe { std::mem::transmute(hook) };
+        hook(t.pager);
     }
     Ok(())
 }

@@ -17,9 +17,11 @@
 
 pub mod capi;
 pub mod fork;
+pub mod gate;
 pub mod internal;
 pub mod lock;
 pub mod preload;
+pub mod reentry;
 
 /// The library-wide lock (see the crate docs).
 pub static BIG: lock::RawLock = lock::RawLock::new();

@@ -9,7 +9,7 @@
 //!
 //! Locking: none here (the loader's own).
 
-use crate::fork::internal;
+use crate::reentry::internal;
 use libc::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -7,7 +7,7 @@
 //! (DTV) with the global `calloc`, and resizes it from the thread itself, and glibc functions
 //! the pager's threads call may allocate. Memory from glibc's heap may be adopted by the pager
 //! and swapped out; a pager thread that touched it (its own DTV, on every thread-local access)
-//! would wait for itself. So a call made by uswap code ([`crate::fork::in_internal`]) or on a
+//! would wait for itself. So a call made by uswap code ([`crate::reentry::in_internal`]) or on a
 //! pager thread (named `uswap-*`) is served from the internal heap, which is never adopted;
 //! `free` and `realloc` go wherever the block came from ([`crate::internal::owns`] is a range
 //! check). When the library is inert (`USWAP_LIMIT` unset) every call goes to the next allocator.
@@ -42,7 +42,7 @@ static NEXT: Next = Next {
 
 #[cold]
 fn resolve() {
-    crate::fork::internal(|| {
+    crate::reentry::internal(|| {
         let get = |name: &std::ffi::CStr| {
             // SAFETY: dlsym with a NUL-terminated name; RTLD_NEXT finds the definition after ours.
             unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) as usize }
@@ -75,7 +75,7 @@ fn internal() -> bool {
 /// True while the next allocator is being looked up (calls from inside `dlsym`).
 #[inline]
 fn in_resolve() -> bool {
-    NEXT.malloc.load(Ordering::Relaxed) == 0 && crate::fork::in_internal()
+    NEXT.malloc.load(Ordering::Relaxed) == 0 && crate::reentry::in_internal()
 }
 
 fn enomem() -> *mut c_void {

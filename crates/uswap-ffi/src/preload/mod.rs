@@ -33,7 +33,7 @@
 //! Deadlock freedom: no code here holds a lock that a thread may hold while touching managed
 //! memory. The interposed calls take no lock of their own; the pager's adoption lock is never
 //! held across program memory or anything that waits for the event thread; pager threads
-//! (named `uswap-*`) and code run through [`crate::fork::internal`] never adopt, and the
+//! (named `uswap-*`) and code run through [`crate::reentry::internal`] never adopt, and the
 //! mappings they make are recorded as the pager's own ([`uswap_pager::own`]) so nothing ever
 //! adopts them. Rust allocations inside the library come from its own heap
 //! ([`crate::internal`]), never from the program's allocator.
@@ -52,8 +52,9 @@ pub mod scan;
 pub mod signals;
 pub mod thrash;
 
-use crate::fork::{self, in_internal, internal};
+use crate::fork;
 use crate::lock::RawLock;
+use crate::reentry::{in_internal, internal};
 use libc::{c_int, c_void, size_t};
 use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
@@ -214,6 +215,15 @@ pub fn proc_status_bytes(key: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Fork child: our pager runs again; its reconciler thread must too.
+fn restart_scan_in_child(p: *const Pager) {
+    if let Some(ours) = pager() {
+        if std::ptr::eq(Arc::as_ptr(ours), p) {
+            scan::restart_in_child(ours.clone());
+        }
+    }
+}
+
 fn start() -> Result<(), String> {
     let limit = parse_num(c"USWAP_LIMIT", 0)?;
     let folio = parse_num(c"USWAP_FOLIO", 65536)? as usize;
@@ -258,8 +268,9 @@ fn start() -> Result<(), String> {
     let r = unsafe { fork::track_pager(&pager, &before) };
     crate::BIG.unlock();
     r?;
-    fork::install_gate()?;
+    crate::gate::install_gate()?;
     let _ = PAGER.set(pager.clone());
+    fork::on_child_rebuilt(restart_scan_in_child);
     let (rss, shared) = scan::statm();
     RSS_AT_START.store(rss, Ordering::Relaxed);
     scan::FILE_AT_START.store(shared, Ordering::Relaxed);

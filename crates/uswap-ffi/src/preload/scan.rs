@@ -114,7 +114,7 @@ fn read_maps() -> Vec<Map> {
 
 /// Is `[a, a + len)` inside one anonymous private writable mapping?
 pub fn is_anon_private_range(a: usize, len: usize) -> bool {
-    crate::fork::internal(|| {
+    crate::reentry::internal(|| {
         let maps = read_maps();
         maps.iter()
             .enumerate()
@@ -180,7 +180,7 @@ fn is_loader_data(m: &Map) -> bool {
 /// One reconciliation pass (see the module docs). `first`: the pass at start-up.
 pub fn scan_once(p: &Pager, first: bool) {
     crate::BIG.lock();
-    crate::fork::internal(|| {
+    crate::reentry::internal(|| {
         let min_len = super::MMAP_MIN.load(Ordering::Relaxed);
         let maps = read_maps();
         SEEN.lock();
@@ -353,18 +353,20 @@ pub fn unmanaged() -> serde_json::Value {
 mod tests {
     use super::*;
 
+    // Addresses above the 47-bit user address space, so that no mapping of this test process
+    // (a thread stack another test recorded as the pager's own) can overlap them.
     const SAMPLE: &str = "\
-55d0c0000000-55d0c0001000 r--p 00000000 fe:00 1234 /usr/bin/prog
-55d0c0001000-55d0c0002000 rw-p 00001000 fe:00 1234 /usr/bin/prog
-55d0c0002000-55d0c0003000 rw-p 00000000 00:00 0
-55d0c1000000-55d0c2000000 rw-p 00000000 00:00 0 [heap]
-7f0000000000-7f0000001000 ---p 00000000 00:00 0
-7f0000001000-7f0000801000 rw-p 00000000 00:00 0
-7f0001000000-7f0005000000 rw-p 00000000 00:00 0
-7f0005000000-7f0009000000 ---p 00000000 00:00 0
-7f0009000000-7f0009002000 rw-p 00000000 00:00 0
-7f000a000000-7f000a100000 rw-s 00000000 00:05 99 /dev/zero (deleted)
-7ffc00000000-7ffc00021000 rw-p 00000000 00:00 0 [stack]
+fd0c00000000-fd0c00001000 r--p 00000000 fe:00 1234 /usr/bin/prog
+fd0c00001000-fd0c00002000 rw-p 00001000 fe:00 1234 /usr/bin/prog
+fd0c00002000-fd0c00003000 rw-p 00000000 00:00 0
+fd0c01000000-fd0c02000000 rw-p 00000000 00:00 0 [heap]
+fe0000000000-fe0000001000 ---p 00000000 00:00 0
+fe0000001000-fe0000801000 rw-p 00000000 00:00 0
+fe0001000000-fe0005000000 rw-p 00000000 00:00 0
+fe0005000000-fe0009000000 ---p 00000000 00:00 0
+fe0009000000-fe0009002000 rw-p 00000000 00:00 0
+fe000a000000-fe000a100000 rw-s 00000000 00:05 99 /dev/zero (deleted)
+fffc00000000-fffc00021000 rw-p 00000000 00:00 0 [stack]
 ";
 
     #[test]

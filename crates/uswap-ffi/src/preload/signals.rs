@@ -1,29 +1,17 @@
 //! Signal interposition that keeps the pager's SIGBUS working in programs that manage signals.
 //!
 //! - `sigaction(SIGBUS, ...)` and `signal(SIGBUS, ...)` by the program are recorded instead of
-//!   installed: the gate ([`crate::fork`]) calls the program's handler for faults outside the
+//!   installed: the gate ([`crate::gate`]) calls the program's handler for faults outside the
 //!   regions and resolves faults inside them. Other signals go to libc's `__sigaction`.
 //! - `sigprocmask`/`pthread_sigmask` never block SIGBUS: a synchronous SIGBUS raised while it is
 //!   blocked kills the process (the kernel forces the default action), and worker threads that
 //!   block "all signals" are common. Like glibc, the internal signals 32 and 33 are not blocked.
 //!
-//! Locking: the program's SIGBUS action is behind its own tiny lock ([`crate::fork::PROGRAM`]).
+//! Locking: the program's SIGBUS action is behind its own tiny lock ([`crate::gate::PROGRAM`]).
 
-use crate::fork::{in_internal, GATE_ON, PROGRAM};
+use crate::gate::{real_sigaction, GATE_ON, PROGRAM};
+use crate::reentry::in_internal;
 use std::sync::atomic::Ordering;
-
-extern "C" {
-    fn __sigaction(sig: libc::c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> libc::c_int;
-}
-
-/// libc's real `sigaction` (installs glibc's signal restorer).
-///
-/// # Safety
-/// - As for `sigaction(2)`.
-pub unsafe fn real_sigaction(sig: libc::c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> libc::c_int {
-    // SAFETY: forwarded.
-    unsafe { __sigaction(sig, act, old) }
-}
 
 fn guarding(sig: libc::c_int) -> bool {
     sig == libc::SIGBUS && GATE_ON.load(Ordering::Acquire) && !in_internal()
@@ -41,7 +29,7 @@ pub unsafe extern "C" fn sigaction(
 ) -> libc::c_int {
     if !guarding(sig) {
         // SAFETY: forwarded.
-        return unsafe { __sigaction(sig, act, old) };
+        return unsafe { real_sigaction(sig, act, old) };
     }
     let new = if act.is_null() {
         None
