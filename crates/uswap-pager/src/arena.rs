@@ -95,9 +95,9 @@ impl Arena {
     /// Reserve `cap` bytes of address space (no memory is committed until used).
     pub fn new(cap: usize) -> std::io::Result<Arena> {
         let cap = cap.div_ceil(4096) * 4096;
-        let p: *mut libc::c_void = crate::sys::map_noreserve(cap)?.cast();
+        let p: *mut libc::c_void = crate::own::map_noreserve(cap)?.cast();
         let tag_bytes = cap / 4096 * 8;
-        let t = match crate::sys::map_noreserve(tag_bytes) {
+        let t = match crate::own::map_noreserve(tag_bytes) {
             Ok(t) => t,
             Err(e) => {
                 // SAFETY: unmapping the reservation made above.

@@ -51,7 +51,7 @@ unsafe impl Sync for BufPool {}
 impl BufPool {
     /// Reserve the pool (memory is committed on first use of each buffer).
     pub fn new() -> std::io::Result<BufPool> {
-        let mem = crate::sys::map_noreserve(NBUF * BUF_BYTES + BUF_BYTES)?;
+        let mem = crate::own::map_noreserve(NBUF * BUF_BYTES + BUF_BYTES)?;
         // SAFETY: the last 2 MiB of the mapping; made read-only so it stays zero.
         let zero = unsafe { mem.add(NBUF * BUF_BYTES) };
         // SAFETY: protecting our own mapping.
@@ -419,7 +419,7 @@ fn unclean(p: &Pager, r: &RegionInner, pg: usize, w0: u64, wake: bool) -> bool {
     }
     // Unprotect only the pages we hold: another thread may be evicting the others, relying on
     // their protection.
-    if !reclaim::runs(n, &|i| claimed[i], |i, j| {
+    if !region::runs(n, &|i| claimed[i], |i, j| {
         p.uffd.writeprotect(r.addr(head + i), (j - i) * PAGE_SIZE, false, wake).is_ok()
     }) {
         // The range is gone (unmapped): the unmap event releases the pages.
@@ -466,7 +466,7 @@ fn copy_runs(
 ) -> Option<[bool; 512]> {
     let again = || crate::uffd::AGAIN.with(|c| c.get());
     let mut failed = [false; 512];
-    reclaim::runs(claimed.len(), &|i| claimed[i], |i, j| {
+    region::runs(claimed.len(), &|i| claimed[i], |i, j| {
         // SAFETY: src holds claimed.len() pages; the destination pages are claimed (BUSY) and
         // missing.
         let whole = unsafe { p.uffd.copy(r.addr(first + i), src.add(i * PAGE_SIZE), (j - i) * PAGE_SIZE, wp, wake) };

@@ -52,19 +52,21 @@
 
 pub mod arena;
 pub mod fault;
+mod handle;
 pub mod own;
 pub mod reclaim;
 pub mod region;
 pub mod stats;
 pub mod store;
 pub mod sys;
+pub mod syscall;
 pub mod uffd;
 pub mod vma;
 
-pub use region::Region;
+pub use handle::Region;
 pub use stats::PagerStats;
 pub use store::{EngineStore, Lz4Store, PageStore, StoreError};
-pub use sys::prefault;
+pub use syscall::prefault;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -548,7 +550,7 @@ impl Pager {
 
     /// A snapshot of the statistics.
     pub fn stats(&self) -> PagerStats {
-        stats::snapshot(self)
+        stats::snapshot(self, region::live_regions_of(self))
     }
 }
 

@@ -19,10 +19,15 @@
 //! - If the store has no contiguous range for a large folio (`NoSpace`), the folio is split in
 //!   halves and retried (`swpout_fallback`). If the store fails, the eviction is undone: write
 //!   protection is removed and the folio stays resident.
+//! - **Releasing** pages ([`release_pages`]) frees their swap entries and cache copies; a
+//!   region is retired ([`retire_region`]) by taking it out of the registry, waiting until no
+//!   thread is inside it, and releasing all its pages.
 //!
 //! Locking: each ring is a preallocated circular buffer behind a tiny spinlock that is never
 //! held across anything but the push/pop itself (so a signal handler cannot deadlock on it);
 //! pages are claimed by CAS to `BUSY` (see [`crate::region`]). Nothing here allocates.
+//! Retiring a region waits for every thread inside the registry ([`region::enter`]), so it is
+//! called with no lock held that such a thread may wait for.
 
 use crate::region::{
     self, clean_entry, clean_payload, clean_to_swapped, is_mapped, kind, w_kind, w_order, w_payload, word, RegionInner,
@@ -181,7 +186,7 @@ impl Ring {
     /// A ring of `cap` entries (a power of two).
     pub fn new(cap: usize) -> std::io::Result<Ring> {
         let cap = cap.next_power_of_two();
-        let p = crate::sys::map_noreserve(cap * 8)?;
+        let p = crate::own::map_noreserve(cap * 8)?;
         Ok(Ring {
             buf: p.cast(),
             mask: cap - 1,
@@ -313,27 +318,6 @@ pub fn blocks(first: usize, n: usize, claimed: &dyn Fn(usize) -> bool, mut f: im
         f(first + i, k);
         i += 1 << k;
     }
-}
-
-/// Call `f(i, j)` for each maximal run `[i, j)` of `[0, n)` where `is` holds, in order, until
-/// it returns false; returns whether every call succeeded.
-pub fn runs(n: usize, is: &dyn Fn(usize) -> bool, mut f: impl FnMut(usize, usize) -> bool) -> bool {
-    let mut i = 0;
-    while i < n {
-        if !is(i) {
-            i += 1;
-            continue;
-        }
-        let mut j = i;
-        while j < n && is(j) {
-            j += 1;
-        }
-        if !f(i, j) {
-            return false;
-        }
-        i = j;
-    }
-    true
 }
 
 #[derive(Copy, Clone)]
@@ -1011,6 +995,26 @@ pub(crate) fn forget_clean(p: &Pager) {
             }
         }
     });
+}
+
+/// Take a region out of the registry and free it ([`region::retire_region`]), releasing its
+/// swap entries and cache copies first.
+///
+/// # Safety
+/// - As for [`region::retire_region`].
+pub(crate) unsafe fn retire_region(inner: *mut RegionInner) {
+    // SAFETY: the caller's obligations are retire_region's.
+    unsafe { region::retire_region(inner, |r| release_pages(r, 0, r.npages, false)) }
+}
+
+/// Free an unpublished region ([`region::free_unpublished`]), releasing its swap entries and
+/// cache copies first.
+///
+/// # Safety
+/// - As for [`region::free_unpublished`].
+pub(crate) unsafe fn free_unpublished(inner: *mut RegionInner) {
+    // SAFETY: the caller's obligations are free_unpublished's.
+    unsafe { region::free_unpublished(inner, |r| release_pages(r, 0, r.npages, false)) }
 }
 
 /// Release pages `[a, b)` of `r`: free their swap entries and cache copies and make them

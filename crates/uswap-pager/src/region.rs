@@ -1,5 +1,7 @@
 //! Managed regions: the mapping, its per-page state words, and the process-wide registry the
-//! SIGBUS handler searches.
+//! SIGBUS handler searches. This layer knows nothing of reclaim: retiring a region takes the
+//! release of its pages as an argument (see `reclaim::retire_region`), and the public
+//! [`crate::Region`] handle lives above reclaim (`handle.rs`).
 //!
 //! Every 4 KiB page of a region has one `AtomicU64` state word (the pager's page table, in a
 //! `MAP_NORESERVE` array so untouched parts cost nothing):
@@ -30,7 +32,6 @@
 
 use crate::Pager;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
 
 /// Page state kinds.
 pub mod kind {
@@ -270,6 +271,27 @@ pub fn by_slot(slot: usize, gen: u32) -> Option<&'static RegionInner> {
     (r.gen == gen && s.gen.load(Ordering::Relaxed) == gen).then_some(r)
 }
 
+/// Call `f(i, j)` for each maximal run `[i, j)` of `[0, n)` where `is` holds, in order, until
+/// it returns false; returns whether every call succeeded.
+pub fn runs(n: usize, is: &dyn Fn(usize) -> bool, mut f: impl FnMut(usize, usize) -> bool) -> bool {
+    let mut i = 0;
+    while i < n {
+        if !is(i) {
+            i += 1;
+            continue;
+        }
+        let mut j = i;
+        while j < n && is(j) {
+            j += 1;
+        }
+        if !f(i, j) {
+            return false;
+        }
+        i = j;
+    }
+    true
+}
+
 /// The shared part of a region, reachable from the signal handler.
 pub struct RegionInner {
     /// First byte (folio aligned).
@@ -357,21 +379,6 @@ impl RegionInner {
     }
 }
 
-/// A managed region of anonymous memory, paged by its [`Pager`] under the pager's limit.
-///
-/// Use it as ordinary memory through [`Region::as_ptr`] or [`Region::as_mut_slice`]; pages are
-/// swapped out when the pager is over its limit and swapped back in on access. Dropping the
-/// region unmaps it and frees its swap entries.
-pub struct Region {
-    inner: *mut RegionInner,
-    pager: Arc<Pager>,
-}
-
-// SAFETY: the region's memory and state are shared-safe (atomics); the raw pointer is owned.
-unsafe impl Send for Region {}
-// SAFETY: as above.
-unsafe impl Sync for Region {}
-
 fn mmap_anon(len: usize, noreserve: bool) -> std::io::Result<usize> {
     let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
     if noreserve {
@@ -452,18 +459,18 @@ fn publish_region(pager: &Pager, pl: Placement) -> Result<*mut RegionInner, crat
     Ok(inner)
 }
 
-/// Take a region out of the registry and free it: its swap entries and cache copies are
-/// released, the pages still its own are unregistered (and unmapped, unless adopted: the
-/// program's mapping stays the program's).
+/// Take a region out of the registry and free it: its pages are released with `release` (see
+/// [`free_unpublished`]), the pages still its own are unregistered (and unmapped, unless
+/// adopted: the program's mapping stays the program's).
 ///
 /// # Safety
 /// - `inner` came from [`publish_region`] and is retired once.
 /// - The calling thread is not between [`enter`] and [`leave`].
-pub(crate) unsafe fn retire_region(inner: *mut RegionInner) {
+pub(crate) unsafe fn retire_region(inner: *mut RegionInner, release: impl FnOnce(&RegionInner)) {
     // SAFETY: the caller's obligations are ours.
     unsafe {
         unpublish(inner);
-        free_unpublished(inner);
+        free_unpublished(inner, release);
     }
 }
 
@@ -481,13 +488,14 @@ pub(crate) unsafe fn unpublish(inner: *mut RegionInner) {
 }
 
 /// Second half of [`retire_region`]: wait until no thread can hold a pointer to the region,
-/// then release its pages and free it. Waits for threads inside [`enter`], so call it holding
-/// no lock that such a thread may wait for.
+/// then release its pages with `release` (which frees their swap entries and cache copies:
+/// the reclaim layer's `release_pages`), and free it. Waits for threads inside [`enter`], so
+/// call it holding no lock that such a thread may wait for.
 ///
 /// # Safety
 /// - `inner` was unpublished with [`unpublish`] and is freed once.
 /// - The calling thread is not between [`enter`] and [`leave`].
-pub(crate) unsafe fn free_unpublished(inner: *mut RegionInner) {
+pub(crate) unsafe fn free_unpublished(inner: *mut RegionInner, release: impl FnOnce(&RegionInner)) {
     // SAFETY: live until freed below (caller's obligation).
     let r = unsafe { &*inner };
     let s = &REGISTRY[r.slot];
@@ -495,12 +503,12 @@ pub(crate) unsafe fn free_unpublished(inner: *mut RegionInner) {
     while ACTIVE.load(Ordering::SeqCst) != 0 {
         std::thread::yield_now();
     }
-    crate::reclaim::release_pages(r, 0, r.npages, false);
+    release(r);
     // Unregister (and unmap) what is still ours: not the pages the program unmapped (the
     // address may be another mapping's now).
     let ours = |i: usize| w_kind(r.word(i).load(Ordering::Acquire)) != kind::UNMAPPED;
     let adopted = r.adopted;
-    crate::reclaim::runs(r.npages, &ours, |i, j| {
+    runs(r.npages, &ours, |i, j| {
         let _ = r.pager().uffd.unregister(r.addr(i), (j - i) * crate::PAGE_SIZE);
         if !adopted {
             // SAFETY: pages [i, j) of the region are still the mapping created in create();
@@ -552,6 +560,41 @@ pub fn live_regions_of(p: &Pager) -> usize {
     n
 }
 
+/// Map a new region of `len` bytes (rounded up to the folio size) for [`Pager::map`]: a fresh
+/// anonymous mapping, registered with the uffd and published.
+pub(crate) fn create_mapped(pager: &Pager, len: usize) -> Result<*mut RegionInner, crate::PagerError> {
+    let folio = pager.cfg.folio_size;
+    let len = len.max(1).div_ceil(folio) * folio;
+    let map_len = len + folio;
+    let base = mmap_anon(map_len, true).map_err(|e| crate::PagerError::Os(format!("mmap of {map_len} bytes: {e}")))?;
+    // The program's memory, not the pager's own.
+    crate::own::remove(base, map_len);
+    let start = base.div_ceil(folio) * folio;
+    let mode = crate::uffd::mode::MISSING | crate::uffd::mode::WP;
+    if let Err(e) = pager.uffd.register(start, len, mode) {
+        // SAFETY: unmapping the mapping we just created.
+        unsafe { libc::munmap(base as *mut _, map_len) };
+        return Err(crate::PagerError::Os(format!("{e} (region of {len} bytes)")));
+    }
+    let pl = Placement {
+        start,
+        len,
+        folio_order: (folio / crate::PAGE_SIZE).trailing_zeros(),
+        adopted: false,
+        map_base: base,
+        map_len,
+    };
+    match publish_region(pager, pl) {
+        Ok(inner) => Ok(inner),
+        Err(e) => {
+            let _ = pager.uffd.unregister(start, len);
+            // SAFETY: unmapping the mapping we just created.
+            unsafe { libc::munmap(base as *mut _, map_len) };
+            Err(e)
+        }
+    }
+}
+
 /// Every live adopted region of pager `p`, as raw pointers (for retirement; call outside
 /// [`enter`]: the pointers stay valid because only the caller retires adopted regions).
 pub(crate) fn adopted_of(p: &Pager) -> Vec<*mut RegionInner> {
@@ -569,140 +612,6 @@ pub(crate) fn adopted_of(p: &Pager) -> Vec<*mut RegionInner> {
         }
     }
     v
-}
-
-impl Region {
-    pub(crate) fn create(pager: &Arc<Pager>, len: usize) -> Result<Region, crate::PagerError> {
-        let folio = pager.cfg.folio_size;
-        let len = len.max(1).div_ceil(folio) * folio;
-        let map_len = len + folio;
-        let base =
-            mmap_anon(map_len, true).map_err(|e| crate::PagerError::Os(format!("mmap of {map_len} bytes: {e}")))?;
-        // The program's memory, not the pager's own.
-        crate::own::remove(base, map_len);
-        let start = base.div_ceil(folio) * folio;
-        let mode = crate::uffd::mode::MISSING | crate::uffd::mode::WP;
-        if let Err(e) = pager.uffd.register(start, len, mode) {
-            // SAFETY: unmapping the mapping we just created.
-            unsafe { libc::munmap(base as *mut _, map_len) };
-            return Err(crate::PagerError::Os(format!("{e} (region of {len} bytes)")));
-        }
-        let pl = Placement {
-            start,
-            len,
-            folio_order: (folio / crate::PAGE_SIZE).trailing_zeros(),
-            adopted: false,
-            map_base: base,
-            map_len,
-        };
-        match publish_region(pager, pl) {
-            Ok(inner) => Ok(Region { inner, pager: pager.clone() }),
-            Err(e) => {
-                let _ = pager.uffd.unregister(start, len);
-                // SAFETY: unmapping the mapping we just created.
-                unsafe { libc::munmap(base as *mut _, map_len) };
-                Err(e)
-            }
-        }
-    }
-
-    fn inner(&self) -> &RegionInner {
-        // SAFETY: inner lives until Drop.
-        unsafe { &*self.inner }
-    }
-
-    /// First byte of the region.
-    pub fn as_ptr(&self) -> *mut u8 {
-        self.inner().start as *mut u8
-    }
-
-    /// Length in bytes (the requested length rounded up to the folio size).
-    pub fn len(&self) -> usize {
-        self.inner().len
-    }
-
-    /// True if the region has no bytes (never: a region is at least one folio).
-    pub fn is_empty(&self) -> bool {
-        self.inner().len == 0
-    }
-
-    /// The region as a byte slice.
-    pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: the mapping is valid for len bytes for the region's life; faults are served.
-        unsafe { std::slice::from_raw_parts(self.as_ptr(), self.len()) }
-    }
-
-    /// The region as a mutable byte slice.
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as as_slice, and &mut self gives exclusive access.
-        unsafe { std::slice::from_raw_parts_mut(self.as_ptr(), self.len()) }
-    }
-
-    /// The pager serving this region.
-    pub fn pager(&self) -> &Arc<Pager> {
-        &self.pager
-    }
-
-    /// Mark the region for large-folio swap-in under the `Madvise` swap-in policy (like
-    /// `madvise(MADV_HUGEPAGE)` for the kernel's `swapin_enabled=madvise`).
-    pub fn advise_hugepage(&self, on: bool) {
-        self.inner().huge_hint.store(on, Ordering::Relaxed);
-    }
-
-    /// Count pages of the region per state: (none, resident, busy, cached, swapped); clean
-    /// pages (resident with their swap entry kept) count as resident.
-    pub fn page_states(&self) -> [usize; 5] {
-        let r = self.inner();
-        let mut c = [0usize; 5];
-        for i in 0..r.npages {
-            let k = w_kind(r.word(i).load(Ordering::Relaxed));
-            c[match k {
-                kind::CLEAN => 1,
-                kind::UNMAPPED => 0,
-                k => k.min(4) as usize,
-            }] += 1;
-        }
-        c
-    }
-
-    /// Pages of the region mapped clean (write-protected, swap entry kept).
-    pub fn clean_pages(&self) -> usize {
-        let r = self.inner();
-        (0..r.npages).filter(|&i| w_kind(r.word(i).load(Ordering::Relaxed)) == kind::CLEAN).count()
-    }
-
-    /// Evict every resident and cached page of the region now (for tests and for callers that
-    /// know the region goes cold). Returns the pages evicted.
-    pub fn evict_all(&self) -> usize {
-        enter();
-        // SAFETY: inner lives until Drop, which waits for threads inside enter()/leave().
-        let r: &'static RegionInner = unsafe { &*self.inner };
-        let n = crate::reclaim::evict_region(r);
-        leave();
-        n
-    }
-
-    /// Release `[offset, offset+len)` of the region: its pages become zero-fill and their swap
-    /// entries are freed (what `madvise(MADV_DONTNEED)` does to anonymous memory).
-    pub fn discard(&self, offset: usize, len: usize) {
-        let r = self.inner();
-        let a = offset.min(r.len) / crate::PAGE_SIZE;
-        let b = (offset.saturating_add(len)).min(r.len).div_ceil(crate::PAGE_SIZE);
-        enter();
-        crate::reclaim::release_pages(r, a, b, true);
-        leave();
-    }
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        // The program's munmaps of region memory returned once their events were read; wait
-        // until they are processed too, so the pages they unmapped are marked UNMAPPED (the
-        // event thread finds the region through the registry, so before it is retired).
-        self.pager.sync_events();
-        // SAFETY: created by publish_region, retired once (here); we are not inside enter().
-        unsafe { retire_region(self.inner) };
-    }
 }
 
 #[cfg(test)]

@@ -20,10 +20,8 @@
 use crate::arena::{Arena, Obj};
 use crate::PAGE_SIZE;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use uswap::swap_table::MAX_ORDER;
 use uswap::tier::lz4::{decompress_exact, Lz4Table};
-
-/// Maximum folio order (2 MiB).
-pub const MAX_ORDER: u8 = 9;
 
 /// Errors of a [`PageStore`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -164,10 +162,10 @@ impl Lz4Store {
     /// `compress = false` stores raw (the "zero" tier alone, for comparisons).
     pub fn new(nslots: u64, pool_cap: usize, compress: bool) -> std::io::Result<Lz4Store> {
         let nslots = nslots.clamp(512, 1 << 36);
-        let slots = crate::sys::map_noreserve(nslots as usize * 8)?.cast();
-        let objs = crate::sys::map_noreserve(nslots as usize * 8)?.cast();
+        let slots = crate::own::map_noreserve(nslots as usize * 8)?.cast();
+        let objs = crate::own::map_noreserve(nslots as usize * 8)?.cast();
         let per = SCRATCH_BYTES.div_ceil(4096) * 4096;
-        let mem = crate::sys::map_noreserve(per * SCRATCH)?;
+        let mem = crate::own::map_noreserve(per * SCRATCH)?;
         let scratch = (0..SCRATCH)
             .map(|i| {
                 // SAFETY: inside the scratch mapping.
