@@ -8,12 +8,12 @@
 //! Design (the numbers come from `measured-limits.md` in the project's shared notes):
 //! - **Faults are resolved in the faulting thread.** The userfaultfd is opened with
 //!   `UFFD_FEATURE_SIGBUS`, so a missing or write-protected page raises SIGBUS in the thread
-//!   that touched it; the handler ([`fault`]) swaps the folio in with `UFFDIO_COPY` and returns,
+//!   that touched it; the handler (`fault`) swaps the folio in with `UFFDIO_COPY` and returns,
 //!   and the instruction is retried (4–5 µs here instead of 50–70 µs for a hand-off to a
 //!   handler thread on the other vCPU). The handler allocates nothing and takes no lock the
 //!   interrupted code could hold. [`FaultMode::Thread`] keeps a classic handler thread for
 //!   comparison.
-//! - **Reclaim is direct**, in the faulting thread, in batches ([`reclaim`]): folios are
+//! - **Reclaim is direct**, in the faulting thread, in batches (`reclaim`): folios are
 //!   write-protected, copied out, and dropped with one `process_madvise(MADV_DONTNEED)` per
 //!   batch. A write that races an eviction takes a write-protect fault and waits.
 //! - **Replacement**: kernel-style active and inactive lists. An evicted folio first goes to
@@ -23,7 +23,7 @@
 //! - **Clean pages keep their swap entry**: a page swapped in by a read is mapped
 //!   write-protected and keeps its entry, as the kernel's swap cache keeps a clean folio's slot;
 //!   evicting it again is just the `MADV_DONTNEED`, and the first write frees the entry. An
-//!   adaptive policy turns this off while most such pages get written ([`reclaim::KeepClean`]).
+//!   adaptive policy turns this off while most such pages get written (`reclaim::KeepClean`).
 //! - **Large folios**: a region pages in 4 KiB, 64 KiB or 2 MiB folios; a folio is stored whole
 //!   (one compression unit, one `UFFDIO_COPY`) and split when the store has no contiguous slots.
 //!
@@ -50,22 +50,24 @@
 // Parallel per-page arrays (claimed[i], old[i], words[i]) read clearer with index loops.
 #![allow(clippy::needless_range_loop)]
 
-pub mod arena;
-pub mod fault;
+mod arena;
+mod fault;
 mod handle;
 pub mod own;
-pub mod reclaim;
-pub mod region;
-pub mod stats;
-pub mod store;
-pub mod sys;
+mod reclaim;
+mod region;
+mod stats;
+mod store;
+mod sys;
 pub mod syscall;
 pub mod uffd;
-pub mod vma;
+mod vma;
 
 pub use handle::Region;
+pub use region::overlaps as overlaps_region;
 pub use stats::PagerStats;
-pub use store::{EngineStore, Lz4Store, PageStore, StoreError};
+pub use store::{Lz4Store, PageStore, StoreError};
+pub use sys::copy_from_self;
 pub use syscall::prefault;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
@@ -155,7 +157,7 @@ pub struct PagerConfig {
     /// thread (a cross-CPU round trip per range).
     pub event_remove: bool,
     /// Keep the swap entry of a page swapped in by a read fault and map it write-protected, so
-    /// that evicting it again writes nothing (see [`reclaim::KeepClean`]; SIGBUS mode only).
+    /// that evicting it again writes nothing (see `reclaim::KeepClean`; SIGBUS mode only).
     pub keep_clean: bool,
 }
 
@@ -460,7 +462,7 @@ impl Pager {
     }
 
     /// Put the program's existing anonymous private mapping `[start, start + len)` under the
-    /// pager, where it lies ([`vma`]): it is registered with the uffd, the pages already present
+    /// pager, where it lies (`vma`): it is registered with the uffd, the pages already present
     /// count as resident and join the active list, and parts already managed are skipped.
     /// Returns the bytes newly managed. Fails when no part could be registered (not an
     /// anonymous private mapping, unmapped meanwhile, no free region slot).
@@ -528,11 +530,6 @@ impl Pager {
     pub fn resume(&self) {
         self.pause.store(false, Ordering::SeqCst);
         sys::futex_wake(&self.reclaim_wake);
-    }
-
-    /// The lock adoption takes (a fork child resets it: the holder may not exist there).
-    pub fn vma_lock(&self) -> &sys::YieldLock {
-        &self.vma_lock
     }
 
     /// The configuration.

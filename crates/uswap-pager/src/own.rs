@@ -5,7 +5,7 @@
 //! swap cache, the engine's pool, the library's internal heap) and its threads' stacks look
 //! like any other anonymous mapping. Managing one of them would make a pager thread fault on
 //! memory only it can fill: a deadlock. So everything the pager (or a library embedding it)
-//! maps for itself is recorded here ([`map_noreserve`] maps and records in one call), and
+//! maps for itself is recorded here (`map_noreserve` maps and records in one call), and
 //! every pager thread records its stack pointer when it starts; [`is_own`] tells an adopter
 //! to keep away.
 //!
@@ -91,7 +91,7 @@ pub fn add_this_stack() {
 }
 
 /// Forget the calling thread's stack (when a pager thread ends).
-pub fn remove_this_stack() {
+pub(crate) fn remove_this_stack() {
     let probe = 0u8;
     let sp = std::hint::black_box(&probe) as *const u8 as usize;
     // The recorded pointer lies in the same stack, usually higher up, but when both calls
@@ -138,7 +138,7 @@ pub fn overflowed() -> usize {
 
 /// Reserve `bytes` of anonymous private memory (`MAP_NORESERVE`: pages cost only once touched)
 /// and record it as the pager's own.
-pub fn map_noreserve(bytes: usize) -> std::io::Result<*mut u8> {
+pub(crate) fn map_noreserve(bytes: usize) -> std::io::Result<*mut u8> {
     // SAFETY: anonymous private mapping, no hint.
     let p = unsafe {
         libc::mmap(

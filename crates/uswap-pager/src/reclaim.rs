@@ -40,13 +40,13 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Most pages one reclaim batch handles.
-pub const MAX_BATCH_PAGES: usize = 1024;
+pub(crate) const MAX_BATCH_PAGES: usize = 1024;
 const MAX_BLOCKS: usize = 256;
 
 thread_local! {
     /// Depth of reclaim on this thread (a fault taken inside our own reclaim must not wait
     /// for pages this thread holds).
-    pub static IN_RECLAIM: Cell<u32> = const { Cell::new(0) };
+    pub(crate) static IN_RECLAIM: Cell<u32> = const { Cell::new(0) };
 }
 
 /// Workingset detection for the two-list policy: how many demoted pages come back while the
@@ -61,7 +61,7 @@ thread_local! {
 /// inactive list would have turned that major fault into a cheap refault: a hit, as a real
 /// one from the swap cache is.
 #[derive(Default)]
-pub struct Workingset {
+pub(crate) struct Workingset {
     demoted: std::sync::atomic::AtomicU64,
     hits: std::sync::atomic::AtomicU64,
     clock: std::sync::atomic::AtomicU64,
@@ -100,7 +100,7 @@ impl Workingset {
         }
     }
     /// True while the inactive stage is bypassed.
-    pub fn bypassed(&self) -> bool {
+    pub(crate) fn bypassed(&self) -> bool {
         self.bypass.load(Ordering::Relaxed)
     }
 }
@@ -116,7 +116,7 @@ impl Workingset {
 ///   badly and lives in RAM): a kept copy would cost more than it saves;
 /// - and not while more than a third of the kept pages get written: re-decided every
 ///   `WINDOW` kept pages, still keeping one swap-in in 16 while off to keep measuring.
-pub struct KeepClean {
+pub(crate) struct KeepClean {
     on: bool,
     kept: std::sync::atomic::AtomicU64,
     dirtied: std::sync::atomic::AtomicU64,
@@ -128,7 +128,7 @@ impl KeepClean {
     const WINDOW: u64 = 4096;
 
     /// A policy that keeps clean pages when `on`.
-    pub fn new(on: bool) -> KeepClean {
+    pub(crate) fn new(on: bool) -> KeepClean {
         KeepClean {
             on,
             kept: Default::default(),
@@ -163,13 +163,13 @@ impl KeepClean {
     }
 
     /// True while swap-in keeps clean pages.
-    pub fn keeping(&self) -> bool {
+    pub(crate) fn keeping(&self) -> bool {
         self.on && !self.off.load(Ordering::Relaxed)
     }
 }
 
 /// A bounded FIFO of folio references, preallocated.
-pub struct Ring {
+pub(crate) struct Ring {
     buf: *mut u64,
     mask: usize,
     head: AtomicUsize,
@@ -184,7 +184,7 @@ unsafe impl Sync for Ring {}
 
 impl Ring {
     /// A ring of `cap` entries (a power of two).
-    pub fn new(cap: usize) -> std::io::Result<Ring> {
+    pub(crate) fn new(cap: usize) -> std::io::Result<Ring> {
         let cap = cap.next_power_of_two();
         let p = crate::own::map_noreserve(cap * 8)?;
         Ok(Ring {
@@ -206,7 +206,7 @@ impl Ring {
     }
 
     /// Append; false when full.
-    pub fn push(&self, e: u64) -> bool {
+    pub(crate) fn push(&self, e: u64) -> bool {
         self.lock();
         let (h, t) = (self.head.load(Ordering::Relaxed), self.tail.load(Ordering::Relaxed));
         let ok = t - h <= self.mask;
@@ -220,7 +220,7 @@ impl Ring {
     }
 
     /// Take the oldest entry.
-    pub fn pop(&self) -> Option<u64> {
+    pub(crate) fn pop(&self) -> Option<u64> {
         self.lock();
         let (h, t) = (self.head.load(Ordering::Relaxed), self.tail.load(Ordering::Relaxed));
         let r = if h == t {
@@ -236,12 +236,12 @@ impl Ring {
     }
 
     /// Entries queued (approximate without the lock).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.tail.load(Ordering::Relaxed).wrapping_sub(self.head.load(Ordering::Relaxed))
     }
 
     /// True when empty.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }
@@ -282,25 +282,25 @@ pub(crate) fn clear_clean_tags(p: &Pager, o: crate::arena::Obj, n: usize) {
 
 /// Encode a folio reference: region slot and generation, first page, order.
 #[inline]
-pub fn entry(r: &RegionInner, page: usize, order: u32) -> u64 {
+pub(crate) fn entry(r: &RegionInner, page: usize, order: u32) -> u64 {
     entry_raw(r.slot, r.gen, page, order)
 }
 
 /// Encode a folio reference from its parts.
 #[inline]
-pub fn entry_raw(slot: usize, gen: u32, page: usize, order: u32) -> u64 {
+pub(crate) fn entry_raw(slot: usize, gen: u32, page: usize, order: u32) -> u64 {
     (slot as u64 & 0x3fff) | (u64::from(gen & 0x3fff) << 14) | (u64::from(order) << 28) | ((page as u64) << 32)
 }
 
 /// Decode a folio reference.
 #[inline]
-pub fn decode(e: u64) -> (usize, u32, usize, u32) {
+pub(crate) fn decode(e: u64) -> (usize, u32, usize, u32) {
     ((e & 0x3fff) as usize, ((e >> 14) & 0x3fff) as u32, (e >> 32) as usize, ((e >> 28) & 0xf) as u32)
 }
 
 /// Split the claimed pages of `[first, first + n)` (bit i of `mask` set = page claimed) into
 /// naturally aligned power-of-two blocks; calls `f(page, order)` for each.
-pub fn blocks(first: usize, n: usize, claimed: &dyn Fn(usize) -> bool, mut f: impl FnMut(usize, u32)) {
+pub(crate) fn blocks(first: usize, n: usize, claimed: &dyn Fn(usize) -> bool, mut f: impl FnMut(usize, u32)) {
     let mut i = 0;
     while i < n {
         if !claimed(i) {

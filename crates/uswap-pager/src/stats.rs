@@ -14,7 +14,7 @@ const NR_ORDERS: usize = MAX_ORDER as usize + 1;
 const HIST: usize = 64 * 4;
 
 /// Live counters (fault path).
-pub struct Counters {
+pub(crate) struct Counters {
     pub(crate) faults: AtomicU64,
     pub(crate) fault_zero: AtomicU64,
     pub(crate) fault_swapin: AtomicU64,
@@ -72,7 +72,7 @@ pub(crate) fn inc(c: &AtomicU64, n: u64) {
 
 /// Monotonic nanoseconds (vDSO `clock_gettime`, signal-safe).
 #[inline]
-pub fn now_ns() -> u64 {
+pub(crate) fn now_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes the timespec we pass.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };

@@ -494,7 +494,7 @@ impl Drop for Lz4Store {
 /// The uswap engine ([`uswap::vswap::Engine`]) as a [`PageStore`]: virtual swap entries over
 /// the configured tiers (zero elision, compressed pool, swap file). This is the default store;
 /// `tiers = "builtin:..."` selects [`Lz4Store`] instead.
-pub struct EngineStore {
+pub(crate) struct EngineStore {
     engine: uswap::vswap::Engine,
     group: u16,
     /// Some tier is not in RAM (a file): the pool can be capped.
@@ -524,11 +524,6 @@ impl EngineStore {
     /// handler and must not call malloc.
     pub fn reserve_swapin(&self, max_order: u8) -> Result<(), StoreError> {
         self.engine.reserve_swapin(max_order).map_err(|e| StoreError::Other(e.to_string()))
-    }
-
-    /// The engine.
-    pub fn engine(&self) -> &uswap::vswap::Engine {
-        &self.engine
     }
 }
 

@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 /// Batched `MADV_DONTNEED` on this process through `process_madvise(2)`.
-pub struct Madviser {
+pub(crate) struct Madviser {
     pidfd: AtomicI32,
 }
 
@@ -21,14 +21,14 @@ impl Default for Madviser {
 
 impl Madviser {
     /// Open a pidfd for this process (falls back to plain madvise if that fails).
-    pub fn new() -> Madviser {
+    pub(crate) fn new() -> Madviser {
         // SAFETY: pidfd_open(getpid(), 0) returns a new fd or -1.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) } as i32;
         Madviser { pidfd: AtomicI32::new(fd) }
     }
 
     /// Drop the pages of every range in `iov` (`MADV_DONTNEED`). Returns the calls made.
-    pub fn dontneed(&self, iov: &[libc::iovec]) -> u64 {
+    pub(crate) fn dontneed(&self, iov: &[libc::iovec]) -> u64 {
         let mut calls = 0;
         let fd = self.pidfd.load(Ordering::Relaxed);
         let mut rest = iov;
@@ -75,7 +75,7 @@ impl Drop for Madviser {
 }
 
 /// Wait on a futex word while it equals `val`, at most `timeout_ms`.
-pub fn futex_wait(w: &AtomicU32, val: u32, timeout_ms: u64) {
+pub(crate) fn futex_wait(w: &AtomicU32, val: u32, timeout_ms: u64) {
     let ts = libc::timespec { tv_sec: (timeout_ms / 1000) as _, tv_nsec: ((timeout_ms % 1000) * 1_000_000) as _ };
     // SAFETY: FUTEX_WAIT on a valid aligned u32 with a relative timeout.
     unsafe {
@@ -84,7 +84,7 @@ pub fn futex_wait(w: &AtomicU32, val: u32, timeout_ms: u64) {
 }
 
 /// Bump a futex word and wake its waiters (signal-safe).
-pub fn futex_wake(w: &AtomicU32) {
+pub(crate) fn futex_wake(w: &AtomicU32) {
     w.fetch_add(1, Ordering::Release);
     // SAFETY: FUTEX_WAKE on a valid aligned u32.
     unsafe {
@@ -95,10 +95,10 @@ pub fn futex_wake(w: &AtomicU32) {
 /// A lock that yields while it waits: for rare, short critical sections that threads of any
 /// kind may enter (program threads in interposed calls, the pager's threads). It allocates
 /// nothing, and a fork child can take it over with [`YieldLock::force_unlock`].
-pub struct YieldLock(std::sync::atomic::AtomicBool);
+pub(crate) struct YieldLock(std::sync::atomic::AtomicBool);
 
 /// Holds a [`YieldLock`] until dropped.
-pub struct YieldGuard<'a>(&'a YieldLock);
+pub(crate) struct YieldGuard<'a>(&'a YieldLock);
 
 impl Default for YieldLock {
     fn default() -> Self {
@@ -108,11 +108,11 @@ impl Default for YieldLock {
 
 impl YieldLock {
     /// A free lock.
-    pub const fn new() -> YieldLock {
+    pub(crate) const fn new() -> YieldLock {
         YieldLock(std::sync::atomic::AtomicBool::new(false))
     }
     /// Take the lock.
-    pub fn lock(&self) -> YieldGuard<'_> {
+    pub(crate) fn lock(&self) -> YieldGuard<'_> {
         let mut spins = 0u32;
         while self.0.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
             if spins < 64 {
@@ -125,7 +125,7 @@ impl YieldLock {
         YieldGuard(self)
     }
     /// Free the lock without a guard: in a fork child, where the holder no longer exists.
-    pub fn force_unlock(&self) {
+    pub(crate) fn force_unlock(&self) {
         self.0.store(false, Ordering::Release);
     }
 }

@@ -9,7 +9,7 @@
 //! LD_PRELOAD library.
 //!
 //! Locking: none of its own. Region lookups go through the registry between
-//! [`region::enter`] and [`region::leave`]; the faults taken serve themselves as usual.
+//! `region::enter` and `region::leave`; the faults taken serve themselves as usual.
 
 use crate::region;
 
