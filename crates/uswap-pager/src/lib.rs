@@ -66,7 +66,7 @@ mod vma;
 pub use handle::Region;
 pub use region::overlaps as overlaps_region;
 pub use stats::PagerStats;
-pub use store::{Lz4Store, PageStore, StoreError};
+pub use store::{PageStore, StoreError};
 pub use sys::copy_from_self;
 pub use syscall::prefault;
 
@@ -123,7 +123,7 @@ pub struct PagerConfig {
     /// Folio size of new regions: 4096, 65536 or 2 MiB.
     pub folio_size: usize,
     /// Storage tiers for the uswap engine, e.g. `"zero,lz4"` or `"zero,lz4,file:/var/tmp"`
-    /// (parsed by `uswap::config`); `"builtin:zero,lz4"` uses the crate's own [`Lz4Store`].
+    /// (parsed by `uswap::config`). Unused by [`Pager::with_store`] with a store of its own.
     pub tiers: String,
     /// Large-folio swap-in policy.
     pub swapin: SwapinPolicy,
@@ -146,7 +146,7 @@ pub struct PagerConfig {
     /// Adapt granularity per region: sequential faults take the whole folio, random faults in
     /// large-folio regions take only the 4 KiB page.
     pub adaptive: bool,
-    /// Swap slots in the built-in store (4 KiB each).
+    /// Virtual swap slots of the engine's store (4 KiB each).
     pub swap_slots: u64,
     /// Group id charged for the pages (the memcg analogue).
     pub group: u16,
@@ -260,7 +260,10 @@ impl Pager {
         Self::with_store(cfg, None)
     }
 
-    /// Create a pager over a given store (the uswap engine, or a test store).
+    /// Create a pager over `store`, or with `None` over the uswap engine configured by
+    /// `cfg.tiers` (what [`Pager::new`] does). A given store (a test's, for instance) is used as
+    /// it is: `cfg.tiers` and `cfg.swap_slots` are ignored. It must be callable from a SIGBUS
+    /// handler (see [`PageStore`]).
     pub fn with_store(cfg: PagerConfig, store: Option<Box<dyn PageStore>>) -> Result<Arc<Pager>, PagerError> {
         if ![PAGE_SIZE, 16 * PAGE_SIZE, 512 * PAGE_SIZE].contains(&cfg.folio_size) {
             return Err(PagerError::Config(format!(
@@ -285,29 +288,9 @@ impl Pager {
         if cfg.inactive_percent > 90 {
             return Err(PagerError::Config("inactive_percent must be at most 90".into()));
         }
-        // "builtin:zero,lz4" selects the self-contained Lz4Store; anything else goes to the uswap
-        // engine's tier parser.
-        let builtin = cfg.tiers.strip_prefix("builtin").map(|t| t.trim_start_matches(':').to_string());
-        let mut compress = false;
-        if let (Some(t), None) = (&builtin, &store) {
-            for t in t.split(',').map(str::trim).filter(|t| !t.is_empty()) {
-                match t {
-                    "zero" => {}
-                    "lz4" => compress = true,
-                    other => {
-                        return Err(PagerError::Config(format!(
-                            "tier `{other}` is not available in the built-in store (it has zero and lz4)"
-                        )))
-                    }
-                }
-            }
-        }
-        let store: Box<dyn PageStore> = match (store, builtin) {
-            (Some(s), _) => s,
-            (None, Some(_)) => {
-                Box::new(Lz4Store::new(cfg.swap_slots, 64 << 30, compress).map_err(|e| PagerError::Os(e.to_string()))?)
-            }
-            (None, None) => {
+        let store: Box<dyn PageStore> = match store {
+            Some(s) => s,
+            None => {
                 let s = store::EngineStore::new(&cfg.tiers, cfg.swap_slots, cfg.group)
                     .map_err(|e| PagerError::Config(format!("tiers `{}`: {e}", cfg.tiers)))?;
                 s.reserve_swapin(cfg.folio_size.trailing_zeros() as u8 - 12)
