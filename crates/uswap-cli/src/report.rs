@@ -127,7 +127,7 @@ pub fn tier_names(tiers: &str) -> Vec<String> {
     use uswap::tier::file::FileTarget;
     use uswap::tier::zpool::Compressor;
     let spec = if tiers == "default" { "zero,lz4,file:/var/tmp" } else { tiers };
-    let Ok(c) = TiersConfig::parse(spec.strip_prefix("builtin:").unwrap_or(spec)) else { return Vec::new() };
+    let Ok(c) = TiersConfig::parse(spec) else { return Vec::new() };
     c.tiers
         .iter()
         .map(|t| match t {

@@ -219,8 +219,7 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
     let to_stdout = a.stats.as_deref() == Some(Path::new("-"));
     // Tiers: parse and build once here, so a bad tier or an unwritable directory is reported
     // before the program runs (each process builds its own).
-    let spec = tiers.strip_prefix("builtin:").unwrap_or(&tiers);
-    let tc = uswap::config::TiersConfig::parse(spec).map_err(|e| usage(format!("--tiers: {e}")))?;
+    let tc = uswap::config::TiersConfig::parse(&tiers).map_err(|e| usage(format!("--tiers: {e}")))?;
     tc.build().map_err(|e| usage(format!("--tiers: {e}")))?;
     if let Some(s) = a.stats.as_ref().filter(|_| !to_stdout) {
         std::fs::write(s, b"").map_err(|e| usage(format!("--stats {}: {e}", s.display())))?;

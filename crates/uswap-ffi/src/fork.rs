@@ -284,7 +284,7 @@ fn tls_ranges() -> [(usize, usize); 2] {
         // The DTV's length is in the slot before it (glibc's dtv[-1].counter); bound it.
         let mut len = [0u8; 8];
         // SAFETY: len is 8 writable bytes.
-        let ok = dtv >= 16 && unsafe { uswap_pager::sys::copy_from_self(dtv - 16, len.as_mut_ptr(), 8) };
+        let ok = dtv >= 16 && unsafe { uswap_pager::copy_from_self(dtv - 16, len.as_mut_ptr(), 8) };
         let n = if ok { (u64::from_ne_bytes(len) as usize).min(4096) } else { 0 };
         [(tcb.saturating_sub(64 << 10), tcb + 4096), (dtv.saturating_sub(16), dtv + (n + 2) * 16)]
     }
@@ -305,7 +305,7 @@ fn quiesce_with_tls_resident(p: &uswap_pager::Pager) {
             let mut x = a & !4095;
             while x < b {
                 // SAFETY: page is 4096 writable bytes; the source is checked by the kernel.
-                let _ = unsafe { uswap_pager::sys::copy_from_self(x, page.as_mut_ptr(), 4096) };
+                let _ = unsafe { uswap_pager::copy_from_self(x, page.as_mut_ptr(), 4096) };
                 x += 4096;
             }
         }
@@ -316,7 +316,7 @@ fn quiesce_with_tls_resident(p: &uswap_pager::Pager) {
                 let mut v = 0u8;
                 // SAFETY: mincore of one page into one byte; unmapped pages report ENOMEM.
                 let rc = unsafe { libc::mincore(x as *mut _, 4096, &mut v) };
-                if rc == 0 && v & 1 == 0 && uswap_pager::region::overlaps(x, x + 4096) {
+                if rc == 0 && v & 1 == 0 && uswap_pager::overlaps_region(x, x + 4096) {
                     return false;
                 }
                 x += 4096;

@@ -104,7 +104,7 @@ pub fn install_gate() -> Result<(), String> {
 extern "C" fn gate_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo.
     let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
-    let ours = code > 0 && uswap_pager::region::overlaps(addr, addr + 1);
+    let ours = code > 0 && uswap_pager::overlaps_region(addr, addr + 1);
     if !ours {
         if let Some(pa) = PROGRAM.get() {
             let h = pa.sa_sigaction;

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 /// Allocation granule.
-pub const GRANULE: usize = 64;
+pub(crate) const GRANULE: usize = 64;
 const EMPTY: u64 = (1 << 40) - 1;
 
 fn class_sizes() -> &'static [usize] {
@@ -51,28 +51,28 @@ fn class_sizes() -> &'static [usize] {
 }
 
 /// The size class of `size` bytes, or `None` when it is larger than the largest class.
-pub fn class_of(size: usize) -> Option<usize> {
+pub(crate) fn class_of(size: usize) -> Option<usize> {
     let s = class_sizes();
     let i = s.partition_point(|&c| c < size);
     (i < s.len()).then_some(i)
 }
 
 /// The byte size of a class.
-pub fn class_size(class: usize) -> usize {
+pub(crate) fn class_size(class: usize) -> usize {
     class_sizes()[class]
 }
 
 /// An object in the arena: its byte offset and size class.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct Obj {
+pub(crate) struct Obj {
     /// Byte offset from the arena base (a multiple of [`GRANULE`]).
-    pub off: usize,
+    pub(crate) off: usize,
     /// Size class.
-    pub class: usize,
+    pub(crate) class: usize,
 }
 
 /// The arena.
-pub struct Arena {
+pub(crate) struct Arena {
     base: *mut u8,
     cap: usize,
     bump: AtomicUsize,
@@ -93,11 +93,11 @@ unsafe impl Sync for Arena {}
 
 impl Arena {
     /// Reserve `cap` bytes of address space (no memory is committed until used).
-    pub fn new(cap: usize) -> std::io::Result<Arena> {
+    pub(crate) fn new(cap: usize) -> std::io::Result<Arena> {
         let cap = cap.div_ceil(4096) * 4096;
-        let p: *mut libc::c_void = crate::sys::map_noreserve(cap)?.cast();
+        let p: *mut libc::c_void = crate::own::map_noreserve(cap)?.cast();
         let tag_bytes = cap / 4096 * 8;
-        let t = match crate::sys::map_noreserve(tag_bytes) {
+        let t = match crate::own::map_noreserve(tag_bytes) {
             Ok(t) => t,
             Err(e) => {
                 // SAFETY: unmapping the reservation made above.
@@ -181,7 +181,7 @@ impl Arena {
 
     /// Allocate an object of at least `size` bytes. `None` when the reservation is exhausted
     /// or `size` is too large.
-    pub fn alloc(&self, size: usize) -> Option<Obj> {
+    pub(crate) fn alloc(&self, size: usize) -> Option<Obj> {
         let class = class_of(size)?;
         let sz = class_size(class);
         if let Some(off) = self.pop(&self.heads[class], class) {
@@ -204,7 +204,7 @@ impl Arena {
     }
 
     /// Return an object to its class's free stack (it stays resident for reuse).
-    pub fn free(&self, o: Obj) {
+    pub(crate) fn free(&self, o: Obj) {
         self.push(&self.heads[o.class], o.off, o.class);
         self.live_bytes.fetch_sub(class_size(o.class) as u64, Ordering::Relaxed);
     }
@@ -212,7 +212,7 @@ impl Arena {
     /// Give the memory of free objects back to the kernel, largest classes first, until at most
     /// `keep` bytes of free objects stay resident (classes too small to hold a whole page
     /// besides their link are kept). Returns the bytes released. One `madvise` per object.
-    pub fn trim(&self, keep: u64) -> u64 {
+    pub(crate) fn trim(&self, keep: u64) -> u64 {
         let mut done = 0;
         for class in (0..self.heads.len()).rev() {
             if class_size(class) < 4096 {
@@ -236,7 +236,7 @@ impl Arena {
     /// its owner sets it; the arena never reads or clears it (clear it before `free`). Two
     /// objects of a page or more never share a tag word (an object starting in a page's
     /// owns the tags of the 4 KiB page it starts in and of the next ones).
-    pub fn tag(&self, o: Obj, i: usize) -> &AtomicU64 {
+    pub(crate) fn tag(&self, o: Obj, i: usize) -> &AtomicU64 {
         debug_assert!(class_size(o.class) >= (i + 1) * 4096);
         // SAFETY: o.off + i * 4096 < cap (the object lies in the reservation), so the index is
         // inside the tag array, which lives as long as the arena.
@@ -244,29 +244,29 @@ impl Arena {
     }
 
     /// Pointer to an object's first byte.
-    pub fn ptr(&self, o: Obj) -> *mut u8 {
+    pub(crate) fn ptr(&self, o: Obj) -> *mut u8 {
         // SAFETY: o.off is inside the reservation (it came from alloc).
         unsafe { self.base.add(o.off) }
     }
 
     /// Bytes in live objects (rounded to their classes).
-    pub fn live_bytes(&self) -> u64 {
+    pub(crate) fn live_bytes(&self) -> u64 {
         self.live_bytes.load(Ordering::Relaxed)
     }
 
     /// Bytes ever carved from the reservation (live + free lists): the arena's footprint.
-    pub fn footprint(&self) -> u64 {
+    pub(crate) fn footprint(&self) -> u64 {
         self.bump.load(Ordering::Relaxed) as u64
     }
 
     /// Bytes the arena holds in memory: carved objects, live or free, less what
     /// [`Arena::trim`] released. This is its share of the process's RSS.
-    pub fn resident_bytes(&self) -> u64 {
+    pub(crate) fn resident_bytes(&self) -> u64 {
         self.footprint().saturating_sub(self.released.load(Ordering::Relaxed))
     }
 
     /// Free objects that are still resident (what [`Arena::trim`] can give back, roughly).
-    pub fn free_resident_bytes(&self) -> u64 {
+    pub(crate) fn free_resident_bytes(&self) -> u64 {
         self.resident_bytes().saturating_sub(self.live_bytes())
     }
 }

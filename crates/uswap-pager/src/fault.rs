@@ -37,7 +37,7 @@ const BUF_BYTES: usize = 2 << 20;
 
 /// A fixed pool of 2 MiB buffers taken and returned by CAS on a bit mask, plus a shared
 /// all-zero buffer (never written) for zero-fill copies.
-pub struct BufPool {
+pub(crate) struct BufPool {
     mem: *mut u8,
     free: AtomicU64,
     zero: *const u8,
@@ -50,8 +50,8 @@ unsafe impl Sync for BufPool {}
 
 impl BufPool {
     /// Reserve the pool (memory is committed on first use of each buffer).
-    pub fn new() -> std::io::Result<BufPool> {
-        let mem = crate::sys::map_noreserve(NBUF * BUF_BYTES + BUF_BYTES)?;
+    pub(crate) fn new() -> std::io::Result<BufPool> {
+        let mem = crate::own::map_noreserve(NBUF * BUF_BYTES + BUF_BYTES)?;
         // SAFETY: the last 2 MiB of the mapping; made read-only so it stays zero.
         let zero = unsafe { mem.add(NBUF * BUF_BYTES) };
         // SAFETY: protecting our own mapping.
@@ -60,7 +60,7 @@ impl BufPool {
     }
 
     /// Take a buffer (waits by yielding if all are in use).
-    pub fn take(&self) -> usize {
+    pub(crate) fn take(&self) -> usize {
         loop {
             let f = self.free.load(Ordering::Acquire);
             if f == 0 {
@@ -75,20 +75,20 @@ impl BufPool {
     }
 
     /// Return a buffer.
-    pub fn give(&self, i: usize) {
+    pub(crate) fn give(&self, i: usize) {
         self.free.fetch_or(1 << i, Ordering::Release);
     }
 
     /// Buffer `i` as a slice of `len` bytes.
     #[allow(clippy::mut_from_ref)]
-    pub fn buf(&self, i: usize, len: usize) -> &mut [u8] {
+    pub(crate) fn buf(&self, i: usize, len: usize) -> &mut [u8] {
         assert!(i < NBUF && len <= BUF_BYTES);
         // SAFETY: buffer i is owned by the caller that took it; inside the mapping.
         unsafe { std::slice::from_raw_parts_mut(self.mem.add(i * BUF_BYTES), len) }
     }
 
     /// A read-only all-zero buffer of 2 MiB.
-    pub fn zero(&self) -> *const u8 {
+    pub(crate) fn zero(&self) -> *const u8 {
         self.zero
     }
 }
@@ -102,7 +102,7 @@ impl Drop for BufPool {
 
 /// Outcome of [`handle_fault`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Handled {
+pub(crate) enum Handled {
     /// The address is in a region and was served (or the region is going away).
     Yes,
     /// Not one of ours.
@@ -111,7 +111,7 @@ pub enum Handled {
 
 /// Serve a fault at `addr`. `write` = the access was a write; `wake` = wake threads blocked
 /// on the page (message mode).
-pub fn handle_fault(addr: usize, write: bool, wake: bool) -> Handled {
+pub(crate) fn handle_fault(addr: usize, write: bool, wake: bool) -> Handled {
     region::enter();
     let Some(r) = region::lookup(addr) else {
         region::leave();
@@ -163,7 +163,7 @@ fn maybe_reclaim(p: &Pager, need: u64) {
 
 /// How a fault may wait.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Wait {
+pub(crate) enum Wait {
     /// The faulting thread itself (SIGBUS mode, tests): it may wait for a `BUSY` page and
     /// reclaim directly.
     Block,
@@ -179,7 +179,7 @@ pub enum Wait {
 
 /// Outcome of [`try_fault`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Try {
+pub(crate) enum Try {
     /// Resolved (the faulting thread was woken).
     Done,
     /// Not now: retry after reading more messages (a page is held by another thread, an
@@ -243,7 +243,7 @@ fn throttle_slack(p: &Pager) -> u64 {
 
 /// Resolve page `pg` of `r` (the fault path proper). Returns false when it could not finish
 /// without waiting (only with [`Wait::NoWait`]; the caller retries later).
-pub fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool, wake: bool, wait: Wait) -> bool {
+pub(crate) fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool, wake: bool, wait: Wait) -> bool {
     if wait == Wait::Block {
         maybe_reclaim(p, (PAGE_SIZE << r.folio_order) as u64);
     }
@@ -419,7 +419,7 @@ fn unclean(p: &Pager, r: &RegionInner, pg: usize, w0: u64, wake: bool) -> bool {
     }
     // Unprotect only the pages we hold: another thread may be evicting the others, relying on
     // their protection.
-    if !reclaim::runs(n, &|i| claimed[i], |i, j| {
+    if !region::runs(n, &|i| claimed[i], |i, j| {
         p.uffd.writeprotect(r.addr(head + i), (j - i) * PAGE_SIZE, false, wake).is_ok()
     }) {
         // The range is gone (unmapped): the unmap event releases the pages.
@@ -466,7 +466,7 @@ fn copy_runs(
 ) -> Option<[bool; 512]> {
     let again = || crate::uffd::AGAIN.with(|c| c.get());
     let mut failed = [false; 512];
-    reclaim::runs(claimed.len(), &|i| claimed[i], |i, j| {
+    region::runs(claimed.len(), &|i| claimed[i], |i, j| {
         // SAFETY: src holds claimed.len() pages; the destination pages are claimed (BUSY) and
         // missing.
         let whole = unsafe { p.uffd.copy(r.addr(first + i), src.add(i * PAGE_SIZE), (j - i) * PAGE_SIZE, wp, wake) };
@@ -856,7 +856,7 @@ static PREV: OnceLock<libc::sigaction> = OnceLock::new();
 
 /// Install the process-wide SIGBUS handler (once). The previous handler is kept and called
 /// for addresses outside every region.
-pub fn install_sigbus_handler() -> Result<(), String> {
+pub(crate) fn install_sigbus_handler() -> Result<(), String> {
     static DONE: OnceLock<Result<(), String>> = OnceLock::new();
     DONE.get_or_init(|| {
         // Warm up everything the handler touches lazily (TLS shard index, size classes).
@@ -957,7 +957,7 @@ thread_local! {
 }
 
 /// True on the thread that reads the uffd.
-pub fn on_event_thread() -> bool {
+pub(crate) fn on_event_thread() -> bool {
     EVENT_THREAD.with(|c| c.get())
 }
 

@@ -8,12 +8,12 @@
 //! Design (the numbers come from `measured-limits.md` in the project's shared notes):
 //! - **Faults are resolved in the faulting thread.** The userfaultfd is opened with
 //!   `UFFD_FEATURE_SIGBUS`, so a missing or write-protected page raises SIGBUS in the thread
-//!   that touched it; the handler ([`fault`]) swaps the folio in with `UFFDIO_COPY` and returns,
+//!   that touched it; the handler (`fault`) swaps the folio in with `UFFDIO_COPY` and returns,
 //!   and the instruction is retried (4–5 µs here instead of 50–70 µs for a hand-off to a
 //!   handler thread on the other vCPU). The handler allocates nothing and takes no lock the
 //!   interrupted code could hold. [`FaultMode::Thread`] keeps a classic handler thread for
 //!   comparison.
-//! - **Reclaim is direct**, in the faulting thread, in batches ([`reclaim`]): folios are
+//! - **Reclaim is direct**, in the faulting thread, in batches (`reclaim`): folios are
 //!   write-protected, copied out, and dropped with one `process_madvise(MADV_DONTNEED)` per
 //!   batch. A write that races an eviction takes a write-protect fault and waits.
 //! - **Replacement**: kernel-style active and inactive lists. An evicted folio first goes to
@@ -23,7 +23,7 @@
 //! - **Clean pages keep their swap entry**: a page swapped in by a read is mapped
 //!   write-protected and keeps its entry, as the kernel's swap cache keeps a clean folio's slot;
 //!   evicting it again is just the `MADV_DONTNEED`, and the first write frees the entry. An
-//!   adaptive policy turns this off while most such pages get written ([`reclaim::KeepClean`]).
+//!   adaptive policy turns this off while most such pages get written (`reclaim::KeepClean`).
 //! - **Large folios**: a region pages in 4 KiB, 64 KiB or 2 MiB folios; a folio is stored whole
 //!   (one compression unit, one `UFFDIO_COPY`) and split when the store has no contiguous slots.
 //!
@@ -50,21 +50,25 @@
 // Parallel per-page arrays (claimed[i], old[i], words[i]) read clearer with index loops.
 #![allow(clippy::needless_range_loop)]
 
-pub mod arena;
-pub mod fault;
+mod arena;
+mod fault;
+mod handle;
 pub mod own;
-pub mod reclaim;
-pub mod region;
-pub mod stats;
-pub mod store;
-pub mod sys;
+mod reclaim;
+mod region;
+mod stats;
+mod store;
+mod sys;
+pub mod syscall;
 pub mod uffd;
-pub mod vma;
+mod vma;
 
-pub use region::Region;
+pub use handle::Region;
+pub use region::overlaps as overlaps_region;
 pub use stats::PagerStats;
-pub use store::{EngineStore, Lz4Store, PageStore, StoreError};
-pub use sys::prefault;
+pub use store::{PageStore, StoreError};
+pub use sys::copy_from_self;
+pub use syscall::prefault;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -119,7 +123,7 @@ pub struct PagerConfig {
     /// Folio size of new regions: 4096, 65536 or 2 MiB.
     pub folio_size: usize,
     /// Storage tiers for the uswap engine, e.g. `"zero,lz4"` or `"zero,lz4,file:/var/tmp"`
-    /// (parsed by `uswap::config`); `"builtin:zero,lz4"` uses the crate's own [`Lz4Store`].
+    /// (parsed by `uswap::config`). Unused by [`Pager::with_store`] with a store of its own.
     pub tiers: String,
     /// Large-folio swap-in policy.
     pub swapin: SwapinPolicy,
@@ -142,7 +146,7 @@ pub struct PagerConfig {
     /// Adapt granularity per region: sequential faults take the whole folio, random faults in
     /// large-folio regions take only the 4 KiB page.
     pub adaptive: bool,
-    /// Swap slots in the built-in store (4 KiB each).
+    /// Virtual swap slots of the engine's store (4 KiB each).
     pub swap_slots: u64,
     /// Group id charged for the pages (the memcg analogue).
     pub group: u16,
@@ -153,7 +157,7 @@ pub struct PagerConfig {
     /// thread (a cross-CPU round trip per range).
     pub event_remove: bool,
     /// Keep the swap entry of a page swapped in by a read fault and map it write-protected, so
-    /// that evicting it again writes nothing (see [`reclaim::KeepClean`]; SIGBUS mode only).
+    /// that evicting it again writes nothing (see `reclaim::KeepClean`; SIGBUS mode only).
     pub keep_clean: bool,
 }
 
@@ -256,7 +260,10 @@ impl Pager {
         Self::with_store(cfg, None)
     }
 
-    /// Create a pager over a given store (the uswap engine, or a test store).
+    /// Create a pager over `store`, or with `None` over the uswap engine configured by
+    /// `cfg.tiers` (what [`Pager::new`] does). A given store (a test's, for instance) is used as
+    /// it is: `cfg.tiers` and `cfg.swap_slots` are ignored. It must be callable from a SIGBUS
+    /// handler (see [`PageStore`]).
     pub fn with_store(cfg: PagerConfig, store: Option<Box<dyn PageStore>>) -> Result<Arc<Pager>, PagerError> {
         if ![PAGE_SIZE, 16 * PAGE_SIZE, 512 * PAGE_SIZE].contains(&cfg.folio_size) {
             return Err(PagerError::Config(format!(
@@ -281,29 +288,9 @@ impl Pager {
         if cfg.inactive_percent > 90 {
             return Err(PagerError::Config("inactive_percent must be at most 90".into()));
         }
-        // "builtin:zero,lz4" selects the self-contained Lz4Store; anything else goes to the uswap
-        // engine's tier parser.
-        let builtin = cfg.tiers.strip_prefix("builtin").map(|t| t.trim_start_matches(':').to_string());
-        let mut compress = false;
-        if let (Some(t), None) = (&builtin, &store) {
-            for t in t.split(',').map(str::trim).filter(|t| !t.is_empty()) {
-                match t {
-                    "zero" => {}
-                    "lz4" => compress = true,
-                    other => {
-                        return Err(PagerError::Config(format!(
-                            "tier `{other}` is not available in the built-in store (it has zero and lz4)"
-                        )))
-                    }
-                }
-            }
-        }
-        let store: Box<dyn PageStore> = match (store, builtin) {
-            (Some(s), _) => s,
-            (None, Some(_)) => {
-                Box::new(Lz4Store::new(cfg.swap_slots, 64 << 30, compress).map_err(|e| PagerError::Os(e.to_string()))?)
-            }
-            (None, None) => {
+        let store: Box<dyn PageStore> = match store {
+            Some(s) => s,
+            None => {
                 let s = store::EngineStore::new(&cfg.tiers, cfg.swap_slots, cfg.group)
                     .map_err(|e| PagerError::Config(format!("tiers `{}`: {e}", cfg.tiers)))?;
                 s.reserve_swapin(cfg.folio_size.trailing_zeros() as u8 - 12)
@@ -458,7 +445,7 @@ impl Pager {
     }
 
     /// Put the program's existing anonymous private mapping `[start, start + len)` under the
-    /// pager, where it lies ([`vma`]): it is registered with the uffd, the pages already present
+    /// pager, where it lies (`vma`): it is registered with the uffd, the pages already present
     /// count as resident and join the active list, and parts already managed are skipped.
     /// Returns the bytes newly managed. Fails when no part could be registered (not an
     /// anonymous private mapping, unmapped meanwhile, no free region slot).
@@ -528,11 +515,6 @@ impl Pager {
         sys::futex_wake(&self.reclaim_wake);
     }
 
-    /// The lock adoption takes (a fork child resets it: the holder may not exist there).
-    pub fn vma_lock(&self) -> &sys::YieldLock {
-        &self.vma_lock
-    }
-
     /// The configuration.
     pub fn config(&self) -> &PagerConfig {
         &self.cfg
@@ -548,7 +530,7 @@ impl Pager {
 
     /// A snapshot of the statistics.
     pub fn stats(&self) -> PagerStats {
-        stats::snapshot(self)
+        stats::snapshot(self, region::live_regions_of(self))
     }
 }
 

@@ -1,12 +1,13 @@
 //! The pager's own memory: mappings and thread stacks that must never be put under a pager.
 //!
-//! A pager that adopts a program's anonymous memory where it lies (see [`crate::vma`]) finds
+//! A pager that adopts a program's anonymous memory where it lies (the `vma` module) finds
 //! that memory by reading `/proc/self/maps`, where its own mappings (page words, rings, the
 //! swap cache, the engine's pool, the library's internal heap) and its threads' stacks look
 //! like any other anonymous mapping. Managing one of them would make a pager thread fault on
 //! memory only it can fill: a deadlock. So everything the pager (or a library embedding it)
-//! maps for itself is recorded here, and every pager thread records its stack pointer when it
-//! starts; [`is_own`] tells an adopter to keep away.
+//! maps for itself is recorded here (`map_noreserve` maps and records in one call), and
+//! every pager thread records its stack pointer when it starts; [`is_own`] tells an adopter
+//! to keep away.
 //!
 //! Locking: none. A fixed table of atomic `(start, end)` pairs: [`add`] claims a free entry by
 //! CAS, [`remove`] clears it; readers scan without locks (signal-safe, allocation-free). A
@@ -90,7 +91,7 @@ pub fn add_this_stack() {
 }
 
 /// Forget the calling thread's stack (when a pager thread ends).
-pub fn remove_this_stack() {
+pub(crate) fn remove_this_stack() {
     let probe = 0u8;
     let sp = std::hint::black_box(&probe) as *const u8 as usize;
     // The recorded pointer lies in the same stack, usually higher up, but when both calls
@@ -133,6 +134,27 @@ fn has_stack(start: usize, end: usize) -> bool {
 /// Own mappings that could not be recorded (the table was full).
 pub fn overflowed() -> usize {
     OVERFLOW.load(Ordering::Relaxed)
+}
+
+/// Reserve `bytes` of anonymous private memory (`MAP_NORESERVE`: pages cost only once touched)
+/// and record it as the pager's own.
+pub(crate) fn map_noreserve(bytes: usize) -> std::io::Result<*mut u8> {
+    // SAFETY: anonymous private mapping, no hint.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    add(p as usize, bytes);
+    Ok(p.cast())
 }
 
 #[cfg(test)]

@@ -19,10 +19,15 @@
 //! - If the store has no contiguous range for a large folio (`NoSpace`), the folio is split in
 //!   halves and retried (`swpout_fallback`). If the store fails, the eviction is undone: write
 //!   protection is removed and the folio stays resident.
+//! - **Releasing** pages ([`release_pages`]) frees their swap entries and cache copies; a
+//!   region is retired ([`retire_region`]) by taking it out of the registry, waiting until no
+//!   thread is inside it, and releasing all its pages.
 //!
 //! Locking: each ring is a preallocated circular buffer behind a tiny spinlock that is never
 //! held across anything but the push/pop itself (so a signal handler cannot deadlock on it);
 //! pages are claimed by CAS to `BUSY` (see [`crate::region`]). Nothing here allocates.
+//! Retiring a region waits for every thread inside the registry ([`region::enter`]), so it is
+//! called with no lock held that such a thread may wait for.
 
 use crate::region::{
     self, clean_entry, clean_payload, clean_to_swapped, is_mapped, kind, w_kind, w_order, w_payload, word, RegionInner,
@@ -35,13 +40,13 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Most pages one reclaim batch handles.
-pub const MAX_BATCH_PAGES: usize = 1024;
+pub(crate) const MAX_BATCH_PAGES: usize = 1024;
 const MAX_BLOCKS: usize = 256;
 
 thread_local! {
     /// Depth of reclaim on this thread (a fault taken inside our own reclaim must not wait
     /// for pages this thread holds).
-    pub static IN_RECLAIM: Cell<u32> = const { Cell::new(0) };
+    pub(crate) static IN_RECLAIM: Cell<u32> = const { Cell::new(0) };
 }
 
 /// Workingset detection for the two-list policy: how many demoted pages come back while the
@@ -56,7 +61,7 @@ thread_local! {
 /// inactive list would have turned that major fault into a cheap refault: a hit, as a real
 /// one from the swap cache is.
 #[derive(Default)]
-pub struct Workingset {
+pub(crate) struct Workingset {
     demoted: std::sync::atomic::AtomicU64,
     hits: std::sync::atomic::AtomicU64,
     clock: std::sync::atomic::AtomicU64,
@@ -95,7 +100,7 @@ impl Workingset {
         }
     }
     /// True while the inactive stage is bypassed.
-    pub fn bypassed(&self) -> bool {
+    pub(crate) fn bypassed(&self) -> bool {
         self.bypass.load(Ordering::Relaxed)
     }
 }
@@ -111,7 +116,7 @@ impl Workingset {
 ///   badly and lives in RAM): a kept copy would cost more than it saves;
 /// - and not while more than a third of the kept pages get written: re-decided every
 ///   `WINDOW` kept pages, still keeping one swap-in in 16 while off to keep measuring.
-pub struct KeepClean {
+pub(crate) struct KeepClean {
     on: bool,
     kept: std::sync::atomic::AtomicU64,
     dirtied: std::sync::atomic::AtomicU64,
@@ -123,7 +128,7 @@ impl KeepClean {
     const WINDOW: u64 = 4096;
 
     /// A policy that keeps clean pages when `on`.
-    pub fn new(on: bool) -> KeepClean {
+    pub(crate) fn new(on: bool) -> KeepClean {
         KeepClean {
             on,
             kept: Default::default(),
@@ -158,13 +163,13 @@ impl KeepClean {
     }
 
     /// True while swap-in keeps clean pages.
-    pub fn keeping(&self) -> bool {
+    pub(crate) fn keeping(&self) -> bool {
         self.on && !self.off.load(Ordering::Relaxed)
     }
 }
 
 /// A bounded FIFO of folio references, preallocated.
-pub struct Ring {
+pub(crate) struct Ring {
     buf: *mut u64,
     mask: usize,
     head: AtomicUsize,
@@ -179,9 +184,9 @@ unsafe impl Sync for Ring {}
 
 impl Ring {
     /// A ring of `cap` entries (a power of two).
-    pub fn new(cap: usize) -> std::io::Result<Ring> {
+    pub(crate) fn new(cap: usize) -> std::io::Result<Ring> {
         let cap = cap.next_power_of_two();
-        let p = crate::sys::map_noreserve(cap * 8)?;
+        let p = crate::own::map_noreserve(cap * 8)?;
         Ok(Ring {
             buf: p.cast(),
             mask: cap - 1,
@@ -201,7 +206,7 @@ impl Ring {
     }
 
     /// Append; false when full.
-    pub fn push(&self, e: u64) -> bool {
+    pub(crate) fn push(&self, e: u64) -> bool {
         self.lock();
         let (h, t) = (self.head.load(Ordering::Relaxed), self.tail.load(Ordering::Relaxed));
         let ok = t - h <= self.mask;
@@ -215,7 +220,7 @@ impl Ring {
     }
 
     /// Take the oldest entry.
-    pub fn pop(&self) -> Option<u64> {
+    pub(crate) fn pop(&self) -> Option<u64> {
         self.lock();
         let (h, t) = (self.head.load(Ordering::Relaxed), self.tail.load(Ordering::Relaxed));
         let r = if h == t {
@@ -231,12 +236,12 @@ impl Ring {
     }
 
     /// Entries queued (approximate without the lock).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.tail.load(Ordering::Relaxed).wrapping_sub(self.head.load(Ordering::Relaxed))
     }
 
     /// True when empty.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }
@@ -277,25 +282,25 @@ pub(crate) fn clear_clean_tags(p: &Pager, o: crate::arena::Obj, n: usize) {
 
 /// Encode a folio reference: region slot and generation, first page, order.
 #[inline]
-pub fn entry(r: &RegionInner, page: usize, order: u32) -> u64 {
+pub(crate) fn entry(r: &RegionInner, page: usize, order: u32) -> u64 {
     entry_raw(r.slot, r.gen, page, order)
 }
 
 /// Encode a folio reference from its parts.
 #[inline]
-pub fn entry_raw(slot: usize, gen: u32, page: usize, order: u32) -> u64 {
+pub(crate) fn entry_raw(slot: usize, gen: u32, page: usize, order: u32) -> u64 {
     (slot as u64 & 0x3fff) | (u64::from(gen & 0x3fff) << 14) | (u64::from(order) << 28) | ((page as u64) << 32)
 }
 
 /// Decode a folio reference.
 #[inline]
-pub fn decode(e: u64) -> (usize, u32, usize, u32) {
+pub(crate) fn decode(e: u64) -> (usize, u32, usize, u32) {
     ((e & 0x3fff) as usize, ((e >> 14) & 0x3fff) as u32, (e >> 32) as usize, ((e >> 28) & 0xf) as u32)
 }
 
 /// Split the claimed pages of `[first, first + n)` (bit i of `mask` set = page claimed) into
 /// naturally aligned power-of-two blocks; calls `f(page, order)` for each.
-pub fn blocks(first: usize, n: usize, claimed: &dyn Fn(usize) -> bool, mut f: impl FnMut(usize, u32)) {
+pub(crate) fn blocks(first: usize, n: usize, claimed: &dyn Fn(usize) -> bool, mut f: impl FnMut(usize, u32)) {
     let mut i = 0;
     while i < n {
         if !claimed(i) {
@@ -313,27 +318,6 @@ pub fn blocks(first: usize, n: usize, claimed: &dyn Fn(usize) -> bool, mut f: im
         f(first + i, k);
         i += 1 << k;
     }
-}
-
-/// Call `f(i, j)` for each maximal run `[i, j)` of `[0, n)` where `is` holds, in order, until
-/// it returns false; returns whether every call succeeded.
-pub fn runs(n: usize, is: &dyn Fn(usize) -> bool, mut f: impl FnMut(usize, usize) -> bool) -> bool {
-    let mut i = 0;
-    while i < n {
-        if !is(i) {
-            i += 1;
-            continue;
-        }
-        let mut j = i;
-        while j < n && is(j) {
-            j += 1;
-        }
-        if !f(i, j) {
-            return false;
-        }
-        i = j;
-    }
-    true
 }
 
 #[derive(Copy, Clone)]
@@ -1011,6 +995,26 @@ pub(crate) fn forget_clean(p: &Pager) {
             }
         }
     });
+}
+
+/// Take a region out of the registry and free it ([`region::retire_region`]), releasing its
+/// swap entries and cache copies first.
+///
+/// # Safety
+/// - As for [`region::retire_region`].
+pub(crate) unsafe fn retire_region(inner: *mut RegionInner) {
+    // SAFETY: the caller's obligations are retire_region's.
+    unsafe { region::retire_region(inner, |r| release_pages(r, 0, r.npages, false)) }
+}
+
+/// Free an unpublished region ([`region::free_unpublished`]), releasing its swap entries and
+/// cache copies first.
+///
+/// # Safety
+/// - As for [`region::free_unpublished`].
+pub(crate) unsafe fn free_unpublished(inner: *mut RegionInner) {
+    // SAFETY: the caller's obligations are free_unpublished's.
+    unsafe { region::free_unpublished(inner, |r| release_pages(r, 0, r.npages, false)) }
 }
 
 /// Release pages `[a, b)` of `r`: free their swap entries and cache copies and make them

@@ -1,5 +1,7 @@
 //! Managed regions: the mapping, its per-page state words, and the process-wide registry the
-//! SIGBUS handler searches.
+//! SIGBUS handler searches. This layer knows nothing of reclaim: retiring a region takes the
+//! release of its pages as an argument (see `reclaim::retire_region`), and the public
+//! [`crate::Region`] handle lives above reclaim (`handle.rs`).
 //!
 //! Every 4 KiB page of a region has one `AtomicU64` state word (the pager's page table, in a
 //! `MAP_NORESERVE` array so untouched parts cost nothing):
@@ -30,72 +32,71 @@
 
 use crate::Pager;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
 
 /// Page state kinds.
-pub mod kind {
+pub(crate) mod kind {
     /// Never populated, or discarded: a fault zero-fills.
-    pub const NONE: u64 = 0;
+    pub(crate) const NONE: u64 = 0;
     /// Mapped.
-    pub const RESIDENT: u64 = 1;
+    pub(crate) const RESIDENT: u64 = 1;
     /// Locked by a thread filling or evicting it.
-    pub const BUSY: u64 = 2;
+    pub(crate) const BUSY: u64 = 2;
     /// Unmapped, uncompressed in the swap cache (inactive list).
-    pub const CACHED: u64 = 3;
+    pub(crate) const CACHED: u64 = 3;
     /// Stored in the page store.
-    pub const SWAPPED: u64 = 4;
+    pub(crate) const SWAPPED: u64 = 4;
     /// Mapped write-protected, unchanged since swap-in: the store still holds its data (the
     /// kernel's clean folio in the swap cache that keeps its slot).
-    pub const CLEAN: u64 = 5;
+    pub(crate) const CLEAN: u64 = 5;
     /// Unmapped by the program (`munmap`, `mremap` away): the address is not the region's any
     /// more, and may be somebody else's mapping now.
-    pub const UNMAPPED: u64 = 6;
+    pub(crate) const UNMAPPED: u64 = 6;
 }
 
 /// Mapped (`RESIDENT` or `CLEAN`): the page is on the active list and charged as resident.
 #[inline]
-pub fn is_mapped(w: u64) -> bool {
+pub(crate) fn is_mapped(w: u64) -> bool {
     matches!(w_kind(w), kind::RESIDENT | kind::CLEAN)
 }
 
 /// Swap entries a `CLEAN` payload can carry (below 2^48; the store's entries are slot
 /// indices, far below).
-pub const CLEAN_MAX_ENTRY: u64 = 1 << 48;
+pub(crate) const CLEAN_MAX_ENTRY: u64 = 1 << 48;
 
 /// Payload of a `CLEAN` word: the page's swap entry and the order of the stored folio it
 /// belongs to (needed to rebuild its `SWAPPED` word on eviction).
 #[inline]
-pub fn clean_payload(entry: u64, stored_order: u32) -> u64 {
+pub(crate) fn clean_payload(entry: u64, stored_order: u32) -> u64 {
     debug_assert!(entry < CLEAN_MAX_ENTRY);
     entry | (u64::from(stored_order) << 48)
 }
 
 /// The `SWAPPED` word a `CLEAN` word becomes when its page is dropped (its entry and stored order).
 #[inline]
-pub fn clean_to_swapped(w: u64) -> u64 {
+pub(crate) fn clean_to_swapped(w: u64) -> u64 {
     let pl = w_payload(w);
     word(kind::SWAPPED, ((pl >> 48) & 0xf) as u32, pl & (CLEAN_MAX_ENTRY - 1))
 }
 
 /// The swap entry of a `CLEAN` word.
 #[inline]
-pub fn clean_entry(w: u64) -> u64 {
+pub(crate) fn clean_entry(w: u64) -> u64 {
     w_payload(w) & (CLEAN_MAX_ENTRY - 1)
 }
 
 /// Kind of a word.
 #[inline]
-pub fn w_kind(w: u64) -> u64 {
+pub(crate) fn w_kind(w: u64) -> u64 {
     w & 7
 }
 /// Order of a word.
 #[inline]
-pub fn w_order(w: u64) -> u32 {
+pub(crate) fn w_order(w: u64) -> u32 {
     ((w >> 3) & 0xf) as u32
 }
 /// Payload of a word.
 #[inline]
-pub fn w_payload(w: u64) -> u64 {
+pub(crate) fn w_payload(w: u64) -> u64 {
     w >> 8
 }
 /// The swap-cache object a CACHED word of a folio of `order` points at.
@@ -105,30 +106,25 @@ pub(crate) fn cached_obj(w: u64, order: u32) -> crate::arena::Obj {
         class: crate::arena::class_of(crate::PAGE_SIZE << order).unwrap_or(0),
     }
 }
-/// Readahead mark of a word.
-#[inline]
-pub fn w_ra(w: u64) -> bool {
-    w & 0x80 != 0
-}
 /// Build a word.
 #[inline]
-pub fn word(kind: u64, order: u32, payload: u64) -> u64 {
+pub(crate) fn word(kind: u64, order: u32, payload: u64) -> u64 {
     kind | (u64::from(order) << 3) | (payload << 8)
 }
 /// The BUSY word (no payload): a fill, a release, or anything else holding the page.
-pub const BUSY: u64 = kind::BUSY;
+pub(crate) const BUSY: u64 = kind::BUSY;
 /// BUSY held by an eviction that is copying the page out (still mapped, write-protected): a
 /// missing-page fault on it means the program dropped the page under the copy.
-pub const BUSY_COPY: u64 = kind::BUSY | (1 << 8);
+pub(crate) const BUSY_COPY: u64 = kind::BUSY | (1 << 8);
 /// BUSY held by an eviction that is dropping the page (`MADV_DONTNEED`): a `REMOVE` event on
 /// it is the pager's own.
-pub const BUSY_DROP: u64 = kind::BUSY | (2 << 8);
+pub(crate) const BUSY_DROP: u64 = kind::BUSY | (2 << 8);
 
 /// Bytes of per-page state: the state word and the shadow.
 const WORD_BYTES: usize = 12;
 
 /// Maximum number of live regions in the process.
-pub const MAX_REGIONS: usize = 16384;
+pub(crate) const MAX_REGIONS: usize = 16384;
 
 struct Slot {
     start: AtomicUsize,
@@ -150,12 +146,12 @@ static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 
 /// Mark this thread as using region pointers from the registry (handler, reclaim, events).
 #[inline]
-pub fn enter() {
+pub(crate) fn enter() {
     ACTIVE.fetch_add(1, Ordering::SeqCst);
 }
 /// End of [`enter`].
 #[inline]
-pub fn leave() {
+pub(crate) fn leave() {
     ACTIVE.fetch_sub(1, Ordering::SeqCst);
 }
 
@@ -196,7 +192,7 @@ unsafe fn slot_hit(s: &Slot, addr: usize) -> Option<&'static RegionInner> {
 /// Find the region containing `addr`. Call between [`enter`] and [`leave`]; the reference is
 /// valid until `leave`.
 #[inline]
-pub fn lookup(addr: usize) -> Option<&'static RegionInner> {
+pub(crate) fn lookup(addr: usize) -> Option<&'static RegionInner> {
     let h = &HINT[hint_index(addr)];
     let guess = h.load(Ordering::Relaxed) as usize;
     if guess != 0 {
@@ -216,24 +212,7 @@ pub fn lookup(addr: usize) -> Option<&'static RegionInner> {
     None
 }
 
-/// The region of pager `p` containing `addr`, unmapped pages included (for its own events).
-/// Call between [`enter`] and [`leave`].
-pub fn lookup_of(p: &Pager, addr: usize) -> Option<&'static RegionInner> {
-    let n = HIGH.load(Ordering::Acquire);
-    for s in &REGISTRY[..n] {
-        let ptr = s.ptr.load(Ordering::Acquire);
-        if !ptr.is_null() {
-            // SAFETY: as in lookup.
-            let r = unsafe { &*ptr };
-            if std::ptr::eq(r.pager, p) && addr >= r.start && addr < r.start + r.len {
-                return Some(r);
-            }
-        }
-    }
-    None
-}
-
-/// True if `[a, b)` overlaps a live region (no dereference: safe outside [`enter`]).
+/// True if `[a, b)` overlaps a live region (no dereference: safe outside `enter`).
 pub fn overlaps(a: usize, b: usize) -> bool {
     let n = HIGH.load(Ordering::Acquire);
     REGISTRY[..n].iter().any(|s| {
@@ -259,7 +238,7 @@ pub(crate) fn for_each_of(p: &Pager, mut f: impl FnMut(&'static RegionInner)) {
 
 /// Find a region by slot and generation (from a reclaim queue entry).
 #[inline]
-pub fn by_slot(slot: usize, gen: u32) -> Option<&'static RegionInner> {
+pub(crate) fn by_slot(slot: usize, gen: u32) -> Option<&'static RegionInner> {
     let s = REGISTRY.get(slot)?;
     let p = s.ptr.load(Ordering::Acquire);
     if p.is_null() {
@@ -270,38 +249,59 @@ pub fn by_slot(slot: usize, gen: u32) -> Option<&'static RegionInner> {
     (r.gen == gen && s.gen.load(Ordering::Relaxed) == gen).then_some(r)
 }
 
+/// Call `f(i, j)` for each maximal run `[i, j)` of `[0, n)` where `is` holds, in order, until
+/// it returns false; returns whether every call succeeded.
+pub(crate) fn runs(n: usize, is: &dyn Fn(usize) -> bool, mut f: impl FnMut(usize, usize) -> bool) -> bool {
+    let mut i = 0;
+    while i < n {
+        if !is(i) {
+            i += 1;
+            continue;
+        }
+        let mut j = i;
+        while j < n && is(j) {
+            j += 1;
+        }
+        if !f(i, j) {
+            return false;
+        }
+        i = j;
+    }
+    true
+}
+
 /// The shared part of a region, reachable from the signal handler.
-pub struct RegionInner {
+pub(crate) struct RegionInner {
     /// First byte (folio aligned).
-    pub start: usize,
+    pub(crate) start: usize,
     /// Length in bytes (multiple of the folio size).
-    pub len: usize,
+    pub(crate) len: usize,
     /// Number of 4 KiB pages.
-    pub npages: usize,
+    pub(crate) npages: usize,
     /// Folio order of the region.
-    pub folio_order: u32,
+    pub(crate) folio_order: u32,
     /// The pager (outlives the region: the Region holds an Arc).
-    pub pager: *const Pager,
+    pub(crate) pager: *const Pager,
     words: *mut AtomicU64,
     /// Registry slot.
-    pub slot: usize,
+    pub(crate) slot: usize,
     /// Registry generation.
-    pub gen: u32,
+    pub(crate) gen: u32,
     /// `madvise(MADV_HUGEPAGE)`-like hint for the `Madvise` swap-in policy.
-    pub huge_hint: std::sync::atomic::AtomicBool,
+    pub(crate) huge_hint: std::sync::atomic::AtomicBool,
     /// Last faulting page (sequential detection) and the current readahead window.
-    pub last_fault: AtomicUsize,
+    pub(crate) last_fault: AtomicUsize,
     /// Sequential-fault streak (adaptive granularity and readahead window).
-    pub seq_streak: AtomicU32,
+    pub(crate) seq_streak: AtomicU32,
     /// Last readahead window: `end << 16 | pages read ahead` (for swap_ra_hit).
-    pub ra_end: AtomicUsize,
+    pub(crate) ra_end: AtomicUsize,
     /// Some page was ever mapped CLEAN (a fork child has clean pages to forget).
-    pub had_clean: std::sync::atomic::AtomicBool,
+    pub(crate) had_clean: std::sync::atomic::AtomicBool,
     /// The program's own mapping, adopted where it lies ([`crate::vma`]): the pager never
     /// unmaps it, and the program's munmap/mremap decide its life.
-    pub adopted: bool,
+    pub(crate) adopted: bool,
     /// Pages marked `UNMAPPED` (an adopted region whose pages are all unmapped is retired).
-    pub unmapped: AtomicUsize,
+    pub(crate) unmapped: AtomicUsize,
     map_len: usize,
     map_base: usize,
 }
@@ -314,7 +314,7 @@ unsafe impl Sync for RegionInner {}
 impl RegionInner {
     /// The state word of page `i`.
     #[inline]
-    pub fn word(&self, i: usize) -> &AtomicU64 {
+    pub(crate) fn word(&self, i: usize) -> &AtomicU64 {
         debug_assert!(i < self.npages);
         // SAFETY: i < npages and the words mapping holds npages words for the region's life.
         unsafe { &*self.words.add(i) }
@@ -323,7 +323,7 @@ impl RegionInner {
     /// The shadow of page `i`: the reclaim clock when it was last evicted straight to the store
     /// while the inactive list was bypassed (0 = none); see [`crate::reclaim::Workingset`].
     #[inline]
-    pub fn shadow(&self, i: usize) -> &AtomicU32 {
+    pub(crate) fn shadow(&self, i: usize) -> &AtomicU32 {
         debug_assert!(i < self.npages);
         // SAFETY: the shadows follow the npages words in the same mapping (4-aligned), which
         // lives as long as the region.
@@ -332,45 +332,30 @@ impl RegionInner {
 
     /// Address of page `i`.
     #[inline]
-    pub fn addr(&self, i: usize) -> usize {
+    pub(crate) fn addr(&self, i: usize) -> usize {
         self.start + i * crate::PAGE_SIZE
     }
 
     /// Mark page `i` `UNMAPPED` (its entries must have been released).
-    pub fn mark_unmapped(&self, i: usize) {
+    pub(crate) fn mark_unmapped(&self, i: usize) {
         if w_kind(self.word(i).swap(word(kind::UNMAPPED, 0, 0), Ordering::AcqRel)) != kind::UNMAPPED {
             self.unmapped.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// True once every page of the region is unmapped.
-    pub fn all_unmapped(&self) -> bool {
+    pub(crate) fn all_unmapped(&self) -> bool {
         self.unmapped.load(Ordering::Relaxed) >= self.npages
     }
 
     /// The pager.
     #[inline]
-    pub fn pager(&self) -> &Pager {
+    pub(crate) fn pager(&self) -> &Pager {
         // SAFETY: a Region owning this inner holds an Arc<Pager> until after retirement; an
         // adopted region is retired by its pager before the pager is freed.
         unsafe { &*self.pager }
     }
 }
-
-/// A managed region of anonymous memory, paged by its [`Pager`] under the pager's limit.
-///
-/// Use it as ordinary memory through [`Region::as_ptr`] or [`Region::as_mut_slice`]; pages are
-/// swapped out when the pager is over its limit and swapped back in on access. Dropping the
-/// region unmaps it and frees its swap entries.
-pub struct Region {
-    inner: *mut RegionInner,
-    pager: Arc<Pager>,
-}
-
-// SAFETY: the region's memory and state are shared-safe (atomics); the raw pointer is owned.
-unsafe impl Send for Region {}
-// SAFETY: as above.
-unsafe impl Sync for Region {}
 
 fn mmap_anon(len: usize, noreserve: bool) -> std::io::Result<usize> {
     let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
@@ -452,18 +437,18 @@ fn publish_region(pager: &Pager, pl: Placement) -> Result<*mut RegionInner, crat
     Ok(inner)
 }
 
-/// Take a region out of the registry and free it: its swap entries and cache copies are
-/// released, the pages still its own are unregistered (and unmapped, unless adopted: the
-/// program's mapping stays the program's).
+/// Take a region out of the registry and free it: its pages are released with `release` (see
+/// [`free_unpublished`]), the pages still its own are unregistered (and unmapped, unless
+/// adopted: the program's mapping stays the program's).
 ///
 /// # Safety
 /// - `inner` came from [`publish_region`] and is retired once.
 /// - The calling thread is not between [`enter`] and [`leave`].
-pub(crate) unsafe fn retire_region(inner: *mut RegionInner) {
+pub(crate) unsafe fn retire_region(inner: *mut RegionInner, release: impl FnOnce(&RegionInner)) {
     // SAFETY: the caller's obligations are ours.
     unsafe {
         unpublish(inner);
-        free_unpublished(inner);
+        free_unpublished(inner, release);
     }
 }
 
@@ -481,13 +466,14 @@ pub(crate) unsafe fn unpublish(inner: *mut RegionInner) {
 }
 
 /// Second half of [`retire_region`]: wait until no thread can hold a pointer to the region,
-/// then release its pages and free it. Waits for threads inside [`enter`], so call it holding
-/// no lock that such a thread may wait for.
+/// then release its pages with `release` (which frees their swap entries and cache copies:
+/// the reclaim layer's `release_pages`), and free it. Waits for threads inside [`enter`], so
+/// call it holding no lock that such a thread may wait for.
 ///
 /// # Safety
 /// - `inner` was unpublished with [`unpublish`] and is freed once.
 /// - The calling thread is not between [`enter`] and [`leave`].
-pub(crate) unsafe fn free_unpublished(inner: *mut RegionInner) {
+pub(crate) unsafe fn free_unpublished(inner: *mut RegionInner, release: impl FnOnce(&RegionInner)) {
     // SAFETY: live until freed below (caller's obligation).
     let r = unsafe { &*inner };
     let s = &REGISTRY[r.slot];
@@ -495,12 +481,12 @@ pub(crate) unsafe fn free_unpublished(inner: *mut RegionInner) {
     while ACTIVE.load(Ordering::SeqCst) != 0 {
         std::thread::yield_now();
     }
-    crate::reclaim::release_pages(r, 0, r.npages, false);
+    release(r);
     // Unregister (and unmap) what is still ours: not the pages the program unmapped (the
     // address may be another mapping's now).
     let ours = |i: usize| w_kind(r.word(i).load(Ordering::Acquire)) != kind::UNMAPPED;
     let adopted = r.adopted;
-    crate::reclaim::runs(r.npages, &ours, |i, j| {
+    runs(r.npages, &ours, |i, j| {
         let _ = r.pager().uffd.unregister(r.addr(i), (j - i) * crate::PAGE_SIZE);
         if !adopted {
             // SAFETY: pages [i, j) of the region are still the mapping created in create();
@@ -544,12 +530,47 @@ pub(crate) fn publish_adopted(
 }
 
 /// Live regions of pager `p`.
-pub fn live_regions_of(p: &Pager) -> usize {
+pub(crate) fn live_regions_of(p: &Pager) -> usize {
     enter();
     let mut n = 0;
     for_each_of(p, |_| n += 1);
     leave();
     n
+}
+
+/// Map a new region of `len` bytes (rounded up to the folio size) for [`Pager::map`]: a fresh
+/// anonymous mapping, registered with the uffd and published.
+pub(crate) fn create_mapped(pager: &Pager, len: usize) -> Result<*mut RegionInner, crate::PagerError> {
+    let folio = pager.cfg.folio_size;
+    let len = len.max(1).div_ceil(folio) * folio;
+    let map_len = len + folio;
+    let base = mmap_anon(map_len, true).map_err(|e| crate::PagerError::Os(format!("mmap of {map_len} bytes: {e}")))?;
+    // The program's memory, not the pager's own.
+    crate::own::remove(base, map_len);
+    let start = base.div_ceil(folio) * folio;
+    let mode = crate::uffd::mode::MISSING | crate::uffd::mode::WP;
+    if let Err(e) = pager.uffd.register(start, len, mode) {
+        // SAFETY: unmapping the mapping we just created.
+        unsafe { libc::munmap(base as *mut _, map_len) };
+        return Err(crate::PagerError::Os(format!("{e} (region of {len} bytes)")));
+    }
+    let pl = Placement {
+        start,
+        len,
+        folio_order: (folio / crate::PAGE_SIZE).trailing_zeros(),
+        adopted: false,
+        map_base: base,
+        map_len,
+    };
+    match publish_region(pager, pl) {
+        Ok(inner) => Ok(inner),
+        Err(e) => {
+            let _ = pager.uffd.unregister(start, len);
+            // SAFETY: unmapping the mapping we just created.
+            unsafe { libc::munmap(base as *mut _, map_len) };
+            Err(e)
+        }
+    }
 }
 
 /// Every live adopted region of pager `p`, as raw pointers (for retirement; call outside
@@ -571,140 +592,6 @@ pub(crate) fn adopted_of(p: &Pager) -> Vec<*mut RegionInner> {
     v
 }
 
-impl Region {
-    pub(crate) fn create(pager: &Arc<Pager>, len: usize) -> Result<Region, crate::PagerError> {
-        let folio = pager.cfg.folio_size;
-        let len = len.max(1).div_ceil(folio) * folio;
-        let map_len = len + folio;
-        let base =
-            mmap_anon(map_len, true).map_err(|e| crate::PagerError::Os(format!("mmap of {map_len} bytes: {e}")))?;
-        // The program's memory, not the pager's own.
-        crate::own::remove(base, map_len);
-        let start = base.div_ceil(folio) * folio;
-        let mode = crate::uffd::mode::MISSING | crate::uffd::mode::WP;
-        if let Err(e) = pager.uffd.register(start, len, mode) {
-            // SAFETY: unmapping the mapping we just created.
-            unsafe { libc::munmap(base as *mut _, map_len) };
-            return Err(crate::PagerError::Os(format!("{e} (region of {len} bytes)")));
-        }
-        let pl = Placement {
-            start,
-            len,
-            folio_order: (folio / crate::PAGE_SIZE).trailing_zeros(),
-            adopted: false,
-            map_base: base,
-            map_len,
-        };
-        match publish_region(pager, pl) {
-            Ok(inner) => Ok(Region { inner, pager: pager.clone() }),
-            Err(e) => {
-                let _ = pager.uffd.unregister(start, len);
-                // SAFETY: unmapping the mapping we just created.
-                unsafe { libc::munmap(base as *mut _, map_len) };
-                Err(e)
-            }
-        }
-    }
-
-    fn inner(&self) -> &RegionInner {
-        // SAFETY: inner lives until Drop.
-        unsafe { &*self.inner }
-    }
-
-    /// First byte of the region.
-    pub fn as_ptr(&self) -> *mut u8 {
-        self.inner().start as *mut u8
-    }
-
-    /// Length in bytes (the requested length rounded up to the folio size).
-    pub fn len(&self) -> usize {
-        self.inner().len
-    }
-
-    /// True if the region has no bytes (never: a region is at least one folio).
-    pub fn is_empty(&self) -> bool {
-        self.inner().len == 0
-    }
-
-    /// The region as a byte slice.
-    pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: the mapping is valid for len bytes for the region's life; faults are served.
-        unsafe { std::slice::from_raw_parts(self.as_ptr(), self.len()) }
-    }
-
-    /// The region as a mutable byte slice.
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as as_slice, and &mut self gives exclusive access.
-        unsafe { std::slice::from_raw_parts_mut(self.as_ptr(), self.len()) }
-    }
-
-    /// The pager serving this region.
-    pub fn pager(&self) -> &Arc<Pager> {
-        &self.pager
-    }
-
-    /// Mark the region for large-folio swap-in under the `Madvise` swap-in policy (like
-    /// `madvise(MADV_HUGEPAGE)` for the kernel's `swapin_enabled=madvise`).
-    pub fn advise_hugepage(&self, on: bool) {
-        self.inner().huge_hint.store(on, Ordering::Relaxed);
-    }
-
-    /// Count pages of the region per state: (none, resident, busy, cached, swapped); clean
-    /// pages (resident with their swap entry kept) count as resident.
-    pub fn page_states(&self) -> [usize; 5] {
-        let r = self.inner();
-        let mut c = [0usize; 5];
-        for i in 0..r.npages {
-            let k = w_kind(r.word(i).load(Ordering::Relaxed));
-            c[match k {
-                kind::CLEAN => 1,
-                kind::UNMAPPED => 0,
-                k => k.min(4) as usize,
-            }] += 1;
-        }
-        c
-    }
-
-    /// Pages of the region mapped clean (write-protected, swap entry kept).
-    pub fn clean_pages(&self) -> usize {
-        let r = self.inner();
-        (0..r.npages).filter(|&i| w_kind(r.word(i).load(Ordering::Relaxed)) == kind::CLEAN).count()
-    }
-
-    /// Evict every resident and cached page of the region now (for tests and for callers that
-    /// know the region goes cold). Returns the pages evicted.
-    pub fn evict_all(&self) -> usize {
-        enter();
-        // SAFETY: inner lives until Drop, which waits for threads inside enter()/leave().
-        let r: &'static RegionInner = unsafe { &*self.inner };
-        let n = crate::reclaim::evict_region(r);
-        leave();
-        n
-    }
-
-    /// Release `[offset, offset+len)` of the region: its pages become zero-fill and their swap
-    /// entries are freed (what `madvise(MADV_DONTNEED)` does to anonymous memory).
-    pub fn discard(&self, offset: usize, len: usize) {
-        let r = self.inner();
-        let a = offset.min(r.len) / crate::PAGE_SIZE;
-        let b = (offset.saturating_add(len)).min(r.len).div_ceil(crate::PAGE_SIZE);
-        enter();
-        crate::reclaim::release_pages(r, a, b, true);
-        leave();
-    }
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        // The program's munmaps of region memory returned once their events were read; wait
-        // until they are processed too, so the pages they unmapped are marked UNMAPPED (the
-        // event thread finds the region through the registry, so before it is retired).
-        self.pager.sync_events();
-        // SAFETY: created by publish_region, retired once (here); we are not inside enter().
-        unsafe { retire_region(self.inner) };
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -715,8 +602,6 @@ mod tests {
         assert_eq!(w_kind(w), kind::SWAPPED);
         assert_eq!(w_order(w), 9);
         assert_eq!(w_payload(w), (1 << 50) + 3);
-        assert!(!w_ra(w));
-        assert!(w_ra(w | 0x80));
         let c = word(kind::CLEAN, 0, clean_payload(12345, 4));
         assert!(is_mapped(c) && w_order(c) == 0 && clean_entry(c) == 12345);
         assert_eq!(clean_to_swapped(c), word(kind::SWAPPED, 4, 12345));

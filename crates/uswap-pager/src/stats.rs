@@ -6,15 +6,15 @@
 //! latency histogram is a fixed array of atomic buckets (4 per power of two of nanoseconds),
 //! so recording allocates nothing. A snapshot sums them; it may miss adds in flight.
 
-use crate::store::MAX_ORDER;
 use crate::Pager;
 use std::sync::atomic::{AtomicU64, Ordering};
+use uswap::swap_table::MAX_ORDER;
 
 const NR_ORDERS: usize = MAX_ORDER as usize + 1;
 const HIST: usize = 64 * 4;
 
 /// Live counters (fault path).
-pub struct Counters {
+pub(crate) struct Counters {
     pub(crate) faults: AtomicU64,
     pub(crate) fault_zero: AtomicU64,
     pub(crate) fault_swapin: AtomicU64,
@@ -72,7 +72,7 @@ pub(crate) fn inc(c: &AtomicU64, n: u64) {
 
 /// Monotonic nanoseconds (vDSO `clock_gettime`, signal-safe).
 #[inline]
-pub fn now_ns() -> u64 {
+pub(crate) fn now_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes the timespec we pass.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
@@ -237,7 +237,9 @@ fn arr(a: &[AtomicU64; NR_ORDERS]) -> [u64; NR_ORDERS] {
     std::array::from_fn(|i| a[i].load(Ordering::Relaxed))
 }
 
-pub(crate) fn snapshot(p: &Pager) -> PagerStats {
+/// A snapshot of `p`'s counters; `regions_live` is the number of its live regions (counted by
+/// the caller in the registry).
+pub(crate) fn snapshot(p: &Pager, regions_live: usize) -> PagerStats {
     let c = &p.counters;
     let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let resident = p.resident_pages.load(Ordering::Relaxed).max(0) as u64 * crate::PAGE_SIZE as u64;
@@ -259,7 +261,7 @@ pub(crate) fn snapshot(p: &Pager) -> PagerStats {
         remap_moved_pages: g(&c.remap_moved_pages),
         events_deferred: g(&c.ev_deferred),
         reclaim_aborted: g(&c.reclaim_aborted),
-        regions_live: crate::region::live_regions_of(p) as u64,
+        regions_live: regions_live as u64,
         pages_mapped: g(&c.pages_mapped),
         demoted_pages: g(&c.demoted_pages),
         evicted_pages: g(&c.evicted_pages),

@@ -1,10 +1,9 @@
 //! The userfaultfd layer: a thin, allocation-free wrapper over the `userfaultfd(2)` ioctls.
 //!
 //! Structures and most ioctl numbers come from `linux-raw-sys` (the UAPI headers rustix uses);
-//! `UFFDIO_MOVE` and `USERFAULTFD_IOC_NEW` are computed here because the generated tables lack
-//! them. Every call is one `ioctl` and is safe to issue from a signal handler (no allocation,
-//! no lock). Error handling follows firecracker's protocol: `EEXIST` from `COPY`/`ZEROPAGE`
-//! means "already populated" and is reported as success ([`Filled::Exists`]); `EAGAIN` means
+//! `USERFAULTFD_IOC_NEW` is computed here because the generated tables lack it. Every call is
+//! one `ioctl` and is safe to issue from a signal handler (no allocation, no lock). Error handling follows firecracker's protocol: `EEXIST` from `COPY`/`ZEROPAGE`
+//! means "already populated" and is reported as success (`Filled::Exists`); `EAGAIN` means
 //! a non-cooperative event (unmap, remap, fork) is pending or the copy was partial, and the
 //! call is retried from where it stopped.
 //!
@@ -19,10 +18,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 const fn iowr(nr: u32, size: usize) -> u32 {
     (3 << 30) | ((size as u32) << 16) | (g::UFFDIO << 8) | nr
 }
-/// `UFFDIO_MOVE` (Linux 6.8), missing from linux-raw-sys's ioctl table.
-pub const UFFDIO_MOVE: u32 = iowr(g::_UFFDIO_MOVE, std::mem::size_of::<g::uffdio_move>());
 /// `USERFAULTFD_IOC_NEW` = `_IO(0xAA, 0x00)`: create a uffd through `/dev/userfaultfd`.
-pub const USERFAULTFD_IOC_NEW: u32 = g::USERFAULTFD_IOC << 8;
+pub(crate) const USERFAULTFD_IOC_NEW: u32 = g::USERFAULTFD_IOC << 8;
 
 const _: () = assert!(iowr(g::_UFFDIO_COPY, std::mem::size_of::<g::uffdio_copy>()) == io::UFFDIO_COPY);
 const _: () = assert!(iowr(g::_UFFDIO_API, std::mem::size_of::<g::uffdio_api>()) == io::UFFDIO_API);
@@ -45,8 +42,6 @@ pub mod feature {
     pub const SIGBUS: u64 = g::UFFD_FEATURE_SIGBUS as u64;
     /// Pagefault messages carry the faulting thread id.
     pub const THREAD_ID: u64 = g::UFFD_FEATURE_THREAD_ID as u64;
-    /// `UFFDIO_MOVE` (6.8).
-    pub const MOVE: u64 = g::UFFD_FEATURE_MOVE as u64;
 }
 
 /// Registration modes.
@@ -62,9 +57,9 @@ thread_local! {
     /// Set on the thread that reads the uffd's messages: an ioctl that finds a non-cooperative
     /// event pending (`EAGAIN`, which only that thread's next read clears) returns the error
     /// instead of retrying, and sets [`AGAIN`].
-    pub static NOWAIT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    pub(crate) static NOWAIT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// An ioctl of this thread gave up on `EAGAIN` (see [`NOWAIT`]).
-    pub static AGAIN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    pub(crate) static AGAIN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// `EAGAIN` with no progress: retry (false), or give up on the event-reading thread (true).
@@ -79,7 +74,7 @@ fn give_up_on_eagain() -> bool {
 
 /// Outcome of a populate ioctl.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Filled {
+pub(crate) enum Filled {
     /// The whole range was populated by this call.
     Done,
     /// (Part of) the range was already populated (`EEXIST`): someone else resolved it.
@@ -111,7 +106,7 @@ fn errno() -> i32 {
 
 /// A decoded uffd message.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Event {
+pub(crate) enum Event {
     /// A page fault (only in message mode, not with `SIGBUS`).
     Pagefault {
         /// Faulting address (not rounded).
@@ -154,7 +149,7 @@ pub enum Event {
 }
 
 /// Decode one raw message.
-pub fn decode(m: &g::uffd_msg) -> Event {
+pub(crate) fn decode(m: &g::uffd_msg) -> Event {
     let ev = m.event as u32;
     // SAFETY: the union member read matches the event tag set by the kernel; every member is
     // plain integers, so any bit pattern is valid.
@@ -177,12 +172,10 @@ pub fn decode(m: &g::uffd_msg) -> Event {
     }
 }
 
-/// A userfaultfd with its negotiated features.
+/// A userfaultfd, its API negotiated.
 #[derive(Debug)]
 pub struct Uffd {
     fd: OwnedFd,
-    features: u64,
-    ioctls: u64,
     /// Opened with `UFFD_USER_MODE_ONLY` (all an unprivileged process may get): faults the
     /// kernel takes on the process's behalf, inside system calls, are not delivered and the
     /// call fails with EFAULT.
@@ -226,7 +219,7 @@ impl Uffd {
             let mut api = g::uffdio_api { api: u64::from(g::UFFD_API), features: want, ioctls: 0 };
             // SAFETY: as above.
             if unsafe { libc::ioctl(fd.as_raw_fd(), io::UFFDIO_API as _, &mut api) } == 0 {
-                return Ok(Uffd { fd, features: want, ioctls: api.ioctls, user_mode_only });
+                return Ok(Uffd { fd, user_mode_only });
             }
             let e = errno();
             if e == libc::EPERM && want & feature::EVENT_FORK != 0 && required & feature::EVENT_FORK == 0 {
@@ -291,16 +284,6 @@ impl Uffd {
         self.user_mode_only
     }
 
-    /// The features negotiated.
-    pub fn features(&self) -> u64 {
-        self.features
-    }
-
-    /// Bit mask of the ioctls the API reported.
-    pub fn ioctls(&self) -> u64 {
-        self.ioctls
-    }
-
     /// Register `[start, start+len)` in `mode` (`mode::MISSING | mode::WP`).
     pub fn register(&self, start: usize, len: usize, mode: u64) -> Result<u64, UffdError> {
         let mut r =
@@ -313,7 +296,7 @@ impl Uffd {
     }
 
     /// Unregister a range.
-    pub fn unregister(&self, start: usize, len: usize) -> Result<(), UffdError> {
+    pub(crate) fn unregister(&self, start: usize, len: usize) -> Result<(), UffdError> {
         let mut r = g::uffdio_range { start: start as u64, len: len as u64 };
         // SAFETY: valid fd, properly sized struct.
         if unsafe { libc::ioctl(self.raw(), io::UFFDIO_UNREGISTER as _, &mut r) } != 0 {
@@ -329,7 +312,7 @@ impl Uffd {
     /// # Safety
     /// - `src` must be readable for `len` bytes.
     /// - `dst..dst+len` must be inside a range registered on this uffd, page aligned.
-    pub unsafe fn copy(
+    pub(crate) unsafe fn copy(
         &self,
         dst: usize,
         src: *const u8,
@@ -400,7 +383,7 @@ impl Uffd {
 
     /// `UFFDIO_ZEROPAGE` over `[start, start+len)` (maps the shared zero page; a later write
     /// is an ordinary copy-on-write fault).
-    pub fn zeropage(&self, start: usize, len: usize, wake: bool) -> Result<Filled, UffdError> {
+    pub(crate) fn zeropage(&self, start: usize, len: usize, wake: bool) -> Result<Filled, UffdError> {
         let mut done = 0usize;
         loop {
             let mut z = g::uffdio_zeropage {
@@ -450,7 +433,7 @@ impl Uffd {
 
     /// Set (`protect = true`) or clear write protection on a populated range. Clearing wakes
     /// waiters unless `wake` is false.
-    pub fn writeprotect(&self, start: usize, len: usize, protect: bool, wake: bool) -> Result<(), UffdError> {
+    pub(crate) fn writeprotect(&self, start: usize, len: usize, protect: bool, wake: bool) -> Result<(), UffdError> {
         let mut mode = 0u64;
         if protect {
             mode |= 1; // UFFDIO_WRITEPROTECT_MODE_WP
@@ -477,14 +460,14 @@ impl Uffd {
     /// and the page at `addr` is still in a registered range: one write-protect of a page that
     /// is write-protected already (the kernel refuses range operations with `EAGAIN` while an
     /// event is pending, and fails on a range that is gone).
-    pub fn probe_quiet(&self, addr: usize) -> bool {
+    pub(crate) fn probe_quiet(&self, addr: usize) -> bool {
         let mut w = g::uffdio_writeprotect { range: g::uffdio_range { start: addr as u64, len: 4096 }, mode: 1 };
         // SAFETY: valid fd, properly sized struct.
         unsafe { libc::ioctl(self.raw(), io::UFFDIO_WRITEPROTECT as _, &mut w) == 0 }
     }
 
     /// Wake threads blocked on `[start, start+len)` (message mode).
-    pub fn wake(&self, start: usize, len: usize) -> Result<(), UffdError> {
+    pub(crate) fn wake(&self, start: usize, len: usize) -> Result<(), UffdError> {
         let mut r = g::uffdio_range { start: start as u64, len: len as u64 };
         // SAFETY: valid fd, properly sized struct.
         if unsafe { libc::ioctl(self.raw(), io::UFFDIO_WAKE as _, &mut r) } != 0 {
@@ -495,7 +478,7 @@ impl Uffd {
 
     /// Read pending messages into `buf` (blocking unless the fd is non-blocking). Returns how
     /// many were read; 0 when none are pending on a non-blocking fd.
-    pub fn read_msgs(&self, buf: &mut [g::uffd_msg]) -> Result<usize, UffdError> {
+    pub(crate) fn read_msgs(&self, buf: &mut [g::uffd_msg]) -> Result<usize, UffdError> {
         loop {
             // SAFETY: buf is writable for its whole length in bytes.
             let n = unsafe { libc::read(self.raw(), buf.as_mut_ptr().cast(), std::mem::size_of_val(buf)) };
@@ -512,7 +495,7 @@ impl Uffd {
 }
 
 /// A zeroed message buffer element.
-pub fn empty_msg() -> g::uffd_msg {
+pub(crate) fn empty_msg() -> g::uffd_msg {
     // SAFETY: uffd_msg is plain old data; all-zero is a valid value.
     unsafe { std::mem::zeroed() }
 }
@@ -529,8 +512,6 @@ mod tests {
             io::UFFDIO_WRITEPROTECT
         );
         assert_eq!(iowr(g::_UFFDIO_REGISTER, std::mem::size_of::<g::uffdio_register>()), io::UFFDIO_REGISTER);
-        // UFFDIO_MOVE = _IOWR(0xAA, 5, struct uffdio_move) = 0xc028aa05 in the 6.8 headers.
-        assert_eq!(UFFDIO_MOVE, 0xc028_aa05);
         assert_eq!(USERFAULTFD_IOC_NEW, 0xaa00);
     }
 

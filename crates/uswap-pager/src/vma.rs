@@ -54,7 +54,7 @@ pub(crate) fn adopt(p: &Pager, start: usize, len: usize) -> Result<usize, PagerE
         if a < b {
             let first = (a - r.start) / PAGE_SIZE;
             let live = |i: usize| w_kind(r.word(first + i).load(Ordering::Acquire)) != kind::UNMAPPED;
-            crate::reclaim::runs((b - a) / PAGE_SIZE, &live, |i, j| {
+            region::runs((b - a) / PAGE_SIZE, &live, |i, j| {
                 taken.push((a + i * PAGE_SIZE, a + j * PAGE_SIZE));
                 true
             });
@@ -84,7 +84,7 @@ pub(crate) fn adopt(p: &Pager, start: usize, len: usize) -> Result<usize, PagerE
     drop(_g);
     for r in dead {
         // SAFETY: unpublished by adopt_piece; freed once, here, outside vma_lock and enter().
-        unsafe { region::free_unpublished(r) };
+        unsafe { crate::reclaim::free_unpublished(r) };
     }
     if p.charged_bytes() > crate::reclaim::wake_mark(p) {
         crate::sys::futex_wake(&p.reclaim_wake);
@@ -488,7 +488,7 @@ pub(crate) fn reap(p: &Pager) -> usize {
     // wait for vma_lock: so outside it.
     for &r in &dead {
         // SAFETY: unpublished above, freed once; not inside enter().
-        unsafe { region::free_unpublished(r) };
+        unsafe { crate::reclaim::free_unpublished(r) };
     }
     inc(&p.counters.retired_regions, dead.len() as u64);
     dead.len()
@@ -505,7 +505,7 @@ pub(crate) fn retire_all(p: &Pager) {
     drop(g);
     for r in all {
         // SAFETY: as in reap.
-        unsafe { region::free_unpublished(r) };
+        unsafe { crate::reclaim::free_unpublished(r) };
     }
 }
 
@@ -514,7 +514,7 @@ pub(crate) fn retire_all(p: &Pager) {
 pub(crate) fn registered_runs(p: &Pager, mut f: impl FnMut(usize, usize)) {
     region::enter();
     region::for_each_of(p, |r| {
-        crate::reclaim::runs(r.npages, &|i| w_kind(r.word(i).load(Ordering::Acquire)) != kind::UNMAPPED, |i, j| {
+        region::runs(r.npages, &|i| w_kind(r.word(i).load(Ordering::Acquire)) != kind::UNMAPPED, |i, j| {
             f(r.addr(i), (j - i) * PAGE_SIZE);
             true
         });

@@ -1,8 +1,9 @@
 //! Large folios under a fragmented swap space: stores of 64 KiB folios find no contiguous
 //! range, split down to 4 KiB (swpout_fallback), and every byte still comes back.
 mod common;
+use common::lz4store::Lz4Store;
 use std::sync::Arc;
-use uswap_pager::{Lz4Store, PageStore, Pager, PagerConfig, StoreError};
+use uswap_pager::{PageStore, Pager, PagerConfig, StoreError};
 
 #[test]
 fn large_folios_fall_back_when_the_space_is_fragmented() {

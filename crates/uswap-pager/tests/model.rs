@@ -40,7 +40,7 @@ proptest! {
         folio in prop_oneof![Just(4096usize), Just(65536usize)],
         two in any::<bool>(),
         never in any::<bool>(),
-        builtin in any::<bool>(),
+        lz4store in any::<bool>(),
         ops in proptest::collection::vec(op(64), 1..120),
     ) {
         let cfg = PagerConfig {
@@ -48,10 +48,11 @@ proptest! {
             folio_size: folio,
             replacement: if two { Replacement::TwoList } else { Replacement::Fifo },
             swapin: if never { SwapinPolicy::Never } else { SwapinPolicy::Always },
-            tiers: if builtin { "builtin:zero,lz4".into() } else { "zero,lz4".into() },
+            tiers: "zero,lz4".into(),
             ..Default::default()
         };
-        let Some(p) = common::pager(cfg) else { return Ok(()) };
+        let p = if lz4store { common::pager_with_lz4store(cfg) } else { common::pager(cfg) };
+        let Some(p) = p else { return Ok(()) };
         let r = p.map(64 * 4096 * if folio > 4096 { 4 } else { 1 }).unwrap();
         let pages = 64;
         let mut model = vec![0u64; pages];

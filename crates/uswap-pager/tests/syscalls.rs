@@ -34,7 +34,7 @@ fn read_into_a_swapped_out_buffer() {
 
     // The wrapper serves it.
     let buf = &mut r.as_mut_slice()[off..off + data.len()];
-    assert_eq!(uswap_pager::sys::read(f.as_raw_fd(), buf).unwrap(), data.len());
+    assert_eq!(uswap_pager::syscall::read(f.as_raw_fd(), buf).unwrap(), data.len());
     assert_eq!(&r.as_slice()[off..off + data.len()], &data[..]);
     // Pages around the read keep their data.
     for pg in [0usize, 1, 2, 200, 255] {
@@ -44,11 +44,11 @@ fn read_into_a_swapped_out_buffer() {
     // write() from a swapped-out buffer, and pread() into one.
     r.evict_all();
     let mut out = tempfile::tempfile().unwrap();
-    let n = uswap_pager::sys::write(out.as_raw_fd(), &r.as_slice()[off..off + data.len()]).unwrap();
+    let n = uswap_pager::syscall::write(out.as_raw_fd(), &r.as_slice()[off..off + data.len()]).unwrap();
     assert_eq!(n, data.len());
     r.evict_all();
     let buf = &mut r.as_mut_slice()[..data.len()];
-    assert_eq!(uswap_pager::sys::pread(out.as_raw_fd(), buf, 0).unwrap(), data.len());
+    assert_eq!(uswap_pager::syscall::pread(out.as_raw_fd(), buf, 0).unwrap(), data.len());
     assert_eq!(&r.as_slice()[..data.len()], &data[..]);
     out.rewind().unwrap();
     let _ = out.flush();

@@ -25,6 +25,15 @@ fn with_watchdog(secs: u64, what: &str, f: impl FnOnce()) {
     done.store(true, Ordering::Release);
 }
 
+/// A pager for the configuration named `name` ("lz4store": over the test store).
+fn make(name: &str, cfg: PagerConfig) -> Option<std::sync::Arc<uswap_pager::Pager>> {
+    if name == "lz4store" {
+        common::pager_with_lz4store(cfg)
+    } else {
+        common::pager(cfg)
+    }
+}
+
 fn configs() -> Vec<(&'static str, PagerConfig)> {
     let base = PagerConfig { limit_bytes: 4 << 20, folio_size: 4096, ..Default::default() };
     vec![
@@ -32,7 +41,7 @@ fn configs() -> Vec<(&'static str, PagerConfig)> {
         ("thread", PagerConfig { fault_mode: FaultMode::Thread, ..base.clone() }),
         ("background", PagerConfig { reclaim: ReclaimMode::Background, ..base.clone() }),
         ("event_remove", PagerConfig { event_remove: true, ..base.clone() }),
-        ("builtin", PagerConfig { tiers: "builtin:zero,lz4".into(), ..base }),
+        ("lz4store", base),
     ]
 }
 
@@ -41,7 +50,7 @@ fn create_and_drop_repeatedly() {
     for (name, cfg) in configs() {
         with_watchdog(60, name, || {
             for _ in 0..20 {
-                let Some(p) = common::pager(cfg.clone()) else { return };
+                let Some(p) = make(name, cfg.clone()) else { return };
                 drop(p);
             }
         });
@@ -53,7 +62,7 @@ fn drop_after_paging() {
     for (name, cfg) in configs() {
         with_watchdog(60, name, || {
             for i in 0..5 {
-                let Some(p) = common::pager(cfg.clone()) else { return };
+                let Some(p) = make(name, cfg.clone()) else { return };
                 let mut r = p.map(8 << 20).unwrap();
                 for (pg, page) in r.as_mut_slice().chunks_mut(4096).enumerate() {
                     common::fill_page(page, i, pg, false);

@@ -1,12 +1,12 @@
 //! `read`/`write` and friends, interposed so that a system call whose buffer lies in swapped-out
 //! memory works: in SIGBUS mode the kernel would fail it with `EFAULT` instead of faulting into
-//! our handler. Each wrapper is the pager's prefault-and-retry wrapper ([`uswap_pager::sys`]),
+//! our handler. Each wrapper is the pager's prefault-and-retry wrapper ([`uswap_pager::syscall`]),
 //! which issues the raw system call (no recursion, no allocation).
 //!
 //! Locking: none.
 
 use libc::{c_int, c_void, iovec, size_t, sockaddr, socklen_t, ssize_t};
-use uswap_pager::sys;
+use uswap_pager::syscall;
 
 /// `read(2)`.
 ///
@@ -15,7 +15,7 @@ use uswap_pager::sys;
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
     // SAFETY: the caller's contract is read(2)'s.
-    unsafe { sys::read_raw(fd, buf.cast(), n) }
+    unsafe { syscall::read_raw(fd, buf.cast(), n) }
 }
 /// `pread(2)`.
 ///
@@ -24,7 +24,7 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t
 #[no_mangle]
 pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: i64) -> ssize_t {
     // SAFETY: as above.
-    unsafe { sys::pread_raw(fd, buf.cast(), n, off) }
+    unsafe { syscall::pread_raw(fd, buf.cast(), n, off) }
 }
 /// `pread64(2)`.
 ///
@@ -33,7 +33,7 @@ pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: i64)
 #[no_mangle]
 pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: i64) -> ssize_t {
     // SAFETY: as above.
-    unsafe { sys::pread_raw(fd, buf.cast(), n, off) }
+    unsafe { syscall::pread_raw(fd, buf.cast(), n, off) }
 }
 /// `write(2)`.
 ///
@@ -42,7 +42,7 @@ pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: i6
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
     // SAFETY: as above.
-    unsafe { sys::write_raw(fd, buf.cast(), n) }
+    unsafe { syscall::write_raw(fd, buf.cast(), n) }
 }
 /// `pwrite(2)`.
 ///
@@ -51,7 +51,7 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
 #[no_mangle]
 pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: i64) -> ssize_t {
     // SAFETY: as above.
-    unsafe { sys::pwrite_raw(fd, buf.cast(), n, off) }
+    unsafe { syscall::pwrite_raw(fd, buf.cast(), n, off) }
 }
 /// `pwrite64(2)`.
 ///
@@ -60,7 +60,7 @@ pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: i
 #[no_mangle]
 pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, n: size_t, off: i64) -> ssize_t {
     // SAFETY: as above.
-    unsafe { sys::pwrite_raw(fd, buf.cast(), n, off) }
+    unsafe { syscall::pwrite_raw(fd, buf.cast(), n, off) }
 }
 /// `readv(2)`.
 ///
@@ -69,7 +69,7 @@ pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, n: size_t, off:
 #[no_mangle]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
     // SAFETY: as above.
-    unsafe { sys::readv_raw(fd, iov, cnt) }
+    unsafe { syscall::readv_raw(fd, iov, cnt) }
 }
 /// `writev(2)`.
 ///
@@ -78,7 +78,7 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssiz
 #[no_mangle]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
     // SAFETY: as above.
-    unsafe { sys::writev_raw(fd, iov, cnt) }
+    unsafe { syscall::writev_raw(fd, iov, cnt) }
 }
 /// `recv(2)`.
 ///
@@ -87,7 +87,7 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssi
 #[no_mangle]
 pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
     // SAFETY: as above.
-    unsafe { sys::recvfrom_raw(fd, buf.cast(), n, flags, std::ptr::null_mut(), std::ptr::null_mut()) }
+    unsafe { syscall::recvfrom_raw(fd, buf.cast(), n, flags, std::ptr::null_mut(), std::ptr::null_mut()) }
 }
 /// `recvfrom(2)`.
 ///
@@ -103,7 +103,7 @@ pub unsafe extern "C" fn recvfrom(
     al: *mut socklen_t,
 ) -> ssize_t {
     // SAFETY: as above.
-    unsafe { sys::recvfrom_raw(fd, buf.cast(), n, flags, a, al) }
+    unsafe { syscall::recvfrom_raw(fd, buf.cast(), n, flags, a, al) }
 }
 /// `send(2)`.
 ///
@@ -112,7 +112,7 @@ pub unsafe extern "C" fn recvfrom(
 #[no_mangle]
 pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t {
     // SAFETY: as above.
-    unsafe { sys::sendto_raw(fd, buf.cast(), n, flags, std::ptr::null(), 0) }
+    unsafe { syscall::sendto_raw(fd, buf.cast(), n, flags, std::ptr::null(), 0) }
 }
 /// `sendto(2)`.
 ///
@@ -128,5 +128,5 @@ pub unsafe extern "C" fn sendto(
     al: socklen_t,
 ) -> ssize_t {
     // SAFETY: as above.
-    unsafe { sys::sendto_raw(fd, buf.cast(), n, flags, a, al) }
+    unsafe { syscall::sendto_raw(fd, buf.cast(), n, flags, a, al) }
 }

@@ -495,7 +495,7 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) 
     let releasing = matches!(advice, libc::MADV_DONTNEED | libc::MADV_FREE | libc::MADV_REMOVE);
     if releasing && ready() && !ours() && (addr as usize).is_multiple_of(4096) {
         let (a, b) = (addr as usize, (addr as usize).saturating_add(len));
-        if uswap_pager::region::overlaps(a, b) {
+        if uswap_pager::overlaps_region(a, b) {
             if let Some(p) = pager() {
                 internal(|| p.discard_range(a, len));
             }
@@ -550,7 +550,7 @@ pub unsafe extern "C" fn mremap(
     }
     if ready() {
         let (a, b) = (old as usize, (old as usize).saturating_add(old_len));
-        let was = uswap_pager::region::overlaps(a, b) || new_len >= MMAP_MIN.load(Ordering::Relaxed);
+        let was = uswap_pager::overlaps_region(a, b) || new_len >= MMAP_MIN.load(Ordering::Relaxed);
         if was && scan::is_anon_private_range(r as usize, new_len) {
             adopt(r as usize, new_len);
         }

@@ -1,5 +1,7 @@
 //! Shared helpers for the integration tests.
-#![allow(dead_code)]
+#![expect(dead_code, reason = "each test uses only some of the helpers")]
+
+pub mod lz4store;
 
 use std::sync::Arc;
 use uswap_pager::{Pager, PagerConfig, PagerError};
@@ -7,6 +9,13 @@ use uswap_pager::{Pager, PagerConfig, PagerError};
 /// A pager, or `None` with a printed reason when userfaultfd is not available here.
 pub fn pager(cfg: PagerConfig) -> Option<Arc<Pager>> {
     check(Pager::new(cfg))
+}
+
+/// A pager over the test store ([`lz4store::Lz4Store`], `cfg.swap_slots` slots, compressing)
+/// instead of the engine, or `None` as for [`pager`].
+pub fn pager_with_lz4store(cfg: PagerConfig) -> Option<Arc<Pager>> {
+    let store = lz4store::Lz4Store::new(cfg.swap_slots, 64 << 30, true).expect("test store");
+    check(Pager::with_store(cfg, Some(Box::new(store))))
 }
 
 /// Unwrap a pager result, printing why the test is skipped when userfaultfd is unavailable.
