@@ -75,6 +75,10 @@ fn runtime(name: &str, scale: f64) -> Option<Value> {
         .unwrap_or("")
         .to_string();
     if uswap_err.contains("userfaultfd") {
+        assert!(
+            std::env::var_os("USWAP_REQUIRE_UFFD").is_none(),
+            "userfaultfd is not permitted here and USWAP_REQUIRE_UFFD is set: {uswap_err}"
+        );
         eprintln!("SKIPPED: userfaultfd is not permitted here: {uswap_err}");
         return None;
     }

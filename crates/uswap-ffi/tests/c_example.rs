@@ -2,7 +2,7 @@
 //! (`include/uswap.h`) and the `libuswap_ffi.so` that cargo built for this test run, then runs it.
 //!
 //! The compiler is `$CC` or `cc` (CI installs gcc). The program exits 77 when this process may not
-//! use userfaultfd: the test then prints SKIPPED and passes.
+//! use userfaultfd: the test then prints SKIPPED and passes (fails when `USWAP_REQUIRE_UFFD` is set).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -86,6 +86,10 @@ fn c_region_example() {
     eprint!("{stderr}");
     if o.status.code() == Some(77) {
         assert!(stdout.contains("SKIPPED"), "exit 77 without a SKIPPED line");
+        assert!(
+            std::env::var_os("USWAP_REQUIRE_UFFD").is_none(),
+            "the C example cannot use userfaultfd and USWAP_REQUIRE_UFFD is set"
+        );
         println!("SKIPPED: the C example cannot use userfaultfd here");
         return;
     }

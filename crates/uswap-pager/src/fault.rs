@@ -1134,6 +1134,7 @@ mod tests {
         let p = match Pager::new(PagerConfig { limit_bytes: 4 << 20, folio_size: 4096, ..Default::default() }) {
             Ok(p) => p,
             Err(PagerError::Unavailable(w)) => {
+                assert!(std::env::var_os("USWAP_REQUIRE_UFFD").is_none(), "userfaultfd unavailable: {w}");
                 eprintln!("SKIPPED: userfaultfd unavailable: {w}");
                 return;
             }

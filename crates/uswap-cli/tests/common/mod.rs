@@ -270,6 +270,11 @@ pub fn uswap_run_stats(limit: &str, stats: &Path, program: &[&OsStr]) -> Ran {
 /// True (with a printed reason) when the runner refused because userfaultfd is not permitted.
 pub fn no_uffd(r: &Ran) -> bool {
     if r.code == Some(1) && r.stderr.contains("userfaultfd") {
+        assert!(
+            std::env::var_os("USWAP_REQUIRE_UFFD").is_none(),
+            "userfaultfd is not permitted here and USWAP_REQUIRE_UFFD is set: {}",
+            r.stderr.trim()
+        );
         eprintln!("SKIPPED: userfaultfd is not permitted here: {}", r.stderr.trim());
         return true;
     }

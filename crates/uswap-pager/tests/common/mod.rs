@@ -23,11 +23,20 @@ pub fn check(r: Result<Arc<Pager>, PagerError>) -> Option<Arc<Pager>> {
     match r {
         Ok(p) => Some(p),
         Err(PagerError::Unavailable(why)) => {
-            eprintln!("SKIPPED: userfaultfd unavailable: {why}");
+            skip_without_uffd(&why);
             None
         }
         Err(e) => panic!("pager: {e}"),
     }
+}
+
+/// Userfaultfd is not available here: a failure when `USWAP_REQUIRE_UFFD` is set (CI, where it
+/// must work, sets it in `.ci/test.sh`), else a printed skip.
+pub fn skip_without_uffd(why: &str) {
+    if std::env::var_os("USWAP_REQUIRE_UFFD").is_some() {
+        panic!("userfaultfd unavailable and USWAP_REQUIRE_UFFD is set: {why}");
+    }
+    eprintln!("SKIPPED: userfaultfd unavailable: {why} (set USWAP_REQUIRE_UFFD=1 to make this a failure)");
 }
 
 /// splitmix64.
