@@ -82,7 +82,7 @@ Environment:
   USWAP_INACTIVE_PERCENT  share of the limit for the inactive list, unmapped pages kept
                      uncompressed for a cheap refault (default 5)
   USWAP_POOL_PERCENT share of the limit for the compressed pool when a file tier takes the
-                     rest (default 15)
+                     rest (default 8)
   USWAP_REPLACEMENT  `fifo`: evict first in, first out straight to the store instead of
                      through the active and inactive lists (for comparison)
   USWAP_STATS_INTERVAL_MS  also rewrite each process's statistics in USWAP_STATS_DIR this

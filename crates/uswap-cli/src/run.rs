@@ -35,7 +35,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "SIZE|N%")]
     pub limit: String,
     /// Storage tiers, in order (grammar in --help). The default sends what does not fit in
-    /// 15 % of the limit (USWAP_POOL_PERCENT) as compressed pages to an encrypted, unlinked
+    /// 8 % of the limit (USWAP_POOL_PERCENT) as compressed pages to an encrypted, unlinked
     /// swap file in /var/tmp, so the limit holds for data that compresses poorly; `zero,lz4`
     /// keeps everything in RAM.
     #[arg(long, default_value = "zero,lz4,file:/var/tmp")]
