@@ -320,6 +320,34 @@ pub(crate) fn blocks(first: usize, n: usize, claimed: &dyn Fn(usize) -> bool, mu
     }
 }
 
+/// Where a block of an eviction batch goes. [`select`] sets the first destination; later
+/// phases only change it as their comments say (the old `dest: u8` values are noted).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum Dest {
+    /// (0) Copied out and compressed into the store. Also the first destination of a clean
+    /// folio on its way to the swap cache (`Block::clean`), until [`copy_out`] decides.
+    Store,
+    /// (1) Copied into the swap cache (demoted to the inactive list); set by [`copy_out`].
+    Cache,
+    /// (2) Eviction undone (write protection failed, the copy or the store failed, or the
+    /// batch was given up): the block stays resident.
+    Aborted,
+    /// (3) Clean, its swap entries kept: nothing to write, only the drop.
+    CleanKept,
+    /// (4) Clean, but the program dropped it itself: its entries are freed and it becomes
+    /// zero-fill.
+    CleanDropped,
+}
+
+impl Dest {
+    /// A clean block left as clean (kept or dropped): write-protected since its swap-in, and
+    /// nothing to copy.
+    fn is_clean(self) -> bool {
+        matches!(self, Dest::CleanKept | Dest::CleanDropped)
+    }
+}
+
 #[derive(Copy, Clone)]
 struct Block {
     r: *const RegionInner,
@@ -327,9 +355,8 @@ struct Block {
     order: u32,
     /// Index of the block's first new word in the words array.
     w: usize,
-    /// 0 = store, 1 = cache, 2 = aborted, 3 = clean (entries kept: nothing to write),
-    /// 4 = clean but dropped by the program (zero-fill).
-    dest: u8,
+    /// Where the block goes.
+    dest: Dest,
     /// A clean folio on its way to the swap cache (its words hold the kept SWAPPED words).
     clean: bool,
 }
@@ -401,6 +428,8 @@ fn clean_present(a: usize, pages: usize) -> bool {
     rc == 0 && vec[..pages].iter().all(|&v| v & 1 != 0)
 }
 
+/// An eviction batch: the blocks taken (naturally aligned pieces of folios) and their new
+/// words (`words[blk.w..blk.w + 2^order]`).
 struct Batch {
     blocks: [Block; MAX_BLOCKS],
     nblocks: usize,
@@ -408,12 +437,17 @@ struct Batch {
     nwords: usize,
 }
 
-/// Evict candidate folios taken by `next` (returns `(region, page, order, any_order)`):
-/// write-protect, copy to the cache (`to_cache`) or the store, drop, publish. Returns pages
-/// taken off the resident set.
-/// A candidate from a list: `None` region = stale entry, skipped.
+/// A candidate from a list: `(region, page, order, any_order)`; a `None` region is a stale
+/// entry, skipped.
 type Candidate = (Option<&'static RegionInner>, usize, u32, bool);
 
+/// Evict candidate folios taken by `next`: write-protect, copy to the cache (`to_cache`) or
+/// the store, drop, publish. `shadows`: leave workingset shadows on pages that go straight to
+/// the store. Returns pages taken off the resident set.
+///
+/// The phases, in order: [`select`] (claim, split into blocks, choose each block's [`Dest`]),
+/// [`write_protect`], [`copy_out`], [`gate_or_abort`] (thread fault mode: hold the read gate
+/// or give the batch up), [`drop_pages`] (one `MADV_DONTNEED` for the batch), [`publish`].
 fn evict_resident(
     p: &Pager,
     to_cache: bool,
@@ -421,9 +455,38 @@ fn evict_resident(
     max_pages: usize,
     next: &mut dyn FnMut() -> Option<Candidate>,
 ) -> usize {
-    // SAFETY: Batch is plain data (pointers, integers); all-zero is a valid "empty" value.
+    // SAFETY: Batch is plain data (pointers, integers, a `repr(u8)` enum whose first variant
+    // is 0); all-zero is a valid "empty" value.
     let mut b: Batch = unsafe { std::mem::zeroed() };
     let mut claimed = [0u64; 512];
+    select(p, &mut b, &mut claimed, to_cache, max_pages, next);
+    if b.nblocks == 0 {
+        return 0;
+    }
+    write_protect(p, &mut b);
+    copy_out(p, &mut b, to_cache);
+    let mut gate = gate_or_abort(p, &mut b);
+    drop_pages(p, &b, &mut gate);
+    let out = publish(p, &b, shadows);
+    drop(gate);
+    out
+}
+
+/// Phase 1, select: take candidates from `next` until the batch holds `max_pages` pages (or
+/// its blocks are nearly used up), claim their mapped pages (`BUSY_COPY`), split the claimed
+/// pages into aligned blocks and choose each block's destination: [`Dest::Store`] (the copy
+/// phase may turn it into [`Dest::Cache`]), or for an all-clean block [`Dest::CleanKept`]
+/// (entries kept; `clean` + `Store` when it goes to the swap cache) or
+/// [`Dest::CleanDropped`] (the program dropped it: entries freed now). A mixed block is
+/// evicted like a resident one: its clean pages' entries are freed now.
+fn select(
+    p: &Pager,
+    b: &mut Batch,
+    claimed: &mut [u64; 512],
+    to_cache: bool,
+    max_pages: usize,
+    next: &mut dyn FnMut() -> Option<Candidate>,
+) {
     let mut pages = 0usize;
     while pages < max_pages && b.nblocks < MAX_BLOCKS - 16 {
         let Some((r, page, order, any)) = next() else { break };
@@ -431,28 +494,28 @@ fn evict_resident(
         if page >= r.npages || order > 9 {
             continue;
         }
-        if claim_resident(r, page, order, any, &mut claimed) == 0 {
+        if claim_resident(r, page, order, any, claimed) == 0 {
             continue;
         }
         let n = (1usize << order).min(r.npages - page);
         blocks(page, n, &|i| claimed[i] != 0, |pg, k| {
             let old = &claimed[pg - page..pg - page + (1 << k)];
-            let mut dest = 0;
+            let mut dest = Dest::Store;
             let mut clean = false;
             if old.iter().all(|&w| w_kind(w) == kind::CLEAN) {
                 // Unchanged since swap-in (still write-protected): the store has it. Going to
                 // the inactive list, it is copied to the swap cache like any folio (a hot clean
                 // page gets its second chance there too) and keeps its entries.
                 dest = if !clean_present(r.addr(pg), 1 << k) {
-                    4
+                    Dest::CleanDropped
                 } else if to_cache {
                     clean = true;
-                    0
+                    Dest::Store
                 } else {
-                    3
+                    Dest::CleanKept
                 };
                 for (i, &w) in old.iter().enumerate() {
-                    b.words[b.nwords + i] = if dest != 4 {
+                    b.words[b.nwords + i] = if dest != Dest::CleanDropped {
                         clean_to_swapped(w)
                     } else {
                         p.store.put(clean_entry(w), 1);
@@ -471,13 +534,15 @@ fn evict_resident(
             pages += 1 << k;
         });
     }
-    if b.nblocks == 0 {
-        return 0;
-    }
-    // Write-protect, merging adjacent blocks of one region into one call.
+}
+
+/// Phase 2, write-protect every block that will be copied (not the clean ones: protected
+/// since their swap-in), merging adjacent blocks of one region into one call. A block whose
+/// protection fails is [`Dest::Aborted`].
+fn write_protect(p: &Pager, b: &mut Batch) {
     let mut i = 0;
     while i < b.nblocks {
-        if b.blocks[i].dest >= 3 || b.blocks[i].clean {
+        if b.blocks[i].dest.is_clean() || b.blocks[i].clean {
             // Clean: write-protected since its swap-in.
             i += 1;
             continue;
@@ -489,7 +554,7 @@ fn evict_resident(
         while j < b.nblocks
             && b.blocks[j].r == r0
             && b.blocks[j].page == end
-            && b.blocks[j].dest < 3
+            && !b.blocks[j].dest.is_clean()
             && !b.blocks[j].clean
         {
             end += 1 << b.blocks[j].order;
@@ -500,18 +565,25 @@ fn evict_resident(
         inc(&p.counters.wp_calls, 1);
         if p.uffd.writeprotect(r.addr(start), (end - start) * PAGE_SIZE, true, false).is_err() {
             for blk in &mut b.blocks[i..j] {
-                blk.dest = 2;
+                blk.dest = Dest::Aborted;
             }
         }
         i = j;
     }
-    // Copy out.
+}
+
+/// Phase 3, copy out each [`Dest::Store`] block: into a swap-cache object when `to_cache`
+/// and there is room ([`Dest::Cache`], the words become CACHED), else into the store (the
+/// words become SWAPPED), except a clean block that found no room in the cache, which is
+/// dropped clean ([`Dest::CleanKept`]). A block unmapped under the copy, or that the store
+/// refuses, is [`Dest::Aborted`] (after a store failure its protection is lifted).
+fn copy_out(p: &Pager, b: &mut Batch, to_cache: bool) {
     for bi in 0..b.nblocks {
         let blk = b.blocks[bi];
-        if blk.dest >= 2 {
+        if !matches!(blk.dest, Dest::Store | Dest::Cache) {
             continue;
         }
-        // SAFETY: as above.
+        // SAFETY: the block's region came from the registry inside enter()/leave().
         let r = unsafe { &*blk.r };
         let len = PAGE_SIZE << blk.order;
         let mut done = false;
@@ -521,7 +593,7 @@ fn evict_resident(
                 if !unsafe { read_pages(p, r.addr(blk.page), p.cache.ptr(o), len) } {
                     // Unmapped under us: the unmap event releases the pages.
                     p.cache.free(o);
-                    b.blocks[bi].dest = 2;
+                    b.blocks[bi].dest = Dest::Aborted;
                     continue;
                 }
                 for i in 0..1usize << blk.order {
@@ -531,13 +603,13 @@ fn evict_resident(
                 }
                 let cw = word(kind::CACHED, blk.order, (o.off / crate::arena::GRANULE) as u64);
                 b.words[blk.w..blk.w + (1 << blk.order)].fill(cw);
-                b.blocks[bi].dest = 1;
+                b.blocks[bi].dest = Dest::Cache;
                 done = true;
             }
         }
         if !done && blk.clean {
             // No room in the swap cache: drop it clean (its words hold the kept entries).
-            b.blocks[bi].dest = 3;
+            b.blocks[bi].dest = Dest::CleanKept;
         } else if !done {
             let bounce = if p.cfg.fault_mode == crate::FaultMode::Thread { Some(p.bufs.take()) } else { None };
             let src: &[u8] = match bounce {
@@ -547,7 +619,7 @@ fn evict_resident(
                     if !unsafe { read_pages(p, r.addr(blk.page), buf.as_mut_ptr(), len) } {
                         // Unmapped under us: the unmap event releases the pages.
                         p.bufs.give(x);
-                        b.blocks[bi].dest = 2;
+                        b.blocks[bi].dest = Dest::Aborted;
                         continue;
                     }
                     buf
@@ -564,61 +636,83 @@ fn evict_resident(
             if let Err(e) = res {
                 let _ = e;
                 inc(&p.counters.store_errors, 1);
-                b.blocks[bi].dest = 2;
+                b.blocks[bi].dest = Dest::Aborted;
                 // SAFETY: r as above.
                 let _ = p.uffd.writeprotect(r.addr(blk.page), len, false, true);
             }
         }
     }
-    // In thread fault mode the program's threads run while we work, and one may have unmapped
-    // (or moved) a range of this batch: its UNMAP/REMAP event was read, or is pending. Its
-    // address may then hold a new mapping, which our madvise must not drop. So: hold the read
-    // gate (no event is read, so no munmap in progress can return), and drop only if no event
-    // is pending in the kernel or deferred here; otherwise give the batch up.
+}
+
+/// Phase 4, gate (thread fault mode without REMOVE events): hold the read gate, or give the
+/// whole batch up ([`abort_all`]) when an event is pending. Returns the gate, held until the
+/// drop is done.
+///
+/// In thread fault mode the program's threads run while we work, and one may have unmapped
+/// (or moved) a range of this batch: its UNMAP/REMAP event was read, or is pending. Its
+/// address may then hold a new mapping, which our madvise must not drop. So: hold the read
+/// gate (no event is read, so no munmap in progress can return), and drop only if no event
+/// is pending in the kernel or deferred here; otherwise give the batch up.
+fn gate_or_abort<'p>(p: &'p Pager, b: &mut Batch) -> Option<crate::sys::YieldGuard<'p>> {
     let gated = p.cfg.fault_mode == crate::FaultMode::Thread && !p.cfg.event_remove;
-    let mut _gate = gated.then(|| p.read_gate.lock());
+    let gate = gated.then(|| p.read_gate.lock());
     if gated {
-        let first = b.blocks[..b.nblocks].iter().find(|blk| blk.dest != 2);
+        let first = b.blocks[..b.nblocks].iter().find(|blk| blk.dest != Dest::Aborted);
         let quiet = first.is_none_or(|blk| {
-            // SAFETY: as above.
+            // SAFETY: the block's region came from the registry inside enter()/leave().
             let r = unsafe { &*blk.r };
             p.ev_pending.load(Ordering::SeqCst) == 0 && p.uffd.probe_quiet(r.addr(blk.page))
         });
         if !quiet {
             // Never wait for anything with the gate held: undoing takes ioctls that wait for
             // the pending event to be read.
-            _gate = None;
-            inc(&p.counters.reclaim_aborted, 1);
-            for blk in &mut b.blocks[..b.nblocks] {
-                let n = 1usize << blk.order;
-                // The block goes back to RESIDENT: free what the copy made of it, and the swap
-                // entries a clean block had kept (no word refers to them any more).
-                match blk.dest {
-                    0 | 3 => release_words(p, &b.words[blk.w..blk.w + n]),
-                    1 => {
-                        let o = region::cached_obj(b.words[blk.w], blk.order);
-                        let mut kept = [0u64; 512];
-                        clean_tags(p, o, n, &mut kept);
-                        clear_clean_tags(p, o, n);
-                        release_words(p, &kept[..n]);
-                        p.cache.free(o);
-                    }
-                    _ => {}
-                }
-                if blk.dest != 2 {
-                    blk.dest = 2;
-                    // SAFETY: as above.
-                    let r = unsafe { &*blk.r };
-                    let _ = p.uffd.writeprotect(r.addr(blk.page), PAGE_SIZE << blk.order, false, true);
-                }
-            }
+            drop(gate);
+            abort_all(p, b);
+            return None;
         }
     }
-    // Drop the copied pages in one batch. From here on a REMOVE event on these pages is our
-    // own madvise's (BUSY_DROP), and a fault on them waits for the publish below.
+    gate
+}
+
+/// Give a whole batch up (after [`copy_out`]): every block goes back to resident
+/// ([`Dest::Aborted`]): free what the copy made of it and the swap entries a clean block had
+/// kept, and lift the write protection of each block not already aborted.
+fn abort_all(p: &Pager, b: &mut Batch) {
+    inc(&p.counters.reclaim_aborted, 1);
+    for blk in &mut b.blocks[..b.nblocks] {
+        let n = 1usize << blk.order;
+        // The block goes back to RESIDENT: free what the copy made of it, and the swap
+        // entries a clean block had kept (no word refers to them any more).
+        match blk.dest {
+            Dest::Store | Dest::CleanKept => release_words(p, &b.words[blk.w..blk.w + n]),
+            Dest::Cache => {
+                let o = region::cached_obj(b.words[blk.w], blk.order);
+                let mut kept = [0u64; 512];
+                clean_tags(p, o, n, &mut kept);
+                clear_clean_tags(p, o, n);
+                release_words(p, &kept[..n]);
+                p.cache.free(o);
+            }
+            Dest::Aborted | Dest::CleanDropped => {}
+        }
+        if blk.dest != Dest::Aborted {
+            blk.dest = Dest::Aborted;
+            // SAFETY: the block's region came from the registry inside enter()/leave().
+            let r = unsafe { &*blk.r };
+            let _ = p.uffd.writeprotect(r.addr(blk.page), PAGE_SIZE << blk.order, false, true);
+        }
+    }
+}
+
+/// Phase 5, drop the pages of every block not aborted with one batched `MADV_DONTNEED`
+/// (adjacent blocks merged into one range). The pages are marked `BUSY_DROP` first: from here
+/// on a REMOVE event on them is our own madvise's, and a fault on them waits for
+/// [`publish`]. Releases `gate` right after the madvise; with REMOVE events on, waits until
+/// the event thread has processed the events our madvise raised.
+fn drop_pages(p: &Pager, b: &Batch, gate: &mut Option<crate::sys::YieldGuard<'_>>) {
     for blk in &b.blocks[..b.nblocks] {
-        if blk.dest != 2 {
-            // SAFETY: as above.
+        if blk.dest != Dest::Aborted {
+            // SAFETY: the block's region came from the registry inside enter()/leave().
             let r = unsafe { &*blk.r };
             for i in 0..1usize << blk.order {
                 r.word(blk.page + i).store(BUSY_DROP, Ordering::Release);
@@ -628,7 +722,7 @@ fn evict_resident(
     let mut iov: [libc::iovec; MAX_BLOCKS] = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MAX_BLOCKS];
     let mut niov = 0;
     for blk in &b.blocks[..b.nblocks] {
-        if blk.dest == 2 {
+        if blk.dest == Dest::Aborted {
             continue;
         }
         // SAFETY: as above.
@@ -645,7 +739,7 @@ fn evict_resident(
     if niov > 0 {
         let calls = p.madv.dontneed(&iov[..niov]);
         inc(&p.counters.madvise_calls, calls);
-        drop(_gate);
+        *gate = None;
         if p.cfg.event_remove {
             // Our madvise raised REMOVE events, acknowledged by the event thread's read() but
             // maybe not yet processed: wait until they are, while our pages are still BUSY
@@ -656,13 +750,19 @@ fn evict_resident(
             }
         }
     }
-    // Publish.
+}
+
+/// Phase 6, publish: store each block's new words (an aborted block becomes RESIDENT again
+/// and goes back on the active list), advance the workingset clock, leave shadows (with
+/// `shadows`), queue demoted blocks on the inactive list, count, and take the evicted pages
+/// off the resident count. Returns those pages.
+fn publish(p: &Pager, b: &Batch, shadows: bool) -> usize {
     let mut out = 0usize;
     for blk in &b.blocks[..b.nblocks] {
-        // SAFETY: as above.
+        // SAFETY: the block's region came from the registry inside enter()/leave().
         let r = unsafe { &*blk.r };
         let n = 1usize << blk.order;
-        if blk.dest == 2 {
+        if blk.dest == Dest::Aborted {
             for i in 0..n {
                 r.word(blk.page + i).store(word(kind::RESIDENT, blk.order, 0), Ordering::Release);
             }
@@ -674,7 +774,7 @@ fn evict_resident(
         }
         // The workingset clock counts the pages that leave the active list.
         let t = p.ws.tick(n as u64);
-        if shadows && (blk.dest == 0 || blk.dest == 3) {
+        if shadows && matches!(blk.dest, Dest::Store | Dest::CleanKept) {
             // Straight to the store with the inactive list bypassed: leave shadows to measure
             // whether it should come back, and count the pages as if demoted.
             for i in 0..n {
@@ -682,18 +782,19 @@ fn evict_resident(
             }
             p.ws.demoted(n as u64, inactive_window(p));
         }
-        if blk.dest == 3 {
-            inc(&p.counters.clean_evicted, n as u64);
-        } else if blk.dest == 4 {
-            inc(&p.counters.clean_discarded, n as u64);
-        } else if blk.dest == 1 {
-            inc(&p.counters.demoted_pages, n as u64);
-            p.ws.demoted(n as u64, inactive_window(p));
-            if !p.inactive.push(entry(r, blk.page, blk.order)) {
-                // Inactive list full: this folio stays cached until it refaults or its region
-                // goes; count it as a reclaim failure.
-                inc(&p.counters.reclaim_fail, 1);
+        match blk.dest {
+            Dest::CleanKept => inc(&p.counters.clean_evicted, n as u64),
+            Dest::CleanDropped => inc(&p.counters.clean_discarded, n as u64),
+            Dest::Cache => {
+                inc(&p.counters.demoted_pages, n as u64);
+                p.ws.demoted(n as u64, inactive_window(p));
+                if !p.inactive.push(entry(r, blk.page, blk.order)) {
+                    // Inactive list full: this folio stays cached until it refaults or its
+                    // region goes; count it as a reclaim failure.
+                    inc(&p.counters.reclaim_fail, 1);
+                }
             }
+            Dest::Store | Dest::Aborted => {}
         }
         out += n;
     }
