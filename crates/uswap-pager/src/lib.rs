@@ -220,6 +220,8 @@ pub struct Pager {
     pub(crate) reclaim_wake: AtomicU32,
     pub(crate) ws: reclaim::Workingset,
     pub(crate) keep: reclaim::KeepClean,
+    /// Eviction batches (off the stack of the thread that reclaims).
+    pub(crate) batches: reclaim::BatchPool,
     /// Event reads started / fully processed (orders the pager's own madvise REMOVE events
     /// before its evictions publish, when `event_remove` is on).
     pub(crate) ev_reads: std::sync::atomic::AtomicU64,
@@ -346,6 +348,7 @@ impl Pager {
             reclaim_wake: AtomicU32::new(0),
             ws: reclaim::Workingset::default(),
             keep: reclaim::KeepClean::new(cfg.keep_clean && cfg.fault_mode == FaultMode::Sigbus),
+            batches: reclaim::BatchPool::new().map_err(os)?,
             ev_reads: std::sync::atomic::AtomicU64::new(0),
             ev_done: std::sync::atomic::AtomicU64::new(0),
             ev_pending: std::sync::atomic::AtomicUsize::new(0),
@@ -402,6 +405,7 @@ impl Pager {
         self.ev_pending.store(0, Ordering::SeqCst);
         self.vma_lock.force_unlock();
         self.read_gate.force_unlock();
+        self.batches.reset_in_fork_child();
         self.pause.store(false, Ordering::SeqCst);
         self.ev_quiet.store(true, Ordering::SeqCst);
         self.kswapd_quiet.store(true, Ordering::SeqCst);

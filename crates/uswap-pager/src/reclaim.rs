@@ -19,6 +19,15 @@
 //! - If the store has no contiguous range for a large folio (`NoSpace`), the folio is split in
 //!   halves and retried (`swpout_fallback`). If the store fails, the eviction is undone: write
 //!   protection is removed and the folio stays resident.
+//! - Eviction ([`evict_resident`]) runs as named phases over a batch of blocks, each with a
+//!   destination ([`Dest`]): select, write-protect, copy out, gate, drop, publish.
+//! - The batch (~34 KiB of blocks, words and scratch arrays) lives in a fixed pool in the
+//!   pager ([`BatchPool`], 8 batches in `MAP_NORESERVE` memory), not on the stack: reclaim
+//!   runs on the faulting thread, in SIGBUS mode inside the handler on the program's own
+//!   stack, which may be small (and a fault taken inside reclaim nests a second one). A pool
+//!   rather than a per-thread buffer: thread-locals that large would cost every program
+//!   thread their memory and may be allocated lazily (on the fault path); a pool is reserved
+//!   once and taken with one CAS.
 //! - **Releasing** pages ([`release_pages`]) frees their swap entries and cache copies; a
 //!   region is retired ([`retire_region`]) by taking it out of the registry, waiting until no
 //!   thread is inside it, and releasing all its pages.
@@ -26,6 +35,10 @@
 //! Locking: each ring is a preallocated circular buffer behind a tiny spinlock that is never
 //! held across anything but the push/pop itself (so a signal handler cannot deadlock on it);
 //! pages are claimed by CAS to `BUSY` (see [`crate::region`]). Nothing here allocates.
+//! An eviction batch is taken from the [`BatchPool`] by CAS on a bit mask and returned on
+//! drop; when all are in use an outermost reclaim waits for one (it holds no page or lock
+//! then), and a reclaim nested in a fault inside this thread's own reclaim evicts nothing
+//! instead (its outer level may hold the batch it would wait for).
 //! Retiring a region waits for every thread inside the registry ([`region::enter`]), so it is
 //! called with no lock held that such a thread may wait for.
 
@@ -37,7 +50,7 @@ use crate::stats::inc;
 use crate::store::StoreError;
 use crate::{Pager, Replacement, PAGE_SIZE};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 /// Most pages one reclaim batch handles.
 pub(crate) const MAX_BATCH_PAGES: usize = 1024;
@@ -428,13 +441,109 @@ fn clean_present(a: usize, pages: usize) -> bool {
     rc == 0 && vec[..pages].iter().all(|&v| v & 1 != 0)
 }
 
-/// An eviction batch: the blocks taken (naturally aligned pieces of folios) and their new
-/// words (`words[blk.w..blk.w + 2^order]`).
+/// An eviction batch: the blocks taken (naturally aligned pieces of folios), their new words
+/// (`words[blk.w..blk.w + 2^order]`), and the phases' scratch arrays. About 34 KiB: never on
+/// a stack (it may be a program thread's, interrupted by SIGBUS), but in a [`BatchPool`].
 struct Batch {
     blocks: [Block; MAX_BLOCKS],
     nblocks: usize,
     words: [u64; MAX_BATCH_PAGES + 512],
     nwords: usize,
+    /// [`select`]: the words of one candidate's pages before the claim.
+    claimed: [u64; 512],
+    /// [`drop_pages`]: the ranges to drop.
+    iov: [libc::iovec; MAX_BLOCKS],
+    /// [`abort_all`]: a cached block's kept entries.
+    kept: [u64; 512],
+}
+
+/// Eviction batches in flight at once, at most (one per reclaiming thread and nesting level;
+/// see [`BatchPool::take`]).
+const NBATCH: usize = 8;
+
+/// A fixed pool of [`Batch`]es in the pager's own memory (`MAP_NORESERVE`, committed on first
+/// use), taken and returned by CAS on a bit mask: eviction runs on the faulting thread, maybe
+/// inside its SIGBUS handler on the program's stack, so the batch must not be on that stack
+/// and must not be allocated.
+pub(crate) struct BatchPool {
+    mem: *mut Batch,
+    free: AtomicU32,
+}
+
+// SAFETY: batches are handed out exclusively through the atomic mask.
+unsafe impl Send for BatchPool {}
+// SAFETY: as above.
+unsafe impl Sync for BatchPool {}
+
+impl BatchPool {
+    /// Reserve the pool.
+    pub(crate) fn new() -> std::io::Result<BatchPool> {
+        let mem = crate::own::map_noreserve(NBATCH * std::mem::size_of::<Batch>())?;
+        Ok(BatchPool { mem: mem.cast(), free: AtomicU32::new((1 << NBATCH) - 1) })
+    }
+
+    /// Take a batch, all zero (empty). When every batch is in use, an outermost reclaim waits
+    /// (spinning, then yielding) for one, holding nothing another thread waits for; a nested
+    /// one (a fault taken inside this thread's own reclaim, whose outer level may hold a
+    /// batch) gets `None` and evicts nothing, as waiting could then wait for itself.
+    fn take(&self) -> Option<BatchGuard<'_>> {
+        let mut spins = 0u32;
+        loop {
+            let f = self.free.load(Ordering::Acquire);
+            if f == 0 {
+                if IN_RECLAIM.with(|c| c.get()) > 1 {
+                    return None;
+                }
+                if spins < 64 {
+                    std::hint::spin_loop();
+                    spins += 1;
+                } else {
+                    std::thread::yield_now();
+                }
+                continue;
+            }
+            let i = f.trailing_zeros() as usize;
+            if self.free.compare_exchange_weak(f, f & !(1 << i), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                // SAFETY: batch i is inside the mapping and ours until the guard returns it.
+                // All-zero is a valid empty Batch (plain data; `Dest`'s first variant is 0).
+                unsafe { std::ptr::write_bytes(self.mem.add(i), 0, 1) };
+                return Some(BatchGuard { pool: self, i });
+            }
+        }
+    }
+
+    /// In a fork child: every batch is free (the threads that held one do not exist there).
+    pub(crate) fn reset_in_fork_child(&self) {
+        self.free.store((1 << NBATCH) - 1, Ordering::Release);
+    }
+}
+
+impl Drop for BatchPool {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the pool created in new.
+        unsafe { libc::munmap(self.mem.cast(), NBATCH * std::mem::size_of::<Batch>()) };
+    }
+}
+
+/// A batch taken from a [`BatchPool`]; returned on drop.
+struct BatchGuard<'p> {
+    pool: &'p BatchPool,
+    i: usize,
+}
+
+impl BatchGuard<'_> {
+    /// The batch.
+    fn get(&mut self) -> &mut Batch {
+        // SAFETY: batch i is ours (taken by CAS, returned only by our drop); inside the
+        // mapping; `&mut self` makes the borrow exclusive.
+        unsafe { &mut *self.pool.mem.add(self.i) }
+    }
+}
+
+impl Drop for BatchGuard<'_> {
+    fn drop(&mut self) {
+        self.pool.free.fetch_or(1 << self.i, Ordering::Release);
+    }
 }
 
 /// A candidate from a list: `(region, page, order, any_order)`; a `None` region is a stale
@@ -455,19 +564,19 @@ fn evict_resident(
     max_pages: usize,
     next: &mut dyn FnMut() -> Option<Candidate>,
 ) -> usize {
-    // SAFETY: Batch is plain data (pointers, integers, a `repr(u8)` enum whose first variant
-    // is 0); all-zero is a valid "empty" value.
-    let mut b: Batch = unsafe { std::mem::zeroed() };
-    let mut claimed = [0u64; 512];
-    select(p, &mut b, &mut claimed, to_cache, max_pages, next);
+    let Some(mut guard) = p.batches.take() else {
+        return 0;
+    };
+    let b = guard.get();
+    select(p, b, to_cache, max_pages, next);
     if b.nblocks == 0 {
         return 0;
     }
-    write_protect(p, &mut b);
-    copy_out(p, &mut b, to_cache);
-    let mut gate = gate_or_abort(p, &mut b);
-    drop_pages(p, &b, &mut gate);
-    let out = publish(p, &b, shadows);
+    write_protect(p, b);
+    copy_out(p, b, to_cache);
+    let mut gate = gate_or_abort(p, b);
+    drop_pages(p, b, &mut gate);
+    let out = publish(p, b, shadows);
     drop(gate);
     out
 }
@@ -479,14 +588,7 @@ fn evict_resident(
 /// (entries kept; `clean` + `Store` when it goes to the swap cache) or
 /// [`Dest::CleanDropped`] (the program dropped it: entries freed now). A mixed block is
 /// evicted like a resident one: its clean pages' entries are freed now.
-fn select(
-    p: &Pager,
-    b: &mut Batch,
-    claimed: &mut [u64; 512],
-    to_cache: bool,
-    max_pages: usize,
-    next: &mut dyn FnMut() -> Option<Candidate>,
-) {
+fn select(p: &Pager, b: &mut Batch, to_cache: bool, max_pages: usize, next: &mut dyn FnMut() -> Option<Candidate>) {
     let mut pages = 0usize;
     while pages < max_pages && b.nblocks < MAX_BLOCKS - 16 {
         let Some((r, page, order, any)) = next() else { break };
@@ -494,12 +596,12 @@ fn select(
         if page >= r.npages || order > 9 {
             continue;
         }
-        if claim_resident(r, page, order, any, claimed) == 0 {
+        if claim_resident(r, page, order, any, &mut b.claimed) == 0 {
             continue;
         }
         let n = (1usize << order).min(r.npages - page);
-        blocks(page, n, &|i| claimed[i] != 0, |pg, k| {
-            let old = &claimed[pg - page..pg - page + (1 << k)];
+        blocks(page, n, &|i| b.claimed[i] != 0, |pg, k| {
+            let old = &b.claimed[pg - page..pg - page + (1 << k)];
             let mut dest = Dest::Store;
             let mut clean = false;
             if old.iter().all(|&w| w_kind(w) == kind::CLEAN) {
@@ -687,10 +789,9 @@ fn abort_all(p: &Pager, b: &mut Batch) {
             Dest::Store | Dest::CleanKept => release_words(p, &b.words[blk.w..blk.w + n]),
             Dest::Cache => {
                 let o = region::cached_obj(b.words[blk.w], blk.order);
-                let mut kept = [0u64; 512];
-                clean_tags(p, o, n, &mut kept);
+                clean_tags(p, o, n, &mut b.kept);
                 clear_clean_tags(p, o, n);
-                release_words(p, &kept[..n]);
+                release_words(p, &b.kept[..n]);
                 p.cache.free(o);
             }
             Dest::Aborted | Dest::CleanDropped => {}
@@ -709,7 +810,7 @@ fn abort_all(p: &Pager, b: &mut Batch) {
 /// on a REMOVE event on them is our own madvise's, and a fault on them waits for
 /// [`publish`]. Releases `gate` right after the madvise; with REMOVE events on, waits until
 /// the event thread has processed the events our madvise raised.
-fn drop_pages(p: &Pager, b: &Batch, gate: &mut Option<crate::sys::YieldGuard<'_>>) {
+fn drop_pages(p: &Pager, b: &mut Batch, gate: &mut Option<crate::sys::YieldGuard<'_>>) {
     for blk in &b.blocks[..b.nblocks] {
         if blk.dest != Dest::Aborted {
             // SAFETY: the block's region came from the registry inside enter()/leave().
@@ -719,7 +820,7 @@ fn drop_pages(p: &Pager, b: &Batch, gate: &mut Option<crate::sys::YieldGuard<'_>
             }
         }
     }
-    let mut iov: [libc::iovec; MAX_BLOCKS] = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MAX_BLOCKS];
+    let iov = &mut b.iov;
     let mut niov = 0;
     for blk in &b.blocks[..b.nblocks] {
         if blk.dest == Dest::Aborted {
