@@ -23,7 +23,7 @@
 //! - **Clean pages keep their swap entry**: a page swapped in by a read is mapped
 //!   write-protected and keeps its entry, as the kernel's swap cache keeps a clean folio's slot;
 //!   evicting it again is just the `MADV_DONTNEED`, and the first write frees the entry. An
-//!   adaptive policy turns this off while most such pages get written (`reclaim::KeepClean`).
+//!   adaptive policy turns this off while most such pages get written (`fault::KeepClean`).
 //! - **Large folios**: a region pages in 4 KiB, 64 KiB or 2 MiB folios; a folio is stored whole
 //!   (one compression unit, one `UFFDIO_COPY`) and split when the store has no contiguous slots.
 //!
@@ -157,7 +157,7 @@ pub struct PagerConfig {
     /// thread (a cross-CPU round trip per range).
     pub event_remove: bool,
     /// Keep the swap entry of a page swapped in by a read fault and map it write-protected, so
-    /// that evicting it again writes nothing (see `reclaim::KeepClean`; SIGBUS mode only).
+    /// that evicting it again writes nothing (see `fault::KeepClean`; SIGBUS mode only).
     pub keep_clean: bool,
 }
 
@@ -219,7 +219,7 @@ pub struct Pager {
     pub(crate) stop_fd: std::os::fd::OwnedFd,
     pub(crate) reclaim_wake: AtomicU32,
     pub(crate) ws: reclaim::Workingset,
-    pub(crate) keep: reclaim::KeepClean,
+    pub(crate) keep: fault::KeepClean,
     /// Eviction batches (off the stack of the thread that reclaims).
     pub(crate) batches: reclaim::BatchPool,
     /// Event reads started / fully processed (orders the pager's own madvise REMOVE events
@@ -347,7 +347,7 @@ impl Pager {
             stop_fd,
             reclaim_wake: AtomicU32::new(0),
             ws: reclaim::Workingset::default(),
-            keep: reclaim::KeepClean::new(cfg.keep_clean && cfg.fault_mode == FaultMode::Sigbus),
+            keep: fault::KeepClean::new(cfg.keep_clean && cfg.fault_mode == FaultMode::Sigbus),
             batches: reclaim::BatchPool::new().map_err(os)?,
             ev_reads: std::sync::atomic::AtomicU64::new(0),
             ev_done: std::sync::atomic::AtomicU64::new(0),

@@ -118,69 +118,6 @@ impl Workingset {
     }
 }
 
-/// Clean-page retention: whether a read fault's swap-in keeps the page's swap entry, mapping the
-/// page write-protected (`CLEAN`) so that evicting it again costs one `MADV_DONTNEED` instead of
-/// a write-protect, a compression and a store. The price is a write-protect fault when the page
-/// is written later, and the entry's pool memory for as long as the page is mapped. So, like
-/// the kernel (which frees the slot of a folio mapped writable, or when swap is half full):
-/// - only read faults keep, and only in SIGBUS mode (a fault handed to a thread costs ~80 µs
-///   here, far more than the compression it saves);
-/// - not while stored data takes more than half a page of RAM per page (it compresses
-///   badly and lives in RAM): a kept copy would cost more than it saves;
-/// - and not while more than a third of the kept pages get written: re-decided every
-///   `WINDOW` kept pages, still keeping one swap-in in 16 while off to keep measuring.
-pub(crate) struct KeepClean {
-    on: bool,
-    kept: std::sync::atomic::AtomicU64,
-    dirtied: std::sync::atomic::AtomicU64,
-    tick: std::sync::atomic::AtomicU64,
-    off: AtomicBool,
-}
-
-impl KeepClean {
-    const WINDOW: u64 = 4096;
-
-    /// A policy that keeps clean pages when `on`.
-    pub(crate) fn new(on: bool) -> KeepClean {
-        KeepClean {
-            on,
-            kept: Default::default(),
-            dirtied: Default::default(),
-            tick: Default::default(),
-            off: AtomicBool::new(false),
-        }
-    }
-
-    /// Should a read fault's swap-in keep its entry?
-    #[inline]
-    pub(crate) fn keep(&self, p: &Pager) -> bool {
-        if !self.on || p.store.ram_per_page(p.cfg.group).is_some_and(|b| b > PAGE_SIZE as u64 / 2) {
-            return false;
-        }
-        !self.off.load(Ordering::Relaxed) || self.tick.fetch_add(1, Ordering::Relaxed).is_multiple_of(16)
-    }
-
-    /// `n` pages were mapped clean.
-    pub(crate) fn kept(&self, n: u64) {
-        let k = self.kept.fetch_add(n, Ordering::Relaxed) + n;
-        if k >= Self::WINDOW {
-            let d = self.dirtied.swap(0, Ordering::Relaxed);
-            self.kept.store(0, Ordering::Relaxed);
-            self.off.store(d * 3 > k, Ordering::Relaxed);
-        }
-    }
-
-    /// `n` clean pages were written.
-    pub(crate) fn dirtied(&self, n: u64) {
-        self.dirtied.fetch_add(n, Ordering::Relaxed);
-    }
-
-    /// True while swap-in keeps clean pages.
-    pub(crate) fn keeping(&self) -> bool {
-        self.on && !self.off.load(Ordering::Relaxed)
-    }
-}
-
 /// A bounded FIFO of folio references, preallocated.
 pub(crate) struct Ring {
     buf: *mut u64,
