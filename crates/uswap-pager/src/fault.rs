@@ -5,7 +5,7 @@
 //! lock-free registry, and [`resolve`]s the page in that thread: swap-in (or zero-fill, or a
 //! refault from the swap cache) and one `UFFDIO_COPY`; returning retries the instruction.
 //! A swap-in for a read keeps the page's swap entry and maps it write-protected (`CLEAN`, see
-//! [`reclaim::KeepClean`]); the first write then faults here again and [`unclean`] frees the
+//! [`KeepClean`]); the first write then faults here again and [`unclean`] frees the
 //! entry and lifts the protection, so the store never holds a stale copy of a mapped page. A
 //! SIGBUS for an address outside every region is passed on to the handler installed before
 //! ours (or the default action, which kills the process as it would have).
@@ -18,11 +18,17 @@
 //! `sched_yield`) without holding anything, and retry. On x86-64 bit 1 of the page-fault
 //! error code (`REG_ERR` in the ucontext) says whether the access was a write.
 //!
+//! A fill ([`fill`]) is one sequence whichever way the data comes (swap cache, a large stored
+//! folio, one page of one, 4 KiB pages or zeros): claim the pages ([`Claim`]), load, copy
+//! (`UFFDIO_COPY`), publish, put what held the data before.
+//!
 //! The event thread reads the uffd: in SIGBUS mode only non-cooperative events (munmap,
 //! mremap, fork, and madvise if enabled); in [`FaultMode::Thread`](crate::FaultMode) also the
 //! page-fault messages, which it resolves the same way and then wakes the faulting thread.
 //!
-//! Locking: none beyond the page-word claims described in [`crate::region`].
+//! Locking: none beyond the page-word claims described in [`crate::region`]. A fault path
+//! claims pages through a [`Claim`] (CAS to `BUSY`), which rolls back to the old words when
+//! dropped unpublished, so every way out of a fill leaves no page `BUSY`.
 
 use crate::reclaim::{self, entry};
 use crate::region::{self, clean_entry, clean_payload, kind, w_kind, w_order, w_payload, word, RegionInner, BUSY};
@@ -334,10 +340,97 @@ fn large_ok(p: &Pager, r: &RegionInner) -> bool {
     }
 }
 
-fn rollback(r: &RegionInner, first: usize, old: &[u64], claimed: &[bool]) {
-    for (i, &o) in old.iter().enumerate() {
-        if claimed[i] {
-            r.word(first + i).store(o, Ordering::Release);
+/// The claim of a fill (or of [`unclean`]) on pages `[first, first + n)` of a region: which
+/// pages it holds (CASed to `BUSY`) and the word each had. Dropped without [`Claim::publish`]
+/// or [`Claim::finish`], it rolls every page it still holds back to its old word; so a path
+/// that gives up (a lost race, a refused copy) just returns, or calls [`Claim::roll_back`]
+/// where the rollback must come before something else (a wake-up).
+struct Claim<'r> {
+    r: &'r RegionInner,
+    first: usize,
+    n: usize,
+    /// Page `first + i`'s word before the claim (meaningful where `held[i]`).
+    old: [u64; 512],
+    held: [bool; 512],
+    /// The pages' new states are stored: nothing to roll back.
+    done: bool,
+}
+
+impl<'r> Claim<'r> {
+    /// An empty claim on `[first, first + n)` (`n` at most 512).
+    fn new(r: &'r RegionInner, first: usize, n: usize) -> Claim<'r> {
+        Claim { r, first, n, old: [0; 512], held: [false; 512], done: false }
+    }
+
+    /// Claim page `first + i` if its word is still `w` (CAS to `BUSY`). Returns success.
+    fn take(&mut self, i: usize, w: u64) -> bool {
+        let ok = self.r.word(self.first + i).compare_exchange(w, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok();
+        if ok {
+            self.old[i] = w;
+            self.held[i] = true;
+        }
+        ok
+    }
+
+    /// Whether page `first + i` is held.
+    fn held(&self, i: usize) -> bool {
+        self.held[i]
+    }
+
+    /// The held pages, one flag per page of the range.
+    fn held_mask(&self) -> &[bool] {
+        &self.held[..self.n]
+    }
+
+    /// Page `first + i`'s word before the claim.
+    fn old(&self, i: usize) -> u64 {
+        self.old[i]
+    }
+
+    /// Roll the held pages of `pages` (a flag per page of the range) back to their old words,
+    /// in page order; they are not held any more.
+    fn roll_back(&mut self, pages: &[bool]) {
+        for (i, &b) in pages.iter().enumerate().take(self.n) {
+            if b && self.held[i] {
+                self.r.word(self.first + i).store(self.old[i], Ordering::Release);
+                self.held[i] = false;
+            }
+        }
+    }
+
+    /// Roll every held page back to its old word.
+    fn roll_back_all(&mut self) {
+        for i in 0..self.n {
+            if self.held[i] {
+                self.r.word(self.first + i).store(self.old[i], Ordering::Release);
+                self.held[i] = false;
+            }
+        }
+    }
+
+    /// Publish the held pages as mapped ([`publish`]: RESIDENT, or CLEAN with the SWAPPED
+    /// words `kept`). The claim then holds nothing; its pages and old words stay readable.
+    fn publish(&mut self, p: &Pager, kept: Option<&[u64]>) -> usize {
+        self.done = true;
+        publish(p, self.r, self.first, &self.held[..self.n], kept)
+    }
+
+    /// [`Claim::publish`] as CLEAN, the kept SWAPPED words being the held pages' old words.
+    fn publish_clean(&mut self, p: &Pager) -> usize {
+        self.done = true;
+        publish(p, self.r, self.first, &self.held[..self.n], Some(&self.old[..self.n]))
+    }
+
+    /// The caller has stored every held page's new word itself: nothing to roll back.
+    fn finish(&mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.roll_back_all();
         }
     }
 }
@@ -396,6 +489,69 @@ fn note_refaults(p: &Pager, r: &RegionInner, first: usize, swapped: impl Iterato
     }
 }
 
+/// Clean-page retention: whether a read fault's swap-in keeps the page's swap entry, mapping the
+/// page write-protected (`CLEAN`) so that evicting it again costs one `MADV_DONTNEED` instead of
+/// a write-protect, a compression and a store. The price is a write-protect fault when the page
+/// is written later, and the entry's pool memory for as long as the page is mapped. So, like
+/// the kernel (which frees the slot of a folio mapped writable, or when swap is half full):
+/// - only read faults keep, and only in SIGBUS mode (a fault handed to a thread costs ~80 µs
+///   here, far more than the compression it saves);
+/// - not while stored data takes more than half a page of RAM per page (it compresses
+///   badly and lives in RAM): a kept copy would cost more than it saves;
+/// - and not while more than a third of the kept pages get written: re-decided every
+///   `WINDOW` kept pages, still keeping one swap-in in 16 while off to keep measuring.
+pub(crate) struct KeepClean {
+    on: bool,
+    kept: std::sync::atomic::AtomicU64,
+    dirtied: std::sync::atomic::AtomicU64,
+    tick: std::sync::atomic::AtomicU64,
+    off: std::sync::atomic::AtomicBool,
+}
+
+impl KeepClean {
+    const WINDOW: u64 = 4096;
+
+    /// A policy that keeps clean pages when `on`.
+    pub(crate) fn new(on: bool) -> KeepClean {
+        KeepClean {
+            on,
+            kept: Default::default(),
+            dirtied: Default::default(),
+            tick: Default::default(),
+            off: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Should a read fault's swap-in keep its entry?
+    #[inline]
+    pub(crate) fn keep(&self, p: &Pager) -> bool {
+        if !self.on || p.store.ram_per_page(p.cfg.group).is_some_and(|b| b > PAGE_SIZE as u64 / 2) {
+            return false;
+        }
+        !self.off.load(Ordering::Relaxed) || self.tick.fetch_add(1, Ordering::Relaxed).is_multiple_of(16)
+    }
+
+    /// `n` pages were mapped clean.
+    pub(crate) fn kept(&self, n: u64) {
+        let k = self.kept.fetch_add(n, Ordering::Relaxed) + n;
+        if k >= Self::WINDOW {
+            let d = self.dirtied.swap(0, Ordering::Relaxed);
+            self.kept.store(0, Ordering::Relaxed);
+            self.off.store(d * 3 > k, Ordering::Relaxed);
+        }
+    }
+
+    /// `n` clean pages were written.
+    pub(crate) fn dirtied(&self, n: u64) {
+        self.dirtied.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// True while swap-in keeps clean pages.
+    pub(crate) fn keeping(&self) -> bool {
+        self.on && !self.off.load(Ordering::Relaxed)
+    }
+}
+
 /// Any fault on a CLEAN page (a write, in practice: reads do not fault on a mapped page):
 /// free the swap entries of its folio's clean pages, lift their write protection and make
 /// them RESIDENT. Pages of the folio another thread holds are left to it. Returns false when
@@ -404,36 +560,32 @@ fn unclean(p: &Pager, r: &RegionInner, pg: usize, w0: u64, wake: bool) -> bool {
     let k = w_order(w0);
     let n = 1usize << k;
     let head = pg & !(n - 1);
-    let mut old = [0u64; 512];
-    let mut claimed = [false; 512];
+    let mut c = Claim::new(r, head, n);
     for i in 0..n {
         let w = if head + i == pg { w0 } else { r.word(head + i).load(Ordering::Acquire) };
-        claimed[i] = w_kind(w) == kind::CLEAN
-            && w_order(w) == k
-            && r.word(head + i).compare_exchange(w, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok();
-        old[i] = w;
-        if head + i == pg && !claimed[i] {
-            rollback(r, head, &old[..i], &claimed[..i]);
-            return false;
+        let ok = w_kind(w) == kind::CLEAN && w_order(w) == k && c.take(i, w);
+        if head + i == pg && !ok {
+            return false; // the claim rolls back
         }
     }
     // Unprotect only the pages we hold: another thread may be evicting the others, relying on
     // their protection.
-    if !region::runs(n, &|i| claimed[i], |i, j| {
+    if !region::runs(n, &|i| c.held(i), |i, j| {
         p.uffd.writeprotect(r.addr(head + i), (j - i) * PAGE_SIZE, false, wake).is_ok()
     }) {
         // The range is gone (unmapped): the unmap event releases the pages.
-        rollback(r, head, &old[..n], &claimed[..n]);
+        c.roll_back_all();
         return true;
     }
     let mut d = 0;
     for i in 0..n {
-        if claimed[i] {
-            p.store.put(clean_entry(old[i]), 1);
+        if c.held(i) {
+            p.store.put(clean_entry(c.old(i)), 1);
             r.word(head + i).store(word(kind::RESIDENT, k, 0), Ordering::Release);
             d += 1;
         }
     }
+    c.finish();
     inc(&p.counters.clean_dirtied, d);
     p.keep.dirtied(d);
     true
@@ -524,153 +676,157 @@ fn uncache_by_page(p: &Pager, r: &RegionInner, head: usize, n: usize, o: crate::
 }
 
 /// Fill the folio around `pg` (state `w0`). Returns false when it lost a race (retry).
+///
+/// Every way of filling is the same sequence: **claim** the pages (a [`Claim`]: CAS to
+/// `BUSY`, rolled back if the path gives up), **load** the data (the swap cache, a buffer
+/// from the store, or zeros), **copy** it into place (`UFFDIO_COPY`; pages the kernel refuses
+/// are rolled back), **publish** the pages mapped (RESIDENT, or CLEAN keeping their swap
+/// entries), and **put** what held the data before (store entries, the cache object). The
+/// four ways differ in which pages they claim and where the data comes from:
+/// - [`fill_cached`]: a refault from the swap cache, the whole cached folio;
+/// - [`fill_large`]: a large stored folio swapped in whole (or its still-stored parts);
+/// - [`fill_one_of_large`]: only the faulting page of a large stored folio;
+/// - [`fill_small`]: zero-fill or 4 KiB swap-in (a whole folio, a readahead window, a page).
 fn fill(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wake: bool) -> bool {
     let k0 = w_order(w0);
     match w_kind(w0) {
-        kind::CACHED => {
-            // Refault of an inactive folio: promote it whole from the swap cache.
-            let n = 1usize << k0;
-            let head = pg & !(n - 1);
-            let mut got = 0;
-            while got < n && r.word(head + got).compare_exchange(w0, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok()
-            {
-                got += 1;
-            }
-            if got < n {
-                for i in 0..got {
-                    r.word(head + i).store(w0, Ordering::Release);
-                }
-                return false;
-            }
-            let o = region::cached_obj(w0, k0);
-            // A clean folio demoted here still has its swap entries: a read maps it clean again.
-            let mut kept = [0u64; 512];
-            let k = reclaim::clean_tags(p, o, n, &mut kept);
-            let clean = k == n && !write && p.keep.keep(p);
-            // SAFETY: the cache object holds the folio; the pages are claimed and missing.
-            let res = unsafe { p.uffd.copy(r.addr(head), p.cache.ptr(o), PAGE_SIZE << k0, clean, wake) };
-            if res.is_err() {
-                if n == 1 || crate::uffd::AGAIN.with(|c| c.get()) {
-                    for i in 0..n {
-                        r.word(head + i).store(w0, Ordering::Release);
-                    }
-                    wake_page(p, r, pg, wake);
-                    return true; // unmapped meanwhile, or an event pending (retried)
-                }
-                // The folio spans mappings the kernel will not fill in one call (part of it
-                // is PROT_NONE now): promote it page by page; a page that cannot be mapped
-                // keeps its data in the store.
-                uncache_by_page(p, r, head, n, o, wake);
-                wake_page(p, r, pg, wake);
-                return true;
-            }
-            reclaim::clear_clean_tags(p, o, n);
-            let claimed = [true; 512];
-            if clean {
-                publish(p, r, head, &claimed[..n], Some(&kept[..n]));
-            } else {
-                for &w in kept[..n].iter().filter(|&&w| w != 0) {
-                    p.store.put(w_payload(w), 1);
-                }
-                publish(p, r, head, &claimed[..n], None);
-            }
-            p.cache.free(o);
-            inc(&p.counters.fault_cache, 1);
-            if !p.ws.bypassed() {
-                // (While bypassed, the swap cache is not aged: a hit on what it still holds
-                // from before says nothing about recency; shadows measure instead.)
-                p.ws.hit(1);
-            }
-            true
-        }
+        kind::CACHED => fill_cached(p, r, pg, w0, write, wake),
         kind::SWAPPED if k0 > 0 => {
-            let n = 1usize << k0;
-            let head = pg & !(n - 1);
-            let e_head = w_payload(w0) - (pg - head) as u64;
             let (seq, _) = seq_fault(r, pg);
             let whole = large_ok(p, r) && (!p.cfg.adaptive || seq);
             if whole {
-                // Take every page of the folio still in the store (pages swapped in alone
-                // earlier are skipped), load the folio once, copy the runs.
-                let mut claimed = [false; 512];
-                let mut all = true;
-                for i in 0..n {
-                    let want = word(kind::SWAPPED, k0, e_head + i as u64);
-                    claimed[i] =
-                        r.word(head + i).compare_exchange(want, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok();
-                    all &= claimed[i];
-                }
-                let restore = |claimed: &[bool]| {
-                    for i in 0..n {
-                        if claimed[i] {
-                            r.word(head + i).store(word(kind::SWAPPED, k0, e_head + i as u64), Ordering::Release);
-                        }
-                    }
-                };
-                if !claimed[pg - head] {
-                    restore(&claimed[..n]);
-                    return false;
-                }
-                let bi = p.bufs.take();
-                let buf = p.bufs.buf(bi, PAGE_SIZE << k0);
-                // The whole folio in one load, or its still-stored parts block by block.
-                let mut res = Ok(());
-                if all {
-                    res = p.store.load(e_head, buf);
-                } else {
-                    reclaim::blocks(0, n, &|i| claimed[i], |i, k| {
-                        if res.is_ok() {
-                            res = p.store.load(e_head + i as u64, &mut buf[i * PAGE_SIZE..(i + (1 << k)) * PAGE_SIZE]);
-                        }
-                    });
-                }
-                if let Err(e) = res {
-                    if std::env::var_os("USWAP_PAGER_DEBUG").is_some() {
-                        eprintln!("load {e_head:#x} order {k0}: {e}");
-                    }
-                    fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
-                }
-                let clean = all && !write && e_head + (n as u64) < region::CLEAN_MAX_ENTRY && p.keep.keep(p);
-                let failed = copy_runs(p, r, head, &claimed[..n], buf.as_ptr(), clean, wake);
-                p.bufs.give(bi);
-                let Some(failed) = failed else {
-                    restore(&claimed[..n]);
-                    return true;
-                };
-                // Pages the kernel would not fill keep their words.
-                restore(&failed[..n]);
-                for (c, f) in claimed.iter_mut().zip(failed) {
-                    *c &= !f;
-                }
-                let clean = clean && claimed[..n].iter().all(|&c| c);
-                if !claimed[pg - head] {
-                    wake_page(p, r, pg, wake);
-                }
-                if clean {
-                    let old: [u64; 512] = std::array::from_fn(|i| word(kind::SWAPPED, k0, e_head + i as u64));
-                    publish(p, r, head, &claimed[..n], Some(&old[..n]));
-                } else {
-                    for i in 0..n {
-                        if claimed[i] {
-                            p.store.put(e_head + i as u64, 1);
-                        }
-                    }
-                    publish(p, r, head, &claimed[..n], None);
-                }
-                note_refaults(p, r, head, claimed[..n].iter().copied());
-                if all {
-                    inc(&p.counters.swpin[k0 as usize], 1);
-                } else {
-                    inc(&p.counters.swpin_fallback[k0 as usize], 1);
-                }
-                inc(&p.counters.fault_swapin, 1);
-                true
+                fill_large(p, r, pg, w0, write, wake)
             } else {
                 fill_one_of_large(p, r, pg, w0, write, wake)
             }
         }
         _ => fill_small(p, r, pg, w0, write, wake),
     }
+}
+
+/// Refault of an inactive folio: promote it whole from the swap cache.
+fn fill_cached(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wake: bool) -> bool {
+    let k0 = w_order(w0);
+    let n = 1usize << k0;
+    let head = pg & !(n - 1);
+    // Claim: all pages or none.
+    let mut c = Claim::new(r, head, n);
+    for i in 0..n {
+        if !c.take(i, w0) {
+            return false; // the claim rolls back
+        }
+    }
+    // Load: the cache object holds the folio. A clean folio demoted here still has its swap
+    // entries: a read maps it clean again.
+    let o = region::cached_obj(w0, k0);
+    let mut kept = [0u64; 512];
+    let k = reclaim::clean_tags(p, o, n, &mut kept);
+    let clean = k == n && !write && p.keep.keep(p);
+    // Copy.
+    // SAFETY: the cache object holds the folio; the pages are claimed and missing.
+    let res = unsafe { p.uffd.copy(r.addr(head), p.cache.ptr(o), PAGE_SIZE << k0, clean, wake) };
+    if res.is_err() {
+        if n == 1 || crate::uffd::AGAIN.with(|c| c.get()) {
+            c.roll_back_all();
+            wake_page(p, r, pg, wake);
+            return true; // unmapped meanwhile, or an event pending (retried)
+        }
+        // The folio spans mappings the kernel will not fill in one call (part of it
+        // is PROT_NONE now): promote it page by page; a page that cannot be mapped
+        // keeps its data in the store.
+        uncache_by_page(p, r, head, n, o, wake);
+        c.finish();
+        wake_page(p, r, pg, wake);
+        return true;
+    }
+    // Publish, put.
+    reclaim::clear_clean_tags(p, o, n);
+    if clean {
+        c.publish(p, Some(&kept[..n]));
+    } else {
+        for &w in kept[..n].iter().filter(|&&w| w != 0) {
+            p.store.put(w_payload(w), 1);
+        }
+        c.publish(p, None);
+    }
+    p.cache.free(o);
+    inc(&p.counters.fault_cache, 1);
+    if !p.ws.bypassed() {
+        // (While bypassed, the swap cache is not aged: a hit on what it still holds
+        // from before says nothing about recency; shadows measure instead.)
+        p.ws.hit(1);
+    }
+    true
+}
+
+/// Swap in a large stored folio whole: take every page of the folio still in the store
+/// (pages swapped in alone earlier are skipped), load the folio once, copy the runs.
+fn fill_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wake: bool) -> bool {
+    let k0 = w_order(w0);
+    let n = 1usize << k0;
+    let head = pg & !(n - 1);
+    let e_head = w_payload(w0) - (pg - head) as u64;
+    // Claim: every page still holding its stored word; the faulting one at least.
+    let mut c = Claim::new(r, head, n);
+    let mut all = true;
+    for i in 0..n {
+        all &= c.take(i, word(kind::SWAPPED, k0, e_head + i as u64));
+    }
+    if !c.held(pg - head) {
+        return false; // the claim rolls back
+    }
+    // Load: the whole folio in one load, or its still-stored parts block by block.
+    let bi = p.bufs.take();
+    let buf = p.bufs.buf(bi, PAGE_SIZE << k0);
+    let mut res = Ok(());
+    if all {
+        res = p.store.load(e_head, buf);
+    } else {
+        reclaim::blocks(0, n, &|i| c.held(i), |i, k| {
+            if res.is_ok() {
+                res = p.store.load(e_head + i as u64, &mut buf[i * PAGE_SIZE..(i + (1 << k)) * PAGE_SIZE]);
+            }
+        });
+    }
+    if let Err(e) = res {
+        if std::env::var_os("USWAP_PAGER_DEBUG").is_some() {
+            eprintln!("load {e_head:#x} order {k0}: {e}");
+        }
+        fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
+    }
+    // Copy.
+    let clean = all && !write && e_head + (n as u64) < region::CLEAN_MAX_ENTRY && p.keep.keep(p);
+    let failed = copy_runs(p, r, head, c.held_mask(), buf.as_ptr(), clean, wake);
+    p.bufs.give(bi);
+    let Some(failed) = failed else {
+        c.roll_back_all();
+        return true;
+    };
+    // Pages the kernel would not fill keep their words.
+    c.roll_back(&failed[..n]);
+    let clean = clean && c.held_mask().iter().all(|&h| h);
+    if !c.held(pg - head) {
+        wake_page(p, r, pg, wake);
+    }
+    // Publish, put.
+    if clean {
+        c.publish_clean(p);
+    } else {
+        for i in 0..n {
+            if c.held(i) {
+                p.store.put(e_head + i as u64, 1);
+            }
+        }
+        c.publish(p, None);
+    }
+    note_refaults(p, r, head, c.held_mask().iter().copied());
+    if all {
+        inc(&p.counters.swpin[k0 as usize], 1);
+    } else {
+        inc(&p.counters.swpin_fallback[k0 as usize], 1);
+    }
+    inc(&p.counters.fault_swapin, 1);
+    true
 }
 
 /// Swap in only page `pg` of a large stored folio (`swpin_fallback`).
@@ -680,9 +836,12 @@ fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, wri
     let head = pg & !(n - 1);
     let e = w_payload(w0);
     let e_head = e - (pg - head) as u64;
-    if r.word(pg).compare_exchange(w0, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+    // Claim.
+    let mut c = Claim::new(r, pg, 1);
+    if !c.take(0, w0) {
         return false;
     }
+    // Load.
     let bi = p.bufs.take();
     let buf = p.bufs.buf(bi, PAGE_SIZE);
     if let Err(err) = p.store.load(e, buf) {
@@ -691,20 +850,22 @@ fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, wri
         }
         fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
     }
+    // Copy.
     let clean = !write && e < region::CLEAN_MAX_ENTRY && p.keep.keep(p);
     // SAFETY: page pg is claimed and missing; the buffer holds its data.
     let res = unsafe { p.uffd.copy(r.addr(pg), buf.as_ptr(), PAGE_SIZE, clean, wake) };
     p.bufs.give(bi);
     if res.is_err() {
-        r.word(pg).store(w0, Ordering::Release);
+        c.roll_back_all();
         wake_page(p, r, pg, wake);
         return true;
     }
+    // Publish, put.
     if clean {
-        publish(p, r, pg, &[true], Some(&[w0]));
+        c.publish_clean(p);
     } else {
         p.store.put(e, 1);
-        publish(p, r, pg, &[true], None);
+        c.publish(p, None);
     }
     note_refaults(p, r, pg, std::iter::once(true));
     inc(&p.counters.swpin_fallback[k0 as usize], 1);
@@ -736,58 +897,51 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
     {
         inc(&p.counters.swap_ra_hit, (ra & 0xffff) as u64);
     }
-    let mut old = [0u64; 512];
-    let mut claimed = [false; 512];
+    // Claim: zero-fill and 4 KiB stored pages; the faulting one at least.
+    let mut c = Claim::new(r, first, n);
     let mut any_swapped = false;
     let mut all_swapped = true;
-    let mut nclaimed = 0;
     for i in 0..n {
         let q = first + i;
         let w = if q == pg { w0 } else { r.word(q).load(Ordering::Acquire) };
         let k = w_kind(w);
-        let ok = (k == kind::NONE || (k == kind::SWAPPED && w_order(w) == 0))
-            && r.word(q).compare_exchange(w, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok();
+        let ok = (k == kind::NONE || (k == kind::SWAPPED && w_order(w) == 0)) && c.take(i, w);
         if ok {
-            old[i] = w;
-            claimed[i] = true;
-            nclaimed += 1;
             any_swapped |= k == kind::SWAPPED;
             all_swapped &= k == kind::SWAPPED && w_payload(w) < region::CLEAN_MAX_ENTRY;
         } else if q == pg {
-            rollback(r, first, &old[..n], &claimed[..n]);
-            return false;
+            return false; // the claim rolls back
         } else if fo == 0 {
             // Readahead window: stop at the first page we cannot take.
             break;
         }
     }
-    let _ = nclaimed;
-    let pgi = pg - first;
     if !any_swapped && !write && n == 1 {
         // A read of a never-written page: map the shared zero page.
         if p.uffd.zeropage(r.addr(pg), PAGE_SIZE, wake).is_err() {
-            rollback(r, first, &old[..n], &claimed[..n]);
+            c.roll_back_all();
             wake_page(p, r, pg, wake);
             return true;
         }
-        publish(p, r, pg, &claimed[pgi..pgi + 1], None);
+        c.publish(p, None);
         inc(&p.counters.fault_zero, 1);
         return true;
     }
+    // Load: stored pages from the store, the others zero.
     let src: *const u8;
     let mut bi = usize::MAX;
     if any_swapped {
         bi = p.bufs.take();
         let buf = p.bufs.buf(bi, n * PAGE_SIZE);
         for i in 0..n {
-            if !claimed[i] {
+            if !c.held(i) {
                 continue;
             }
             let dst = &mut buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE];
-            if w_kind(old[i]) == kind::SWAPPED {
-                if let Err(e) = p.store.load(w_payload(old[i]), dst) {
+            if w_kind(c.old(i)) == kind::SWAPPED {
+                if let Err(e) = p.store.load(w_payload(c.old(i)), dst) {
                     if std::env::var_os("USWAP_PAGER_DEBUG").is_some() {
-                        eprintln!("load {:#x} order 0: {e}", w_payload(old[i]));
+                        eprintln!("load {:#x} order 0: {e}", w_payload(c.old(i)));
                     }
                     fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
                 }
@@ -799,39 +953,39 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
     } else {
         src = p.bufs.zero();
     }
+    // Copy.
     let clean = any_swapped && all_swapped && !write && p.keep.keep(p);
-    let failed = copy_runs(p, r, first, &claimed[..n], src, clean, wake);
+    let failed = copy_runs(p, r, first, c.held_mask(), src, clean, wake);
     if bi != usize::MAX {
         p.bufs.give(bi);
     }
     let Some(failed) = failed else {
-        rollback(r, first, &old[..n], &claimed[..n]);
+        c.roll_back_all();
         return true;
     };
     // Pages the kernel would not fill keep their words (and their entries).
-    rollback(r, first, &old[..n], &failed[..n]);
-    for (c, f) in claimed.iter_mut().zip(failed) {
-        *c &= !f;
-    }
-    if !claimed[pg - first] {
+    c.roll_back(&failed[..n]);
+    if !c.held(pg - first) {
         wake_page(p, r, pg, wake);
     }
+    // Publish, put.
+    let swapped_at = |c: &Claim<'_>, i: usize| c.held(i) && w_kind(c.old(i)) == kind::SWAPPED;
     let mut swapped = 0u64;
     for i in 0..n {
-        if claimed[i] && w_kind(old[i]) == kind::SWAPPED {
+        if swapped_at(&c, i) {
             if !clean {
-                p.store.put(w_payload(old[i]), 1);
+                p.store.put(w_payload(c.old(i)), 1);
             }
             swapped += 1;
         }
     }
     if clean {
-        publish(p, r, first, &claimed[..n], Some(&old[..n]));
+        c.publish_clean(p);
     } else {
-        publish(p, r, first, &claimed[..n], None);
+        c.publish(p, None);
     }
     if swapped > 0 {
-        note_refaults(p, r, first, (0..n).map(|i| claimed[i] && w_kind(old[i]) == kind::SWAPPED));
+        note_refaults(p, r, first, (0..n).map(|i| swapped_at(&c, i)));
     }
     if w_kind(w0) == kind::SWAPPED {
         inc(&p.counters.fault_swapin, 1);

@@ -27,7 +27,7 @@
 //! - **Clean pages keep their swap entry**: a page swapped in by a read is mapped
 //!   write-protected and keeps its entry, as the kernel's swap cache keeps a clean folio's slot;
 //!   evicting it again is just the `MADV_DONTNEED`, and the first write frees the entry. An
-//!   adaptive policy turns this off while most such pages get written (`reclaim::KeepClean`).
+//!   adaptive policy turns this off while most such pages get written (`fault::KeepClean`).
 //! - **Large folios**: a region pages in 4 KiB, 64 KiB or 2 MiB folios; a folio is stored whole
 //!   (one compression unit, one `UFFDIO_COPY`) and split when the store has no contiguous slots.
 //!
@@ -161,7 +161,7 @@ pub struct PagerConfig {
     /// thread (a cross-CPU round trip per range).
     pub event_remove: bool,
     /// Keep the swap entry of a page swapped in by a read fault and map it write-protected, so
-    /// that evicting it again writes nothing (see `reclaim::KeepClean`; SIGBUS mode only).
+    /// that evicting it again writes nothing (see `fault::KeepClean`; SIGBUS mode only).
     pub keep_clean: bool,
 }
 
@@ -223,7 +223,9 @@ pub struct Pager {
     pub(crate) stop_fd: std::os::fd::OwnedFd,
     pub(crate) reclaim_wake: AtomicU32,
     pub(crate) ws: reclaim::Workingset,
-    pub(crate) keep: reclaim::KeepClean,
+    pub(crate) keep: fault::KeepClean,
+    /// Eviction batches (off the stack of the thread that reclaims).
+    pub(crate) batches: reclaim::BatchPool,
     /// Event reads started / fully processed (orders the pager's own madvise REMOVE events
     /// before its evictions publish, when `event_remove` is on).
     pub(crate) ev_reads: std::sync::atomic::AtomicU64,
@@ -349,7 +351,8 @@ impl Pager {
             stop_fd,
             reclaim_wake: AtomicU32::new(0),
             ws: reclaim::Workingset::default(),
-            keep: reclaim::KeepClean::new(cfg.keep_clean && cfg.fault_mode == FaultMode::Sigbus),
+            keep: fault::KeepClean::new(cfg.keep_clean && cfg.fault_mode == FaultMode::Sigbus),
+            batches: reclaim::BatchPool::new().map_err(os)?,
             ev_reads: std::sync::atomic::AtomicU64::new(0),
             ev_done: std::sync::atomic::AtomicU64::new(0),
             ev_pending: std::sync::atomic::AtomicUsize::new(0),
@@ -406,6 +409,7 @@ impl Pager {
         self.ev_pending.store(0, Ordering::SeqCst);
         self.vma_lock.force_unlock();
         self.read_gate.force_unlock();
+        self.batches.reset_in_fork_child();
         self.pause.store(false, Ordering::SeqCst);
         self.ev_quiet.store(true, Ordering::SeqCst);
         self.kswapd_quiet.store(true, Ordering::SeqCst);

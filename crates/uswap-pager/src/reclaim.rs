@@ -19,6 +19,15 @@
 //! - If the store has no contiguous range for a large folio (`NoSpace`), the folio is split in
 //!   halves and retried (`swpout_fallback`). If the store fails, the eviction is undone: write
 //!   protection is removed and the folio stays resident.
+//! - Eviction ([`evict_resident`]) runs as named phases over a batch of blocks, each with a
+//!   destination ([`Dest`]): select, write-protect, copy out, gate, drop, publish.
+//! - The batch (~34 KiB of blocks, words and scratch arrays) lives in a fixed pool in the
+//!   pager ([`BatchPool`], 8 batches in `MAP_NORESERVE` memory), not on the stack: reclaim
+//!   runs on the faulting thread, in SIGBUS mode inside the handler on the program's own
+//!   stack, which may be small (and a fault taken inside reclaim nests a second one). A pool
+//!   rather than a per-thread buffer: thread-locals that large would cost every program
+//!   thread their memory and may be allocated lazily (on the fault path); a pool is reserved
+//!   once and taken with one CAS.
 //! - **Releasing** pages ([`release_pages`]) frees their swap entries and cache copies; a
 //!   region is retired ([`retire_region`]) by taking it out of the registry, waiting until no
 //!   thread is inside it, and releasing all its pages.
@@ -26,6 +35,10 @@
 //! Locking: each ring is a preallocated circular buffer behind a tiny spinlock that is never
 //! held across anything but the push/pop itself (so a signal handler cannot deadlock on it);
 //! pages are claimed by CAS to `BUSY` (see [`crate::region`]). Nothing here allocates.
+//! An eviction batch is taken from the [`BatchPool`] by CAS on a bit mask and returned on
+//! drop; when all are in use an outermost reclaim waits for one (it holds no page or lock
+//! then), and a reclaim nested in a fault inside this thread's own reclaim evicts nothing
+//! instead (its outer level may hold the batch it would wait for).
 //! Retiring a region waits for every thread inside the registry ([`region::enter`]), so it is
 //! called with no lock held that such a thread may wait for.
 
@@ -37,7 +50,7 @@ use crate::stats::inc;
 use crate::store::StoreError;
 use crate::{Pager, Replacement, PAGE_SIZE};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 /// Most pages one reclaim batch handles.
 pub(crate) const MAX_BATCH_PAGES: usize = 1024;
@@ -102,69 +115,6 @@ impl Workingset {
     /// True while the inactive stage is bypassed.
     pub(crate) fn bypassed(&self) -> bool {
         self.bypass.load(Ordering::Relaxed)
-    }
-}
-
-/// Clean-page retention: whether a read fault's swap-in keeps the page's swap entry, mapping the
-/// page write-protected (`CLEAN`) so that evicting it again costs one `MADV_DONTNEED` instead of
-/// a write-protect, a compression and a store. The price is a write-protect fault when the page
-/// is written later, and the entry's pool memory for as long as the page is mapped. So, like
-/// the kernel (which frees the slot of a folio mapped writable, or when swap is half full):
-/// - only read faults keep, and only in SIGBUS mode (a fault handed to a thread costs ~80 µs
-///   here, far more than the compression it saves);
-/// - not while stored data takes more than half a page of RAM per page (it compresses
-///   badly and lives in RAM): a kept copy would cost more than it saves;
-/// - and not while more than a third of the kept pages get written: re-decided every
-///   `WINDOW` kept pages, still keeping one swap-in in 16 while off to keep measuring.
-pub(crate) struct KeepClean {
-    on: bool,
-    kept: std::sync::atomic::AtomicU64,
-    dirtied: std::sync::atomic::AtomicU64,
-    tick: std::sync::atomic::AtomicU64,
-    off: AtomicBool,
-}
-
-impl KeepClean {
-    const WINDOW: u64 = 4096;
-
-    /// A policy that keeps clean pages when `on`.
-    pub(crate) fn new(on: bool) -> KeepClean {
-        KeepClean {
-            on,
-            kept: Default::default(),
-            dirtied: Default::default(),
-            tick: Default::default(),
-            off: AtomicBool::new(false),
-        }
-    }
-
-    /// Should a read fault's swap-in keep its entry?
-    #[inline]
-    pub(crate) fn keep(&self, p: &Pager) -> bool {
-        if !self.on || p.store.ram_per_page(p.cfg.group).is_some_and(|b| b > PAGE_SIZE as u64 / 2) {
-            return false;
-        }
-        !self.off.load(Ordering::Relaxed) || self.tick.fetch_add(1, Ordering::Relaxed).is_multiple_of(16)
-    }
-
-    /// `n` pages were mapped clean.
-    pub(crate) fn kept(&self, n: u64) {
-        let k = self.kept.fetch_add(n, Ordering::Relaxed) + n;
-        if k >= Self::WINDOW {
-            let d = self.dirtied.swap(0, Ordering::Relaxed);
-            self.kept.store(0, Ordering::Relaxed);
-            self.off.store(d * 3 > k, Ordering::Relaxed);
-        }
-    }
-
-    /// `n` clean pages were written.
-    pub(crate) fn dirtied(&self, n: u64) {
-        self.dirtied.fetch_add(n, Ordering::Relaxed);
-    }
-
-    /// True while swap-in keeps clean pages.
-    pub(crate) fn keeping(&self) -> bool {
-        self.on && !self.off.load(Ordering::Relaxed)
     }
 }
 
@@ -320,6 +270,34 @@ pub(crate) fn blocks(first: usize, n: usize, claimed: &dyn Fn(usize) -> bool, mu
     }
 }
 
+/// Where a block of an eviction batch goes. [`select`] sets the first destination; later
+/// phases only change it as their comments say (the old `dest: u8` values are noted).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum Dest {
+    /// (0) Copied out and compressed into the store. Also the first destination of a clean
+    /// folio on its way to the swap cache (`Block::clean`), until [`copy_out`] decides.
+    Store,
+    /// (1) Copied into the swap cache (demoted to the inactive list); set by [`copy_out`].
+    Cache,
+    /// (2) Eviction undone (write protection failed, the copy or the store failed, or the
+    /// batch was given up): the block stays resident.
+    Aborted,
+    /// (3) Clean, its swap entries kept: nothing to write, only the drop.
+    CleanKept,
+    /// (4) Clean, but the program dropped it itself: its entries are freed and it becomes
+    /// zero-fill.
+    CleanDropped,
+}
+
+impl Dest {
+    /// A clean block left as clean (kept or dropped): write-protected since its swap-in, and
+    /// nothing to copy.
+    fn is_clean(self) -> bool {
+        matches!(self, Dest::CleanKept | Dest::CleanDropped)
+    }
+}
+
 #[derive(Copy, Clone)]
 struct Block {
     r: *const RegionInner,
@@ -327,9 +305,8 @@ struct Block {
     order: u32,
     /// Index of the block's first new word in the words array.
     w: usize,
-    /// 0 = store, 1 = cache, 2 = aborted, 3 = clean (entries kept: nothing to write),
-    /// 4 = clean but dropped by the program (zero-fill).
-    dest: u8,
+    /// Where the block goes.
+    dest: Dest,
     /// A clean folio on its way to the swap cache (its words hold the kept SWAPPED words).
     clean: bool,
 }
@@ -401,19 +378,122 @@ fn clean_present(a: usize, pages: usize) -> bool {
     rc == 0 && vec[..pages].iter().all(|&v| v & 1 != 0)
 }
 
+/// An eviction batch: the blocks taken (naturally aligned pieces of folios), their new words
+/// (`words[blk.w..blk.w + 2^order]`), and the phases' scratch arrays. About 34 KiB: never on
+/// a stack (it may be a program thread's, interrupted by SIGBUS), but in a [`BatchPool`].
 struct Batch {
     blocks: [Block; MAX_BLOCKS],
     nblocks: usize,
     words: [u64; MAX_BATCH_PAGES + 512],
     nwords: usize,
+    /// [`select`]: the words of one candidate's pages before the claim.
+    claimed: [u64; 512],
+    /// [`drop_pages`]: the ranges to drop.
+    iov: [libc::iovec; MAX_BLOCKS],
+    /// [`abort_all`]: a cached block's kept entries.
+    kept: [u64; 512],
 }
 
-/// Evict candidate folios taken by `next` (returns `(region, page, order, any_order)`):
-/// write-protect, copy to the cache (`to_cache`) or the store, drop, publish. Returns pages
-/// taken off the resident set.
-/// A candidate from a list: `None` region = stale entry, skipped.
+/// Eviction batches in flight at once, at most (one per reclaiming thread and nesting level;
+/// see [`BatchPool::take`]).
+const NBATCH: usize = 8;
+
+/// A fixed pool of [`Batch`]es in the pager's own memory (`MAP_NORESERVE`, committed on first
+/// use), taken and returned by CAS on a bit mask: eviction runs on the faulting thread, maybe
+/// inside its SIGBUS handler on the program's stack, so the batch must not be on that stack
+/// and must not be allocated.
+pub(crate) struct BatchPool {
+    mem: *mut Batch,
+    free: AtomicU32,
+}
+
+// SAFETY: batches are handed out exclusively through the atomic mask.
+unsafe impl Send for BatchPool {}
+// SAFETY: as above.
+unsafe impl Sync for BatchPool {}
+
+impl BatchPool {
+    /// Reserve the pool.
+    pub(crate) fn new() -> std::io::Result<BatchPool> {
+        let mem = crate::own::map_noreserve(NBATCH * std::mem::size_of::<Batch>())?;
+        Ok(BatchPool { mem: mem.cast(), free: AtomicU32::new((1 << NBATCH) - 1) })
+    }
+
+    /// Take a batch, all zero (empty). When every batch is in use, an outermost reclaim waits
+    /// (spinning, then yielding) for one, holding nothing another thread waits for; a nested
+    /// one (a fault taken inside this thread's own reclaim, whose outer level may hold a
+    /// batch) gets `None` and evicts nothing, as waiting could then wait for itself.
+    fn take(&self) -> Option<BatchGuard<'_>> {
+        let mut spins = 0u32;
+        loop {
+            let f = self.free.load(Ordering::Acquire);
+            if f == 0 {
+                if IN_RECLAIM.with(|c| c.get()) > 1 {
+                    return None;
+                }
+                if spins < 64 {
+                    std::hint::spin_loop();
+                    spins += 1;
+                } else {
+                    std::thread::yield_now();
+                }
+                continue;
+            }
+            let i = f.trailing_zeros() as usize;
+            if self.free.compare_exchange_weak(f, f & !(1 << i), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                // SAFETY: batch i is inside the mapping and ours until the guard returns it.
+                // All-zero is a valid empty Batch (plain data; `Dest`'s first variant is 0).
+                unsafe { std::ptr::write_bytes(self.mem.add(i), 0, 1) };
+                return Some(BatchGuard { pool: self, i });
+            }
+        }
+    }
+
+    /// In a fork child: every batch is free (the threads that held one do not exist there).
+    pub(crate) fn reset_in_fork_child(&self) {
+        self.free.store((1 << NBATCH) - 1, Ordering::Release);
+    }
+}
+
+impl Drop for BatchPool {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the pool created in new.
+        unsafe { libc::munmap(self.mem.cast(), NBATCH * std::mem::size_of::<Batch>()) };
+    }
+}
+
+/// A batch taken from a [`BatchPool`]; returned on drop.
+struct BatchGuard<'p> {
+    pool: &'p BatchPool,
+    i: usize,
+}
+
+impl BatchGuard<'_> {
+    /// The batch.
+    fn get(&mut self) -> &mut Batch {
+        // SAFETY: batch i is ours (taken by CAS, returned only by our drop); inside the
+        // mapping; `&mut self` makes the borrow exclusive.
+        unsafe { &mut *self.pool.mem.add(self.i) }
+    }
+}
+
+impl Drop for BatchGuard<'_> {
+    fn drop(&mut self) {
+        self.pool.free.fetch_or(1 << self.i, Ordering::Release);
+    }
+}
+
+/// A candidate from a list: `(region, page, order, any_order)`; a `None` region is a stale
+/// entry, skipped.
 type Candidate = (Option<&'static RegionInner>, usize, u32, bool);
 
+/// Evict candidate folios taken by `next`: write-protect, copy to the cache (`to_cache`) or
+/// the store, drop, publish. `shadows`: leave workingset shadows on pages that go straight to
+/// the store. Returns pages taken off the resident set.
+///
+/// The phases, in order: [`select`] (claim, split into blocks, choose each block's [`Dest`]),
+/// [`write_protect`], [`copy_out`], [`gate_or_abort`] (thread fault mode: hold the read gate
+/// or give the batch up), [`drop_pages`] (one `MADV_DONTNEED` for the batch), [`publish`].
 fn evict_resident(
     p: &Pager,
     to_cache: bool,
@@ -421,9 +501,31 @@ fn evict_resident(
     max_pages: usize,
     next: &mut dyn FnMut() -> Option<Candidate>,
 ) -> usize {
-    // SAFETY: Batch is plain data (pointers, integers); all-zero is a valid "empty" value.
-    let mut b: Batch = unsafe { std::mem::zeroed() };
-    let mut claimed = [0u64; 512];
+    let Some(mut guard) = p.batches.take() else {
+        return 0;
+    };
+    let b = guard.get();
+    select(p, b, to_cache, max_pages, next);
+    if b.nblocks == 0 {
+        return 0;
+    }
+    write_protect(p, b);
+    copy_out(p, b, to_cache);
+    let mut gate = gate_or_abort(p, b);
+    drop_pages(p, b, &mut gate);
+    let out = publish(p, b, shadows);
+    drop(gate);
+    out
+}
+
+/// Phase 1, select: take candidates from `next` until the batch holds `max_pages` pages (or
+/// its blocks are nearly used up), claim their mapped pages (`BUSY_COPY`), split the claimed
+/// pages into aligned blocks and choose each block's destination: [`Dest::Store`] (the copy
+/// phase may turn it into [`Dest::Cache`]), or for an all-clean block [`Dest::CleanKept`]
+/// (entries kept; `clean` + `Store` when it goes to the swap cache) or
+/// [`Dest::CleanDropped`] (the program dropped it: entries freed now). A mixed block is
+/// evicted like a resident one: its clean pages' entries are freed now.
+fn select(p: &Pager, b: &mut Batch, to_cache: bool, max_pages: usize, next: &mut dyn FnMut() -> Option<Candidate>) {
     let mut pages = 0usize;
     while pages < max_pages && b.nblocks < MAX_BLOCKS - 16 {
         let Some((r, page, order, any)) = next() else { break };
@@ -431,28 +533,28 @@ fn evict_resident(
         if page >= r.npages || order > 9 {
             continue;
         }
-        if claim_resident(r, page, order, any, &mut claimed) == 0 {
+        if claim_resident(r, page, order, any, &mut b.claimed) == 0 {
             continue;
         }
         let n = (1usize << order).min(r.npages - page);
-        blocks(page, n, &|i| claimed[i] != 0, |pg, k| {
-            let old = &claimed[pg - page..pg - page + (1 << k)];
-            let mut dest = 0;
+        blocks(page, n, &|i| b.claimed[i] != 0, |pg, k| {
+            let old = &b.claimed[pg - page..pg - page + (1 << k)];
+            let mut dest = Dest::Store;
             let mut clean = false;
             if old.iter().all(|&w| w_kind(w) == kind::CLEAN) {
                 // Unchanged since swap-in (still write-protected): the store has it. Going to
                 // the inactive list, it is copied to the swap cache like any folio (a hot clean
                 // page gets its second chance there too) and keeps its entries.
                 dest = if !clean_present(r.addr(pg), 1 << k) {
-                    4
+                    Dest::CleanDropped
                 } else if to_cache {
                     clean = true;
-                    0
+                    Dest::Store
                 } else {
-                    3
+                    Dest::CleanKept
                 };
                 for (i, &w) in old.iter().enumerate() {
-                    b.words[b.nwords + i] = if dest != 4 {
+                    b.words[b.nwords + i] = if dest != Dest::CleanDropped {
                         clean_to_swapped(w)
                     } else {
                         p.store.put(clean_entry(w), 1);
@@ -471,13 +573,15 @@ fn evict_resident(
             pages += 1 << k;
         });
     }
-    if b.nblocks == 0 {
-        return 0;
-    }
-    // Write-protect, merging adjacent blocks of one region into one call.
+}
+
+/// Phase 2, write-protect every block that will be copied (not the clean ones: protected
+/// since their swap-in), merging adjacent blocks of one region into one call. A block whose
+/// protection fails is [`Dest::Aborted`].
+fn write_protect(p: &Pager, b: &mut Batch) {
     let mut i = 0;
     while i < b.nblocks {
-        if b.blocks[i].dest >= 3 || b.blocks[i].clean {
+        if b.blocks[i].dest.is_clean() || b.blocks[i].clean {
             // Clean: write-protected since its swap-in.
             i += 1;
             continue;
@@ -489,7 +593,7 @@ fn evict_resident(
         while j < b.nblocks
             && b.blocks[j].r == r0
             && b.blocks[j].page == end
-            && b.blocks[j].dest < 3
+            && !b.blocks[j].dest.is_clean()
             && !b.blocks[j].clean
         {
             end += 1 << b.blocks[j].order;
@@ -500,18 +604,25 @@ fn evict_resident(
         inc(&p.counters.wp_calls, 1);
         if p.uffd.writeprotect(r.addr(start), (end - start) * PAGE_SIZE, true, false).is_err() {
             for blk in &mut b.blocks[i..j] {
-                blk.dest = 2;
+                blk.dest = Dest::Aborted;
             }
         }
         i = j;
     }
-    // Copy out.
+}
+
+/// Phase 3, copy out each [`Dest::Store`] block: into a swap-cache object when `to_cache`
+/// and there is room ([`Dest::Cache`], the words become CACHED), else into the store (the
+/// words become SWAPPED), except a clean block that found no room in the cache, which is
+/// dropped clean ([`Dest::CleanKept`]). A block unmapped under the copy, or that the store
+/// refuses, is [`Dest::Aborted`] (after a store failure its protection is lifted).
+fn copy_out(p: &Pager, b: &mut Batch, to_cache: bool) {
     for bi in 0..b.nblocks {
         let blk = b.blocks[bi];
-        if blk.dest >= 2 {
+        if !matches!(blk.dest, Dest::Store | Dest::Cache) {
             continue;
         }
-        // SAFETY: as above.
+        // SAFETY: the block's region came from the registry inside enter()/leave().
         let r = unsafe { &*blk.r };
         let len = PAGE_SIZE << blk.order;
         let mut done = false;
@@ -521,7 +632,7 @@ fn evict_resident(
                 if !unsafe { read_pages(p, r.addr(blk.page), p.cache.ptr(o), len) } {
                     // Unmapped under us: the unmap event releases the pages.
                     p.cache.free(o);
-                    b.blocks[bi].dest = 2;
+                    b.blocks[bi].dest = Dest::Aborted;
                     continue;
                 }
                 for i in 0..1usize << blk.order {
@@ -531,13 +642,13 @@ fn evict_resident(
                 }
                 let cw = word(kind::CACHED, blk.order, (o.off / crate::arena::GRANULE) as u64);
                 b.words[blk.w..blk.w + (1 << blk.order)].fill(cw);
-                b.blocks[bi].dest = 1;
+                b.blocks[bi].dest = Dest::Cache;
                 done = true;
             }
         }
         if !done && blk.clean {
             // No room in the swap cache: drop it clean (its words hold the kept entries).
-            b.blocks[bi].dest = 3;
+            b.blocks[bi].dest = Dest::CleanKept;
         } else if !done {
             let bounce = if p.cfg.fault_mode == crate::FaultMode::Thread { Some(p.bufs.take()) } else { None };
             let src: &[u8] = match bounce {
@@ -547,7 +658,7 @@ fn evict_resident(
                     if !unsafe { read_pages(p, r.addr(blk.page), buf.as_mut_ptr(), len) } {
                         // Unmapped under us: the unmap event releases the pages.
                         p.bufs.give(x);
-                        b.blocks[bi].dest = 2;
+                        b.blocks[bi].dest = Dest::Aborted;
                         continue;
                     }
                     buf
@@ -564,71 +675,92 @@ fn evict_resident(
             if let Err(e) = res {
                 let _ = e;
                 inc(&p.counters.store_errors, 1);
-                b.blocks[bi].dest = 2;
+                b.blocks[bi].dest = Dest::Aborted;
                 // SAFETY: r as above.
                 let _ = p.uffd.writeprotect(r.addr(blk.page), len, false, true);
             }
         }
     }
-    // In thread fault mode the program's threads run while we work, and one may have unmapped
-    // (or moved) a range of this batch: its UNMAP/REMAP event was read, or is pending. Its
-    // address may then hold a new mapping, which our madvise must not drop. So: hold the read
-    // gate (no event is read, so no munmap in progress can return), and drop only if no event
-    // is pending in the kernel or deferred here; otherwise give the batch up.
+}
+
+/// Phase 4, gate (thread fault mode without REMOVE events): hold the read gate, or give the
+/// whole batch up ([`abort_all`]) when an event is pending. Returns the gate, held until the
+/// drop is done.
+///
+/// In thread fault mode the program's threads run while we work, and one may have unmapped
+/// (or moved) a range of this batch: its UNMAP/REMAP event was read, or is pending. Its
+/// address may then hold a new mapping, which our madvise must not drop. So: hold the read
+/// gate (no event is read, so no munmap in progress can return), and drop only if no event
+/// is pending in the kernel or deferred here; otherwise give the batch up.
+fn gate_or_abort<'p>(p: &'p Pager, b: &mut Batch) -> Option<crate::sys::YieldGuard<'p>> {
     let gated = p.cfg.fault_mode == crate::FaultMode::Thread && !p.cfg.event_remove;
-    let mut _gate = gated.then(|| p.read_gate.lock());
+    let gate = gated.then(|| p.read_gate.lock());
     if gated {
-        let first = b.blocks[..b.nblocks].iter().find(|blk| blk.dest != 2);
+        let first = b.blocks[..b.nblocks].iter().find(|blk| blk.dest != Dest::Aborted);
         let quiet = first.is_none_or(|blk| {
-            // SAFETY: as above.
+            // SAFETY: the block's region came from the registry inside enter()/leave().
             let r = unsafe { &*blk.r };
             p.ev_pending.load(Ordering::SeqCst) == 0 && p.uffd.probe_quiet(r.addr(blk.page))
         });
         if !quiet {
             // Never wait for anything with the gate held: undoing takes ioctls that wait for
             // the pending event to be read.
-            _gate = None;
-            inc(&p.counters.reclaim_aborted, 1);
-            for blk in &mut b.blocks[..b.nblocks] {
-                let n = 1usize << blk.order;
-                // The block goes back to RESIDENT: free what the copy made of it, and the swap
-                // entries a clean block had kept (no word refers to them any more).
-                match blk.dest {
-                    0 | 3 => release_words(p, &b.words[blk.w..blk.w + n]),
-                    1 => {
-                        let o = region::cached_obj(b.words[blk.w], blk.order);
-                        let mut kept = [0u64; 512];
-                        clean_tags(p, o, n, &mut kept);
-                        clear_clean_tags(p, o, n);
-                        release_words(p, &kept[..n]);
-                        p.cache.free(o);
-                    }
-                    _ => {}
-                }
-                if blk.dest != 2 {
-                    blk.dest = 2;
-                    // SAFETY: as above.
-                    let r = unsafe { &*blk.r };
-                    let _ = p.uffd.writeprotect(r.addr(blk.page), PAGE_SIZE << blk.order, false, true);
-                }
-            }
+            drop(gate);
+            abort_all(p, b);
+            return None;
         }
     }
-    // Drop the copied pages in one batch. From here on a REMOVE event on these pages is our
-    // own madvise's (BUSY_DROP), and a fault on them waits for the publish below.
+    gate
+}
+
+/// Give a whole batch up (after [`copy_out`]): every block goes back to resident
+/// ([`Dest::Aborted`]): free what the copy made of it and the swap entries a clean block had
+/// kept, and lift the write protection of each block not already aborted.
+fn abort_all(p: &Pager, b: &mut Batch) {
+    inc(&p.counters.reclaim_aborted, 1);
+    for blk in &mut b.blocks[..b.nblocks] {
+        let n = 1usize << blk.order;
+        // The block goes back to RESIDENT: free what the copy made of it, and the swap
+        // entries a clean block had kept (no word refers to them any more).
+        match blk.dest {
+            Dest::Store | Dest::CleanKept => release_words(p, &b.words[blk.w..blk.w + n]),
+            Dest::Cache => {
+                let o = region::cached_obj(b.words[blk.w], blk.order);
+                clean_tags(p, o, n, &mut b.kept);
+                clear_clean_tags(p, o, n);
+                release_words(p, &b.kept[..n]);
+                p.cache.free(o);
+            }
+            Dest::Aborted | Dest::CleanDropped => {}
+        }
+        if blk.dest != Dest::Aborted {
+            blk.dest = Dest::Aborted;
+            // SAFETY: the block's region came from the registry inside enter()/leave().
+            let r = unsafe { &*blk.r };
+            let _ = p.uffd.writeprotect(r.addr(blk.page), PAGE_SIZE << blk.order, false, true);
+        }
+    }
+}
+
+/// Phase 5, drop the pages of every block not aborted with one batched `MADV_DONTNEED`
+/// (adjacent blocks merged into one range). The pages are marked `BUSY_DROP` first: from here
+/// on a REMOVE event on them is our own madvise's, and a fault on them waits for
+/// [`publish`]. Releases `gate` right after the madvise; with REMOVE events on, waits until
+/// the event thread has processed the events our madvise raised.
+fn drop_pages(p: &Pager, b: &mut Batch, gate: &mut Option<crate::sys::YieldGuard<'_>>) {
     for blk in &b.blocks[..b.nblocks] {
-        if blk.dest != 2 {
-            // SAFETY: as above.
+        if blk.dest != Dest::Aborted {
+            // SAFETY: the block's region came from the registry inside enter()/leave().
             let r = unsafe { &*blk.r };
             for i in 0..1usize << blk.order {
                 r.word(blk.page + i).store(BUSY_DROP, Ordering::Release);
             }
         }
     }
-    let mut iov: [libc::iovec; MAX_BLOCKS] = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MAX_BLOCKS];
+    let iov = &mut b.iov;
     let mut niov = 0;
     for blk in &b.blocks[..b.nblocks] {
-        if blk.dest == 2 {
+        if blk.dest == Dest::Aborted {
             continue;
         }
         // SAFETY: as above.
@@ -645,7 +777,7 @@ fn evict_resident(
     if niov > 0 {
         let calls = p.madv.dontneed(&iov[..niov]);
         inc(&p.counters.madvise_calls, calls);
-        drop(_gate);
+        *gate = None;
         if p.cfg.event_remove {
             // Our madvise raised REMOVE events, acknowledged by the event thread's read() but
             // maybe not yet processed: wait until they are, while our pages are still BUSY
@@ -656,13 +788,19 @@ fn evict_resident(
             }
         }
     }
-    // Publish.
+}
+
+/// Phase 6, publish: store each block's new words (an aborted block becomes RESIDENT again
+/// and goes back on the active list), advance the workingset clock, leave shadows (with
+/// `shadows`), queue demoted blocks on the inactive list, count, and take the evicted pages
+/// off the resident count. Returns those pages.
+fn publish(p: &Pager, b: &Batch, shadows: bool) -> usize {
     let mut out = 0usize;
     for blk in &b.blocks[..b.nblocks] {
-        // SAFETY: as above.
+        // SAFETY: the block's region came from the registry inside enter()/leave().
         let r = unsafe { &*blk.r };
         let n = 1usize << blk.order;
-        if blk.dest == 2 {
+        if blk.dest == Dest::Aborted {
             for i in 0..n {
                 r.word(blk.page + i).store(word(kind::RESIDENT, blk.order, 0), Ordering::Release);
             }
@@ -674,7 +812,7 @@ fn evict_resident(
         }
         // The workingset clock counts the pages that leave the active list.
         let t = p.ws.tick(n as u64);
-        if shadows && (blk.dest == 0 || blk.dest == 3) {
+        if shadows && matches!(blk.dest, Dest::Store | Dest::CleanKept) {
             // Straight to the store with the inactive list bypassed: leave shadows to measure
             // whether it should come back, and count the pages as if demoted.
             for i in 0..n {
@@ -682,18 +820,19 @@ fn evict_resident(
             }
             p.ws.demoted(n as u64, inactive_window(p));
         }
-        if blk.dest == 3 {
-            inc(&p.counters.clean_evicted, n as u64);
-        } else if blk.dest == 4 {
-            inc(&p.counters.clean_discarded, n as u64);
-        } else if blk.dest == 1 {
-            inc(&p.counters.demoted_pages, n as u64);
-            p.ws.demoted(n as u64, inactive_window(p));
-            if !p.inactive.push(entry(r, blk.page, blk.order)) {
-                // Inactive list full: this folio stays cached until it refaults or its region
-                // goes; count it as a reclaim failure.
-                inc(&p.counters.reclaim_fail, 1);
+        match blk.dest {
+            Dest::CleanKept => inc(&p.counters.clean_evicted, n as u64),
+            Dest::CleanDropped => inc(&p.counters.clean_discarded, n as u64),
+            Dest::Cache => {
+                inc(&p.counters.demoted_pages, n as u64);
+                p.ws.demoted(n as u64, inactive_window(p));
+                if !p.inactive.push(entry(r, blk.page, blk.order)) {
+                    // Inactive list full: this folio stays cached until it refaults or its
+                    // region goes; count it as a reclaim failure.
+                    inc(&p.counters.reclaim_fail, 1);
+                }
             }
+            Dest::Store | Dest::Aborted => {}
         }
         out += n;
     }
