@@ -38,25 +38,20 @@ const BUF_BYTES: usize = 2 << 20;
 /// A fixed pool of 2 MiB buffers taken and returned by CAS on a bit mask, plus a shared
 /// all-zero buffer (never written) for zero-fill copies.
 pub(crate) struct BufPool {
-    mem: *mut u8,
+    /// `NBUF` buffers, then the zero buffer.
+    mem: crate::own::Mapping,
     free: AtomicU64,
-    zero: *const u8,
 }
-
-// SAFETY: buffers are handed out exclusively through the atomic mask.
-unsafe impl Send for BufPool {}
-// SAFETY: as above.
-unsafe impl Sync for BufPool {}
 
 impl BufPool {
     /// Reserve the pool (memory is committed on first use of each buffer).
     pub(crate) fn new() -> std::io::Result<BufPool> {
-        let mem = crate::own::map_noreserve(NBUF * BUF_BYTES + BUF_BYTES)?;
-        // SAFETY: the last 2 MiB of the mapping; made read-only so it stays zero.
-        let zero = unsafe { mem.add(NBUF * BUF_BYTES) };
-        // SAFETY: protecting our own mapping.
-        unsafe { libc::mprotect(zero.cast(), BUF_BYTES, libc::PROT_READ) };
-        Ok(BufPool { mem, free: AtomicU64::new((1u64 << NBUF) - 1), zero })
+        let mem = crate::own::Mapping::new(NBUF * BUF_BYTES + BUF_BYTES)?;
+        let pool = BufPool { mem, free: AtomicU64::new((1u64 << NBUF) - 1) };
+        // SAFETY: protecting the last 2 MiB of our own mapping, so it stays zero; nothing has
+        // a reference into it (the mapping is never viewed as `atomic_words`).
+        unsafe { libc::mprotect(pool.zero().cast_mut().cast(), BUF_BYTES, libc::PROT_READ) };
+        Ok(pool)
     }
 
     /// Take a buffer (waits by yielding if all are in use).
@@ -84,19 +79,12 @@ impl BufPool {
     pub(crate) fn buf(&self, i: usize, len: usize) -> &mut [u8] {
         assert!(i < NBUF && len <= BUF_BYTES);
         // SAFETY: buffer i is owned by the caller that took it; inside the mapping.
-        unsafe { std::slice::from_raw_parts_mut(self.mem.add(i * BUF_BYTES), len) }
+        unsafe { std::slice::from_raw_parts_mut(self.mem.as_ptr().add(i * BUF_BYTES), len) }
     }
 
     /// A read-only all-zero buffer of 2 MiB.
     pub(crate) fn zero(&self) -> *const u8 {
-        self.zero
-    }
-}
-
-impl Drop for BufPool {
-    fn drop(&mut self) {
-        // SAFETY: unmapping the pool created in new.
-        unsafe { libc::munmap(self.mem.cast(), NBUF * BUF_BYTES + BUF_BYTES) };
+        self.mem.as_ptr().wrapping_add(NBUF * BUF_BYTES)
     }
 }
 

@@ -170,25 +170,20 @@ impl KeepClean {
 
 /// A bounded FIFO of folio references, preallocated.
 pub(crate) struct Ring {
-    buf: *mut u64,
+    /// `mask + 1` entries (accessed under the spinlock).
+    buf: crate::own::Mapping,
     mask: usize,
     head: AtomicUsize,
     tail: AtomicUsize,
     lock: AtomicBool,
 }
 
-// SAFETY: buf is only accessed under the spinlock.
-unsafe impl Send for Ring {}
-// SAFETY: as above.
-unsafe impl Sync for Ring {}
-
 impl Ring {
     /// A ring of `cap` entries (a power of two).
     pub(crate) fn new(cap: usize) -> std::io::Result<Ring> {
         let cap = cap.next_power_of_two();
-        let p = crate::own::map_noreserve(cap * 8)?;
         Ok(Ring {
-            buf: p.cast(),
+            buf: crate::own::Mapping::new(cap * 8)?,
             mask: cap - 1,
             head: AtomicUsize::new(0),
             tail: AtomicUsize::new(0),
@@ -211,8 +206,7 @@ impl Ring {
         let (h, t) = (self.head.load(Ordering::Relaxed), self.tail.load(Ordering::Relaxed));
         let ok = t - h <= self.mask;
         if ok {
-            // SAFETY: index masked into the buffer; exclusive under the lock.
-            unsafe { *self.buf.add(t & self.mask) = e };
+            self.buf.atomic_words()[t & self.mask].store(e, Ordering::Relaxed);
             self.tail.store(t + 1, Ordering::Relaxed);
         }
         self.unlock();
@@ -226,8 +220,7 @@ impl Ring {
         let r = if h == t {
             None
         } else {
-            // SAFETY: as in push.
-            let e = unsafe { *self.buf.add(h & self.mask) };
+            let e = self.buf.atomic_words()[h & self.mask].load(Ordering::Relaxed);
             self.head.store(h + 1, Ordering::Relaxed);
             Some(e)
         };
@@ -243,13 +236,6 @@ impl Ring {
     /// True when empty.
     pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-}
-
-impl Drop for Ring {
-    fn drop(&mut self) {
-        // SAFETY: unmapping the buffer created in new.
-        unsafe { libc::munmap(self.buf.cast(), (self.mask + 1) * 8) };
     }
 }
 

@@ -282,7 +282,8 @@ pub(crate) struct RegionInner {
     pub(crate) folio_order: u32,
     /// The pager (outlives the region: the Region holds an Arc).
     pub(crate) pager: *const Pager,
-    words: *mut AtomicU64,
+    /// The state words (`npages` of them), then one 4-byte shadow per page.
+    words: crate::own::Mapping,
     /// Registry slot.
     pub(crate) slot: usize,
     /// Registry generation.
@@ -306,7 +307,8 @@ pub(crate) struct RegionInner {
     map_base: usize,
 }
 
-// SAFETY: every shared field is atomic or immutable; words point to a mapping owned by self.
+// SAFETY: every shared field is atomic or immutable (the words' mapping is Send + Sync itself);
+// `pager` points to a Pager, which is Sync, that outlives the region.
 unsafe impl Send for RegionInner {}
 // SAFETY: as above.
 unsafe impl Sync for RegionInner {}
@@ -317,7 +319,7 @@ impl RegionInner {
     pub(crate) fn word(&self, i: usize) -> &AtomicU64 {
         debug_assert!(i < self.npages);
         // SAFETY: i < npages and the words mapping holds npages words for the region's life.
-        unsafe { &*self.words.add(i) }
+        unsafe { &*self.words.as_ptr().cast::<AtomicU64>().add(i) }
     }
 
     /// The shadow of page `i`: the reclaim clock when it was last evicted straight to the store
@@ -327,7 +329,7 @@ impl RegionInner {
         debug_assert!(i < self.npages);
         // SAFETY: the shadows follow the npages words in the same mapping (4-aligned), which
         // lives as long as the region.
-        unsafe { &*(self.words.add(self.npages) as *const AtomicU32).add(i) }
+        unsafe { &*self.words.as_ptr().cast::<AtomicU64>().add(self.npages).cast::<AtomicU32>().add(i) }
     }
 
     /// Address of page `i`.
@@ -357,24 +359,16 @@ impl RegionInner {
     }
 }
 
-fn mmap_anon(len: usize, noreserve: bool) -> std::io::Result<usize> {
-    let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
-    if noreserve {
-        flags |= libc::MAP_NORESERVE;
-    }
-    // SAFETY: anonymous mapping with no address hint.
+/// A new region's memory: `len` bytes of anonymous private `MAP_NORESERVE` memory, the
+/// program's (not recorded as the pager's own). Unmapped piecewise when the region is retired.
+fn mmap_region(len: usize) -> std::io::Result<usize> {
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+    // SAFETY: anonymous mapping with no address hint: it replaces nothing.
     let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
     if p == libc::MAP_FAILED {
         return Err(std::io::Error::last_os_error());
     }
-    crate::own::add(p as usize, len);
     Ok(p as usize)
-}
-
-fn munmap_own(a: usize, len: usize) {
-    crate::own::remove(a, len);
-    // SAFETY: callers pass a mapping of their own that nothing references any more.
-    unsafe { libc::munmap(a as *mut _, len) };
 }
 
 /// Where a new region's memory comes from.
@@ -392,8 +386,8 @@ struct Placement {
 fn publish_region(pager: &Pager, pl: Placement) -> Result<*mut RegionInner, crate::PagerError> {
     let npages = pl.len / crate::PAGE_SIZE;
     // The state words, then one 4-byte shadow per page (see `RegionInner::shadow`).
-    let words = mmap_anon(npages * WORD_BYTES, true)
-        .map_err(|e| crate::PagerError::Os(format!("mmap of page table: {e}")))? as *mut AtomicU64;
+    let words = crate::own::Mapping::new(npages * WORD_BYTES)
+        .map_err(|e| crate::PagerError::Os(format!("mmap of page table: {e}")))?;
     // Claim a registry slot.
     let mut slot = None;
     for (i, s) in REGISTRY.iter().enumerate() {
@@ -406,7 +400,7 @@ fn publish_region(pager: &Pager, pl: Placement) -> Result<*mut RegionInner, crat
         }
     }
     let Some(slot) = slot else {
-        munmap_own(words as usize, npages * WORD_BYTES);
+        drop(words);
         return Err(crate::PagerError::Os(format!("too many regions (at most {MAX_REGIONS})")));
     };
     let s = &REGISTRY[slot];
@@ -508,10 +502,10 @@ pub(crate) unsafe fn free_unpublished(inner: *mut RegionInner, release: impl FnO
             }
         }
     }
-    munmap_own(r.words as usize, r.npages * WORD_BYTES);
-    s.start.store(0, Ordering::SeqCst);
-    // SAFETY: inner came from Box::into_raw in publish_region and is no longer reachable.
+    // SAFETY: inner came from Box::into_raw in publish_region and is no longer reachable
+    // (dropping it unmaps its words).
     drop(unsafe { Box::from_raw(inner) });
+    s.start.store(0, Ordering::SeqCst);
 }
 
 /// Publish a region over the program's existing mapping `[start, start + len)` (page aligned,
@@ -544,8 +538,9 @@ pub(crate) fn create_mapped(pager: &Pager, len: usize) -> Result<*mut RegionInne
     let folio = pager.cfg.folio_size;
     let len = len.max(1).div_ceil(folio) * folio;
     let map_len = len + folio;
-    let base = mmap_anon(map_len, true).map_err(|e| crate::PagerError::Os(format!("mmap of {map_len} bytes: {e}")))?;
-    // The program's memory, not the pager's own.
+    let base = mmap_region(map_len).map_err(|e| crate::PagerError::Os(format!("mmap of {map_len} bytes: {e}")))?;
+    // The program's memory, not the pager's own (in the LD_PRELOAD library the interposed
+    // `mmap` records what uswap code maps).
     crate::own::remove(base, map_len);
     let start = base.div_ceil(folio) * folio;
     let mode = crate::uffd::mode::MISSING | crate::uffd::mode::WP;
