@@ -406,7 +406,8 @@ impl Pager {
         self.ev_quiet.store(true, Ordering::SeqCst);
         self.kswapd_quiet.store(true, Ordering::SeqCst);
         region::enter();
-        reclaim::forget_clean(self);
+        // SAFETY: between enter and leave.
+        unsafe { reclaim::forget_clean(self) };
         region::leave();
         let Ok(mut threads) = self.threads.try_lock() else {
             return Err(PagerError::Os("the pager was being dropped during fork".into()));

@@ -525,14 +525,14 @@ fn evict_resident(
             // No room in the swap cache: drop it clean (its words hold the kept entries).
             b.blocks[bi].dest = 3;
         } else if !done {
-            let bounce = if p.cfg.fault_mode == crate::FaultMode::Thread { Some(p.bufs.take()) } else { None };
-            let src: &[u8] = match bounce {
+            let mut bounce = if p.cfg.fault_mode == crate::FaultMode::Thread { Some(p.bufs.take()) } else { None };
+            let src: &[u8] = match bounce.as_mut() {
                 Some(x) => {
-                    let buf = p.bufs.buf(x, len);
+                    let buf = &mut x[..len];
                     // SAFETY: buf is ours and len bytes long.
                     if !unsafe { read_pages(p, r.addr(blk.page), buf.as_mut_ptr(), len) } {
-                        // Unmapped under us: the unmap event releases the pages.
-                        p.bufs.give(x);
+                        // Unmapped under us: the unmap event releases the pages (the bounce
+                        // buffer goes back to the pool with `bounce`).
                         b.blocks[bi].dest = 2;
                         continue;
                     }
@@ -544,9 +544,7 @@ fn evict_resident(
                 None => unsafe { std::slice::from_raw_parts(r.addr(blk.page) as *const u8, len) },
             };
             let res = store_folio(p, src, blk.order, &mut b.words[blk.w..blk.w + (1 << blk.order)]);
-            if let Some(x) = bounce {
-                p.bufs.give(x);
-            }
+            drop(bounce);
             if let Err(e) = res {
                 let _ = e;
                 inc(&p.counters.store_errors, 1);
@@ -735,7 +733,9 @@ fn shrink_inactive(p: &Pager, max_pages: usize) -> usize {
     while done < max_pages {
         let Some(e) = p.inactive.pop() else { break };
         let (slot, gen, page, order) = decode(e);
-        let Some(r) = region::by_slot(slot, gen) else { continue };
+        // SAFETY: reclaim runs between region::enter and leave (kswapd, or direct reclaim in a
+        // fault), and r does not outlive this pass.
+        let Some(r) = (unsafe { region::by_slot(slot, gen) }) else { continue };
         if page >= r.npages {
             continue;
         }
@@ -802,7 +802,8 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
     let mut next = || {
         let e = p.active.pop()?;
         let (slot, gen, page, order) = decode(e);
-        Some((region::by_slot(slot, gen), page, order, false))
+        // SAFETY: as in shrink_inactive: inside enter/leave, used only in this batch.
+        Some((unsafe { region::by_slot(slot, gen) }, page, order, false))
     };
     let mut progress = 0;
     // Free swap-cache space is charged but holds no folio: give it back before evicting.
@@ -965,10 +966,13 @@ pub(crate) fn evict_region(r: &'static RegionInner) -> usize {
 
 /// In a fork child: make every CLEAN page of the pager's regions RESIDENT and writable. The
 /// child's registration is new, so whether the write protection survived is not ours to rely
-/// on; a clean page written unseen would be evicted with its stale entry. Call inside
-/// enter()/leave(), before the child runs program code.
-pub(crate) fn forget_clean(p: &Pager) {
-    region::for_each_of(p, |r| {
+/// on; a clean page written unseen would be evicted with its stale entry. Call before the
+/// child runs program code.
+///
+/// # Safety
+/// - The calling thread is between [`region::enter`] and [`region::leave`].
+pub(crate) unsafe fn forget_clean(p: &Pager) {
+    let visit = |r: &'static RegionInner| {
         if !r.had_clean.load(Ordering::Relaxed) {
             return;
         }
@@ -980,7 +984,10 @@ pub(crate) fn forget_clean(p: &Pager) {
                 r.word(pg).store(word(kind::RESIDENT, w_order(w), 0), Ordering::Release);
             }
         }
-    });
+    };
+    // SAFETY: the caller is between enter and leave (this function's contract); the references
+    // are not kept.
+    unsafe { region::for_each_of(p, visit) };
 }
 
 /// Take a region out of the registry and free it ([`region::retire_region`]), releasing its

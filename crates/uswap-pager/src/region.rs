@@ -189,14 +189,21 @@ unsafe fn slot_hit(s: &Slot, addr: usize) -> Option<&'static RegionInner> {
         .then_some(r)
 }
 
-/// Find the region containing `addr`. Call between [`enter`] and [`leave`]; the reference is
-/// valid until `leave`.
+/// Find the region containing `addr`.
+///
+/// The `'static` is a lie the caller keeps honest: the region lives only until it is retired,
+/// which waits for every thread between [`enter`] and [`leave`].
+///
+/// # Safety
+/// - The calling thread is between [`enter`] and [`leave`] (or otherwise keeps the region from
+///   being retired, as the owner of its [`crate::Region`] does).
+/// - It uses the reference only until its matching [`leave`].
 #[inline]
-pub(crate) fn lookup(addr: usize) -> Option<&'static RegionInner> {
+pub(crate) unsafe fn lookup(addr: usize) -> Option<&'static RegionInner> {
     let h = &HINT[hint_index(addr)];
     let guess = h.load(Ordering::Relaxed) as usize;
     if guess != 0 {
-        // SAFETY: callers are inside enter()/leave() (this function's contract).
+        // SAFETY: the caller is inside enter()/leave() (this function's contract).
         if let Some(r) = unsafe { slot_hit(&REGISTRY[guess - 1], addr) } {
             return Some(r);
         }
@@ -221,13 +228,18 @@ pub fn overlaps(a: usize, b: usize) -> bool {
     })
 }
 
-/// Call `f` for every live region of pager `p`. Call between [`enter`] and [`leave`].
-pub(crate) fn for_each_of(p: &Pager, mut f: impl FnMut(&'static RegionInner)) {
+/// Call `f` for every live region of pager `p`.
+///
+/// # Safety
+/// - As for [`lookup`]: the caller is between [`enter`] and [`leave`] and uses the references
+///   `f` gets (`'static` only in name) only until its matching [`leave`].
+pub(crate) unsafe fn for_each_of(p: &Pager, mut f: impl FnMut(&'static RegionInner)) {
     let n = HIGH.load(Ordering::Acquire);
     for s in &REGISTRY[..n] {
         let ptr = s.ptr.load(Ordering::Acquire);
         if !ptr.is_null() {
-            // SAFETY: as in lookup.
+            // SAFETY: a non-null slot pointer names a live RegionInner, kept alive while the
+            // caller is inside enter() (this function's contract).
             let r = unsafe { &*ptr };
             if std::ptr::eq(r.pager, p) {
                 f(r);
@@ -237,14 +249,19 @@ pub(crate) fn for_each_of(p: &Pager, mut f: impl FnMut(&'static RegionInner)) {
 }
 
 /// Find a region by slot and generation (from a reclaim queue entry).
+///
+/// # Safety
+/// - As for [`lookup`]: the caller is between [`enter`] and [`leave`] and uses the reference
+///   (`'static` only in name) only until its matching [`leave`].
 #[inline]
-pub(crate) fn by_slot(slot: usize, gen: u32) -> Option<&'static RegionInner> {
+pub(crate) unsafe fn by_slot(slot: usize, gen: u32) -> Option<&'static RegionInner> {
     let s = REGISTRY.get(slot)?;
     let p = s.ptr.load(Ordering::Acquire);
     if p.is_null() {
         return None;
     }
-    // SAFETY: as in lookup.
+    // SAFETY: a non-null slot pointer names a live RegionInner, kept alive while the caller is
+    // inside enter() (this function's contract).
     let r = unsafe { &*p };
     (r.gen == gen && s.gen.load(Ordering::Relaxed) == gen).then_some(r)
 }
@@ -314,10 +331,10 @@ unsafe impl Send for RegionInner {}
 unsafe impl Sync for RegionInner {}
 
 impl RegionInner {
-    /// The state word of page `i`.
+    /// The state word of page `i`. Panics unless `i < npages`.
     #[inline]
     pub(crate) fn word(&self, i: usize) -> &AtomicU64 {
-        debug_assert!(i < self.npages);
+        assert!(i < self.npages, "page {i} of a region of {} pages", self.npages);
         // SAFETY: i < npages and the words mapping holds npages words for the region's life.
         unsafe { &*self.words.as_ptr().cast::<AtomicU64>().add(i) }
     }
@@ -325,10 +342,11 @@ impl RegionInner {
     /// The shadow of page `i`: the reclaim clock when it was last evicted straight to the store
     /// while the inactive list was bypassed (0 = none); see [`crate::reclaim::Workingset`].
     #[inline]
+    /// Panics unless `i < npages`.
     pub(crate) fn shadow(&self, i: usize) -> &AtomicU32 {
-        debug_assert!(i < self.npages);
-        // SAFETY: the shadows follow the npages words in the same mapping (4-aligned), which
-        // lives as long as the region.
+        assert!(i < self.npages, "page {i} of a region of {} pages", self.npages);
+        // SAFETY: i < npages, and the npages shadows follow the npages words in the same
+        // mapping (4-aligned), which lives as long as the region.
         unsafe { &*self.words.as_ptr().cast::<AtomicU64>().add(self.npages).cast::<AtomicU32>().add(i) }
     }
 
@@ -527,7 +545,8 @@ pub(crate) fn publish_adopted(
 pub(crate) fn live_regions_of(p: &Pager) -> usize {
     enter();
     let mut n = 0;
-    for_each_of(p, |_| n += 1);
+    // SAFETY: between enter and leave; the references are not kept.
+    unsafe { for_each_of(p, |_| n += 1) };
     leave();
     n
 }
