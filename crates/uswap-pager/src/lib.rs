@@ -47,8 +47,10 @@
 //! permitted.)
 
 #![deny(missing_docs)]
-// Parallel per-page arrays (claimed[i], old[i], words[i]) read clearer with index loops.
-#![allow(clippy::needless_range_loop)]
+#![expect(
+    clippy::needless_range_loop,
+    reason = "parallel per-page arrays (claimed[i], old[i], words[i]) read clearer with index loops"
+)]
 
 mod arena;
 mod fault;

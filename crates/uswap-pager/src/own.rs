@@ -26,13 +26,9 @@ struct Range {
     end: AtomicUsize,
 }
 
-#[expect(clippy::declare_interior_mutable_const, reason = "array initialiser of atomics")]
-const EMPTY: Range = Range { start: AtomicUsize::new(0), end: AtomicUsize::new(0) };
-static OWN: [Range; MAX_OWN] = [EMPTY; MAX_OWN];
+static OWN: [Range; MAX_OWN] = [const { Range { start: AtomicUsize::new(0), end: AtomicUsize::new(0) } }; MAX_OWN];
 static HIGH: AtomicUsize = AtomicUsize::new(0);
-#[expect(clippy::declare_interior_mutable_const, reason = "array initialiser of atomics")]
-const NO_SP: AtomicUsize = AtomicUsize::new(0);
-static STACKS: [AtomicUsize; MAX_STACKS] = [NO_SP; MAX_STACKS];
+static STACKS: [AtomicUsize; MAX_STACKS] = [const { AtomicUsize::new(0) }; MAX_STACKS];
 /// Own mappings that did not fit in the table (then adoption must be conservative).
 static OVERFLOW: AtomicUsize = AtomicUsize::new(0);
 

@@ -133,14 +133,14 @@ struct Slot {
     gen: AtomicU32,
 }
 
-#[allow(clippy::declare_interior_mutable_const)]
-const SLOT_INIT: Slot = Slot {
-    start: AtomicUsize::new(0),
-    end: AtomicUsize::new(0),
-    ptr: AtomicPtr::new(std::ptr::null_mut()),
-    gen: AtomicU32::new(0),
-};
-static REGISTRY: [Slot; MAX_REGIONS] = [SLOT_INIT; MAX_REGIONS];
+static REGISTRY: [Slot; MAX_REGIONS] = [const {
+    Slot {
+        start: AtomicUsize::new(0),
+        end: AtomicUsize::new(0),
+        ptr: AtomicPtr::new(std::ptr::null_mut()),
+        gen: AtomicU32::new(0),
+    }
+}; MAX_REGIONS];
 static HIGH: AtomicUsize = AtomicUsize::new(0);
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 
@@ -158,9 +158,7 @@ pub(crate) fn leave() {
 /// Recently found regions by address (`(addr >> 16) % HINTS`): slot + 1, 0 = none. A hint is
 /// only a guess, checked against the slot's range like a scan would.
 const HINTS: usize = 512;
-#[expect(clippy::declare_interior_mutable_const, reason = "array initialiser of atomics")]
-const NO_HINT: AtomicU32 = AtomicU32::new(0);
-static HINT: [AtomicU32; HINTS] = [NO_HINT; HINTS];
+static HINT: [AtomicU32; HINTS] = [const { AtomicU32::new(0) }; HINTS];
 
 #[inline]
 fn hint_index(addr: usize) -> usize {
