@@ -73,7 +73,8 @@ pub(crate) struct Obj {
 
 /// The arena.
 pub(crate) struct Arena {
-    base: *mut u8,
+    /// The reservation: `cap` bytes.
+    base: crate::own::Mapping,
     cap: usize,
     bump: AtomicUsize,
     heads: Box<[AtomicU64]>,
@@ -83,32 +84,19 @@ pub(crate) struct Arena {
     /// Bytes of carved objects given back to the kernel (released objects' inner pages).
     released: AtomicU64,
     /// One tag word per 4 KiB of the reservation (`MAP_NORESERVE`: only used words cost).
-    tags: *mut AtomicU64,
+    tags: crate::own::Mapping,
 }
-
-// SAFETY: the arena hands out disjoint objects; all shared state is atomic.
-unsafe impl Send for Arena {}
-// SAFETY: as above.
-unsafe impl Sync for Arena {}
 
 impl Arena {
     /// Reserve `cap` bytes of address space (no memory is committed until used).
     pub(crate) fn new(cap: usize) -> std::io::Result<Arena> {
         let cap = cap.div_ceil(4096) * 4096;
-        let p: *mut libc::c_void = crate::own::map_noreserve(cap)?.cast();
-        let tag_bytes = cap / 4096 * 8;
-        let t = match crate::own::map_noreserve(tag_bytes) {
-            Ok(t) => t,
-            Err(e) => {
-                // SAFETY: unmapping the reservation made above.
-                unsafe { libc::munmap(p, cap) };
-                return Err(e);
-            }
-        };
+        let base = crate::own::Mapping::new(cap)?;
+        let tags = crate::own::Mapping::new(cap / 4096 * 8)?;
         let n = class_sizes().len();
         Ok(Arena {
-            tags: t.cast(),
-            base: p.cast(),
+            tags,
+            base,
             cap,
             bump: AtomicUsize::new(0),
             heads: (0..n).map(|_| AtomicU64::new(EMPTY)).collect(),
@@ -126,12 +114,11 @@ impl Arena {
 
     fn link(&self, off: usize, class: usize) -> &AtomicU64 {
         if Self::link_in_tag(off, class) {
-            // SAFETY: one tag word per 4 KiB of the reservation, mapped for the arena's life.
-            return unsafe { &*self.tags.add(off / 4096) };
+            return &self.tags.atomic_words()[off / 4096];
         }
         // SAFETY: off is a granule-aligned offset of an object inside the reservation, which
         // stays mapped for the arena's life; AtomicU64 has the alignment of u64 (8 <= 64).
-        unsafe { AtomicU64::from_ptr(self.base.add(off).cast()) }
+        unsafe { AtomicU64::from_ptr(self.base.as_ptr().add(off).cast()) }
     }
 
     /// Pop an object from a tagged Treiber stack of `class`.
@@ -223,7 +210,7 @@ impl Arena {
                 let (a, b) = Self::inner_pages(off, class);
                 // SAFETY: [a, b) lies inside a free object of the reservation that this thread
                 // popped, so nobody reads or writes it until it is allocated again.
-                unsafe { libc::madvise(self.base.add(a).cast(), b - a, libc::MADV_DONTNEED) };
+                unsafe { libc::madvise(self.base.as_ptr().add(a).cast(), b - a, libc::MADV_DONTNEED) };
                 self.released.fetch_add((b - a) as u64, Ordering::Relaxed);
                 self.push(&self.cold[class], off, class);
                 done += (b - a) as u64;
@@ -238,15 +225,12 @@ impl Arena {
     /// owns the tags of the 4 KiB page it starts in and of the next ones).
     pub(crate) fn tag(&self, o: Obj, i: usize) -> &AtomicU64 {
         debug_assert!(class_size(o.class) >= (i + 1) * 4096);
-        // SAFETY: o.off + i * 4096 < cap (the object lies in the reservation), so the index is
-        // inside the tag array, which lives as long as the arena.
-        unsafe { &*self.tags.add(o.off / 4096 + i) }
+        &self.tags.atomic_words()[o.off / 4096 + i]
     }
 
     /// Pointer to an object's first byte.
     pub(crate) fn ptr(&self, o: Obj) -> *mut u8 {
-        // SAFETY: o.off is inside the reservation (it came from alloc).
-        unsafe { self.base.add(o.off) }
+        self.base.as_ptr().wrapping_add(o.off)
     }
 
     /// Bytes in live objects (rounded to their classes).
@@ -268,17 +252,6 @@ impl Arena {
     /// Free objects that are still resident (what [`Arena::trim`] can give back, roughly).
     pub(crate) fn free_resident_bytes(&self) -> u64 {
         self.resident_bytes().saturating_sub(self.live_bytes())
-    }
-}
-
-impl Drop for Arena {
-    fn drop(&mut self) {
-        // SAFETY: base/cap and the tag array are the mappings created in new; no object
-        // outlives the arena.
-        unsafe {
-            libc::munmap(self.base.cast(), self.cap);
-            libc::munmap(self.tags.cast(), self.cap / 4096 * 8);
-        }
     }
 }
 
@@ -317,7 +290,7 @@ mod tests {
         }
         let full = a.resident_bytes();
         assert_eq!(full, 32 * 65536 + 32 * 4096);
-        let rss_full = resident(a.base as usize, full as usize);
+        let rss_full = resident(a.base.as_ptr() as usize, full as usize);
         for &o in &objs {
             a.free(o);
         }
@@ -327,7 +300,7 @@ mod tests {
         // Page-aligned objects keep their links in tag words: every page goes back.
         assert_eq!(released, 32 * 65536 + 32 * 4096);
         assert_eq!(a.resident_bytes(), full - released);
-        let rss_trimmed = resident(a.base as usize, full as usize);
+        let rss_trimmed = resident(a.base.as_ptr() as usize, full as usize);
         assert_eq!(rss_full, full);
         assert_eq!(rss_full - rss_trimmed, released, "RSS {rss_full} -> {rss_trimmed}");
         // Released objects are reused before the bump pointer moves, and accounted again.

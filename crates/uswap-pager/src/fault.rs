@@ -12,8 +12,9 @@
 //!
 //! The handler may have interrupted anything, `malloc` included, so this path allocates
 //! nothing and takes no lock the interrupted code could hold: page claims are CASes on the
-//! page words, buffers come from a fixed pool taken by CAS ([`BufPool`]), counters are
-//! atomics, and the store is signal-safe by contract. Concurrent faults on one folio: the
+//! page words, buffers come from a fixed pool taken by CAS ([`BufPool`]; the [`Buf`] guard
+//! gives its buffer back when dropped), counters are atomics, and the store is signal-safe by
+//! contract. Concurrent faults on one folio: the
 //! first CASes its pages to `BUSY` and fills it; the others see `BUSY`, wait (spin, then
 //! `sched_yield`) without holding anything, and retry. On x86-64 bit 1 of the page-fault
 //! error code (`REG_ERR` in the ucontext) says whether the access was a write.
@@ -44,29 +45,25 @@ const BUF_BYTES: usize = 2 << 20;
 /// A fixed pool of 2 MiB buffers taken and returned by CAS on a bit mask, plus a shared
 /// all-zero buffer (never written) for zero-fill copies.
 pub(crate) struct BufPool {
-    mem: *mut u8,
+    /// `NBUF` buffers, then the zero buffer.
+    mem: crate::own::Mapping,
     free: AtomicU64,
-    zero: *const u8,
 }
-
-// SAFETY: buffers are handed out exclusively through the atomic mask.
-unsafe impl Send for BufPool {}
-// SAFETY: as above.
-unsafe impl Sync for BufPool {}
 
 impl BufPool {
     /// Reserve the pool (memory is committed on first use of each buffer).
     pub(crate) fn new() -> std::io::Result<BufPool> {
-        let mem = crate::own::map_noreserve(NBUF * BUF_BYTES + BUF_BYTES)?;
-        // SAFETY: the last 2 MiB of the mapping; made read-only so it stays zero.
-        let zero = unsafe { mem.add(NBUF * BUF_BYTES) };
-        // SAFETY: protecting our own mapping.
-        unsafe { libc::mprotect(zero.cast(), BUF_BYTES, libc::PROT_READ) };
-        Ok(BufPool { mem, free: AtomicU64::new((1u64 << NBUF) - 1), zero })
+        let mem = crate::own::Mapping::new(NBUF * BUF_BYTES + BUF_BYTES)?;
+        let pool = BufPool { mem, free: AtomicU64::new((1u64 << NBUF) - 1) };
+        // SAFETY: protecting the last 2 MiB of our own mapping, so it stays zero; nothing has
+        // a reference into it (the mapping is never viewed as `atomic_words`).
+        unsafe { libc::mprotect(pool.zero().cast_mut().cast(), BUF_BYTES, libc::PROT_READ) };
+        Ok(pool)
     }
 
-    /// Take a buffer (waits by yielding if all are in use).
-    pub(crate) fn take(&self) -> usize {
+    /// Take a buffer (waits by yielding if all are in use); it goes back to the pool when the
+    /// guard is dropped.
+    pub(crate) fn take(&self) -> Buf<'_> {
         loop {
             let f = self.free.load(Ordering::Acquire);
             if f == 0 {
@@ -75,34 +72,44 @@ impl BufPool {
             }
             let i = f.trailing_zeros() as usize;
             if self.free.compare_exchange_weak(f, f & !(1 << i), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                return i;
+                return Buf { pool: self, i };
             }
         }
     }
 
-    /// Return a buffer.
-    pub(crate) fn give(&self, i: usize) {
-        self.free.fetch_or(1 << i, Ordering::Release);
-    }
-
-    /// Buffer `i` as a slice of `len` bytes.
-    #[allow(clippy::mut_from_ref)]
-    pub(crate) fn buf(&self, i: usize, len: usize) -> &mut [u8] {
-        assert!(i < NBUF && len <= BUF_BYTES);
-        // SAFETY: buffer i is owned by the caller that took it; inside the mapping.
-        unsafe { std::slice::from_raw_parts_mut(self.mem.add(i * BUF_BYTES), len) }
-    }
-
     /// A read-only all-zero buffer of 2 MiB.
     pub(crate) fn zero(&self) -> *const u8 {
-        self.zero
+        self.mem.as_ptr().wrapping_add(NBUF * BUF_BYTES)
     }
 }
 
-impl Drop for BufPool {
+/// A buffer of a [`BufPool`], held from [`BufPool::take`] until dropped (which gives it back):
+/// derefs to its [`BUF_BYTES`] bytes. Allocation-free and signal-safe, like the pool.
+pub(crate) struct Buf<'a> {
+    pool: &'a BufPool,
+    /// Index of the buffer, whose bit in `pool.free` this guard cleared.
+    i: usize,
+}
+
+impl std::ops::Deref for Buf<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: buffer i (< NBUF) lies inside the pool's mapping, read-write, and is this
+        // guard's alone from take() until drop: its bit stays clear in `free` meanwhile.
+        unsafe { std::slice::from_raw_parts(self.pool.mem.as_ptr().add(self.i * BUF_BYTES), BUF_BYTES) }
+    }
+}
+
+impl std::ops::DerefMut for Buf<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in deref; &mut self makes the borrow exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.pool.mem.as_ptr().add(self.i * BUF_BYTES), BUF_BYTES) }
+    }
+}
+
+impl Drop for Buf<'_> {
     fn drop(&mut self) {
-        // SAFETY: unmapping the pool created in new.
-        unsafe { libc::munmap(self.mem.cast(), NBUF * BUF_BYTES + BUF_BYTES) };
+        self.pool.free.fetch_or(1 << self.i, Ordering::Release);
     }
 }
 
@@ -119,7 +126,8 @@ pub(crate) enum Handled {
 /// on the page (message mode).
 pub(crate) fn handle_fault(addr: usize, write: bool, wake: bool) -> Handled {
     region::enter();
-    let Some(r) = region::lookup(addr) else {
+    // SAFETY: between enter and leave; r is not used after the leave below.
+    let Some(r) = (unsafe { region::lookup(addr) }) else {
         region::leave();
         return Handled::NotOurs;
     };
@@ -200,7 +208,8 @@ pub(crate) enum Try {
 /// has waited long enough for reclaim).
 pub(crate) fn try_fault(p: &Pager, addr: usize, write: bool, wp: bool, force: bool) -> Try {
     region::enter();
-    let Some(r) = region::lookup(addr) else {
+    // SAFETY: between enter and leave; r is not used after the leaves below.
+    let Some(r) = (unsafe { region::lookup(addr) }) else {
         region::leave();
         return Try::NotOurs;
     };
@@ -776,8 +785,8 @@ fn fill_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
         return false; // the claim rolls back
     }
     // Load: the whole folio in one load, or its still-stored parts block by block.
-    let bi = p.bufs.take();
-    let buf = p.bufs.buf(bi, PAGE_SIZE << k0);
+    let mut bi = p.bufs.take();
+    let buf = &mut bi[..PAGE_SIZE << k0];
     let mut res = Ok(());
     if all {
         res = p.store.load(e_head, buf);
@@ -797,7 +806,7 @@ fn fill_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
     // Copy.
     let clean = all && !write && e_head + (n as u64) < region::CLEAN_MAX_ENTRY && p.keep.keep(p);
     let failed = copy_runs(p, r, head, c.held_mask(), buf.as_ptr(), clean, wake);
-    p.bufs.give(bi);
+    drop(bi);
     let Some(failed) = failed else {
         c.roll_back_all();
         return true;
@@ -842,8 +851,8 @@ fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, wri
         return false;
     }
     // Load.
-    let bi = p.bufs.take();
-    let buf = p.bufs.buf(bi, PAGE_SIZE);
+    let mut bi = p.bufs.take();
+    let buf = &mut bi[..PAGE_SIZE];
     if let Err(err) = p.store.load(e, buf) {
         if std::env::var_os("USWAP_PAGER_DEBUG").is_some() {
             eprintln!("load-one {e:#x} order {k0} pg {pg} w0 {w0:#x} head {e_head:#x}: {err}");
@@ -854,7 +863,7 @@ fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, wri
     let clean = !write && e < region::CLEAN_MAX_ENTRY && p.keep.keep(p);
     // SAFETY: page pg is claimed and missing; the buffer holds its data.
     let res = unsafe { p.uffd.copy(r.addr(pg), buf.as_ptr(), PAGE_SIZE, clean, wake) };
-    p.bufs.give(bi);
+    drop(bi);
     if res.is_err() {
         c.roll_back_all();
         wake_page(p, r, pg, wake);
@@ -928,11 +937,9 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
         return true;
     }
     // Load: stored pages from the store, the others zero.
-    let src: *const u8;
-    let mut bi = usize::MAX;
-    if any_swapped {
-        bi = p.bufs.take();
-        let buf = p.bufs.buf(bi, n * PAGE_SIZE);
+    let mut bi = None;
+    let src: *const u8 = if any_swapped {
+        let buf = &mut bi.insert(p.bufs.take())[..n * PAGE_SIZE];
         for i in 0..n {
             if !c.held(i) {
                 continue;
@@ -949,16 +956,14 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
                 dst.fill(0);
             }
         }
-        src = buf.as_ptr();
+        buf.as_ptr()
     } else {
-        src = p.bufs.zero();
-    }
+        p.bufs.zero()
+    };
     // Copy.
     let clean = any_swapped && all_swapped && !write && p.keep.keep(p);
     let failed = copy_runs(p, r, first, c.held_mask(), src, clean, wake);
-    if bi != usize::MAX {
-        p.bufs.give(bi);
-    }
+    drop(bi);
     let Some(failed) = failed else {
         c.roll_back_all();
         return true;
@@ -1299,7 +1304,8 @@ mod tests {
         // SAFETY: inside the region.
         unsafe { (a as *mut u64).write_volatile(1) };
         region::enter();
-        let inner = region::lookup(a).unwrap();
+        // SAFETY: between enter and leave; inner is not used after the leave.
+        let inner = unsafe { region::lookup(a) }.unwrap();
         let w = inner.word(0).swap(BUSY, Ordering::AcqRel);
         region::leave();
         assert_eq!(w_kind(w), kind::RESIDENT);
@@ -1319,7 +1325,8 @@ mod tests {
         assert_eq!(unsafe { (a as *const u64).read_volatile() }, 1);
         p.uffd.writeprotect(a, PAGE_SIZE, false, true).unwrap();
         region::enter();
-        region::lookup(a).unwrap().word(0).store(w, Ordering::Release);
+        // SAFETY: between enter and leave; the reference is not kept.
+        unsafe { region::lookup(a) }.unwrap().word(0).store(w, Ordering::Release);
         region::leave();
         t.join().unwrap();
         // SAFETY: as above.

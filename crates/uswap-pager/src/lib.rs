@@ -51,8 +51,10 @@
 //! permitted.)
 
 #![deny(missing_docs)]
-// Parallel per-page arrays (claimed[i], old[i], words[i]) read clearer with index loops.
-#![allow(clippy::needless_range_loop)]
+#![expect(
+    clippy::needless_range_loop,
+    reason = "parallel per-page arrays (claimed[i], old[i], words[i]) read clearer with index loops"
+)]
 
 mod arena;
 mod fault;
@@ -414,7 +416,8 @@ impl Pager {
         self.ev_quiet.store(true, Ordering::SeqCst);
         self.kswapd_quiet.store(true, Ordering::SeqCst);
         region::enter();
-        reclaim::forget_clean(self);
+        // SAFETY: between enter and leave.
+        unsafe { reclaim::forget_clean(self) };
         region::leave();
         let Ok(mut threads) = self.threads.try_lock() else {
             return Err(PagerError::Os("the pager was being dropped during fork".into()));

@@ -5,14 +5,16 @@
 //! swap cache, the engine's pool, the library's internal heap) and its threads' stacks look
 //! like any other anonymous mapping. Managing one of them would make a pager thread fault on
 //! memory only it can fill: a deadlock. So everything the pager (or a library embedding it)
-//! maps for itself is recorded here (`map_noreserve` maps and records in one call), and
+//! maps for itself is recorded here ([`Mapping`] maps and records in one call, and unmaps and
+//! forgets on drop), and
 //! every pager thread records its stack pointer when it starts; [`is_own`] tells an adopter
 //! to keep away.
 //!
 //! Locking: none. A fixed table of atomic `(start, end)` pairs: [`add`] claims a free entry by
 //! CAS, [`remove`] clears it; readers scan without locks (signal-safe, allocation-free). A
 //! mapping added concurrently with a scan may be missed by that scan, so callers add a mapping
-//! before anything else can see it (right after `mmap` returns).
+//! before anything else can see it (right after `mmap` returns). A [`Mapping`] has no lock:
+//! it is immutable after creation, and its contents are its user's to synchronize.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -24,13 +26,9 @@ struct Range {
     end: AtomicUsize,
 }
 
-#[expect(clippy::declare_interior_mutable_const, reason = "array initialiser of atomics")]
-const EMPTY: Range = Range { start: AtomicUsize::new(0), end: AtomicUsize::new(0) };
-static OWN: [Range; MAX_OWN] = [EMPTY; MAX_OWN];
+static OWN: [Range; MAX_OWN] = [const { Range { start: AtomicUsize::new(0), end: AtomicUsize::new(0) } }; MAX_OWN];
 static HIGH: AtomicUsize = AtomicUsize::new(0);
-#[expect(clippy::declare_interior_mutable_const, reason = "array initialiser of atomics")]
-const NO_SP: AtomicUsize = AtomicUsize::new(0);
-static STACKS: [AtomicUsize; MAX_STACKS] = [NO_SP; MAX_STACKS];
+static STACKS: [AtomicUsize; MAX_STACKS] = [const { AtomicUsize::new(0) }; MAX_STACKS];
 /// Own mappings that did not fit in the table (then adoption must be conservative).
 static OVERFLOW: AtomicUsize = AtomicUsize::new(0);
 
@@ -136,25 +134,94 @@ pub fn overflowed() -> usize {
     OVERFLOW.load(Ordering::Relaxed)
 }
 
-/// Reserve `bytes` of anonymous private memory (`MAP_NORESERVE`: pages cost only once touched)
-/// and record it as the pager's own.
-pub(crate) fn map_noreserve(bytes: usize) -> std::io::Result<*mut u8> {
-    // SAFETY: anonymous private mapping, no hint.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error());
+/// An anonymous private read-write mapping of the pager's own (`MAP_NORESERVE`: pages cost only
+/// once touched), recorded here while it lives: mapped and recorded by [`Mapping::new`],
+/// unmapped and forgotten on drop. The one owner of the raw `mmap`/`munmap` pattern for the
+/// pager's own memory (page words, rings, the swap cache, buffers).
+///
+/// It hands out raw pointers ([`Mapping::as_ptr`]); what the bytes mean, and who may touch
+/// which of them when, is its user's business. The only safe view is
+/// [`Mapping::atomic_words`], sound for any contents.
+#[derive(Debug)]
+pub struct Mapping {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a Mapping is an owned range of address space; moving it to or sharing it with another
+// thread is like moving or sharing a `Box<[AtomicU8]>`. Its safe API is `len` and
+// `atomic_words` (atomics, so shared access is fine); access through `as_ptr` is unsafe code
+// whose callers synchronize it themselves.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Map `len` bytes (rounded up to whole pages by the kernel; [`Mapping::len`] is `len`) of
+    /// zeroed anonymous private memory, `MAP_NORESERVE`, and record it as the pager's own.
+    /// Goes through the `mmap` symbol, as the pager's own mappings always did (in the
+    /// LD_PRELOAD library that is the interposer, which passes uswap's own calls straight to
+    /// the system call).
+    pub fn new(len: usize) -> std::io::Result<Mapping> {
+        // SAFETY: anonymous private mapping, no address hint: it replaces nothing.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let Some(ptr) = std::ptr::NonNull::new(p.cast::<u8>()) else {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOMEM));
+        };
+        add(p as usize, len);
+        Ok(Mapping { ptr, len })
     }
-    add(p as usize, bytes);
-    Ok(p.cast())
+
+    /// The first byte (page aligned).
+    #[inline]
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// The length asked for.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a mapping of no bytes.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The mapping as `len / 8` atomic words. Sound whatever else its user does: the memory
+    /// is page aligned, mapped read-write for the mapping's life, any bit pattern is a valid
+    /// `AtomicU64`, and atomics may be shared (code that also writes these bytes through
+    /// [`Mapping::as_ptr`] without atomics is unsafe code with a data race of its own making).
+    #[inline]
+    pub fn atomic_words(&self) -> &[std::sync::atomic::AtomicU64] {
+        // SAFETY: see above; len / 8 words fit in the mapping, which lives as long as &self.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().cast(), self.len / 8) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in new, owned by self; nothing borrows it any more (borrows
+        // of `atomic_words` end with &self; raw pointers from `as_ptr` are their users' to drop
+        // first).
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+        // After the unmap: a stale entry in between only makes adoption more careful.
+        remove(self.ptr.as_ptr() as usize, self.len);
+    }
 }
 
 #[cfg(test)]

@@ -120,25 +120,20 @@ impl Workingset {
 
 /// A bounded FIFO of folio references, preallocated.
 pub(crate) struct Ring {
-    buf: *mut u64,
+    /// `mask + 1` entries (accessed under the spinlock).
+    buf: crate::own::Mapping,
     mask: usize,
     head: AtomicUsize,
     tail: AtomicUsize,
     lock: AtomicBool,
 }
 
-// SAFETY: buf is only accessed under the spinlock.
-unsafe impl Send for Ring {}
-// SAFETY: as above.
-unsafe impl Sync for Ring {}
-
 impl Ring {
     /// A ring of `cap` entries (a power of two).
     pub(crate) fn new(cap: usize) -> std::io::Result<Ring> {
         let cap = cap.next_power_of_two();
-        let p = crate::own::map_noreserve(cap * 8)?;
         Ok(Ring {
-            buf: p.cast(),
+            buf: crate::own::Mapping::new(cap * 8)?,
             mask: cap - 1,
             head: AtomicUsize::new(0),
             tail: AtomicUsize::new(0),
@@ -161,8 +156,7 @@ impl Ring {
         let (h, t) = (self.head.load(Ordering::Relaxed), self.tail.load(Ordering::Relaxed));
         let ok = t - h <= self.mask;
         if ok {
-            // SAFETY: index masked into the buffer; exclusive under the lock.
-            unsafe { *self.buf.add(t & self.mask) = e };
+            self.buf.atomic_words()[t & self.mask].store(e, Ordering::Relaxed);
             self.tail.store(t + 1, Ordering::Relaxed);
         }
         self.unlock();
@@ -176,8 +170,7 @@ impl Ring {
         let r = if h == t {
             None
         } else {
-            // SAFETY: as in push.
-            let e = unsafe { *self.buf.add(h & self.mask) };
+            let e = self.buf.atomic_words()[h & self.mask].load(Ordering::Relaxed);
             self.head.store(h + 1, Ordering::Relaxed);
             Some(e)
         };
@@ -193,13 +186,6 @@ impl Ring {
     /// True when empty.
     pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-}
-
-impl Drop for Ring {
-    fn drop(&mut self) {
-        // SAFETY: unmapping the buffer created in new.
-        unsafe { libc::munmap(self.buf.cast(), (self.mask + 1) * 8) };
     }
 }
 
@@ -403,20 +389,15 @@ const NBATCH: usize = 8;
 /// inside its SIGBUS handler on the program's stack, so the batch must not be on that stack
 /// and must not be allocated.
 pub(crate) struct BatchPool {
-    mem: *mut Batch,
+    mem: crate::own::Mapping,
     free: AtomicU32,
 }
-
-// SAFETY: batches are handed out exclusively through the atomic mask.
-unsafe impl Send for BatchPool {}
-// SAFETY: as above.
-unsafe impl Sync for BatchPool {}
 
 impl BatchPool {
     /// Reserve the pool.
     pub(crate) fn new() -> std::io::Result<BatchPool> {
-        let mem = crate::own::map_noreserve(NBATCH * std::mem::size_of::<Batch>())?;
-        Ok(BatchPool { mem: mem.cast(), free: AtomicU32::new((1 << NBATCH) - 1) })
+        let mem = crate::own::Mapping::new(NBATCH * std::mem::size_of::<Batch>())?;
+        Ok(BatchPool { mem, free: AtomicU32::new((1 << NBATCH) - 1) })
     }
 
     /// Take a batch, all zero (empty). When every batch is in use, an outermost reclaim waits
@@ -443,22 +424,21 @@ impl BatchPool {
             if self.free.compare_exchange_weak(f, f & !(1 << i), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                 // SAFETY: batch i is inside the mapping and ours until the guard returns it.
                 // All-zero is a valid empty Batch (plain data; `Dest`'s first variant is 0).
-                unsafe { std::ptr::write_bytes(self.mem.add(i), 0, 1) };
+                unsafe { std::ptr::write_bytes(self.batch(i), 0, 1) };
                 return Some(BatchGuard { pool: self, i });
             }
         }
     }
 
+    /// Batch `i` (< NBATCH) of the mapping (page-aligned, so aligned for `Batch`).
+    fn batch(&self, i: usize) -> *mut Batch {
+        debug_assert!(i < NBATCH);
+        self.mem.as_ptr().cast::<Batch>().wrapping_add(i)
+    }
+
     /// In a fork child: every batch is free (the threads that held one do not exist there).
     pub(crate) fn reset_in_fork_child(&self) {
         self.free.store((1 << NBATCH) - 1, Ordering::Release);
-    }
-}
-
-impl Drop for BatchPool {
-    fn drop(&mut self) {
-        // SAFETY: unmapping the pool created in new.
-        unsafe { libc::munmap(self.mem.cast(), NBATCH * std::mem::size_of::<Batch>()) };
     }
 }
 
@@ -473,7 +453,7 @@ impl BatchGuard<'_> {
     fn get(&mut self) -> &mut Batch {
         // SAFETY: batch i is ours (taken by CAS, returned only by our drop); inside the
         // mapping; `&mut self` makes the borrow exclusive.
-        unsafe { &mut *self.pool.mem.add(self.i) }
+        unsafe { &mut *self.pool.batch(self.i) }
     }
 }
 
@@ -650,14 +630,14 @@ fn copy_out(p: &Pager, b: &mut Batch, to_cache: bool) {
             // No room in the swap cache: drop it clean (its words hold the kept entries).
             b.blocks[bi].dest = Dest::CleanKept;
         } else if !done {
-            let bounce = if p.cfg.fault_mode == crate::FaultMode::Thread { Some(p.bufs.take()) } else { None };
-            let src: &[u8] = match bounce {
+            let mut bounce = if p.cfg.fault_mode == crate::FaultMode::Thread { Some(p.bufs.take()) } else { None };
+            let src: &[u8] = match bounce.as_mut() {
                 Some(x) => {
-                    let buf = p.bufs.buf(x, len);
+                    let buf = &mut x[..len];
                     // SAFETY: buf is ours and len bytes long.
                     if !unsafe { read_pages(p, r.addr(blk.page), buf.as_mut_ptr(), len) } {
-                        // Unmapped under us: the unmap event releases the pages.
-                        p.bufs.give(x);
+                        // Unmapped under us: the unmap event releases the pages (the bounce
+                        // buffer goes back to the pool with `bounce`).
                         b.blocks[bi].dest = Dest::Aborted;
                         continue;
                     }
@@ -669,9 +649,7 @@ fn copy_out(p: &Pager, b: &mut Batch, to_cache: bool) {
                 None => unsafe { std::slice::from_raw_parts(r.addr(blk.page) as *const u8, len) },
             };
             let res = store_folio(p, src, blk.order, &mut b.words[blk.w..blk.w + (1 << blk.order)]);
-            if let Some(x) = bounce {
-                p.bufs.give(x);
-            }
+            drop(bounce);
             if let Err(e) = res {
                 let _ = e;
                 inc(&p.counters.store_errors, 1);
@@ -888,7 +866,9 @@ fn shrink_inactive(p: &Pager, max_pages: usize) -> usize {
     while done < max_pages {
         let Some(e) = p.inactive.pop() else { break };
         let (slot, gen, page, order) = decode(e);
-        let Some(r) = region::by_slot(slot, gen) else { continue };
+        // SAFETY: reclaim runs between region::enter and leave (kswapd, or direct reclaim in a
+        // fault), and r does not outlive this pass.
+        let Some(r) = (unsafe { region::by_slot(slot, gen) }) else { continue };
         if page >= r.npages {
             continue;
         }
@@ -955,7 +935,8 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
     let mut next = || {
         let e = p.active.pop()?;
         let (slot, gen, page, order) = decode(e);
-        Some((region::by_slot(slot, gen), page, order, false))
+        // SAFETY: as in shrink_inactive: inside enter/leave, used only in this batch.
+        Some((unsafe { region::by_slot(slot, gen) }, page, order, false))
     };
     let mut progress = 0;
     // Free swap-cache space is charged but holds no folio: give it back before evicting.
@@ -1118,10 +1099,13 @@ pub(crate) fn evict_region(r: &'static RegionInner) -> usize {
 
 /// In a fork child: make every CLEAN page of the pager's regions RESIDENT and writable. The
 /// child's registration is new, so whether the write protection survived is not ours to rely
-/// on; a clean page written unseen would be evicted with its stale entry. Call inside
-/// enter()/leave(), before the child runs program code.
-pub(crate) fn forget_clean(p: &Pager) {
-    region::for_each_of(p, |r| {
+/// on; a clean page written unseen would be evicted with its stale entry. Call before the
+/// child runs program code.
+///
+/// # Safety
+/// - The calling thread is between [`region::enter`] and [`region::leave`].
+pub(crate) unsafe fn forget_clean(p: &Pager) {
+    let visit = |r: &'static RegionInner| {
         if !r.had_clean.load(Ordering::Relaxed) {
             return;
         }
@@ -1133,7 +1117,10 @@ pub(crate) fn forget_clean(p: &Pager) {
                 r.word(pg).store(word(kind::RESIDENT, w_order(w), 0), Ordering::Release);
             }
         }
-    });
+    };
+    // SAFETY: the caller is between enter and leave (this function's contract); the references
+    // are not kept.
+    unsafe { region::for_each_of(p, visit) };
 }
 
 /// Take a region out of the registry and free it ([`region::retire_region`]), releasing its

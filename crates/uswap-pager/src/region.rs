@@ -133,14 +133,14 @@ struct Slot {
     gen: AtomicU32,
 }
 
-#[allow(clippy::declare_interior_mutable_const)]
-const SLOT_INIT: Slot = Slot {
-    start: AtomicUsize::new(0),
-    end: AtomicUsize::new(0),
-    ptr: AtomicPtr::new(std::ptr::null_mut()),
-    gen: AtomicU32::new(0),
-};
-static REGISTRY: [Slot; MAX_REGIONS] = [SLOT_INIT; MAX_REGIONS];
+static REGISTRY: [Slot; MAX_REGIONS] = [const {
+    Slot {
+        start: AtomicUsize::new(0),
+        end: AtomicUsize::new(0),
+        ptr: AtomicPtr::new(std::ptr::null_mut()),
+        gen: AtomicU32::new(0),
+    }
+}; MAX_REGIONS];
 static HIGH: AtomicUsize = AtomicUsize::new(0);
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 
@@ -158,9 +158,7 @@ pub(crate) fn leave() {
 /// Recently found regions by address (`(addr >> 16) % HINTS`): slot + 1, 0 = none. A hint is
 /// only a guess, checked against the slot's range like a scan would.
 const HINTS: usize = 512;
-#[expect(clippy::declare_interior_mutable_const, reason = "array initialiser of atomics")]
-const NO_HINT: AtomicU32 = AtomicU32::new(0);
-static HINT: [AtomicU32; HINTS] = [NO_HINT; HINTS];
+static HINT: [AtomicU32; HINTS] = [const { AtomicU32::new(0) }; HINTS];
 
 #[inline]
 fn hint_index(addr: usize) -> usize {
@@ -189,14 +187,21 @@ unsafe fn slot_hit(s: &Slot, addr: usize) -> Option<&'static RegionInner> {
         .then_some(r)
 }
 
-/// Find the region containing `addr`. Call between [`enter`] and [`leave`]; the reference is
-/// valid until `leave`.
+/// Find the region containing `addr`.
+///
+/// The `'static` is a lie the caller keeps honest: the region lives only until it is retired,
+/// which waits for every thread between [`enter`] and [`leave`].
+///
+/// # Safety
+/// - The calling thread is between [`enter`] and [`leave`] (or otherwise keeps the region from
+///   being retired, as the owner of its [`crate::Region`] does).
+/// - It uses the reference only until its matching [`leave`].
 #[inline]
-pub(crate) fn lookup(addr: usize) -> Option<&'static RegionInner> {
+pub(crate) unsafe fn lookup(addr: usize) -> Option<&'static RegionInner> {
     let h = &HINT[hint_index(addr)];
     let guess = h.load(Ordering::Relaxed) as usize;
     if guess != 0 {
-        // SAFETY: callers are inside enter()/leave() (this function's contract).
+        // SAFETY: the caller is inside enter()/leave() (this function's contract).
         if let Some(r) = unsafe { slot_hit(&REGISTRY[guess - 1], addr) } {
             return Some(r);
         }
@@ -221,13 +226,18 @@ pub fn overlaps(a: usize, b: usize) -> bool {
     })
 }
 
-/// Call `f` for every live region of pager `p`. Call between [`enter`] and [`leave`].
-pub(crate) fn for_each_of(p: &Pager, mut f: impl FnMut(&'static RegionInner)) {
+/// Call `f` for every live region of pager `p`.
+///
+/// # Safety
+/// - As for [`lookup`]: the caller is between [`enter`] and [`leave`] and uses the references
+///   `f` gets (`'static` only in name) only until its matching [`leave`].
+pub(crate) unsafe fn for_each_of(p: &Pager, mut f: impl FnMut(&'static RegionInner)) {
     let n = HIGH.load(Ordering::Acquire);
     for s in &REGISTRY[..n] {
         let ptr = s.ptr.load(Ordering::Acquire);
         if !ptr.is_null() {
-            // SAFETY: as in lookup.
+            // SAFETY: a non-null slot pointer names a live RegionInner, kept alive while the
+            // caller is inside enter() (this function's contract).
             let r = unsafe { &*ptr };
             if std::ptr::eq(r.pager, p) {
                 f(r);
@@ -237,14 +247,19 @@ pub(crate) fn for_each_of(p: &Pager, mut f: impl FnMut(&'static RegionInner)) {
 }
 
 /// Find a region by slot and generation (from a reclaim queue entry).
+///
+/// # Safety
+/// - As for [`lookup`]: the caller is between [`enter`] and [`leave`] and uses the reference
+///   (`'static` only in name) only until its matching [`leave`].
 #[inline]
-pub(crate) fn by_slot(slot: usize, gen: u32) -> Option<&'static RegionInner> {
+pub(crate) unsafe fn by_slot(slot: usize, gen: u32) -> Option<&'static RegionInner> {
     let s = REGISTRY.get(slot)?;
     let p = s.ptr.load(Ordering::Acquire);
     if p.is_null() {
         return None;
     }
-    // SAFETY: as in lookup.
+    // SAFETY: a non-null slot pointer names a live RegionInner, kept alive while the caller is
+    // inside enter() (this function's contract).
     let r = unsafe { &*p };
     (r.gen == gen && s.gen.load(Ordering::Relaxed) == gen).then_some(r)
 }
@@ -282,7 +297,8 @@ pub(crate) struct RegionInner {
     pub(crate) folio_order: u32,
     /// The pager (outlives the region: the Region holds an Arc).
     pub(crate) pager: *const Pager,
-    words: *mut AtomicU64,
+    /// The state words (`npages` of them), then one 4-byte shadow per page.
+    words: crate::own::Mapping,
     /// Registry slot.
     pub(crate) slot: usize,
     /// Registry generation.
@@ -306,28 +322,30 @@ pub(crate) struct RegionInner {
     map_base: usize,
 }
 
-// SAFETY: every shared field is atomic or immutable; words point to a mapping owned by self.
+// SAFETY: every shared field is atomic or immutable (the words' mapping is Send + Sync itself);
+// `pager` points to a Pager, which is Sync, that outlives the region.
 unsafe impl Send for RegionInner {}
 // SAFETY: as above.
 unsafe impl Sync for RegionInner {}
 
 impl RegionInner {
-    /// The state word of page `i`.
+    /// The state word of page `i`. Panics unless `i < npages`.
     #[inline]
     pub(crate) fn word(&self, i: usize) -> &AtomicU64 {
-        debug_assert!(i < self.npages);
+        assert!(i < self.npages, "page {i} of a region of {} pages", self.npages);
         // SAFETY: i < npages and the words mapping holds npages words for the region's life.
-        unsafe { &*self.words.add(i) }
+        unsafe { &*self.words.as_ptr().cast::<AtomicU64>().add(i) }
     }
 
     /// The shadow of page `i`: the reclaim clock when it was last evicted straight to the store
     /// while the inactive list was bypassed (0 = none); see [`crate::reclaim::Workingset`].
     #[inline]
+    /// Panics unless `i < npages`.
     pub(crate) fn shadow(&self, i: usize) -> &AtomicU32 {
-        debug_assert!(i < self.npages);
-        // SAFETY: the shadows follow the npages words in the same mapping (4-aligned), which
-        // lives as long as the region.
-        unsafe { &*(self.words.add(self.npages) as *const AtomicU32).add(i) }
+        assert!(i < self.npages, "page {i} of a region of {} pages", self.npages);
+        // SAFETY: i < npages, and the npages shadows follow the npages words in the same
+        // mapping (4-aligned), which lives as long as the region.
+        unsafe { &*self.words.as_ptr().cast::<AtomicU64>().add(self.npages).cast::<AtomicU32>().add(i) }
     }
 
     /// Address of page `i`.
@@ -357,24 +375,16 @@ impl RegionInner {
     }
 }
 
-fn mmap_anon(len: usize, noreserve: bool) -> std::io::Result<usize> {
-    let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
-    if noreserve {
-        flags |= libc::MAP_NORESERVE;
-    }
-    // SAFETY: anonymous mapping with no address hint.
+/// A new region's memory: `len` bytes of anonymous private `MAP_NORESERVE` memory, the
+/// program's (not recorded as the pager's own). Unmapped piecewise when the region is retired.
+fn mmap_region(len: usize) -> std::io::Result<usize> {
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+    // SAFETY: anonymous mapping with no address hint: it replaces nothing.
     let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
     if p == libc::MAP_FAILED {
         return Err(std::io::Error::last_os_error());
     }
-    crate::own::add(p as usize, len);
     Ok(p as usize)
-}
-
-fn munmap_own(a: usize, len: usize) {
-    crate::own::remove(a, len);
-    // SAFETY: callers pass a mapping of their own that nothing references any more.
-    unsafe { libc::munmap(a as *mut _, len) };
 }
 
 /// Where a new region's memory comes from.
@@ -392,8 +402,8 @@ struct Placement {
 fn publish_region(pager: &Pager, pl: Placement) -> Result<*mut RegionInner, crate::PagerError> {
     let npages = pl.len / crate::PAGE_SIZE;
     // The state words, then one 4-byte shadow per page (see `RegionInner::shadow`).
-    let words = mmap_anon(npages * WORD_BYTES, true)
-        .map_err(|e| crate::PagerError::Os(format!("mmap of page table: {e}")))? as *mut AtomicU64;
+    let words = crate::own::Mapping::new(npages * WORD_BYTES)
+        .map_err(|e| crate::PagerError::Os(format!("mmap of page table: {e}")))?;
     // Claim a registry slot.
     let mut slot = None;
     for (i, s) in REGISTRY.iter().enumerate() {
@@ -406,7 +416,7 @@ fn publish_region(pager: &Pager, pl: Placement) -> Result<*mut RegionInner, crat
         }
     }
     let Some(slot) = slot else {
-        munmap_own(words as usize, npages * WORD_BYTES);
+        drop(words);
         return Err(crate::PagerError::Os(format!("too many regions (at most {MAX_REGIONS})")));
     };
     let s = &REGISTRY[slot];
@@ -508,10 +518,10 @@ pub(crate) unsafe fn free_unpublished(inner: *mut RegionInner, release: impl FnO
             }
         }
     }
-    munmap_own(r.words as usize, r.npages * WORD_BYTES);
-    s.start.store(0, Ordering::SeqCst);
-    // SAFETY: inner came from Box::into_raw in publish_region and is no longer reachable.
+    // SAFETY: inner came from Box::into_raw in publish_region and is no longer reachable
+    // (dropping it unmaps its words).
     drop(unsafe { Box::from_raw(inner) });
+    s.start.store(0, Ordering::SeqCst);
 }
 
 /// Publish a region over the program's existing mapping `[start, start + len)` (page aligned,
@@ -533,7 +543,8 @@ pub(crate) fn publish_adopted(
 pub(crate) fn live_regions_of(p: &Pager) -> usize {
     enter();
     let mut n = 0;
-    for_each_of(p, |_| n += 1);
+    // SAFETY: between enter and leave; the references are not kept.
+    unsafe { for_each_of(p, |_| n += 1) };
     leave();
     n
 }
@@ -544,8 +555,9 @@ pub(crate) fn create_mapped(pager: &Pager, len: usize) -> Result<*mut RegionInne
     let folio = pager.cfg.folio_size;
     let len = len.max(1).div_ceil(folio) * folio;
     let map_len = len + folio;
-    let base = mmap_anon(map_len, true).map_err(|e| crate::PagerError::Os(format!("mmap of {map_len} bytes: {e}")))?;
-    // The program's memory, not the pager's own.
+    let base = mmap_region(map_len).map_err(|e| crate::PagerError::Os(format!("mmap of {map_len} bytes: {e}")))?;
+    // The program's memory, not the pager's own (in the LD_PRELOAD library the interposed
+    // `mmap` records what uswap code maps).
     crate::own::remove(base, map_len);
     let start = base.div_ceil(folio) * folio;
     let mode = crate::uffd::mode::MISSING | crate::uffd::mode::WP;

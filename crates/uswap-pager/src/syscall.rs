@@ -29,7 +29,8 @@ pub unsafe fn prefault(ptr: *const u8, len: usize, write: bool) {
     let mut a = start;
     while a < end {
         region::enter();
-        let r = region::lookup(a).map(|r| (r.start, r.start + r.len));
+        // SAFETY: between enter and leave; only the bounds are kept.
+        let r = unsafe { region::lookup(a) }.map(|r| (r.start, r.start + r.len));
         region::leave();
         match r {
             Some((_, rend)) => {
@@ -101,7 +102,8 @@ fn retry_efault(bufs: &[(usize, usize)], write: bool, mut call: impl FnMut() -> 
         }
         tries += 1;
         region::enter();
-        if let Some(r) = bufs.iter().find_map(|&(p, _)| region::lookup(p)) {
+        // SAFETY: between enter and leave; r is not used after it.
+        if let Some(r) = bufs.iter().find_map(|&(p, _)| unsafe { region::lookup(p) }) {
             crate::stats::inc(&r.pager().counters.efault_retries, 1);
         }
         region::leave();

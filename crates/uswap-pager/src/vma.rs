@@ -49,7 +49,7 @@ pub(crate) fn adopt(p: &Pager, start: usize, len: usize) -> Result<usize, PagerE
     // may span terabytes): pages a live region already holds.
     let mut taken: Vec<(usize, usize)> = Vec::new();
     region::enter();
-    region::for_each_of(p, |r| {
+    let visit = |r: &'static RegionInner| {
         let (a, b) = (r.start.max(start), (r.start + r.len).min(end));
         if a < b {
             let first = (a - r.start) / PAGE_SIZE;
@@ -59,7 +59,9 @@ pub(crate) fn adopt(p: &Pager, start: usize, len: usize) -> Result<usize, PagerE
                 true
             });
         }
-    });
+    };
+    // SAFETY: between enter and leave; the references are not used after the leave.
+    unsafe { region::for_each_of(p, visit) };
     region::leave();
     taken.sort_unstable();
     let mut adopted = 0;
@@ -212,7 +214,7 @@ fn push_active(p: &Pager, r: &RegionInner, pg: usize, k: u32) {
 pub(crate) fn discard(p: &Pager, start: usize, len: usize) {
     let end = start.saturating_add(len);
     region::enter();
-    region::for_each_of(p, |r| {
+    let visit = |r: &'static RegionInner| {
         let (a, b) = (r.start.max(start), (r.start + r.len).min(end));
         if a < b {
             crate::reclaim::release_pages_ex(
@@ -223,7 +225,9 @@ pub(crate) fn discard(p: &Pager, start: usize, len: usize) {
                 false,
             );
         }
-    });
+    };
+    // SAFETY: between enter and leave; the references are not used after the leave.
+    unsafe { region::for_each_of(p, visit) };
     region::leave();
 }
 
@@ -254,7 +258,7 @@ fn unmap_pages(r: &RegionInner, lo: usize, hi: usize) -> bool {
 pub(crate) fn release(p: &Pager, start: usize, end: usize, unmap: bool) -> bool {
     let mut complete = true;
     region::enter();
-    region::for_each_of(p, |r| {
+    let visit = |r: &'static RegionInner| {
         let (a, b) = (r.start.max(start), (r.start + r.len).min(end));
         if a >= b {
             return;
@@ -272,7 +276,9 @@ pub(crate) fn release(p: &Pager, start: usize, end: usize, unmap: bool) -> bool 
             let w = r.word(pg).load(Ordering::Acquire);
             w_kind(w) != kind::BUSY || w == BUSY_DROP
         });
-    });
+    };
+    // SAFETY: between enter and leave; the references are not used after the leave.
+    unsafe { region::for_each_of(p, visit) };
     region::leave();
     if !complete {
         inc(&p.counters.ev_deferred, 1);
@@ -292,14 +298,16 @@ pub(crate) fn remap(p: &Pager, from: usize, to: usize, len: usize) -> bool {
     // moved-out pages as NONE. Those words are wrong (the moved words are the truth): retire
     // them first, or a fault could zero-fill a page that was swapped out.
     let mut clear = true;
-    region::for_each_of(p, |r| {
+    let visit = |r: &'static RegionInner| {
         let (a, b) = (r.start.max(to), (r.start + r.len).min(to + len));
         if a >= b || (r.start < end && r.start + r.len > from && a < end && b > from) {
             return;
         }
         let (lo, hi) = ((a - r.start) / PAGE_SIZE, (b - r.start) / PAGE_SIZE);
         clear &= unmap_pages(r, lo, hi);
-    });
+    };
+    // SAFETY: between enter and leave; the references are not used after the leave.
+    unsafe { region::for_each_of(p, visit) };
     if !clear {
         region::leave();
         inc(&p.counters.ev_deferred, 1);
@@ -307,12 +315,14 @@ pub(crate) fn remap(p: &Pager, from: usize, to: usize, len: usize) -> bool {
     }
     let mut moved: Vec<(&'static RegionInner, usize, usize)> = Vec::new();
     let mut ok = true;
-    region::for_each_of(p, |r| {
+    let visit = |r: &'static RegionInner| {
         let (a, b) = (r.start.max(from), (r.start + r.len).min(end));
         if a < b && r.adopted {
             moved.push((r, (a - r.start) / PAGE_SIZE, (b - a) / PAGE_SIZE));
         }
-    });
+    };
+    // SAFETY: between enter and leave; the references are not used after the leave.
+    unsafe { region::for_each_of(p, visit) };
     // Claim every page first (all or nothing), so no other thread changes them mid-move.
     let mut claimed: Vec<(&'static RegionInner, usize, Vec<u64>)> = Vec::new();
     'outer: for &(r, i0, m) in &moved {
@@ -450,8 +460,8 @@ fn to_order0(p: &Pager, words: &mut [u64]) {
 /// The moved pages could not get a region: put what was swapped out back into memory at its
 /// new address and free its entries (the range is then unmanaged, never silently zeroed).
 fn fault_back(p: &Pager, start: usize, words: &[u64]) {
-    let bi = p.bufs.take();
-    let buf = p.bufs.buf(bi, PAGE_SIZE);
+    let mut bi = p.bufs.take();
+    let buf = &mut bi[..PAGE_SIZE];
     for (i, &w) in words.iter().enumerate() {
         let entry = match w_kind(w) {
             kind::SWAPPED => Some(w_payload(w)),
@@ -465,7 +475,7 @@ fn fault_back(p: &Pager, start: usize, words: &[u64]) {
         }
         p.store.put(e, 1);
     }
-    p.bufs.give(bi);
+    drop(bi);
     let _ = p.uffd.unregister(start, words.len() * PAGE_SIZE);
 }
 
@@ -513,11 +523,13 @@ pub(crate) fn retire_all(p: &Pager) {
 /// to register them again on its own uffd.
 pub(crate) fn registered_runs(p: &Pager, mut f: impl FnMut(usize, usize)) {
     region::enter();
-    region::for_each_of(p, |r| {
+    let visit = |r: &'static RegionInner| {
         region::runs(r.npages, &|i| w_kind(r.word(i).load(Ordering::Acquire)) != kind::UNMAPPED, |i, j| {
             f(r.addr(i), (j - i) * PAGE_SIZE);
             true
         });
-    });
+    };
+    // SAFETY: between enter and leave; the references are not used after the leave.
+    unsafe { region::for_each_of(p, visit) };
     region::leave();
 }

@@ -42,7 +42,7 @@ impl SwapEntry {
     }
     /// The entry `n` slots further on.
     #[inline]
-    #[allow(clippy::should_implement_trait, reason = "slot arithmetic, not a general `+` on entries")]
+    #[expect(clippy::should_implement_trait, reason = "slot arithmetic, not a general `+` on entries")]
     pub fn add(self, n: u64) -> SwapEntry {
         SwapEntry(self.0 + n)
     }

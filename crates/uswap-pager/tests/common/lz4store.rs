@@ -17,26 +17,7 @@ use uswap::swap_table::MAX_ORDER;
 use uswap::tier::lz4::{decompress_exact, Lz4Table};
 use uswap_pager::{PageStore, StoreError, PAGE_SIZE};
 
-/// Reserve `bytes` of anonymous private memory (`MAP_NORESERVE`) and record it as the pager's
-/// own (as the pager does for its own mappings).
-fn map_noreserve(bytes: usize) -> std::io::Result<*mut u8> {
-    // SAFETY: anonymous private mapping, no hint.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error());
-    }
-    uswap_pager::own::add(p as usize, bytes);
-    Ok(p.cast())
-}
+use uswap_pager::own::Mapping;
 
 const NR_ORDERS: usize = MAX_ORDER as usize + 1;
 const EMPTY: u64 = (1 << 40) - 1;
@@ -55,19 +36,20 @@ struct Scratch {
 
 /// A compressed in-memory store (the `lz4` tier with zero-page elision), signal-safe.
 pub struct Lz4Store {
-    slots: *mut AtomicU64,
-    objs: *mut AtomicU64,
+    slots: Mapping,
+    objs: Mapping,
     nslots: u64,
     bump: AtomicU64,
     free: [AtomicU64; NR_ORDERS],
     /// `4096 * nslots` bytes (`MAP_NORESERVE`): a folio's data at its head slot's offset.
-    data: *mut u8,
+    data: Mapping,
     /// Bytes of stored (compressed) data, and the most it may hold.
     live: AtomicU64,
     pool_cap: u64,
     scratch: Box<[Scratch]>,
     scratch_free: AtomicU64,
-    scratch_mem: (*mut u8, usize),
+    /// The scratch buffers' memory (`Scratch::buf` points into it).
+    _scratch_mem: Mapping,
     compress: bool,
     counters: Counters,
 }
@@ -84,7 +66,8 @@ struct Counters {
     busy_waits: AtomicUsize,
 }
 
-// SAFETY: all shared state is atomic; the raw pointers name mappings owned by the store.
+// SAFETY: all shared state is atomic; a scratch buffer (raw pointer into `_scratch_mem`, and its
+// table) is used only by the thread that took it from `scratch_free` by CAS.
 unsafe impl Send for Lz4Store {}
 // SAFETY: as above.
 unsafe impl Sync for Lz4Store {}
@@ -97,15 +80,15 @@ impl Lz4Store {
     /// `compress = false` stores raw (the "zero" tier alone, for comparisons).
     pub fn new(nslots: u64, pool_cap: usize, compress: bool) -> std::io::Result<Lz4Store> {
         let nslots = nslots.clamp(512, 1 << 28);
-        let slots = map_noreserve(nslots as usize * 8)?.cast();
-        let objs = map_noreserve(nslots as usize * 8)?.cast();
-        let data = map_noreserve(nslots as usize * PAGE_SIZE)?;
+        let slots = Mapping::new(nslots as usize * 8)?;
+        let objs = Mapping::new(nslots as usize * 8)?;
+        let data = Mapping::new(nslots as usize * PAGE_SIZE)?;
         let per = SCRATCH_BYTES.div_ceil(4096) * 4096;
-        let mem = map_noreserve(per * SCRATCH)?;
+        let mem = Mapping::new(per * SCRATCH)?;
         let scratch = (0..SCRATCH)
             .map(|i| {
                 // SAFETY: inside the scratch mapping.
-                let buf = unsafe { mem.add(i * per) };
+                let buf = unsafe { mem.as_ptr().add(i * per) };
                 Scratch { buf, table: std::cell::UnsafeCell::new(Lz4Table::default()) }
             })
             .collect();
@@ -120,20 +103,17 @@ impl Lz4Store {
             pool_cap: pool_cap as u64,
             scratch,
             scratch_free: AtomicU64::new(u64::MAX),
-            scratch_mem: (mem, per * SCRATCH),
+            _scratch_mem: mem,
             compress,
             counters: Counters::default(),
         })
     }
 
     fn slot(&self, e: u64) -> &AtomicU64 {
-        debug_assert!(e < self.nslots);
-        // SAFETY: e < nslots, inside the slot table mapping which lives as long as self.
-        unsafe { &*self.slots.add(e as usize) }
+        &self.slots.atomic_words()[e as usize]
     }
     fn obj(&self, e: u64) -> &AtomicU64 {
-        // SAFETY: as for slot().
-        unsafe { &*self.objs.add(e as usize) }
+        &self.objs.atomic_words()[e as usize]
     }
 
     fn push_range(&self, e: u64, order: usize) {
@@ -266,7 +246,7 @@ impl Lz4Store {
     fn data_ptr(&self, e: u64) -> *mut u8 {
         debug_assert!(e < self.nslots);
         // SAFETY: e < nslots: inside the data mapping, which lives as long as self.
-        unsafe { self.data.add(e as usize * PAGE_SIZE) }
+        unsafe { self.data.as_ptr().add(e as usize * PAGE_SIZE) }
     }
 }
 
@@ -419,17 +399,5 @@ impl PageStore for Lz4Store {
             "pool_bytes": self.live.load(Ordering::Relaxed),
             "scratch_waits": c.busy_waits.load(Ordering::Relaxed),
         })
-    }
-}
-
-impl Drop for Lz4Store {
-    fn drop(&mut self) {
-        // SAFETY: the four mappings were created in new with these sizes; nothing borrows them.
-        unsafe {
-            libc::munmap(self.slots.cast(), self.nslots as usize * 8);
-            libc::munmap(self.objs.cast(), self.nslots as usize * 8);
-            libc::munmap(self.scratch_mem.0.cast(), self.scratch_mem.1);
-            libc::munmap(self.data.cast(), self.nslots as usize * PAGE_SIZE);
-        }
     }
 }

@@ -1,6 +1,9 @@
 //! Helpers shared by the engine tests: a memory backend of any [`TierKind`] with a page limit,
 //! fault injection and a compaction that moves every object (to exercise the relocate hook).
-#![allow(dead_code)]
+#![allow(
+    dead_code,
+    reason = "each test crate uses its own subset of these helpers; #[expect] would be unfulfilled in the crate that uses them all"
+)]
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
