@@ -32,6 +32,33 @@ static STACKS: [AtomicUsize; MAX_STACKS] = [const { AtomicUsize::new(0) }; MAX_S
 /// Own mappings that did not fit in the table (then adoption must be conservative).
 static OVERFLOW: AtomicUsize = AtomicUsize::new(0);
 
+/// Own mappings being made: counted from before their `mmap` until they are recorded.
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+/// Bumped each time an own mapping made under [`mapping_begin`] is recorded.
+static GENERATION: AtomicUsize = AtomicUsize::new(0);
+
+/// An own mapping is about to be made (call before its `mmap`/`mremap`, then
+/// [`mapping_end`] once it is recorded or failed): a reconciler that reads the process's
+/// mappings meanwhile would see it, not recorded yet, as the program's memory, adopt it, and
+/// the pager could then fault on its own memory with no thread left to serve it.
+pub fn mapping_begin() {
+    IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+}
+
+/// The own mapping announced by [`mapping_begin`] is recorded (or was not made).
+pub fn mapping_end() {
+    GENERATION.fetch_add(1, Ordering::SeqCst);
+    IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// A token for "no own mapping in flight": equal tokens taken before and after reading the
+/// process's mappings prove every own mapping in that reading was recorded. `None` while one
+/// is in flight.
+pub fn quiet_generation() -> Option<usize> {
+    let g = GENERATION.load(Ordering::SeqCst);
+    (IN_FLIGHT.load(Ordering::SeqCst) == 0).then_some(g)
+}
+
 /// Record `[start, start + len)` as the pager's own memory.
 pub fn add(start: usize, len: usize) {
     let covered = entries().any(|(s, e)| s <= start && e >= start + len);

@@ -422,18 +422,23 @@ pub unsafe extern "C" fn mmap(
     fd: c_int,
     off: i64,
 ) -> *mut c_void {
+    if ours() {
+        // The pager's own memory: recorded before the reconciler may read the maps again.
+        uswap_pager::own::mapping_begin();
+        // SAFETY: forwarded to the kernel.
+        let r = unsafe { crate::internal::sys_mmap(addr, len, prot, flags, fd, off) };
+        if r != libc::MAP_FAILED && flags & libc::MAP_ANONYMOUS != 0 {
+            uswap_pager::own::add(r as usize, len);
+        }
+        uswap_pager::own::mapping_end();
+        return r;
+    }
     // SAFETY: forwarded to the kernel.
     let r = unsafe { crate::internal::sys_mmap(addr, len, prot, flags, fd, off) };
     if r == libc::MAP_FAILED || mode() == OFF {
         return r;
     }
     let a = r as usize;
-    if ours() {
-        if flags & libc::MAP_ANONYMOUS != 0 {
-            uswap_pager::own::add(a, len);
-        }
-        return r;
-    }
     if !ready() || !is_anon_private(flags, fd) {
         return r;
     }
@@ -542,14 +547,20 @@ pub unsafe extern "C" fn mremap(
     flags: c_int,
     new_addr: *mut c_void,
 ) -> *mut c_void {
+    if ours() {
+        uswap_pager::own::mapping_begin();
+        // SAFETY: forwarded.
+        let r = unsafe { libc::syscall(libc::SYS_mremap, old, old_len, new_len, flags, new_addr) } as *mut c_void;
+        if r != libc::MAP_FAILED {
+            uswap_pager::own::remove(old as usize, old_len);
+            uswap_pager::own::add(r as usize, new_len);
+        }
+        uswap_pager::own::mapping_end();
+        return r;
+    }
     // SAFETY: forwarded.
     let r = unsafe { libc::syscall(libc::SYS_mremap, old, old_len, new_len, flags, new_addr) } as *mut c_void;
     if r == libc::MAP_FAILED || mode() == OFF {
-        return r;
-    }
-    if ours() {
-        uswap_pager::own::remove(old as usize, old_len);
-        uswap_pager::own::add(r as usize, new_len);
         return r;
     }
     if ready() {

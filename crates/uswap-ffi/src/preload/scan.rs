@@ -25,6 +25,8 @@ static UNMANAGED_PEAK: AtomicU64 = AtomicU64::new(0);
 static ANON_AT_START: AtomicU64 = AtomicU64::new(0);
 static STACK_BYTES: AtomicU64 = AtomicU64::new(0);
 static SKIPPED_BYTES: AtomicU64 = AtomicU64::new(0);
+/// Passes that adopted nothing because pager mappings kept being made while the maps were read.
+static UNSTABLE: AtomicU64 = AtomicU64::new(0);
 static PASSES: AtomicU64 = AtomicU64::new(0);
 static ADOPTED_BYTES: AtomicU64 = AtomicU64::new(0);
 static WARNED: AtomicBool = AtomicBool::new(false);
@@ -182,7 +184,26 @@ pub fn scan_once(p: &Pager, first: bool) {
     crate::BIG.lock();
     crate::reentry::internal(|| {
         let min_len = super::MMAP_MIN.load(Ordering::Relaxed);
-        let maps = read_maps();
+        // A reading of the maps in which every pager mapping is recorded as its own: no own
+        // mapping in flight, and none recorded, between the two tokens (see
+        // `own::mapping_begin`). The window is a system call long; after 100 tries the pass
+        // adopts nothing (a later pass will), except the first, which must record the
+        // loader's data.
+        let mut maps = Vec::new();
+        let mut stable = false;
+        for _ in 0..100 {
+            let g0 = uswap_pager::own::quiet_generation();
+            maps = read_maps();
+            if g0.is_some() && g0 == uswap_pager::own::quiet_generation() {
+                stable = true;
+                break;
+            }
+            std::thread::yield_now();
+        }
+        if !stable && !first {
+            UNSTABLE.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         SEEN.lock();
         // SAFETY: under SEEN.
         let seen = unsafe { &mut *SEEN_SET.0.get() };
@@ -342,6 +363,7 @@ pub fn unmanaged() -> serde_json::Value {
         "thread_stack_bytes": STACK_BYTES.load(Ordering::Relaxed),
         "small_or_exec_bytes": SKIPPED_BYTES.load(Ordering::Relaxed),
         "scan_passes": PASSES.load(Ordering::Relaxed),
+        "scan_unstable_passes": UNSTABLE.load(Ordering::Relaxed),
         "scan_adopted_bytes": ADOPTED_BYTES.load(Ordering::Relaxed),
         "loader_bytes": LOADER_BYTES.load(Ordering::Relaxed),
         "own_overflow": uswap_pager::own::overflowed(),
