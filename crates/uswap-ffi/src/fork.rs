@@ -43,7 +43,7 @@
 use crate::reentry::internal;
 use crate::BIG;
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use uswap_pager::uffd;
 
 const MAX_PAGERS: usize = 16;
@@ -217,11 +217,12 @@ pub static FORKING: AtomicBool = AtomicBool::new(false);
 pub static FORKS: AtomicU64 = AtomicU64::new(0);
 /// Called in a fork child with each tracked pager once its threads run again (the preload
 /// library restarts its reconciler thread for its own pager).
-static CHILD_HOOK: AtomicUsize = AtomicUsize::new(0);
+static CHILD_HOOK: std::sync::OnceLock<fn(*const uswap_pager::Pager)> = std::sync::OnceLock::new();
 
-/// Register `hook`, called in a fork child with every tracked pager after its rebuild.
+/// Register `hook` (once; later calls are ignored), called in a fork child with every tracked
+/// pager after its rebuild.
 pub fn on_child_rebuilt(hook: fn(*const uswap_pager::Pager)) {
-    CHILD_HOOK.store(hook as usize, Ordering::Release);
+    let _ = CHILD_HOOK.set(hook);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -451,10 +452,7 @@ fn rebuild_child(idx: usize, t: &Tracked) -> Result<(), String> {
     // SAFETY: tracked pagers are alive while tracked (track_pager's contract).
     pager.restart_in_fork_child().map_err(|e| e.to_string())?;
     // Threads of the pager's owner (the preload library's reconciler).
-    let hook = CHILD_HOOK.load(Ordering::Acquire);
-    if hook != 0 {
-        // SAFETY: only `on_child_rebuilt` stores here, from a `fn(*const Pager)`.
-        let hook: fn(*const uswap_pager::Pager) = unsafe { std::mem::transmute(hook) };
+    if let Some(hook) = CHILD_HOOK.get() {
         hook(t.pager);
     }
     Ok(())

@@ -66,7 +66,7 @@ fn base() -> usize {
     if b != 0 {
         return b;
     }
-    uswap_pager::own::mapping_begin();
+    let _making = uswap_pager::own::making();
     // SAFETY: a fresh private anonymous reservation (pages cost nothing until touched).
     let p = unsafe {
         sys_mmap(
@@ -79,11 +79,9 @@ fn base() -> usize {
         )
     };
     if p == libc::MAP_FAILED {
-        uswap_pager::own::mapping_end();
         return 0;
     }
     uswap_pager::own::add(p as usize, RESERVE);
-    uswap_pager::own::mapping_end();
     BASE.store(p as usize, Ordering::Release);
     p as usize
 }

@@ -145,14 +145,9 @@ pub(crate) fn handle_fault(addr: usize, write: bool, wake: bool) -> Handled {
 
 fn wait_not_busy(p: &Pager, r: &RegionInner, pg: usize) {
     inc(&p.counters.fault_waits, 1);
-    let mut spins = 0u32;
+    let mut backoff = crate::sys::Backoff::default();
     while w_kind(r.word(pg).load(Ordering::Acquire)) == kind::BUSY {
-        if spins < 64 {
-            std::hint::spin_loop();
-            spins += 1;
-        } else {
-            std::thread::yield_now();
-        }
+        backoff.snooze();
     }
 }
 

@@ -34,21 +34,27 @@ static OVERFLOW: AtomicUsize = AtomicUsize::new(0);
 
 /// Own mappings being made: counted from before their `mmap` until they are recorded.
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
-/// Bumped each time an own mapping made under [`mapping_begin`] is recorded.
+/// Bumped each time a [`Making`] guard ends.
 static GENERATION: AtomicUsize = AtomicUsize::new(0);
 
-/// An own mapping is about to be made (call before its `mmap`/`mremap`, then
-/// [`mapping_end`] once it is recorded or failed): a reconciler that reads the process's
-/// mappings meanwhile would see it, not recorded yet, as the program's memory, adopt it, and
-/// the pager could then fault on its own memory with no thread left to serve it.
-pub fn mapping_begin() {
+/// Held while an own mapping is made and recorded (take it before the `mmap`/`mremap`, drop
+/// it after [`add`]): a reconciler that reads the process's mappings meanwhile would see the
+/// new mapping, not recorded yet, as the program's memory and adopt it, and the pager could
+/// then fault on its own memory with no thread left to serve it. See [`quiet_generation`].
+#[must_use = "the mapping counts as in flight only while the guard lives"]
+pub struct Making(());
+
+/// Start making an own mapping (see [`Making`]).
+pub fn making() -> Making {
     IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+    Making(())
 }
 
-/// The own mapping announced by [`mapping_begin`] is recorded (or was not made).
-pub fn mapping_end() {
-    GENERATION.fetch_add(1, Ordering::SeqCst);
-    IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+impl Drop for Making {
+    fn drop(&mut self) {
+        GENERATION.fetch_add(1, Ordering::SeqCst);
+        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// A token for "no own mapping in flight": equal tokens taken before and after reading the
@@ -190,6 +196,7 @@ impl Mapping {
     /// LD_PRELOAD library that is the interposer, which passes uswap's own calls straight to
     /// the system call).
     pub fn new(len: usize) -> std::io::Result<Mapping> {
+        let _making = making();
         // SAFETY: anonymous private mapping, no address hint: it replaces nothing.
         let p = unsafe {
             libc::mmap(

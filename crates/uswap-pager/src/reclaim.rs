@@ -405,19 +405,14 @@ impl BatchPool {
     /// one (a fault taken inside this thread's own reclaim, whose outer level may hold a
     /// batch) gets `None` and evicts nothing, as waiting could then wait for itself.
     fn take(&self) -> Option<BatchGuard<'_>> {
-        let mut spins = 0u32;
+        let mut backoff = crate::sys::Backoff::default();
         loop {
             let f = self.free.load(Ordering::Acquire);
             if f == 0 {
                 if IN_RECLAIM.with(|c| c.get()) > 1 {
                     return None;
                 }
-                if spins < 64 {
-                    std::hint::spin_loop();
-                    spins += 1;
-                } else {
-                    std::thread::yield_now();
-                }
+                backoff.snooze();
                 continue;
             }
             let i = f.trailing_zeros() as usize;

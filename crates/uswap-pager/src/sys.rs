@@ -92,6 +92,25 @@ pub(crate) fn futex_wake(w: &AtomicU32) {
     }
 }
 
+/// How the pager's threads wait for a short condition: 64 spins, then `sched_yield` each
+/// round. Allocates nothing and takes no lock.
+#[derive(Default)]
+pub(crate) struct Backoff {
+    spins: u32,
+}
+
+impl Backoff {
+    /// Wait a little before checking again.
+    pub(crate) fn snooze(&mut self) {
+        if self.spins < 64 {
+            std::hint::spin_loop();
+            self.spins += 1;
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
 /// A lock that yields while it waits: for rare, short critical sections that threads of any
 /// kind may enter (program threads in interposed calls, the pager's threads). It allocates
 /// nothing, and a fork child can take it over with [`YieldLock::force_unlock`].
@@ -113,14 +132,9 @@ impl YieldLock {
     }
     /// Take the lock.
     pub(crate) fn lock(&self) -> YieldGuard<'_> {
-        let mut spins = 0u32;
+        let mut backoff = Backoff::default();
         while self.0.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
-            if spins < 64 {
-                std::hint::spin_loop();
-                spins += 1;
-            } else {
-                std::thread::yield_now();
-            }
+            backoff.snooze();
         }
         YieldGuard(self)
     }

@@ -424,13 +424,12 @@ pub unsafe extern "C" fn mmap(
 ) -> *mut c_void {
     if ours() {
         // The pager's own memory: recorded before the reconciler may read the maps again.
-        uswap_pager::own::mapping_begin();
+        let _making = uswap_pager::own::making();
         // SAFETY: forwarded to the kernel.
         let r = unsafe { crate::internal::sys_mmap(addr, len, prot, flags, fd, off) };
         if r != libc::MAP_FAILED && flags & libc::MAP_ANONYMOUS != 0 {
             uswap_pager::own::add(r as usize, len);
         }
-        uswap_pager::own::mapping_end();
         return r;
     }
     // SAFETY: forwarded to the kernel.
@@ -548,14 +547,13 @@ pub unsafe extern "C" fn mremap(
     new_addr: *mut c_void,
 ) -> *mut c_void {
     if ours() {
-        uswap_pager::own::mapping_begin();
+        let _making = uswap_pager::own::making();
         // SAFETY: forwarded.
         let r = unsafe { libc::syscall(libc::SYS_mremap, old, old_len, new_len, flags, new_addr) } as *mut c_void;
         if r != libc::MAP_FAILED {
             uswap_pager::own::remove(old as usize, old_len);
             uswap_pager::own::add(r as usize, new_len);
         }
-        uswap_pager::own::mapping_end();
         return r;
     }
     // SAFETY: forwarded.

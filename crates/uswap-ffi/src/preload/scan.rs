@@ -186,7 +186,7 @@ pub fn scan_once(p: &Pager, first: bool) {
         let min_len = super::MMAP_MIN.load(Ordering::Relaxed);
         // A reading of the maps in which every pager mapping is recorded as its own: no own
         // mapping in flight, and none recorded, between the two tokens (see
-        // `own::mapping_begin`). The window is a system call long; after 100 tries the pass
+        // `own::Making`). The window is a system call long; after 100 tries the pass
         // adopts nothing (a later pass will), except the first, which must record the
         // loader's data.
         let mut maps = Vec::new();
