@@ -10,10 +10,16 @@
 //! every pager thread records its stack pointer when it starts; [`is_own`] tells an adopter
 //! to keep away.
 //!
-//! Locking: none. A fixed table of atomic `(start, end)` pairs: [`add`] claims a free entry by
-//! CAS, [`remove`] clears it; readers scan without locks (signal-safe, allocation-free). A
-//! mapping added concurrently with a scan may be missed by that scan, so callers add a mapping
-//! before anything else can see it (right after `mmap` returns). A [`Mapping`] has no lock:
+//! Locking: none for the table. A fixed table of atomic `(start, end)` pairs: [`add`] claims a
+//! free entry by CAS, [`remove`] clears it; readers scan without locks (signal-safe,
+//! allocation-free). A mapping added concurrently with a scan may be missed by that scan, so
+//! own mappings are made under a [`Making`] guard, and an adopter registers a range only under
+//! an [`Adopting`] guard: the two exclude each other (a Dekker pair of SeqCst counters, no
+//! lock: `IN_FLIGHT` counts makers, `ADOPTING` adopters; each side raises its own counter,
+//! then reads the other's). So when an adopter checks [`is_own`] under its guard, every own
+//! mapping that exists is recorded and none can appear until it has registered. A maker waits
+//! (spinning, then yielding) only for an adopter's check and one system call; an adopter waits
+//! a bounded time for makers and gives up rather than wait longer. A [`Mapping`] has no lock:
 //! it is immutable after creation, and its contents are its user's to synchronize.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -44,10 +50,53 @@ static GENERATION: AtomicUsize = AtomicUsize::new(0);
 #[must_use = "the mapping counts as in flight only while the guard lives"]
 pub struct Making(());
 
-/// Start making an own mapping (see [`Making`]).
+/// Adopters between their [`is_own`] check and their registration (see [`Adopting`]).
+static ADOPTING: AtomicUsize = AtomicUsize::new(0);
+
+/// Start making an own mapping (see [`Making`]). Waits while an adopter holds an
+/// [`Adopting`] guard (a check and one system call).
 pub fn making() -> Making {
-    IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
-    Making(())
+    loop {
+        IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+        if ADOPTING.load(Ordering::SeqCst) == 0 {
+            return Making(());
+        }
+        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+        let mut backoff = crate::sys::Backoff::default();
+        while ADOPTING.load(Ordering::SeqCst) != 0 {
+            backoff.snooze();
+        }
+    }
+}
+
+/// Held by an adopter from its last [`is_own`] check until its range is registered with the
+/// uffd: no own mapping is in flight meanwhile, and none can start, so a range that is not own
+/// at the check is the program's until the registration is done (the program's address space
+/// can change meanwhile, but the pager's cannot move into it). The holder must not make an own
+/// mapping (nor allocate from a heap that may map), or it waits for itself.
+#[must_use = "own mappings are held off only while the guard lives"]
+pub struct Adopting(());
+
+/// Take an [`Adopting`] guard: hold off new own mappings and wait for those in flight to be
+/// recorded. `None` if some are still in flight after a few thousand tries (a maker can be
+/// preempted in its `mmap`): the caller adopts nothing now rather than wait on it.
+pub fn adopting() -> Option<Adopting> {
+    ADOPTING.fetch_add(1, Ordering::SeqCst);
+    let mut backoff = crate::sys::Backoff::default();
+    for _ in 0..4096 {
+        if IN_FLIGHT.load(Ordering::SeqCst) == 0 {
+            return Some(Adopting(()));
+        }
+        backoff.snooze();
+    }
+    ADOPTING.fetch_sub(1, Ordering::SeqCst);
+    None
+}
+
+impl Drop for Adopting {
+    fn drop(&mut self) {
+        ADOPTING.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Drop for Making {
@@ -277,6 +326,26 @@ mod tests {
         assert!(!is_own(base + 0x8000, base + 0x9000));
         remove(base, 0x8000);
         assert!(!is_own(base, base + 0x10000));
+    }
+
+    #[test]
+    fn adopting_and_making_exclude_each_other() {
+        let m = making();
+        assert!(adopting().is_none(), "an adopter must not proceed while an own mapping is in flight");
+        drop(m);
+        // Other tests may be making mappings now: retry until none is in flight.
+        let g = (0..1000).find_map(|_| adopting()).expect("an adopter gets in once nothing is in flight");
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let d = done.clone();
+        let t = std::thread::spawn(move || {
+            let _m = making();
+            d.store(true, Ordering::SeqCst);
+        });
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!done.load(Ordering::SeqCst), "a maker must wait while an adopter holds its guard");
+        drop(g);
+        t.join().unwrap();
+        assert!(done.load(Ordering::SeqCst));
     }
 
     #[test]

@@ -121,8 +121,20 @@ fn adopt_piece(
 ) -> Result<usize, PagerError> {
     let r = region::publish_adopted(p, start, len, order)?;
     let mode = crate::uffd::mode::MISSING | crate::uffd::mode::WP;
-    if let Err(e) = p.uffd.register(start, len, mode) {
-        // Gone or not registrable (unmapped meanwhile, a VM_PFNMAP/hugetlb/shared mapping).
+    // The range may have become the pager's own since the maps were read: the program unmapped
+    // it and a pager mapping took its place (even this region's words, just made above; a CI
+    // run hung with the scan thread faulting on them). Checked and registered with own
+    // mappings held off, so nothing own can move in between.
+    // (Nothing under the guard allocates: an allocation may map, and a maker waits for it.)
+    let registered = match crate::own::adopting() {
+        None => Err(None),
+        Some(_g) if crate::own::is_own(start, start + len) => Err(None),
+        Some(_g) => p.uffd.register(start, len, mode).map_err(Some),
+    };
+    if let Err(e) = registered {
+        let e = e.map_or_else(|| "own mappings in flight, or the range is own now".to_string(), |e| e.to_string());
+        // Gone or not registrable (unmapped meanwhile, a VM_PFNMAP/hugetlb/shared mapping),
+        // or own now.
         for i in 0..r.npages {
             r.mark_unmapped(i);
         }

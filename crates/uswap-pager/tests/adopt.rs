@@ -1,0 +1,47 @@
+//! Adopting the program's memory where it lies (`Pager::adopt`), against a racing address space.
+mod common;
+use uswap_pager::PagerConfig;
+
+/// A reconciler reads `/proc/self/maps`, and by the time it adopts a range the program may have
+/// unmapped it and the pager may have mapped its own memory there, even the page words of the
+/// very region being adopted (made just before the registration). Registering that would make
+/// a pager thread fault on memory only it can fill (a CI run hung so, in the scan thread). Here
+/// the range is freed before `adopt`, so the words the adoption maps tend to land in it: the
+/// adoption must then refuse, and whatever it does adopt must not be own memory.
+#[test]
+fn adopt_never_registers_the_pagers_own_memory() {
+    let Some(p) = common::pager(PagerConfig { limit_bytes: 64 << 20, folio_size: 4096, ..Default::default() }) else {
+        return;
+    };
+    let len = 4096;
+    let mut landed = 0;
+    for _ in 0..200 {
+        // SAFETY: a fresh anonymous mapping, unmapped at once; only its address is used.
+        let a = unsafe {
+            let a = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(a, libc::MAP_FAILED);
+            assert_eq!(libc::munmap(a, len), 0);
+            a as usize
+        };
+        match p.adopt(a, len) {
+            Ok(n) => assert!(
+                n == 0 || !uswap_pager::own::is_own(a, a + len),
+                "adopted {n} bytes of the pager's own memory at {a:#x}"
+            ),
+            // Refused because own memory took the range (the case this test is for); any
+            // other refusal is the range simply being unmapped.
+            Err(e) if e.to_string().contains("own") => landed += 1,
+            Err(_) => {}
+        }
+    }
+    // The case above must have happened, or this test proves nothing here.
+    assert!(landed > 0, "the pager never mapped into the freed range in 200 tries");
+    eprintln!("own memory landed in the freed range {landed} times of 200");
+}
