@@ -1,5 +1,6 @@
 //! Swap cache: the resident copies of slots being swapped in or moved, and the single
-//! synchronization point for swap-in (seed 001, kernel-reference §3).
+//! synchronization point for swap-in (`mm/swap_state.c`; Kairui Song's series "mm/swap: always
+//! use swap cache for synchronization", 2024).
 //!
 //! The cache is not a separate index: a slot is cached when its table word is CACHED and its
 //! payload names a folio in this module's arena. Whoever turns the words of a range into

@@ -1,4 +1,4 @@
-//! Virtual swap layer: the [`Engine`] the pager calls (seed 002, kernel-reference §5).
+//! Virtual swap layer: the [`Engine`] the pager calls (Nhat Pham, "Virtual Swap Space" RFC series).
 //!
 //! The engine owns one *virtual* [`SwapSpace`]: the entries callers hold are slots in it, and
 //! each slot's table word says where the data is (ZERO, STORED in tier T under handle H, or

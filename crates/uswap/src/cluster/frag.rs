@@ -1,4 +1,4 @@
-//! Fragment-cluster search policy: Chris Li's buckets (seed 003) and the success model.
+//! Fragment-cluster search policy: Chris Li's buckets (his review of "mm, swap: only scan one cluster in fragment list") and the success model.
 //!
 //! Owns no lock and no shared state: the probability table is computed once and read-only,
 //! and the per-bucket estimates live in the caller's allocator shard (under its lock).

@@ -1,5 +1,5 @@
 //! Cluster allocator and per-cluster swap tables (the kernel's `mm/swapfile.c` allocator and
-//! `mm/swap_table.h` table lifetime, kernel-reference §1.5 and §2).
+//! cluster lists, and the `mm/swap_table.h` table lifetime).
 //!
 //! A [`SwapSpace`] is an array of 512-slot clusters. It owns, per cluster, the table of slot
 //! words (allocated when the cluster gets its first used slot, retired through

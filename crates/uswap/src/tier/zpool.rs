@@ -10,7 +10,7 @@
 //! compression unit ([`FolioMode::Whole`]) or one unit per page inside one object
 //! ([`FolioMode::PerPage`]).
 //!
-//! Allocator (zsmalloc, kernel-reference §4.2): 255 size classes, from 48 B to 3360 B spaced by
+//! Allocator (zsmalloc, `mm/zsmalloc.c`): 255 size classes, from 48 B to 3360 B spaced by
 //! 16 B (compressed 4 KiB pages), then up to 7872 B spaced by 96 B (a raw page, and whole 64 KiB
 //! folios that compress 8–19x, which would otherwise round up to 8 KiB in the large area); each
 //! class carves objects out of "zspages" of 1..=8 contiguous 4 KiB pages (the count that wastes
