@@ -85,10 +85,27 @@ Environment:
                      rest (default 8)
   USWAP_REPLACEMENT  `fifo`: evict first in, first out straight to the store instead of
                      through the active and inactive lists (for comparison)
-  USWAP_STATS_INTERVAL_MS  also rewrite each process's statistics in USWAP_STATS_DIR this
-                     often (a live view; default 0 = only at exit)
+  USWAP_STATS_INTERVAL_MS  how often each process rewrites its statistics in USWAP_STATS_DIR
+                     (the live view of `uswap status`; uswap run sets 500 unless it is set)
   Set by uswap run for the program (inherited by everything it starts): LD_PRELOAD,
   USWAP_LIMIT, USWAP_FOLIO, USWAP_TIERS, USWAP_STATS_DIR.";
+
+/// `uswap status --help`.
+pub const STATUS: &str = "\
+Examples:
+  uswap status                 every running `uswap run` of this user, with rates over 1 s
+  uswap status --json          the same as one JSON object
+  uswap status --interval 0    one reading, no rates
+
+Each `uswap run` keeps its processes' statistics in $XDG_RUNTIME_DIR/uswap/<pid>/ (else
+/tmp/uswap-<uid>/<pid>/), rewritten every 500 ms while they run. A process that ended
+without exit(3) (_exit, a signal) shows its last snapshot.";
+
+/// `uswap top --help`.
+pub const TOP: &str = "\
+Examples:
+  uswap top                    refresh every second until interrupted
+  uswap top --interval 5 --count 3";
 
 /// `uswap demo --help`.
 pub const DEMO: &str = "\

@@ -7,10 +7,12 @@ use std::process::ExitCode;
 mod bench;
 mod help;
 mod kernel;
+mod live;
 mod preload;
 mod progress;
 mod report;
 mod run;
+mod status;
 
 /// Exit code for bad usage or bad configuration (clap uses 2 as well).
 pub const EXIT_USAGE: u8 = 2;
@@ -42,6 +44,13 @@ enum Cmd {
     /// Run a program with its anonymous memory under the pager (LD_PRELOAD).
     #[command(after_help = "Examples:\n  uswap run --limit 512M -- python3 train.py\n  uswap run --limit 25% make -j2\n\nSee --help for the tier grammar, exit codes and environment variables.", after_long_help = help::RUN)]
     Run(run::RunArgs),
+    /// Show every running `uswap run` of this user: limit, resident memory, swap cache, pool,
+    /// file tier, fault and swap rates, per process.
+    #[command(after_help = help::STATUS)]
+    Status(status::StatusArgs),
+    /// The same as `status`, refreshing (as top(1)).
+    #[command(after_help = help::TOP)]
+    Top(status::TopArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     #[command(after_help = help::COMPLETIONS)]
     Completions {
@@ -80,6 +89,8 @@ fn main() -> ExitCode {
     let res = match cli.cmd {
         Cmd::Bench { which } => bench::run(which),
         Cmd::Demo(a) => bench::usemem::demo(&a),
+        Cmd::Status(a) => status::status(&a),
+        Cmd::Top(a) => status::top(&a),
         Cmd::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "uswap", &mut std::io::stdout());
             Ok(())

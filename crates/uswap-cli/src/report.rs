@@ -265,6 +265,9 @@ pub fn process(v: &Value, tiers: &str) -> Value {
     m.insert("ppid".into(), json!(u(v, "/ppid")));
     m.insert("argv".into(), v.get("argv").cloned().unwrap_or(json!([])));
     m.insert("peak_rss_bytes".into(), json!(u(v, "/vm_hwm_bytes")));
+    // False: the process ended without exit(3) (`_exit`, a signal), and these are its last
+    // snapshot's figures (at most USWAP_STATS_INTERVAL_MS old).
+    m.insert("stats_final".into(), json!(v.get("final").and_then(Value::as_bool).unwrap_or(true)));
     // The fixed overhead: the RSS when the pager had started (binary, libraries, the pager's
     // reservations) plus what the library's own heap grew by since (the engine's tables).
     let fixed =

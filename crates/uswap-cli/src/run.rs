@@ -17,6 +17,7 @@
 //!
 //! Locking: none (one thread; the signal handler only reads an atomic pid and calls kill).
 
+use crate::live;
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -51,6 +52,11 @@ pub struct RunArgs {
     /// header (never one that is in use).
     #[arg(long)]
     pub force: bool,
+    /// Keep the tree's statistics in this file in the Prometheus text format, rewritten every
+    /// second while the program runs (for node_exporter's textfile collector), and once more
+    /// at the end.
+    #[arg(long, value_name = "FILE")]
+    pub metrics_file: Option<PathBuf>,
     /// Print nothing after the run (the exit status still passes through).
     #[arg(long, short)]
     pub quiet: bool,
@@ -264,7 +270,16 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
     }
     let lib = crate::preload::locate().map_err(|m| RunError(m, 1))?;
     let lib = lib.canonicalize().unwrap_or(lib);
-    let statsdir = tempdir()?;
+    if let Some(m) = &a.metrics_file {
+        live::write_atomic(m, b"")
+            .then_some(())
+            .ok_or_else(|| usage(format!("--metrics-file {}: cannot write it", m.display())))?;
+    }
+    let (tree, why) = live::TreeDir::create().map_err(|e| RunError(e, 1))?;
+    if let (Some(why), false) = (why, a.quiet) {
+        eprintln!("uswap: `uswap status` will not see this run: {why}");
+    }
+    let statsdir = tree.path.clone();
     let preload = match std::env::var_os("LD_PRELOAD") {
         Some(old) if !old.is_empty() => {
             let mut s = lib.clone().into_os_string();
@@ -282,6 +297,9 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
         .env("USWAP_FOLIO", folio.to_string())
         .env("USWAP_TIERS", &tiers)
         .env("USWAP_STATS_DIR", &statsdir);
+    if std::env::var_os("USWAP_STATS_INTERVAL_MS").is_none() {
+        cmd.env("USWAP_STATS_INTERVAL_MS", live::SNAPSHOT_MS.to_string());
+    }
     // Forward signals sent to us.
     for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2] {
         // SAFETY: installing an SA_SIGINFO handler that only calls kill(2).
@@ -296,12 +314,14 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
     crate::preload::shed_before_spawn();
     let t0 = std::time::Instant::now();
     let child = cmd.spawn().map_err(|e| {
-        let _ = std::fs::remove_dir_all(&statsdir);
         let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
         RunError(format!("{}: {e}", prog.display()), code)
     })?;
     let pid = child.id() as i32;
     CHILD.store(pid, Ordering::Relaxed);
+    let command: Vec<String> = a.command.iter().map(|s| s.to_string_lossy().into_owned()).collect();
+    tree.describe(&command, pid, limit, folio as u64, &tiers);
+    let metrics = a.metrics_file.clone().map(|m| MetricsWriter::start(m, statsdir.clone()));
     let mut status = 0;
     // SAFETY: zeroed rusage is valid storage.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -324,9 +344,11 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
     };
     let peak_rss = ru.ru_maxrss as u64 * 1024;
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    let procs = collect(&statsdir, pid);
-    let _ = std::fs::remove_dir_all(&statsdir);
-    let command: Vec<String> = a.command.iter().map(|s| s.to_string_lossy().into_owned()).collect();
+    if let Some(m) = metrics {
+        m.finish();
+    }
+    let procs = live::read_procs(&statsdir);
+    drop(tree);
     let r = crate::report::Run {
         command: &command,
         pid,
@@ -358,29 +380,44 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
     Ok(code)
 }
 
-fn tempdir() -> Result<PathBuf, RunError> {
-    let base = std::env::temp_dir();
-    for i in 0..100u32 {
-        let d = base.join(format!("uswap-run-{}-{i}", std::process::id()));
-        if std::fs::create_dir(&d).is_ok() {
-            return Ok(d);
-        }
-    }
-    Err(RunError(format!("cannot create a statistics directory in {}", base.display()), 1))
+/// `--metrics-file`: a thread that rewrites the file every second from the tree's statistics.
+struct MetricsWriter {
+    stop: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+    thread: std::thread::JoinHandle<()>,
 }
 
-fn collect(dir: &Path, _pid: i32) -> Vec<serde_json::Value> {
-    let mut v = Vec::new();
-    if let Ok(rd) = std::fs::read_dir(dir) {
-        for e in rd.flatten() {
-            if e.path().extension().is_some_and(|x| x == "json") {
-                if let Some(j) = std::fs::read(e.path()).ok().and_then(|b| serde_json::from_slice(&b).ok()) {
-                    v.push(j);
+impl MetricsWriter {
+    fn start(path: PathBuf, dir: PathBuf) -> MetricsWriter {
+        let stop = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut prev = Vec::new();
+            loop {
+                let now: Vec<live::Tree> = live::tree_at(&dir).into_iter().collect();
+                live::write_atomic(&path, live::prometheus(&live::with_rates(&prev, &now)).as_bytes());
+                prev = now;
+                let (m, cv) = &*s;
+                let g = m.lock().unwrap_or_else(|e| e.into_inner());
+                let (g, _) = cv
+                    .wait_timeout_while(g, std::time::Duration::from_secs(1), |stopped| !*stopped)
+                    .unwrap_or_else(|e| e.into_inner());
+                if *g {
+                    // One last time: the final figures of the processes that exited.
+                    let now: Vec<live::Tree> = live::tree_at(&dir).into_iter().collect();
+                    live::write_atomic(&path, live::prometheus(&live::with_rates(&prev, &now)).as_bytes());
+                    return;
                 }
             }
-        }
+        });
+        MetricsWriter { stop, thread }
     }
-    v
+
+    fn finish(self) {
+        let (m, cv) = &*self.stop;
+        *m.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        cv.notify_all();
+        let _ = self.thread.join();
+    }
 }
 
 fn u(v: &serde_json::Value, p: &str) -> u64 {

@@ -286,11 +286,16 @@ fn start() -> Result<(), String> {
 }
 
 extern "C" fn at_exit() {
-    write_stats();
+    write_stats(true);
 }
 
-/// Write this process's statistics to `USWAP_STATS_DIR/<pid>.json` (at exit, and on demand).
-pub fn write_stats() {
+/// Write this process's statistics to `USWAP_STATS_DIR`: `<pid>.final.json` at exit
+/// (`final_`), `<pid>.json` for a snapshot (every `USWAP_STATS_INTERVAL_MS`, from the scan
+/// thread). Two names, so a snapshot written while the process exits never replaces the final
+/// figures, and a process that ends without `exit(3)` (`_exit`, a signal, SIGKILL) still leaves
+/// its last snapshot. Each file is written to a temporary name and renamed, so a reader (the
+/// runner, `uswap status`) never sees half a file.
+pub fn write_stats(final_: bool) {
     let Some(dir) = env(c"USWAP_STATS_DIR") else { return };
     internal(|| {
         let Some(mut v) = stats_json() else { return };
@@ -304,8 +309,12 @@ pub fn write_stats() {
             o.insert("argv".into(), argv.into());
             o.insert("vm_hwm_bytes".into(), proc_status_bytes("VmHWM:").into());
             o.insert("vm_rss_bytes".into(), proc_status_bytes("VmRSS:").into());
+            o.insert("final".into(), final_.into());
+            let ms =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+            o.insert("written_unix_ms".into(), ms.into());
         }
-        let path = format!("{dir}/{}.json", std::process::id());
+        let path = format!("{dir}/{}{}.json", std::process::id(), if final_ { ".final" } else { "" });
         let tmp = format!("{path}.tmp");
         if std::fs::write(&tmp, v.to_string()).is_ok() {
             let _ = std::fs::rename(&tmp, &path);

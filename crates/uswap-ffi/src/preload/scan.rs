@@ -332,7 +332,7 @@ fn spawn(p: Arc<Pager>) -> std::io::Result<()> {
                 super::thrash::sample(&mut window, p.stats().fault_swapin, p.config().limit_bytes);
             }
             if every > 0 && last_stats.elapsed().as_millis() as u64 >= every {
-                super::write_stats();
+                super::write_stats(false);
                 last_stats = std::time::Instant::now();
             }
             if rss > last_rss + step || last.elapsed().as_millis() >= 500 {

@@ -1,0 +1,524 @@
+//! The live view of running `uswap run` trees: where each tree's statistics live while it runs,
+//! how they are read back, and what `uswap status`, `uswap top` and `run --metrics-file` show.
+//!
+//! Each `uswap run` makes a *tree directory* `<run dir>/<runner pid>/` (the run directory is
+//! `$XDG_RUNTIME_DIR/uswap`, else `/tmp/uswap-<uid>`, mode 0700 and owned by the user, so
+//! nobody else can read or plant statistics) holding `run.json` (the command, the limit, the
+//! runner's pid and start time) and, for every process of the tree, the preload library's
+//! statistics: `<pid>.json`, a snapshot rewritten every `USWAP_STATS_INTERVAL_MS` (500 ms under
+//! `uswap run`), and `<pid>.final.json`, written by `exit(3)`. A process that ends any other
+//! way (`_exit`, a signal, SIGKILL) leaves its last snapshot, which the report marks as such.
+//! The runner removes the directory when the program has ended; `uswap status` removes those
+//! of runners that died (SIGKILL) and are not coming back.
+//!
+//! Locking: none. Writers write a temporary file and rename it, so readers see whole files;
+//! every reader works on its own copy.
+
+use crate::report;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+/// The snapshot interval `uswap run` asks the preload library for.
+pub const SNAPSHOT_MS: u64 = 500;
+
+/// The directory holding one tree directory per running `uswap run`, created (mode 0700) if
+/// missing. An error says why it cannot be used (then the run keeps its statistics in a
+/// private temporary directory, and `uswap status` cannot see it).
+pub fn run_dir() -> Result<PathBuf, String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let dir = match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        Some(d) => PathBuf::from(d).join("uswap"),
+        None => PathBuf::from(format!("/tmp/uswap-{uid}")),
+    };
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("{}: {e}", dir.display())),
+    }
+    let m = std::fs::symlink_metadata(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if !m.is_dir() || m.uid() != uid || m.permissions().mode() & 0o077 != 0 {
+        return Err(format!(
+            "{} is not a directory of user {uid} that only its owner may use (mode {:o}, owner {})",
+            dir.display(),
+            m.permissions().mode() & 0o7777,
+            m.uid()
+        ));
+    }
+    Ok(dir)
+}
+
+/// A process's start time in clock ticks since boot (`/proc/PID/stat` field 22): with the pid,
+/// it names a process even after its pid is reused.
+pub fn start_ticks(pid: i32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields count from the last ')'.
+    s[s.rfind(')')? + 2..].split_ascii_whitespace().nth(19)?.parse().ok()
+}
+
+/// Milliseconds since the epoch.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A running tree's directory, removed on drop.
+pub struct TreeDir {
+    /// The directory.
+    pub path: PathBuf,
+}
+
+impl TreeDir {
+    /// Make this runner's tree directory, in the run directory if it can be used, else in a
+    /// private temporary directory (with the reason, for a warning).
+    pub fn create() -> Result<(TreeDir, Option<String>), String> {
+        let me = std::process::id();
+        let (base, why) = match run_dir() {
+            Ok(d) => (d, None),
+            Err(e) => (std::env::temp_dir(), Some(e)),
+        };
+        for i in 0..100u32 {
+            let d = if why.is_none() && i == 0 {
+                base.join(me.to_string())
+            } else {
+                base.join(format!("uswap-run-{me}-{i}"))
+            };
+            // A stale directory of an earlier runner with our pid: the runner is dead.
+            if why.is_none() && i == 0 && d.exists() {
+                let _ = std::fs::remove_dir_all(&d);
+            }
+            if std::fs::create_dir(&d).is_ok() {
+                return Ok((TreeDir { path: d }, why));
+            }
+        }
+        Err(format!("cannot create a statistics directory in {}", base.display()))
+    }
+
+    /// Write `run.json`: what `uswap status` shows about the tree.
+    pub fn describe(&self, command: &[String], pid: i32, limit: u64, folio: u64, tiers: &str) {
+        let me = std::process::id() as i32;
+        let doc = json!({
+            "runner_pid": me,
+            "runner_start_ticks": start_ticks(me),
+            "pid": pid,
+            "command": command,
+            "limit_bytes": limit,
+            "folio_bytes": folio,
+            "tiers": tiers,
+            "started_unix_ms": now_ms(),
+        });
+        write_atomic(&self.path.join("run.json"), doc.to_string().as_bytes());
+    }
+}
+
+impl Drop for TreeDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Write `bytes` to `path` through a temporary name in the same directory and a rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> bool {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, path).is_ok()
+}
+
+/// The per-process statistics in a tree directory, one per pid: its final file if it wrote
+/// one, else its last snapshot.
+pub fn read_procs(dir: &Path) -> Vec<Value> {
+    let mut by_pid: std::collections::BTreeMap<u64, Value> = std::collections::BTreeMap::new();
+    let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(stem) = name.strip_suffix(".json") else { continue };
+        let (pid, is_final) = match stem.strip_suffix(".final") {
+            Some(p) => (p, true),
+            None => (stem, false),
+        };
+        let Ok(pid) = pid.parse::<u64>() else { continue };
+        let Some(v) = std::fs::read(e.path()).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok()) else {
+            continue;
+        };
+        if is_final || !by_pid.contains_key(&pid) {
+            by_pid.insert(pid, v);
+        }
+    }
+    by_pid.into_values().collect()
+}
+
+/// Is the process `pid` alive (and not a zombie)?
+fn alive(pid: u64) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s.rfind(')').and_then(|i| s[i + 2..].chars().next()).is_some_and(|c| c != 'Z' && c != 'X'),
+        Err(_) => false,
+    }
+}
+
+fn u(v: &Value, p: &str) -> u64 {
+    v.pointer(p).and_then(Value::as_u64).unwrap_or(0)
+}
+
+/// One process as `uswap status` shows it, from its raw statistics (`tiers` names the tiers).
+pub fn process_view(raw: &Value, tiers: &str) -> Value {
+    let p = report::process(raw, tiers);
+    let pid = u(raw, "/pid");
+    let is_final = raw.get("final").and_then(Value::as_bool).unwrap_or(true);
+    let file_bytes: u64 = p
+        .get("tiers")
+        .and_then(Value::as_object)
+        .map(|t| t.iter().filter(|(k, _)| k.starts_with("file:")).map(|(_, v)| u(v, "/used_bytes")).sum())
+        .unwrap_or(0);
+    json!({
+        "pid": pid,
+        "argv": raw.get("argv").cloned().unwrap_or(json!([])),
+        "running": !is_final && alive(pid),
+        "final": is_final,
+        "written_unix_ms": u(raw, "/written_unix_ms"),
+        "rss_bytes": u(raw, "/vm_rss_bytes"),
+        "charged_bytes": u(&p, "/memory/charged_bytes"),
+        "resident_bytes": u(&p, "/memory/resident_bytes"),
+        "swap_cache_bytes": u(&p, "/memory/swap_cache_bytes"),
+        "pool_bytes": u(&p, "/memory/pool_bytes"),
+        "pool_stored_bytes": u(&p, "/compression/stored_bytes"),
+        "pool_used_bytes": u(&p, "/compression/pool_used_bytes"),
+        "compression_ratio": p.pointer("/compression/ratio").cloned().unwrap_or(Value::Null),
+        "file_bytes": file_bytes,
+        "faults": u(&p, "/faults/total"),
+        "swapin_pages": u(&p, "/swap/pswpin"),
+        "swapout_pages": u(&p, "/swap/pswpout"),
+    })
+}
+
+/// A tree as seen now: `run.json` and its processes.
+#[derive(Clone)]
+pub struct Tree {
+    /// `run.json`.
+    pub info: Value,
+    /// [`process_view`] of each process, by pid.
+    pub procs: Vec<Value>,
+}
+
+/// The tree in directory `dir` (None without a readable `run.json`).
+pub fn tree_at(dir: &Path) -> Option<Tree> {
+    let info = std::fs::read(dir.join("run.json")).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok())?;
+    let tiers = info["tiers"].as_str().unwrap_or("").to_string();
+    let procs = read_procs(dir).iter().map(|v| process_view(v, &tiers)).collect();
+    Some(Tree { info, procs })
+}
+
+/// Every running `uswap run` tree of this user. Directories whose runner is gone (killed
+/// before it could clean up) are removed.
+pub fn trees() -> Vec<Tree> {
+    let Ok(dir) = run_dir() else { return Vec::new() };
+    let Ok(rd) = std::fs::read_dir(&dir) else { return Vec::new() };
+    let mut out = Vec::new();
+    for e in rd.flatten() {
+        let path = e.path();
+        let Some(info) =
+            std::fs::read(path.join("run.json")).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        else {
+            continue;
+        };
+        let runner = info["runner_pid"].as_i64().unwrap_or(0) as i32;
+        let same =
+            runner > 0 && start_ticks(runner).is_some() && start_ticks(runner) == info["runner_start_ticks"].as_u64();
+        if !same {
+            let _ = std::fs::remove_dir_all(&path);
+            continue;
+        }
+        out.extend(tree_at(&path));
+    }
+    out.sort_by_key(|t| t.info["runner_pid"].as_i64());
+    out
+}
+
+/// Rates between two readings of the same process (`None` if the snapshot did not change).
+fn rates(prev: Option<&Value>, now: &Value) -> Option<(f64, f64, f64)> {
+    let prev = prev?;
+    let dt = u(now, "/written_unix_ms").checked_sub(u(prev, "/written_unix_ms")).filter(|&d| d > 0)? as f64 / 1000.0;
+    let d = |k: &str| u(now, k).saturating_sub(u(prev, k)) as f64 / dt;
+    Some((d("/faults"), d("/swapin_pages") * 4096.0, d("/swapout_pages") * 4096.0))
+}
+
+/// Add `faults_per_s`, `swapin_bytes_per_s`, `swapout_bytes_per_s` to each process of `now`
+/// that `prev` also saw with an older snapshot, and the tree's totals over running processes.
+pub fn with_rates(prev: &[Tree], now: &[Tree]) -> Value {
+    let mut out = Vec::new();
+    for t in now {
+        let before = prev.iter().find(|p| p.info["runner_pid"] == t.info["runner_pid"]);
+        let mut procs = Vec::new();
+        let mut tot = [0u64; 8];
+        let mut rate_tot = [0f64; 3];
+        let mut n_running = 0;
+        for p in &t.procs {
+            let mut p = p.clone();
+            let old = before.and_then(|b| b.procs.iter().find(|q| q["pid"] == p["pid"]));
+            let r = rates(old, &p);
+            if let Some(o) = p.as_object_mut() {
+                for (i, k) in ["faults_per_s", "swapin_bytes_per_s", "swapout_bytes_per_s"].iter().enumerate() {
+                    let v = r.map(|r| [r.0, r.1, r.2][i]);
+                    o.insert((*k).into(), v.map_or(Value::Null, |v| json!(v.round())));
+                    if p_running(o) {
+                        rate_tot[i] += v.unwrap_or(0.0);
+                    }
+                }
+            }
+            if p["running"].as_bool() == Some(true) {
+                n_running += 1;
+                for (i, k) in [
+                    "rss_bytes",
+                    "charged_bytes",
+                    "resident_bytes",
+                    "swap_cache_bytes",
+                    "pool_bytes",
+                    "pool_stored_bytes",
+                    "pool_used_bytes",
+                    "file_bytes",
+                ]
+                .iter()
+                .enumerate()
+                {
+                    tot[i] += u(&p, &format!("/{k}"));
+                }
+            }
+            procs.push(p);
+        }
+        let started = t.info["started_unix_ms"].as_u64().unwrap_or(0);
+        out.push(json!({
+            "runner_pid": t.info["runner_pid"],
+            "pid": t.info["pid"],
+            "command": t.info["command"],
+            "limit_bytes": t.info["limit_bytes"],
+            "tiers": t.info["tiers"],
+            "elapsed_s": (now_ms().saturating_sub(started) as f64 / 100.0).round() / 10.0,
+            "running_processes": n_running,
+            "total": {
+                "rss_bytes": tot[0],
+                "charged_bytes": tot[1],
+                "resident_bytes": tot[2],
+                "swap_cache_bytes": tot[3],
+                "pool_bytes": tot[4],
+                "pool_stored_bytes": tot[5],
+                "pool_used_bytes": tot[6],
+                "file_bytes": tot[7],
+                "faults_per_s": rate_tot[0].round(),
+                "swapin_bytes_per_s": rate_tot[1].round(),
+                "swapout_bytes_per_s": rate_tot[2].round(),
+            },
+            "processes": procs,
+        }));
+    }
+    json!({ "trees": out })
+}
+
+fn p_running(o: &serde_json::Map<String, Value>) -> bool {
+    o.get("running").and_then(Value::as_bool) == Some(true)
+}
+
+/// A command line on one line: control characters (a `python3 -c` script's newlines) as
+/// spaces, at most `max` characters.
+fn one_line(argv: &Value, max: usize) -> String {
+    let words: Vec<&str> = argv.as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let mut line: String = words.join(" ").chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    if line.chars().count() > max {
+        line = line.chars().take(max).collect();
+        line.push('…');
+    }
+    line
+}
+
+/// The view as text: one block per tree, a line of totals and a table of its running
+/// processes (`all`: ended ones too; else they are counted).
+pub fn render(doc: &Value, all: bool) -> String {
+    use std::fmt::Write;
+    let h = |v: &Value| uswap::size::format(v.as_u64().unwrap_or(0));
+    let rate = |v: &Value| match v.as_f64() {
+        Some(x) => format!("{}/s", uswap::size::format(x as u64)),
+        None => "-".into(),
+    };
+    let mut s = String::new();
+    let trees = doc["trees"].as_array().cloned().unwrap_or_default();
+    if trees.is_empty() {
+        s.push_str("no uswap run is running (for this user)\n");
+        return s;
+    }
+    for t in trees {
+        let tot = &t["total"];
+        let _ = writeln!(
+            s,
+            "uswap run (pid {}, {} s): {}\n  limit {} per process, tiers {}; {} running: RSS {}, resident {}, swap cache {}, pool {} \
+             (holding {}), file {}; faults {:.0}/s, swap-in {}, swap-out {}",
+            t["runner_pid"],
+            t["elapsed_s"],
+            one_line(&t["command"], 100),
+            h(&t["limit_bytes"]),
+            t["tiers"].as_str().unwrap_or(""),
+            t["running_processes"],
+            h(&tot["rss_bytes"]),
+            h(&tot["resident_bytes"]),
+            h(&tot["swap_cache_bytes"]),
+            h(&tot["pool_bytes"]),
+            h(&tot["pool_stored_bytes"]),
+            h(&tot["file_bytes"]),
+            tot["faults_per_s"].as_f64().unwrap_or(0.0),
+            rate(&tot["swapin_bytes_per_s"]),
+            rate(&tot["swapout_bytes_per_s"]),
+        );
+        let _ = writeln!(
+            s,
+            "  {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6} {:>10} {:>9} {:>11} {:>11}  COMMAND",
+            "PID", "RSS", "RESIDENT", "CACHE", "POOL", "STORED", "RATIO", "FILE", "FAULTS/S", "IN/S", "OUT/S"
+        );
+        let procs = t["processes"].as_array().cloned().unwrap_or_default();
+        let ended = procs.iter().filter(|p| p["running"].as_bool() != Some(true)).count();
+        for p in procs.iter().filter(|p| all || p["running"].as_bool() == Some(true)) {
+            let state = if p["running"].as_bool() == Some(true) {
+                ""
+            } else if p["final"].as_bool() == Some(true) {
+                " (exited)"
+            } else {
+                " (ended without exit: last snapshot)"
+            };
+            let line = one_line(&p["argv"], 60);
+            let _ = writeln!(
+                s,
+                "  {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6} {:>10} {:>9} {:>11} {:>11}  {line}{state}",
+                p["pid"],
+                h(&p["rss_bytes"]),
+                h(&p["resident_bytes"]),
+                h(&p["swap_cache_bytes"]),
+                h(&p["pool_bytes"]),
+                h(&p["pool_stored_bytes"]),
+                p["compression_ratio"].as_f64().map_or("-".into(), |r| format!("{r:.2}")),
+                h(&p["file_bytes"]),
+                p["faults_per_s"].as_f64().map_or("-".into(), |r| format!("{r:.0}")),
+                rate(&p["swapin_bytes_per_s"]),
+                rate(&p["swapout_bytes_per_s"]),
+            );
+        }
+        if ended > 0 && !all {
+            let _ = writeln!(s, "  and {ended} process(es) of the tree that ended (--all shows them)");
+        }
+    }
+    s
+}
+
+/// The view in the Prometheus text exposition format (for node_exporter's textfile collector):
+/// per process of each tree (ended ones with their last figures), labelled `runner` (the
+/// `uswap run` pid), `pid` and `comm`.
+pub fn prometheus(doc: &Value) -> String {
+    use prometheus_client::encoding::text::encode;
+    use prometheus_client::metrics::counter::Counter;
+    use prometheus_client::metrics::family::Family;
+    use prometheus_client::metrics::gauge::Gauge;
+    use prometheus_client::registry::Registry;
+    type Labels = Vec<(String, String)>;
+    let mut reg = Registry::with_prefix("uswap");
+    let gauge = |reg: &mut Registry, name: &str, help: &str| {
+        let f = Family::<Labels, Gauge>::default();
+        reg.register(name, help, f.clone());
+        f
+    };
+    let counter = |reg: &mut Registry, name: &str, help: &str| {
+        let f = Family::<Labels, Counter>::default();
+        reg.register(name, help, f.clone());
+        f
+    };
+    let limit = gauge(&mut reg, "limit_bytes", "The --limit of the tree (per process)");
+    let running = gauge(&mut reg, "running_processes", "Processes of the tree that are running");
+    let gauges = [
+        ("rss_bytes", "Resident set size of the process", "rss_bytes"),
+        ("charged_bytes", "Memory charged to the limit: resident + swap cache + pool", "charged_bytes"),
+        ("resident_bytes", "Managed pages mapped in the process", "resident_bytes"),
+        ("swap_cache_bytes", "Uncompressed swap cache (the inactive list)", "swap_cache_bytes"),
+        ("pool_bytes", "Compressed pool memory", "pool_bytes"),
+        ("pool_stored_bytes", "Bytes of pages held by the compressed pool", "pool_stored_bytes"),
+        ("file_bytes", "Bytes used in the swap file tier", "file_bytes"),
+    ]
+    .map(|(n, help, k)| (gauge(&mut reg, n, help), k));
+    let counters = [
+        ("faults", "Page faults the pager resolved", "faults"),
+        ("swapin_pages", "Pages swapped in (pswpin)", "swapin_pages"),
+        ("swapout_pages", "Pages swapped out (pswpout)", "swapout_pages"),
+    ]
+    .map(|(n, help, k)| (counter(&mut reg, n, help), k));
+    for t in doc["trees"].as_array().into_iter().flatten() {
+        let runner = t["runner_pid"].to_string();
+        let tl: Labels = vec![("runner".into(), runner.clone())];
+        limit.get_or_create(&tl).set(t["limit_bytes"].as_i64().unwrap_or(0));
+        running.get_or_create(&tl).set(t["running_processes"].as_i64().unwrap_or(0));
+        // Every process, ended ones too (with their last figures): counters must not go
+        // back, and the file is rewritten once more after the program ended.
+        for p in t["processes"].as_array().into_iter().flatten() {
+            let comm = p["argv"][0].as_str().map(|a| a.rsplit('/').next().unwrap_or(a).to_string()).unwrap_or_default();
+            let l: Labels =
+                vec![("runner".into(), runner.clone()), ("pid".into(), p["pid"].to_string()), ("comm".into(), comm)];
+            for (f, k) in &gauges {
+                f.get_or_create(&l).set(p[*k].as_i64().unwrap_or(0));
+            }
+            for (f, k) in &counters {
+                f.get_or_create(&l).inc_by(p[*k].as_u64().unwrap_or(0));
+            }
+        }
+    }
+    let mut s = String::new();
+    // Writing into a String cannot fail.
+    let _ = encode(&mut s, &reg);
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn final_files_win_over_snapshots_and_bad_files_are_skipped() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("10.json"), r#"{"pid":10,"final":false,"written_unix_ms":1}"#).unwrap();
+        std::fs::write(d.path().join("10.final.json"), r#"{"pid":10,"final":true,"written_unix_ms":2}"#).unwrap();
+        std::fs::write(d.path().join("11.json"), r#"{"pid":11,"final":false}"#).unwrap();
+        std::fs::write(d.path().join("12.json"), "{half a fi").unwrap();
+        std::fs::write(d.path().join("run.json"), "{}").unwrap();
+        let v = read_procs(d.path());
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert_eq!(v[0]["final"], true);
+        assert_eq!(v[1]["pid"], 11);
+    }
+
+    #[test]
+    fn start_ticks_name_this_process() {
+        let me = std::process::id() as i32;
+        assert!(start_ticks(me).is_some());
+        assert_eq!(start_ticks(me), start_ticks(me));
+        assert_eq!(start_ticks(i32::MAX), None);
+    }
+
+    #[test]
+    fn rates_come_from_two_snapshots() {
+        let a = json!({"written_unix_ms": 1000, "faults": 10, "swapin_pages": 0, "swapout_pages": 5});
+        let b = json!({"written_unix_ms": 3000, "faults": 210, "swapin_pages": 512, "swapout_pages": 5});
+        assert_eq!(rates(Some(&a), &b), Some((100.0, 512.0 * 4096.0 / 2.0, 0.0)));
+        assert_eq!(rates(Some(&b), &b), None, "the same snapshot twice gives no rate");
+        assert_eq!(rates(None, &b), None);
+    }
+
+    #[test]
+    fn prometheus_text_has_every_metric_per_running_process() {
+        let doc = json!({"trees": [{"runner_pid": 7, "limit_bytes": 1048576, "running_processes": 1, "processes": [
+            {"pid": 8, "argv": ["/usr/bin/python3", "x.py"], "running": true, "rss_bytes": 5, "charged_bytes": 4,
+             "resident_bytes": 3, "swap_cache_bytes": 0, "pool_bytes": 1, "pool_stored_bytes": 2, "file_bytes": 0,
+             "faults": 9, "swapin_pages": 1, "swapout_pages": 2},
+            {"pid": 9, "argv": ["sh"], "running": false, "rss_bytes": 99}
+        ]}]});
+        let s = prometheus(&doc);
+        assert!(s.contains("uswap_limit_bytes{runner=\"7\"} 1048576"), "{s}");
+        assert!(s.contains("uswap_rss_bytes{runner=\"7\",pid=\"8\",comm=\"python3\"} 5"), "{s}");
+        assert!(s.contains("uswap_faults_total{runner=\"7\",pid=\"8\",comm=\"python3\"} 9"), "{s}");
+        assert!(
+            s.contains("uswap_rss_bytes{runner=\"7\",pid=\"9\",comm=\"sh\"} 99"),
+            "ended processes keep their figures: {s}"
+        );
+        assert!(s.trim_end().ends_with("# EOF"), "{s}");
+    }
+}
