@@ -90,6 +90,18 @@ Environment:
   Set by uswap run for the program (inherited by everything it starts): LD_PRELOAD,
   USWAP_LIMIT, USWAP_FOLIO, USWAP_TIERS, USWAP_STATS_DIR.";
 
+/// `uswap bench redis --help`.
+pub const BENCH_REDIS: &str = "\
+Examples:
+  uswap bench redis                            128 MiB limit, 3x that in 1 KiB values, against kernel zram (root)
+  uswap bench redis --limit 256M --runs 3 --json
+  uswap bench redis --compare none             uswap only (no root needed)
+
+JSON keys: get_rps_uswap, get_rps_kernel, nobgsave_get_ratio, bgsave_get_rps_uswap,
+bgsave_get_rps_kernel, bgsave_get_ratio, bgsave_seconds_uswap, bgsave_seconds_kernel,
+uswap_tree_peak_pss_bytes (the largest sum of the Pss of the server and its BGSAVE child),
+uswap_fixed_overhead_bytes, failures, and every run. Ratios are uswap / kernel.";
+
 /// `uswap status --help`.
 pub const STATUS: &str = "\
 Examples:

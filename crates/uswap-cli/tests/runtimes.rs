@@ -241,3 +241,31 @@ fn bench_timeout_prints_stacks_and_kills_the_tree() {
         .collect();
     assert!(left.is_empty(), "left running after the timeout: {left:?}");
 }
+
+/// `uswap bench redis` at a small size, uswap side only: Redis holding 1.5x the limit serves
+/// GETs with and without a BGSAVE under `uswap run`, and the dump reloads with every key.
+#[test]
+fn redis_gets_during_bgsave_and_the_dump_reloads() {
+    let per_run = timeout_or(120);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
+    cmd.args(["bench", "redis", "--json", "--compare", "none", "--limit", "16M", "--data-ratio", "1.5"])
+        .args(["--requests", "3000", "--timeout"])
+        .arg(per_run.as_secs().to_string())
+        .env("USWAP_PRELOAD", preload())
+        .env_remove("LD_PRELOAD");
+    let r = run_with(cmd, "uswap bench redis", per_run + Duration::from_secs(60));
+    if r.code == Some(1) && r.stderr.contains("is not installed") {
+        assert!(!require_runtimes(), "redis is missing and USWAP_REQUIRE_RUNTIMES is set: {}", r.stderr);
+        eprintln!("SKIPPED: {}", r.stderr.trim());
+        return;
+    }
+    let v: Value = serde_json::from_slice(&r.stdout)
+        .unwrap_or_else(|_| panic!("no JSON from uswap bench redis (exit {:?}); stderr:\n{}", r.code, r.stderr));
+    assert_eq!(r.code, Some(0), "{v:#}\nstderr:\n{}", r.stderr);
+    assert_eq!(v["failures"], 0, "{v:#}");
+    let run = &v["uswap_runs"][0];
+    // "ok": DBSIZE, the sampled values and the reloaded dump all right ("wrong" otherwise).
+    assert_eq!(run["outcome"], "ok", "{v:#}");
+    assert!(v["get_rps_uswap"].as_f64().is_some_and(|x| x > 0.0), "{v:#}");
+    assert!(v["bgsave_seconds_uswap"].as_f64().is_some_and(|x| x > 0.0), "{v:#}");
+}

@@ -62,6 +62,10 @@ pub enum Which {
     /// Real programs (Python, Node.js, Java, SQLite, sort, Redis, gcc, xz, Perl, a pipeline):
     /// native, kernel zram + memory cgroup, and `uswap run`, with timeouts and output checks.
     Programs(Box<programs::Args>),
+    /// Redis holding several times the limit: GETs per second with and without a BGSAVE
+    /// running, and the BGSAVE's time, uswap run against kernel zram in a memory cgroup.
+    #[command(after_help = crate::help::BENCH_REDIS)]
+    Redis(Box<programs::bgsave::Args>),
 }
 
 /// Run one benchmark.
@@ -74,5 +78,6 @@ pub fn run(w: Which) -> CliResult {
         Which::Drain(a) => drain::run(&a),
         Which::Usemem(a) => usemem::run(&a),
         Which::Programs(a) => programs::run(&a),
+        Which::Redis(a) => programs::bgsave::run(&a),
     }
 }

@@ -10,6 +10,7 @@
 //!
 //! Locking: none; the main thread runs everything in turn (each child has a waiter thread).
 
+pub mod bgsave;
 mod redis;
 mod runner;
 mod suite;
@@ -260,7 +261,9 @@ fn setup_kernel(want: bool) -> KernelSide {
 struct SideCtx<'a> {
     side: Side,
     limit: u64,
-    a: &'a Args,
+    /// `uswap run --tiers` and `--folio`.
+    tiers: &'a str,
+    folio: &'a str,
     exe: &'a Path,
     stats: PathBuf,
     procs: Option<PathBuf>,
@@ -277,7 +280,7 @@ impl SideCtx<'_> {
             }
             Side::Uswap => {
                 let mut c = Command::new(self.exe);
-                c.args(["run", "--limit", &self.limit.to_string(), "--tiers", &self.a.tiers, "--folio", &self.a.folio])
+                c.args(["run", "--limit", &self.limit.to_string(), "--tiers", self.tiers, "--folio", self.folio])
                     .arg("--stats")
                     .arg(&self.stats)
                     .arg("--")
@@ -353,11 +356,15 @@ fn tail(p: &Path) -> String {
     lines[lines.len().saturating_sub(STDERR_TAIL)..].join(" | ")
 }
 
-/// `uswap run` keeps its processes' statistics in `$TMPDIR/uswap-run-PID-N` and removes it
-/// when the program ends; a `uswap run` we killed (timeout) leaves it behind: remove it.
+/// `uswap run` keeps its processes' statistics in its tree directory (`live.rs`: the run
+/// directory's `PID`, or `$TMPDIR/uswap-run-PID-N`) and removes it when the program ends; a
+/// `uswap run` we killed (timeout) leaves it behind: remove it.
 fn remove_run_statsdir(pid: i32) {
     if pid <= 0 {
         return;
+    }
+    if let Ok(d) = crate::live::run_dir() {
+        let _ = std::fs::remove_dir_all(d.join(pid.to_string()));
     }
     let prefix = format!("uswap-run-{pid}-");
     if let Ok(rd) = std::fs::read_dir(std::env::temp_dir()) {
@@ -771,7 +778,15 @@ pub fn run(a: &Args) -> CliResult {
                     }
                 };
                 let dir = pdir.join(format!("{}-{round}", side.key()));
-                let sc = SideCtx { side, limit, a, exe: &exe, stats: pdir.join("uswap-stats.json"), procs: None };
+                let sc = SideCtx {
+                    side,
+                    limit,
+                    tiers: &a.tiers,
+                    folio: &a.folio,
+                    exe: &exe,
+                    stats: pdir.join("uswap-stats.json"),
+                    procs: None,
+                };
                 let mut rec = match run_once(&body, &sc, &dir, &mut k, timeout, &pb) {
                     Ok(r) => r,
                     Err(e) => RunRec { side: side.key(), outcome: "error", error: Some(e), ..Default::default() },

@@ -443,6 +443,251 @@ fn scenario(
     Ok(())
 }
 
+/// What the BGSAVE throughput scenario measured on one side (`uswap bench redis`).
+#[derive(Debug, Clone, Default)]
+pub struct Throughput {
+    /// Seconds to load the keys (pipelined SETs).
+    pub load_s: f64,
+    /// GET requests per second with no BGSAVE running.
+    pub get_rps: f64,
+    /// GET requests per second while a BGSAVE runs (started just before).
+    pub bgsave_get_rps: f64,
+    /// Seconds from BGSAVE to `rdb_bgsave_in_progress:0`.
+    pub bgsave_s: f64,
+    /// The largest sum of the proportional set sizes (Pss: a page shared copy-on-write by the
+    /// server and its BGSAVE child counts half in each) of the tree's redis-server processes,
+    /// sampled every 50 ms: the memory the tree holds.
+    pub tree_peak_pss: u64,
+    /// DBSIZE, the sampled values and the reloaded dump all right.
+    pub correct: bool,
+    /// What was checked, or what was wrong.
+    pub detail: String,
+}
+
+/// Sums the Pss of a tree's `redis-server` processes every 50 ms, keeping the largest.
+struct RssSampler {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl RssSampler {
+    fn start(pgid: i32, root: i32) -> RssSampler {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut peak = 0u64;
+            while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                let sum: u64 = runner::tree(pgid, root)
+                    .into_iter()
+                    .filter(|p| {
+                        std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "redis-server")
+                    })
+                    .map(|p| {
+                        std::fs::read_to_string(format!("/proc/{p}/smaps_rollup"))
+                            .ok()
+                            .and_then(|st| {
+                                st.lines()
+                                    .find(|l| l.starts_with("Pss:"))
+                                    .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                            })
+                            .unwrap_or(0)
+                            * 1024
+                    })
+                    .sum();
+                peak = peak.max(sum);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            peak
+        });
+        RssSampler { stop, thread }
+    }
+
+    fn finish(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap_or(0)
+    }
+}
+
+/// `redis-benchmark -q`'s figure: the last "GET: N requests per second".
+fn parse_rps(out: &str) -> Option<f64> {
+    let at = out.rfind("GET: ")?;
+    out[at + 5..].split_whitespace().next()?.parse().ok()
+}
+
+/// Run `redis-benchmark -t get` against `port` (`requests` GETs of random loaded keys, 8
+/// connections) in group `pgid`; its requests per second.
+fn get_load(p: &Plan, port: u16, pgid: i32, requests: u64, dir: &Path, deadline: Instant) -> Result<f64, Stop> {
+    let log = dir.join("benchmark.log");
+    let mut bench = Command::new(&p.benchmark);
+    bench.args(["-h", "127.0.0.1", "-p", &port.to_string(), "-t", "get", "-c", "8", "-q"]).args([
+        "-n",
+        &requests.to_string(),
+        "-r",
+        &p.keys.to_string(),
+    ]);
+    log_to(&mut bench, &log)?;
+    let mut b = runner::spawn(&mut bench, Some(pgid)).map_err(Stop::Error)?;
+    let bw = b.wait(deadline, &mut |_| {});
+    let out = std::fs::read_to_string(&log).unwrap_or_default();
+    if bw.stacks.is_some() {
+        return Err(Stop::Timeout("redis-benchmark -t get did not finish".into()));
+    }
+    if !bw.success() {
+        return Err(Stop::Error(format!("redis-benchmark: {}: {}", bw.describe(), out.trim())));
+    }
+    parse_rps(&out).ok_or_else(|| Stop::Error(format!("redis-benchmark printed no GET rate: {}", out.trim())))
+}
+
+/// The BGSAVE throughput scenario: load the keys, measure GETs per second without and then
+/// during a BGSAVE (and how long the BGSAVE takes), check DBSIZE and sampled values, shut the
+/// server down and reload its dump natively. `wrap` makes the server's command for the side.
+/// Returns the figures, and the server's wait result (stacks on a timeout).
+pub fn throughput(
+    p: &Plan,
+    dir: &Path,
+    wrap: &dyn Fn(&[OsString]) -> Result<Command, String>,
+    requests: u64,
+    deadline: Instant,
+) -> (Result<Throughput, String>, Option<Waited>) {
+    let mut server: Option<Proc> = None;
+    let mut sampler: Option<RssSampler> = None;
+    let res = throughput_steps(p, dir, wrap, requests, deadline, &mut server, &mut sampler);
+    let peak = sampler.map_or(0, RssSampler::finish);
+    let _ = std::fs::remove_file(dir.join("dump.rdb"));
+    let waited = server.map(|mut srv| match &res {
+        Ok(_) => srv.wait(deadline, &mut |_| {}),
+        Err(Stop::Timeout(_)) => srv.wait(Instant::now(), &mut |_| {}),
+        Err(Stop::Error(_)) => {
+            srv.kill();
+            srv.wait(Instant::now(), &mut |_| {})
+        }
+    });
+    let res = match res {
+        Ok(mut t) => {
+            t.tree_peak_pss = peak;
+            Ok(t)
+        }
+        Err(Stop::Timeout(e)) => Err(format!("timeout: {e}")),
+        Err(Stop::Error(e)) => Err(e),
+    };
+    (res, waited)
+}
+
+fn throughput_steps(
+    p: &Plan,
+    dir: &Path,
+    wrap: &dyn Fn(&[OsString]) -> Result<Command, String>,
+    requests: u64,
+    deadline: Instant,
+    server: &mut Option<Proc>,
+    sampler: &mut Option<RssSampler>,
+) -> Result<Throughput, Stop> {
+    let port = free_port()?;
+    let mut cmd = wrap(&server_argv(p, port, dir)).map_err(Stop::Error)?;
+    let log = dir.join("server.log");
+    log_to(&mut cmd, &log)?;
+    let srv = server.insert(runner::spawn(&mut cmd, None).map_err(Stop::Error)?);
+    let (pgid, root) = (srv.pgid, srv.pid);
+    *sampler = Some(RssSampler::start(pgid, root));
+    let mut c = ready(srv, port, deadline, &log)?;
+    let mut t = Throughput::default();
+    let t0 = Instant::now();
+    let mut i = 0;
+    while i < p.keys {
+        let n = BATCH.min(p.keys - i);
+        let cmds: Vec<Vec<Vec<u8>>> =
+            (i..i + n).map(|k| vec![b"SET".to_vec(), key(k).into_bytes(), value(k, p.value_len)]).collect();
+        for r in c.pipeline(&cmds).map_err(|e| io_stop("SET", e))? {
+            if !matches!(r, Reply::Status(ref s) if s == "OK") {
+                return Err(Stop::Error(format!("SET answered {r:?}")));
+            }
+        }
+        i += n;
+    }
+    t.load_s = t0.elapsed().as_secs_f64();
+    t.get_rps = get_load(p, port, pgid, requests, dir, deadline)?;
+    // BGSAVE, and the same GET load at once; the BGSAVE's time is measured by polling INFO
+    // from this connection meanwhile (the benchmark runs in its own process).
+    let b0 = Instant::now();
+    match c.cmd(&[b"BGSAVE"]).map_err(|e| io_stop("BGSAVE", e))? {
+        Reply::Status(_) => {}
+        r => return Err(Stop::Error(format!("BGSAVE answered {r:?}"))),
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (pp, dd) = (p.clone(), dir.to_path_buf());
+    std::thread::spawn(move || {
+        let _ = tx.send(get_load(&pp, port, pgid, requests, &dd, deadline).map_err(|e| match e {
+            Stop::Timeout(m) | Stop::Error(m) => m,
+        }));
+    });
+    let mut bgsave_s = None;
+    let rps = loop {
+        if bgsave_s.is_none() {
+            let info = match c.cmd(&[b"INFO", b"persistence"]).map_err(|e| io_stop("INFO", e))? {
+                Reply::Bulk(Some(b)) => String::from_utf8_lossy(&b).into_owned(),
+                r => return Err(Stop::Error(format!("INFO answered {r:?}"))),
+            };
+            if info.lines().any(|l| l.trim() == "rdb_bgsave_in_progress:0") {
+                if !info.lines().any(|l| l.trim() == "rdb_last_bgsave_status:ok") {
+                    return Err(Stop::Error(format!("BGSAVE failed: {}", info.replace("\r\n", " "))));
+                }
+                bgsave_s = Some(b0.elapsed().as_secs_f64());
+            }
+        }
+        match rx.try_recv() {
+            Ok(r) => break r.map_err(Stop::Error)?,
+            Err(std::sync::mpsc::TryRecvError::Empty) => {}
+            Err(e) => return Err(Stop::Error(format!("the GET load thread: {e}"))),
+        }
+        if Instant::now() > deadline {
+            return Err(Stop::Timeout("GETs during BGSAVE did not finish".into()));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    t.bgsave_get_rps = rps;
+    // The BGSAVE may outlast the GETs.
+    while bgsave_s.is_none() {
+        let info = match c.cmd(&[b"INFO", b"persistence"]).map_err(|e| io_stop("INFO", e))? {
+            Reply::Bulk(Some(b)) => String::from_utf8_lossy(&b).into_owned(),
+            r => return Err(Stop::Error(format!("INFO answered {r:?}"))),
+        };
+        if info.lines().any(|l| l.trim() == "rdb_bgsave_in_progress:0") {
+            if !info.lines().any(|l| l.trim() == "rdb_last_bgsave_status:ok") {
+                return Err(Stop::Error(format!("BGSAVE failed: {}", info.replace("\r\n", " "))));
+            }
+            bgsave_s = Some(b0.elapsed().as_secs_f64());
+        }
+        if Instant::now() > deadline {
+            return Err(Stop::Timeout("BGSAVE did not finish".into()));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    t.bgsave_s = bgsave_s.unwrap_or(0.0);
+    let n = dbsize(&mut c)?;
+    let (cnt, bad, _) = sample(&mut c, p)?;
+    shutdown(&mut c);
+    drop(c);
+    // Reload the dump natively.
+    let port2 = free_port()?;
+    let mut cmd2 = Command::new(&p.server);
+    cmd2.args(&server_argv(p, port2, dir)[1..]);
+    let log2 = dir.join("server2.log");
+    log_to(&mut cmd2, &log2)?;
+    let mut srv2 = runner::spawn(&mut cmd2, None).map_err(Stop::Error)?;
+    let mut c2 = ready(&mut srv2, port2, deadline, &log2)?;
+    let n2 = dbsize(&mut c2)?;
+    let (cnt2, bad2, _) = sample(&mut c2, p)?;
+    shutdown(&mut c2);
+    drop(c2);
+    let _ = srv2.wait(deadline, &mut |_| {});
+    t.correct = n == p.keys as i64 && n2 == n && bad == 0 && bad2 == 0;
+    t.detail = format!(
+        "dbsize {n} of {}, {bad} of {cnt} sampled values wrong; reloaded dump: dbsize {n2}, {bad2} of {cnt2} wrong",
+        p.keys
+    );
+    Ok(t)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -453,6 +698,13 @@ mod tests {
         assert_ne!(value(7, 1000), value(8, 1000));
         assert_eq!(value(123_456, 1000).len(), 1000);
         assert_eq!(key(42), "key:000000000042");
+    }
+
+    #[test]
+    fn redis_benchmark_rates_are_parsed() {
+        let out = "GET: rps=0.0 (overall: nan) avg_msec=nan (overall: nan)\r\rGET: 81234.56 requests per second, p50=0.087 msec\n";
+        assert_eq!(parse_rps(out), Some(81234.56));
+        assert_eq!(parse_rps("SET: 5 requests per second"), None);
     }
 
     #[test]
