@@ -37,7 +37,10 @@ plus the uncompressed swap cache, plus the compressed pool, each counted as the 
 On top comes a fixed overhead, which the summary prints: the RSS when the pager started (the
 program's binary and libraries, the preload library, the pager's tables), what uswap's own heap
 grew by (the engine's tables), and file-backed pages loaded since (libraries opened later,
-program text, mapped files: not anonymous memory; the kernel reclaims them by itself). Every process started under uswap (pipelines, exec, fork) has its own limit.
+program text, mapped files: not anonymous memory; the kernel reclaims them by itself). The
+limit covers the whole process tree (pipelines, exec, fork, shells), as a memory cgroup's
+memory.max: each process's pager takes a share, its charge plus what the tree leaves free, or
+over the limit its charge in proportion (pages shared copy-on-write counted in proportion).
 
 Tiers (--tiers, comma-separated, in order of preference; default zero,lz4,file:/var/tmp):
   zero                 store nothing for all-zero pages
@@ -88,7 +91,8 @@ Environment:
   USWAP_STATS_INTERVAL_MS  how often each process rewrites its statistics in USWAP_STATS_DIR
                      (the live view of `uswap status`; uswap run sets 500 unless it is set)
   Set by uswap run for the program (inherited by everything it starts): LD_PRELOAD,
-  USWAP_LIMIT, USWAP_FOLIO, USWAP_TIERS, USWAP_STATS_DIR.";
+  USWAP_LIMIT, USWAP_FOLIO, USWAP_TIERS, USWAP_STATS_DIR, USWAP_TREE_BUDGET (the file
+  through which the processes of the tree share the limit).";
 
 /// `uswap bench redis --help`.
 pub const BENCH_REDIS: &str = "\

@@ -347,7 +347,7 @@ pub fn render(doc: &Value, all: bool) -> String {
         let tot = &t["total"];
         let _ = writeln!(
             s,
-            "uswap run (pid {}, {} s): {}\n  limit {} per process, tiers {}; {} running: RSS {}, resident {}, swap cache {}, pool {} \
+            "uswap run (pid {}, {} s): {}\n  limit {} for the tree, tiers {}; {} running: RSS {}, resident {}, swap cache {}, pool {} \
              (holding {}), file {}; faults {:.0}/s, swap-in {}, swap-out {}",
             t["runner_pid"],
             t["elapsed_s"],

@@ -196,6 +196,7 @@ pub fn pager(p: &Value, tiers: &str) -> Value {
     }
     insert_opt(&mut memory, "pool_max_bytes", opt(&e, "/group/pool_max"));
     insert_opt(&mut memory, "limit_bytes", opt(p, "/limit_bytes"));
+    insert_opt(&mut memory, "limit_in_force_bytes", opt(p, "/limit_in_force_bytes"));
     memory.insert("pool_capped".into(), json!(p.get("pool_capped").and_then(Value::as_bool).unwrap_or(false)));
     let mut faults = Map::new();
     for (k, src) in [
@@ -297,6 +298,10 @@ pub fn process(v: &Value, tiers: &str) -> Value {
     // The thrashing check (preload/thrash.rs), passed through as written.
     if let Some(t) = v.get("thrash") {
         m.insert("thrash".into(), t.clone());
+    }
+    // The tree's shared limit as this process last saw it (uswap_pager::tree), as written.
+    if let Some(t) = v.get("tree").filter(|t| !t.is_null()) {
+        m.insert("tree".into(), t.clone());
     }
     // Anonymous memory the pager does not manage (thread stacks, shared memory, what it could
     // not adopt), as the reconciler measured it.

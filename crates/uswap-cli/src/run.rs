@@ -297,6 +297,11 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
         .env("USWAP_FOLIO", folio.to_string())
         .env("USWAP_TIERS", &tiers)
         .env("USWAP_STATS_DIR", &statsdir);
+    // One limit for the whole tree (uswap_pager::tree): every process under the pager takes
+    // its share from this file.
+    let budget = statsdir.join("budget");
+    uswap_pager::tree::create(&budget, limit).map_err(|e| RunError(format!("{}: {e}", budget.display()), 1))?;
+    cmd.env("USWAP_TREE_BUDGET", &budget);
     if std::env::var_os("USWAP_STATS_INTERVAL_MS").is_none() {
         cmd.env("USWAP_STATS_INTERVAL_MS", live::SNAPSHOT_MS.to_string());
     }
@@ -483,7 +488,7 @@ fn summary(prog: &Path, limit: u64, peak: u64, doc: &serde_json::Value) {
         let out: u64 = others.iter().map(|o| u(o, "/swap/pswpout")).sum();
         let hwm = others.iter().map(|o| u(o, "/peak_rss_bytes")).max().unwrap_or(0);
         eprintln!(
-            "uswap: {} more process(es) ran under uswap, each with its own {} limit: swapped out {}, largest peak RSS {}",
+            "uswap: {} more process(es) ran under uswap, sharing the {} limit: swapped out {}, largest peak RSS {}",
             others.len(),
             human(limit),
             human(out * 4096),

@@ -155,7 +155,7 @@ fn maybe_reclaim(p: &Pager, need: u64) {
     let charged = p.charged_bytes();
     match p.cfg.reclaim {
         ReclaimMode::Direct => {
-            if charged + need > p.cfg.limit_bytes {
+            if charged + need > p.limit() {
                 reclaim::direct_reclaim(p, need);
             }
         }
@@ -163,7 +163,7 @@ fn maybe_reclaim(p: &Pager, need: u64) {
             if charged + need > reclaim::wake_mark(p) {
                 crate::sys::futex_wake(&p.reclaim_wake);
             }
-            if charged + need > p.cfg.limit_bytes {
+            if charged + need > p.limit() {
                 reclaim::direct_reclaim(p, need);
             }
         }
@@ -220,10 +220,7 @@ pub(crate) fn try_fault(p: &Pager, addr: usize, write: bool, wp: bool, force: bo
         }
         let k = w_kind(r.word(pg).load(Ordering::Acquire));
         let needs_memory = matches!(k, kind::NONE | kind::SWAPPED | kind::CACHED);
-        if needs_memory
-            && charged + need > p.cfg.limit_bytes + throttle_slack(p)
-            && !p.reclaim_stuck.load(Ordering::Relaxed)
-        {
+        if needs_memory && charged + need > p.limit() + throttle_slack(p) && !p.reclaim_stuck.load(Ordering::Relaxed) {
             inc(&p.counters.fault_throttled, 1);
             region::leave();
             return Try::Retry;
@@ -248,7 +245,7 @@ pub(crate) fn try_fault(p: &Pager, addr: usize, write: bool, wp: bool, force: bo
 
 /// How far over the limit the charge may go before faults wait for the reclaimer.
 fn throttle_slack(p: &Pager) -> u64 {
-    (p.cfg.limit_bytes / 64).max(4 * p.cfg.folio_size as u64)
+    (p.limit() / 64).max(4 * p.cfg.folio_size as u64)
 }
 
 /// Resolve page `pg` of `r` (the fault path proper). Returns false when it could not finish

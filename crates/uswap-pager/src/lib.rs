@@ -66,6 +66,7 @@ mod stats;
 mod store;
 mod sys;
 pub mod syscall;
+pub mod tree;
 pub mod uffd;
 mod vma;
 
@@ -249,6 +250,9 @@ pub struct Pager {
     /// The background reclaimer's last pass could not lower the charge (nothing evictable:
     /// faults stop waiting for it).
     pub(crate) reclaim_stuck: AtomicBool,
+    /// The limit in force ([`Pager::set_limit`]): `cfg.limit_bytes` unless lowered, as a
+    /// memory cgroup's `memory.max` can be written while it runs.
+    limit: std::sync::atomic::AtomicU64,
     threads: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
@@ -363,6 +367,7 @@ impl Pager {
             ev_quiet: AtomicBool::new(true),
             kswapd_quiet: AtomicBool::new(true),
             reclaim_stuck: AtomicBool::new(false),
+            limit: std::sync::atomic::AtomicU64::new(cfg.limit_bytes),
             read_gate: sys::YieldLock::new(),
             threads: std::sync::Mutex::new(Vec::new()),
             cfg,
@@ -537,6 +542,26 @@ impl Pager {
     pub fn charged_bytes(&self) -> u64 {
         let r = self.resident_pages.load(Ordering::Relaxed).max(0) as u64 * PAGE_SIZE as u64;
         r + self.cache.resident_bytes() + self.store.pool_bytes()
+    }
+
+    /// The limit in force: `limit_bytes` of the configuration, or what [`Pager::set_limit`]
+    /// set since.
+    #[inline]
+    pub fn limit(&self) -> u64 {
+        self.limit.load(Ordering::Relaxed)
+    }
+
+    /// Change the limit while the pager runs (as writing a memory cgroup's `memory.max`):
+    /// at most the configured `limit_bytes` (which sized the pager's rings and pool), at least
+    /// four folios. Lowered below the charge, the background reclaimer is woken and faults
+    /// that need memory wait for it, as at the limit. Returns the limit now in force.
+    pub fn set_limit(&self, bytes: u64) -> u64 {
+        let v = bytes.clamp(4 * self.cfg.folio_size as u64, self.cfg.limit_bytes);
+        self.limit.store(v, Ordering::Relaxed);
+        if self.charged_bytes() > reclaim::wake_mark(self) {
+            sys::futex_wake(&self.reclaim_wake);
+        }
+        v
     }
 
     /// A snapshot of the statistics.

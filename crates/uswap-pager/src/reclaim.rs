@@ -850,7 +850,7 @@ fn keep_or_forget_clean(p: &Pager, o: crate::arena::Obj, n: usize, words: &mut [
 
 /// Pages the inactive list holds at its target size (the workingset window).
 pub(crate) fn inactive_window(p: &Pager) -> u64 {
-    (p.cfg.limit_bytes * u64::from(p.cfg.inactive_percent) / 100 / PAGE_SIZE as u64).max(64)
+    (p.limit() * u64::from(p.cfg.inactive_percent) / 100 / PAGE_SIZE as u64).max(64)
 }
 
 /// Compress the oldest inactive (cached) folios into the store. Returns pages freed from the
@@ -923,10 +923,10 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
     inc(&p.counters.reclaim_batches, 1);
     // At most 1/64 of the limit per batch (kernel: SWAP_CLUSTER_MAX against the LRU size), so
     // a small limit is not emptied by one batch.
-    let limit_pages = (p.cfg.limit_bytes / PAGE_SIZE as u64) as usize;
+    let limit_pages = (p.limit() / PAGE_SIZE as u64) as usize;
     let batch = p.cfg.reclaim_batch.min(limit_pages / 64).clamp(16, MAX_BATCH_PAGES);
     let two = p.cfg.replacement == Replacement::TwoList;
-    let target = p.cfg.limit_bytes * u64::from(p.cfg.inactive_percent) / 100;
+    let target = p.limit() * u64::from(p.cfg.inactive_percent) / 100;
     let mut next = || {
         let e = p.active.pop()?;
         let (slot, gen, page, order) = decode(e);
@@ -935,7 +935,7 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
     };
     let mut progress = 0;
     // Free swap-cache space is charged but holds no folio: give it back before evicting.
-    let slack = p.cfg.limit_bytes / 64;
+    let slack = p.limit() / 64;
     if p.cache.free_resident_bytes() > slack {
         progress += (p.cache.trim(slack / 2) / PAGE_SIZE as u64) as usize;
     }
@@ -974,7 +974,7 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
 
 /// Reclaim until `need` more bytes fit under the limit (or nothing more can be reclaimed).
 pub(crate) fn direct_reclaim(p: &Pager, need: u64) {
-    let limit = p.cfg.limit_bytes;
+    let limit = p.limit();
     let mut stuck = 0;
     while p.charged_bytes() + need > limit {
         if reclaim_batch(p) {
@@ -993,8 +993,8 @@ pub(crate) fn direct_reclaim(p: &Pager, need: u64) {
 /// watermark, sleeping on a futex the fault path wakes.
 pub(crate) fn kswapd(p: &Pager) {
     crate::own::add_this_stack();
-    let limit = p.cfg.limit_bytes;
-    let low = limit - (limit / 16).max((p.cfg.reclaim_batch * PAGE_SIZE * 2) as u64).min(limit / 2);
+    // The low watermark follows the limit in force (Pager::set_limit).
+    let low = |limit: u64| limit - (limit / 16).max((p.cfg.reclaim_batch * PAGE_SIZE * 2) as u64).min(limit / 2);
     p.kswapd_quiet.store(false, Ordering::SeqCst);
     while !p.stop.load(Ordering::Acquire) {
         if p.pause.load(Ordering::SeqCst) {
@@ -1008,12 +1008,12 @@ pub(crate) fn kswapd(p: &Pager) {
         let v = p.reclaim_wake.load(Ordering::Acquire);
         region::enter();
         let mut n = 0;
-        while p.charged_bytes() > low && n < 64 && reclaim_batch(p) {
+        while p.charged_bytes() > low(p.limit()) && n < 64 && reclaim_batch(p) {
             n += 1;
         }
         region::leave();
         // Over the low mark and no progress: faults must not wait for us.
-        p.reclaim_stuck.store(n == 0 && p.charged_bytes() > low, Ordering::Relaxed);
+        p.reclaim_stuck.store(n == 0 && p.charged_bytes() > low(p.limit()), Ordering::Relaxed);
         if n == 0 {
             crate::sys::futex_wait(&p.reclaim_wake, v, 20);
         }
@@ -1023,7 +1023,7 @@ pub(crate) fn kswapd(p: &Pager) {
 
 /// The low watermark at which the fault path wakes the background reclaimer.
 pub(crate) fn wake_mark(p: &Pager) -> u64 {
-    let limit = p.cfg.limit_bytes;
+    let limit = p.limit();
     limit - (limit / 32).max((p.cfg.reclaim_batch * PAGE_SIZE) as u64).min(limit / 4)
 }
 

@@ -195,8 +195,11 @@ pub struct PagerStats {
     pub pool_bytes: u64,
     /// resident + cache + pool (what the limit caps).
     pub charged_bytes: u64,
-    /// The limit.
+    /// The limit (as configured).
     pub limit_bytes: u64,
+    /// The limit in force ([`crate::Pager::set_limit`]: lower while other processes of a tree
+    /// that shares the limit hold their part of it).
+    pub limit_in_force_bytes: u64,
     /// The store's RAM is capped (at half the limit) with the overflow going to a file tier,
     /// so the limit holds for any data; false when every tier is in RAM.
     pub pool_capped: bool,
@@ -282,6 +285,7 @@ pub(crate) fn snapshot(p: &Pager, regions_live: usize) -> PagerStats {
         pool_bytes: pool,
         charged_bytes: resident + cache + pool,
         limit_bytes: p.cfg.limit_bytes,
+        limit_in_force_bytes: p.limit(),
         pool_capped: p.pool_capped,
         fault_p50_ns: c.percentile(0.5),
         fault_p99_ns: c.percentile(0.99),

@@ -219,6 +219,8 @@ pub fn proc_status_bytes(key: &str) -> u64 {
 fn restart_scan_in_child(p: *const Pager) {
     if let Some(ours) = pager() {
         if std::ptr::eq(Arc::as_ptr(ours), p) {
+            // A slot of its own in the tree's budget, before its first update.
+            uswap_pager::tree::in_fork_child();
             scan::restart_in_child(ours.clone());
         }
     }
@@ -275,6 +277,11 @@ fn start() -> Result<(), String> {
     crate::gate::install_gate()?;
     let _ = PAGER.set(pager.clone());
     fork::on_child_rebuilt(restart_scan_in_child);
+    // One limit for the tree `uswap run` started (its budget file): from now on this process's
+    // limit in force is its share (the scan thread updates it).
+    if let Some(path) = env(c"USWAP_TREE_BUDGET").and_then(|p| std::ffi::CString::new(p).ok()) {
+        uswap_pager::tree::attach(&path);
+    }
     let (rss, shared) = scan::statm();
     RSS_AT_START.store(rss, Ordering::Relaxed);
     scan::FILE_AT_START.store(shared, Ordering::Relaxed);
@@ -287,6 +294,7 @@ fn start() -> Result<(), String> {
 
 extern "C" fn at_exit() {
     write_stats(true);
+    uswap_pager::tree::detach();
 }
 
 /// Write this process's statistics to `USWAP_STATS_DIR`: `<pid>.final.json` at exit
@@ -349,6 +357,7 @@ pub fn stats_json() -> Option<serde_json::Value> {
         "reservations": c.reservations.load(Ordering::Relaxed),
         "unmanaged": u,
         "thrash": thrash::stats(),
+        "tree": uswap_pager::tree::stats_json(),
         "forks": fork::FORKS.load(Ordering::Relaxed),
         "pager": p.stats(),
     }))

@@ -323,6 +323,7 @@ fn spawn(p: Arc<Pager>) -> std::io::Result<()> {
         // view of a running program).
         let every = super::env(c"USWAP_STATS_INTERVAL_MS").and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
         let mut last_stats = std::time::Instant::now();
+        let (mut last_tree, mut last_reap) = (std::time::Instant::now(), std::time::Instant::now());
         let (mut window, mut last_second) = (super::thrash::Window::default(), std::time::Instant::now());
         loop {
             std::thread::sleep(std::time::Duration::from_millis(ms));
@@ -330,6 +331,15 @@ fn spawn(p: Arc<Pager>) -> std::io::Result<()> {
             if last_second.elapsed() >= std::time::Duration::from_secs(1) {
                 last_second = std::time::Instant::now();
                 super::thrash::sample(&mut window, p.stats().fault_swapin, p.config().limit_bytes);
+            }
+            // The tree's shared limit (uswap_pager::tree): publish the charge, take the share.
+            if last_tree.elapsed().as_millis() as u64 >= uswap_pager::tree::UPDATE_MS {
+                crate::reentry::internal(|| uswap_pager::tree::update(&p));
+                last_tree = std::time::Instant::now();
+                if last_reap.elapsed() >= std::time::Duration::from_secs(1) {
+                    uswap_pager::tree::reap();
+                    last_reap = std::time::Instant::now();
+                }
             }
             if every > 0 && last_stats.elapsed().as_millis() as u64 >= every {
                 super::write_stats(false);
