@@ -567,3 +567,56 @@ fn death_by_signal_is_128_plus_n() {
     assert_eq!(r.code, Some(128 + libc::SIGKILL), "stderr: {}", r.stderr);
     assert!(r.stderr.contains("SIGKILL"), "stderr: {}", r.stderr);
 }
+
+/// Issue 12, item 3: processes of one tree killed at any instant (while their pager restarts
+/// after fork, mid-fault, mid-eviction) leave the rest of the tree with every byte right, and
+/// their share of the tree's limit comes back (the parent ends alone with the whole limit).
+#[test]
+fn killed_children_leave_the_tree_correct_and_their_share_returns() {
+    let dir = tempdir();
+    let prog = compile("kill_tree", dir.path());
+    let limit = 16 * MIB;
+    let bytes = 3 * limit;
+    let rounds = 10;
+    let st = dir.path().join("stats.json");
+    let r = uswap_run_stats(
+        &limit_arg(limit),
+        &st,
+        &[prog.as_os_str(), bytes.to_string().as_ref(), rounds.to_string().as_ref()],
+    );
+    if no_uffd(&r) {
+        return;
+    }
+    assert_eq!(r.code, Some(0), "kill_tree exit status; stdout:\n{}\nstderr:\n{}", r.out(), r.stderr);
+    let pages = bytes / PAGE_BYTES;
+    let view = |parent_wrote: bool, child: Option<u64>| {
+        pages_hash((0..pages).map(|p| {
+            let seed = match child {
+                Some(c) if p % 3 == c % 3 => 10 + c,
+                _ if parent_wrote && p % 4 == 1 => 2,
+                _ => 1,
+            };
+            page_hash(seed, p)
+        }))
+    };
+    let out = r.out();
+    for round in 0..rounds {
+        let parent = format!("parent after round {round}: mismatches 0 hash {:016x}", view(round >= 1, None));
+        assert!(out.lines().any(|l| l == parent), "missing {parent:?} in:\n{out}\nstderr:\n{}", r.stderr);
+        let child = format!("child {round}: mismatches 0 hash {:016x}", view(round >= 2, Some(round)));
+        let printed: Vec<&str> = out.lines().filter(|l| l.starts_with(&format!("child {round}:"))).collect();
+        // A killed child may have finished before the kill; one left alone must have.
+        assert!(printed.iter().all(|l| *l == child), "child {round}: {printed:?}, expected {child:?}");
+        if round % 5 == 4 {
+            assert_eq!(printed.len(), 1, "child {round} was not killed and must report: {out}");
+        }
+    }
+    let s = stats(&st);
+    assert_eq!(s["main"]["tree"]["processes"], 1, "the killed children's slots were freed: {s:#}");
+    assert_eq!(
+        num(&s, "/main/memory/limit_in_force_bytes"),
+        limit,
+        "alone again, the parent has the whole limit: {s:#}"
+    );
+    assert!(num(&s, "/main/swap/pswpout") > 0, "{s:#}");
+}
