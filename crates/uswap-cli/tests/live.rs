@@ -19,6 +19,26 @@ fn python() -> std::path::PathBuf {
     }
 }
 
+/// `uswap run --limit LIMIT --stats STATS EXTRA… -- python3 -c SCRIPT` with its own run
+/// directory, in a process group of its own, stdout and stderr piped.
+fn python_under_uswap(runtime: &Path, limit: &str, stats: &Path, extra: &[&std::ffi::OsStr], script: &str) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
+    cmd.args(["run", "--limit", limit, "--stats"])
+        .arg(stats)
+        .args(extra)
+        .arg("--")
+        .arg(python())
+        .args(["-c", script])
+        .env("USWAP_PRELOAD", preload())
+        .env("XDG_RUNTIME_DIR", runtime)
+        .env_remove("LD_PRELOAD")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    cmd
+}
+
 fn status(runtime: &Path) -> serde_json::Value {
     let o = Command::new(env!("CARGO_BIN_EXE_uswap"))
         .args(["status", "--json", "--interval", "0"])
@@ -37,21 +57,9 @@ fn status_and_metrics_see_a_running_tree_and_sigkill_leaves_its_figures() {
     // 48 MiB of data under a 16 MiB limit, then a long sleep: it is paged and then idle.
     let script =
         "import time\nx = [bytes([i % 251]) * 4096 for i in range(12288)]\nprint('ready', flush=True)\ntime.sleep(120)";
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
-    cmd.args(["run", "--limit", "16M", "--stats"])
-        .arg(&st)
-        .arg("--metrics-file")
-        .arg(&prom)
-        .arg("--")
-        .arg(python())
-        .args(["-c", script])
-        .env("USWAP_PRELOAD", preload())
-        .env("XDG_RUNTIME_DIR", runtime.path())
-        .env_remove("LD_PRELOAD")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .process_group(0);
+    let mut cmd =
+        python_under_uswap(runtime.path(), "16M", &st, &["--metrics-file".as_ref(), prom.as_os_str()], script);
+    cmd.stdout(Stdio::null());
     let mut child = cmd.spawn().expect("uswap run");
     let group = child.id() as i32;
     let deadline = Instant::now() + timeout_or(90);
@@ -205,20 +213,7 @@ fn a_forked_tree_shares_one_limit() {
     };
     let (child_sum, parent_sum) = (expect(1), expect(2));
     let limit = 48u64 << 20;
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
-    cmd.args(["run", "--limit", "48M", "--stats"])
-        .arg(&st)
-        .arg("--")
-        .arg(python())
-        .args(["-c", script])
-        .env("USWAP_PRELOAD", preload())
-        .env("XDG_RUNTIME_DIR", runtime.path())
-        .env_remove("LD_PRELOAD")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let child = cmd.spawn().expect("uswap run");
+    let child = python_under_uswap(runtime.path(), "48M", &st, &[], script).spawn().expect("uswap run");
     let runner = child.id() as i32;
     let deadline = Instant::now() + timeout_or(120);
     let mut peak = 0u64;

@@ -278,6 +278,55 @@ fn sample(c: &mut Conn, p: &Plan) -> Result<(u64, u64, u64), Stop> {
     Ok((idx.len() as u64, bad, h))
 }
 
+/// Load the keys with pipelined SETs.
+fn load(c: &mut Conn, p: &Plan) -> Result<(), Stop> {
+    let mut i = 0;
+    while i < p.keys {
+        let n = BATCH.min(p.keys - i);
+        let cmds: Vec<Vec<Vec<u8>>> =
+            (i..i + n).map(|k| vec![b"SET".to_vec(), key(k).into_bytes(), value(k, p.value_len)]).collect();
+        for r in c.pipeline(&cmds).map_err(|e| io_stop("SET", e))? {
+            if !matches!(r, Reply::Status(ref s) if s == "OK") {
+                return Err(Stop::Error(format!("SET answered {r:?}")));
+            }
+        }
+        i += n;
+    }
+    Ok(())
+}
+
+/// Has the BGSAVE ended (an error if it failed)?
+fn bgsave_done(c: &mut Conn) -> Result<bool, Stop> {
+    let info = match c.cmd(&[b"INFO", b"persistence"]).map_err(|e| io_stop("INFO", e))? {
+        Reply::Bulk(Some(b)) => String::from_utf8_lossy(&b).into_owned(),
+        r => return Err(Stop::Error(format!("INFO answered {r:?}"))),
+    };
+    if !info.lines().any(|l| l.trim() == "rdb_bgsave_in_progress:0") {
+        return Ok(false);
+    }
+    if !info.lines().any(|l| l.trim() == "rdb_last_bgsave_status:ok") {
+        return Err(Stop::Error(format!("BGSAVE failed: {}", info.replace("\r\n", " "))));
+    }
+    Ok(true)
+}
+
+/// Start a second server, natively, on the dump in `dir`: its DBSIZE and [`sample`].
+fn reload(p: &Plan, dir: &Path, deadline: Instant) -> Result<(i64, u64, u64, u64), Stop> {
+    let port = free_port()?;
+    let mut cmd = Command::new(&p.server);
+    cmd.args(&server_argv(p, port, dir)[1..]);
+    let log = dir.join("server2.log");
+    log_to(&mut cmd, &log)?;
+    let mut srv = runner::spawn(&mut cmd, None).map_err(Stop::Error)?;
+    let mut c = ready(&mut srv, port, deadline, &log)?;
+    let n = dbsize(&mut c)?;
+    let (cnt, bad, h) = sample(&mut c, p)?;
+    shutdown(&mut c);
+    drop(c);
+    let _ = srv.wait(deadline, &mut |_| {});
+    Ok((n, cnt, bad, h))
+}
+
 fn shutdown(c: &mut Conn) {
     // The server closes the connection instead of answering.
     let _ = c.cmd(&[b"SHUTDOWN", b"NOSAVE"]);
@@ -355,19 +404,7 @@ fn scenario(
     let pgid = srv.pgid;
     let mut c = ready(srv, port, deadline, &log)?;
 
-    // Load.
-    let mut i = 0;
-    while i < p.keys {
-        let n = BATCH.min(p.keys - i);
-        let cmds: Vec<Vec<Vec<u8>>> =
-            (i..i + n).map(|k| vec![b"SET".to_vec(), key(k).into_bytes(), value(k, p.value_len)]).collect();
-        for r in c.pipeline(&cmds).map_err(|e| io_stop("SET", e))? {
-            if !matches!(r, Reply::Status(ref s) if s == "OK") {
-                return Err(Stop::Error(format!("SET answered {r:?}")));
-            }
-        }
-        i += n;
-    }
+    load(&mut c, p)?;
 
     // BGSAVE under a GET load.
     match c.cmd(&[b"BGSAVE"]).map_err(|e| io_stop("BGSAVE", e))? {
@@ -393,14 +430,7 @@ fn scenario(
         return Err(Stop::Error(format!("redis-benchmark: {}: {}", bw.describe(), log.trim())));
     }
     loop {
-        let info = match c.cmd(&[b"INFO", b"persistence"]).map_err(|e| io_stop("INFO", e))? {
-            Reply::Bulk(Some(b)) => String::from_utf8_lossy(&b).into_owned(),
-            r => return Err(Stop::Error(format!("INFO answered {r:?}"))),
-        };
-        if info.lines().any(|l| l.trim() == "rdb_bgsave_in_progress:0") {
-            if !info.lines().any(|l| l.trim() == "rdb_last_bgsave_status:ok") {
-                return Err(Stop::Error(format!("BGSAVE failed: {}", info.replace("\r\n", " "))));
-            }
+        if bgsave_done(&mut c)? {
             break;
         }
         if Instant::now() > deadline {
@@ -418,18 +448,7 @@ fn scenario(
     }
 
     // Reload the dump in a second server, natively.
-    let port2 = free_port()?;
-    let mut cmd2 = Command::new(&p.server);
-    cmd2.args(&server_argv(p, port2, dir)[1..]);
-    let log2 = dir.join("server2.log");
-    log_to(&mut cmd2, &log2)?;
-    let mut srv2 = runner::spawn(&mut cmd2, None).map_err(Stop::Error)?;
-    let mut c2 = ready(&mut srv2, port2, deadline, &log2)?;
-    let n2 = dbsize(&mut c2)?;
-    let (cnt2, bad2, h2) = sample(&mut c2, p)?;
-    shutdown(&mut c2);
-    drop(c2);
-    let _ = srv2.wait(deadline, &mut |_| {});
+    let (n2, cnt2, bad2, h2) = reload(p, dir, deadline)?;
     crate::kernel::set_child(-pgid);
 
     let out = format!(
@@ -592,18 +611,7 @@ fn throughput_steps(
     let mut c = ready(srv, port, deadline, &log)?;
     let mut t = Throughput::default();
     let t0 = Instant::now();
-    let mut i = 0;
-    while i < p.keys {
-        let n = BATCH.min(p.keys - i);
-        let cmds: Vec<Vec<Vec<u8>>> =
-            (i..i + n).map(|k| vec![b"SET".to_vec(), key(k).into_bytes(), value(k, p.value_len)]).collect();
-        for r in c.pipeline(&cmds).map_err(|e| io_stop("SET", e))? {
-            if !matches!(r, Reply::Status(ref s) if s == "OK") {
-                return Err(Stop::Error(format!("SET answered {r:?}")));
-            }
-        }
-        i += n;
-    }
+    load(&mut c, p)?;
     t.load_s = t0.elapsed().as_secs_f64();
     t.get_rps = get_load(p, port, pgid, requests, dir, deadline)?;
     // BGSAVE, and the same GET load at once; the BGSAVE's time is measured by polling INFO
@@ -622,17 +630,8 @@ fn throughput_steps(
     });
     let mut bgsave_s = None;
     let rps = loop {
-        if bgsave_s.is_none() {
-            let info = match c.cmd(&[b"INFO", b"persistence"]).map_err(|e| io_stop("INFO", e))? {
-                Reply::Bulk(Some(b)) => String::from_utf8_lossy(&b).into_owned(),
-                r => return Err(Stop::Error(format!("INFO answered {r:?}"))),
-            };
-            if info.lines().any(|l| l.trim() == "rdb_bgsave_in_progress:0") {
-                if !info.lines().any(|l| l.trim() == "rdb_last_bgsave_status:ok") {
-                    return Err(Stop::Error(format!("BGSAVE failed: {}", info.replace("\r\n", " "))));
-                }
-                bgsave_s = Some(b0.elapsed().as_secs_f64());
-            }
+        if bgsave_s.is_none() && bgsave_done(&mut c)? {
+            bgsave_s = Some(b0.elapsed().as_secs_f64());
         }
         match rx.try_recv() {
             Ok(r) => break r.map_err(Stop::Error)?,
@@ -647,14 +646,7 @@ fn throughput_steps(
     t.bgsave_get_rps = rps;
     // The BGSAVE may outlast the GETs.
     while bgsave_s.is_none() {
-        let info = match c.cmd(&[b"INFO", b"persistence"]).map_err(|e| io_stop("INFO", e))? {
-            Reply::Bulk(Some(b)) => String::from_utf8_lossy(&b).into_owned(),
-            r => return Err(Stop::Error(format!("INFO answered {r:?}"))),
-        };
-        if info.lines().any(|l| l.trim() == "rdb_bgsave_in_progress:0") {
-            if !info.lines().any(|l| l.trim() == "rdb_last_bgsave_status:ok") {
-                return Err(Stop::Error(format!("BGSAVE failed: {}", info.replace("\r\n", " "))));
-            }
+        if bgsave_done(&mut c)? {
             bgsave_s = Some(b0.elapsed().as_secs_f64());
         }
         if Instant::now() > deadline {
@@ -668,18 +660,7 @@ fn throughput_steps(
     shutdown(&mut c);
     drop(c);
     // Reload the dump natively.
-    let port2 = free_port()?;
-    let mut cmd2 = Command::new(&p.server);
-    cmd2.args(&server_argv(p, port2, dir)[1..]);
-    let log2 = dir.join("server2.log");
-    log_to(&mut cmd2, &log2)?;
-    let mut srv2 = runner::spawn(&mut cmd2, None).map_err(Stop::Error)?;
-    let mut c2 = ready(&mut srv2, port2, deadline, &log2)?;
-    let n2 = dbsize(&mut c2)?;
-    let (cnt2, bad2, _) = sample(&mut c2, p)?;
-    shutdown(&mut c2);
-    drop(c2);
-    let _ = srv2.wait(deadline, &mut |_| {});
+    let (n2, cnt2, bad2, _) = reload(p, dir, deadline)?;
     t.correct = n == p.keys as i64 && n2 == n && bad == 0 && bad2 == 0;
     t.detail = format!(
         "dbsize {n} of {}, {bad} of {cnt} sampled values wrong; reloaded dump: dbsize {n2}, {bad2} of {cnt2} wrong",
