@@ -31,8 +31,9 @@
 //! claims pages through a [`Claim`] (CAS to `BUSY`), which rolls back to the old words when
 //! dropped unpublished, so every way out of a fill leaves no page `BUSY`.
 
+use crate::page::{kind, PageWord, CLEAN_MAX_ENTRY};
 use crate::reclaim::{self, entry};
-use crate::region::{self, clean_entry, clean_payload, kind, w_kind, w_order, w_payload, word, RegionInner, BUSY};
+use crate::region::{self, RegionInner};
 use crate::stats::{inc, now_ns};
 use crate::uffd::Event;
 use crate::{Pager, ReclaimMode, Replacement, SwapinPolicy, PAGE_SIZE};
@@ -146,7 +147,7 @@ pub(crate) fn handle_fault(addr: usize, write: bool, wake: bool) -> Handled {
 fn wait_not_busy(p: &Pager, r: &RegionInner, pg: usize) {
     inc(&p.counters.fault_waits, 1);
     let mut backoff = crate::sys::Backoff::default();
-    while w_kind(r.word(pg).load(Ordering::Acquire)) == kind::BUSY {
+    while r.word(pg).load(Ordering::Acquire).is_busy() {
         backoff.snooze();
     }
 }
@@ -218,7 +219,7 @@ pub(crate) fn try_fault(p: &Pager, addr: usize, write: bool, wp: bool, force: bo
         if charged + need > reclaim::wake_mark(p) {
             crate::sys::futex_wake(&p.reclaim_wake);
         }
-        let k = w_kind(r.word(pg).load(Ordering::Acquire));
+        let k = r.word(pg).load(Ordering::Acquire).kind();
         let needs_memory = matches!(k, kind::NONE | kind::SWAPPED | kind::CACHED);
         if needs_memory
             && charged + need > p.cfg.limit_bytes + throttle_slack(p)
@@ -259,7 +260,7 @@ pub(crate) fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool
     }
     loop {
         let w = r.word(pg).load(Ordering::Acquire);
-        match w_kind(w) {
+        match w.kind() {
             kind::UNMAPPED => {
                 // Not the region's any more: the access retries elsewhere.
                 wake_page(p, r, pg, wake);
@@ -272,7 +273,8 @@ pub(crate) fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool
                 if p.uffd.zeropage(r.addr(pg), PAGE_SIZE, wake).is_err() && wait != Wait::Block {
                     return false;
                 }
-                if write && r.word(pg).compare_exchange(w, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                if write && r.word(pg).compare_exchange(w, PageWord::BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+                {
                     // A write-protect bit left over (a clean page's, in a mixed eviction that
                     // failed): lift it, holding the page so no eviction protects it meanwhile
                     // (lifting an eviction's protection would let a write slip past its copy).
@@ -295,7 +297,7 @@ pub(crate) fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool
                     return true;
                 }
                 if let Wait::NoWait { wp } = wait {
-                    if !wp && w == region::BUSY_COPY {
+                    if !wp && w == PageWord::BUSY_COPY {
                         // A missing-page fault on a page an eviction is copying: the program
                         // dropped it (madvise) under the copy. It reads as zero now, and the
                         // eviction copies (and stores) those zeros.
@@ -354,7 +356,7 @@ struct Claim<'r> {
     first: usize,
     n: usize,
     /// Page `first + i`'s word before the claim (meaningful where `held[i]`).
-    old: [u64; 512],
+    old: [PageWord; 512],
     held: [bool; 512],
     /// The pages' new states are stored: nothing to roll back.
     done: bool,
@@ -363,12 +365,16 @@ struct Claim<'r> {
 impl<'r> Claim<'r> {
     /// An empty claim on `[first, first + n)` (`n` at most 512).
     fn new(r: &'r RegionInner, first: usize, n: usize) -> Claim<'r> {
-        Claim { r, first, n, old: [0; 512], held: [false; 512], done: false }
+        Claim { r, first, n, old: [PageWord::NONE; 512], held: [false; 512], done: false }
     }
 
     /// Claim page `first + i` if its word is still `w` (CAS to `BUSY`). Returns success.
-    fn take(&mut self, i: usize, w: u64) -> bool {
-        let ok = self.r.word(self.first + i).compare_exchange(w, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok();
+    fn take(&mut self, i: usize, w: PageWord) -> bool {
+        let ok = self
+            .r
+            .word(self.first + i)
+            .compare_exchange(w, PageWord::BUSY, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok();
         if ok {
             self.old[i] = w;
             self.held[i] = true;
@@ -387,7 +393,7 @@ impl<'r> Claim<'r> {
     }
 
     /// Page `first + i`'s word before the claim.
-    fn old(&self, i: usize) -> u64 {
+    fn old(&self, i: usize) -> PageWord {
         self.old[i]
     }
 
@@ -414,7 +420,7 @@ impl<'r> Claim<'r> {
 
     /// Publish the held pages as mapped ([`publish`]: RESIDENT, or CLEAN with the SWAPPED
     /// words `kept`). The claim then holds nothing; its pages and old words stay readable.
-    fn publish(&mut self, p: &Pager, kept: Option<&[u64]>) -> usize {
+    fn publish(&mut self, p: &Pager, kept: Option<&[PageWord]>) -> usize {
         self.done = true;
         publish(p, self.r, self.first, &self.held[..self.n], kept)
     }
@@ -453,16 +459,16 @@ fn fatal(msg: &str) -> ! {
 /// Publish the claimed pages `[first, first + claimed.len())` as mapped, in aligned blocks,
 /// and queue them on the active list: RESIDENT, or CLEAN (write-protected, swap entry kept)
 /// when `kept` gives each page's SWAPPED word.
-fn publish(p: &Pager, r: &RegionInner, first: usize, claimed: &[bool], kept: Option<&[u64]>) -> usize {
+fn publish(p: &Pager, r: &RegionInner, first: usize, claimed: &[bool], kept: Option<&[PageWord]>) -> usize {
     let mut count = 0;
     reclaim::blocks(first, claimed.len(), &|i| claimed[i], |pg, k| {
         for q in pg..pg + (1 << k) {
             let w = match kept {
                 Some(old) => {
                     let o = old[q - first];
-                    word(kind::CLEAN, k, clean_payload(w_payload(o), w_order(o)))
+                    PageWord::clean(k, o.payload(), o.order())
                 }
-                None => word(kind::RESIDENT, k, 0),
+                None => PageWord::resident(k),
             };
             r.word(q).store(w, Ordering::Release);
         }
@@ -560,14 +566,14 @@ impl KeepClean {
 /// free the swap entries of its folio's clean pages, lift their write protection and make
 /// them RESIDENT. Pages of the folio another thread holds are left to it. Returns false when
 /// it lost a race for page `pg` (retry).
-fn unclean(p: &Pager, r: &RegionInner, pg: usize, w0: u64, wake: bool) -> bool {
-    let k = w_order(w0);
+fn unclean(p: &Pager, r: &RegionInner, pg: usize, w0: PageWord, wake: bool) -> bool {
+    let k = w0.order();
     let n = 1usize << k;
     let head = pg & !(n - 1);
     let mut c = Claim::new(r, head, n);
     for i in 0..n {
         let w = if head + i == pg { w0 } else { r.word(head + i).load(Ordering::Acquire) };
-        let ok = w_kind(w) == kind::CLEAN && w_order(w) == k && c.take(i, w);
+        let ok = w.kind() == kind::CLEAN && w.order() == k && c.take(i, w);
         if head + i == pg && !ok {
             return false; // the claim rolls back
         }
@@ -584,8 +590,8 @@ fn unclean(p: &Pager, r: &RegionInner, pg: usize, w0: u64, wake: bool) -> bool {
     let mut d = 0;
     for i in 0..n {
         if c.held(i) {
-            p.store.put(clean_entry(c.old(i)), 1);
-            r.word(head + i).store(word(kind::RESIDENT, k, 0), Ordering::Release);
+            p.store.put(c.old(i).clean_entry(), 1);
+            r.word(head + i).store(PageWord::resident(k), Ordering::Release);
             d += 1;
         }
     }
@@ -645,7 +651,7 @@ fn copy_runs(
 /// the kernel maps become RESIDENT, the others are stored as 4 KiB pages (their data is never
 /// dropped). Frees the cache object.
 fn uncache_by_page(p: &Pager, r: &RegionInner, head: usize, n: usize, o: crate::arena::Obj, wake: bool) {
-    let mut kept = [0u64; 512];
+    let mut kept = [PageWord::NONE; 512];
     reclaim::clean_tags(p, o, n, &mut kept);
     reclaim::clear_clean_tags(p, o, n);
     let mut mapped = 0i64;
@@ -654,23 +660,23 @@ fn uncache_by_page(p: &Pager, r: &RegionInner, head: usize, n: usize, o: crate::
         let src = unsafe { p.cache.ptr(o).add(i * PAGE_SIZE) };
         // SAFETY: src is one readable page; the destination page is claimed.
         if unsafe { p.uffd.copy(r.addr(head + i), src, PAGE_SIZE, false, wake) }.is_ok() {
-            if kept[i] != 0 {
-                p.store.put(w_payload(kept[i]), 1);
+            if kept[i] != PageWord::NONE {
+                p.store.put(kept[i].payload(), 1);
             }
-            r.word(head + i).store(word(kind::RESIDENT, 0, 0), Ordering::Release);
+            r.word(head + i).store(PageWord::resident(0), Ordering::Release);
             p.active.push(entry(r, head + i, 0));
             mapped += 1;
             continue;
         }
-        if kept[i] != 0 {
-            r.word(head + i).store(word(kind::SWAPPED, 0, w_payload(kept[i])), Ordering::Release);
+        if kept[i] != PageWord::NONE {
+            r.word(head + i).store(PageWord::swapped(0, kept[i].payload()), Ordering::Release);
             continue;
         }
         // SAFETY: as above.
         let d = unsafe { std::slice::from_raw_parts(src, PAGE_SIZE) };
-        let mut nw = [0u64; 1];
+        let mut nw = [PageWord::NONE; 1];
         if reclaim::store_folio(p, d, 0, &mut nw).is_ok() {
-            r.word(head + i).store(word(kind::SWAPPED, 0, w_payload(nw[0])), Ordering::Release);
+            r.word(head + i).store(PageWord::swapped(0, nw[0].payload()), Ordering::Release);
         } else {
             fatal("uswap-pager: a cached page could be neither mapped nor stored\n");
         }
@@ -691,9 +697,9 @@ fn uncache_by_page(p: &Pager, r: &RegionInner, head: usize, n: usize, o: crate::
 /// - [`fill_large`]: a large stored folio swapped in whole (or its still-stored parts);
 /// - [`fill_one_of_large`]: only the faulting page of a large stored folio;
 /// - [`fill_small`]: zero-fill or 4 KiB swap-in (a whole folio, a readahead window, a page).
-fn fill(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wake: bool) -> bool {
-    let k0 = w_order(w0);
-    match w_kind(w0) {
+fn fill(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write: bool, wake: bool) -> bool {
+    let k0 = w0.order();
+    match w0.kind() {
         kind::CACHED => fill_cached(p, r, pg, w0, write, wake),
         kind::SWAPPED if k0 > 0 => {
             let (seq, _) = seq_fault(r, pg);
@@ -709,8 +715,8 @@ fn fill(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wak
 }
 
 /// Refault of an inactive folio: promote it whole from the swap cache.
-fn fill_cached(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wake: bool) -> bool {
-    let k0 = w_order(w0);
+fn fill_cached(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write: bool, wake: bool) -> bool {
+    let k0 = w0.order();
     let n = 1usize << k0;
     let head = pg & !(n - 1);
     // Claim: all pages or none.
@@ -723,7 +729,7 @@ fn fill_cached(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bo
     // Load: the cache object holds the folio. A clean folio demoted here still has its swap
     // entries: a read maps it clean again.
     let o = region::cached_obj(w0, k0);
-    let mut kept = [0u64; 512];
+    let mut kept = [PageWord::NONE; 512];
     let k = reclaim::clean_tags(p, o, n, &mut kept);
     let clean = k == n && !write && p.keep.keep(p);
     // Copy.
@@ -748,8 +754,8 @@ fn fill_cached(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bo
     if clean {
         c.publish(p, Some(&kept[..n]));
     } else {
-        for &w in kept[..n].iter().filter(|&&w| w != 0) {
-            p.store.put(w_payload(w), 1);
+        for &w in kept[..n].iter().filter(|&&w| w != PageWord::NONE) {
+            p.store.put(w.payload(), 1);
         }
         c.publish(p, None);
     }
@@ -765,16 +771,16 @@ fn fill_cached(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bo
 
 /// Swap in a large stored folio whole: take every page of the folio still in the store
 /// (pages swapped in alone earlier are skipped), load the folio once, copy the runs.
-fn fill_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wake: bool) -> bool {
-    let k0 = w_order(w0);
+fn fill_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write: bool, wake: bool) -> bool {
+    let k0 = w0.order();
     let n = 1usize << k0;
     let head = pg & !(n - 1);
-    let e_head = w_payload(w0) - (pg - head) as u64;
+    let e_head = w0.payload() - (pg - head) as u64;
     // Claim: every page still holding its stored word; the faulting one at least.
     let mut c = Claim::new(r, head, n);
     let mut all = true;
     for i in 0..n {
-        all &= c.take(i, word(kind::SWAPPED, k0, e_head + i as u64));
+        all &= c.take(i, PageWord::swapped(k0, e_head + i as u64));
     }
     if !c.held(pg - head) {
         return false; // the claim rolls back
@@ -799,7 +805,7 @@ fn fill_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
         fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
     }
     // Copy.
-    let clean = all && !write && e_head + (n as u64) < region::CLEAN_MAX_ENTRY && p.keep.keep(p);
+    let clean = all && !write && e_head + (n as u64) < CLEAN_MAX_ENTRY && p.keep.keep(p);
     let failed = copy_runs(p, r, head, c.held_mask(), buf.as_ptr(), clean, wake);
     drop(bi);
     let Some(failed) = failed else {
@@ -834,11 +840,11 @@ fn fill_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
 }
 
 /// Swap in only page `pg` of a large stored folio (`swpin_fallback`).
-fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wake: bool) -> bool {
-    let k0 = w_order(w0);
+fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write: bool, wake: bool) -> bool {
+    let k0 = w0.order();
     let n = 1usize << k0;
     let head = pg & !(n - 1);
-    let e = w_payload(w0);
+    let e = w0.payload();
     let e_head = e - (pg - head) as u64;
     // Claim.
     let mut c = Claim::new(r, pg, 1);
@@ -850,12 +856,12 @@ fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, wri
     let buf = &mut bi[..PAGE_SIZE];
     if let Err(err) = p.store.load(e, buf) {
         if std::env::var_os("USWAP_PAGER_DEBUG").is_some() {
-            eprintln!("load-one {e:#x} order {k0} pg {pg} w0 {w0:#x} head {e_head:#x}: {err}");
+            eprintln!("load-one {e:#x} order {k0} pg {pg} w0 {w0:?} head {e_head:#x}: {err}");
         }
         fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
     }
     // Copy.
-    let clean = !write && e < region::CLEAN_MAX_ENTRY && p.keep.keep(p);
+    let clean = !write && e < CLEAN_MAX_ENTRY && p.keep.keep(p);
     // SAFETY: page pg is claimed and missing; the buffer holds its data.
     let res = unsafe { p.uffd.copy(r.addr(pg), buf.as_ptr(), PAGE_SIZE, clean, wake) };
     drop(bi);
@@ -880,13 +886,13 @@ fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, wri
 
 /// Zero-fill or 4 KiB swap-in around `pg`: the whole folio of the region when faults are
 /// sequential (or not adaptive), a readahead window in 4 KiB regions, else just the page.
-fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wake: bool) -> bool {
+fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write: bool, wake: bool) -> bool {
     let fo = r.folio_order;
     let (seq, streak) = seq_fault(r, pg);
     let (first, n) = if fo > 0 && (seq || !p.cfg.adaptive) {
         let n = 1usize << fo;
         (pg & !(n - 1), n)
-    } else if fo == 0 && w_kind(w0) == kind::SWAPPED && p.cfg.readahead_pages > 1 && streak > 0 {
+    } else if fo == 0 && w0.kind() == kind::SWAPPED && p.cfg.readahead_pages > 1 && streak > 0 {
         let win = (1usize << streak.min(9)).min(p.cfg.readahead_pages).min(r.npages - pg);
         (pg, win)
     } else {
@@ -908,11 +914,11 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
     for i in 0..n {
         let q = first + i;
         let w = if q == pg { w0 } else { r.word(q).load(Ordering::Acquire) };
-        let k = w_kind(w);
-        let ok = (k == kind::NONE || (k == kind::SWAPPED && w_order(w) == 0)) && c.take(i, w);
+        let k = w.kind();
+        let ok = (k == kind::NONE || (k == kind::SWAPPED && w.order() == 0)) && c.take(i, w);
         if ok {
             any_swapped |= k == kind::SWAPPED;
-            all_swapped &= k == kind::SWAPPED && w_payload(w) < region::CLEAN_MAX_ENTRY;
+            all_swapped &= k == kind::SWAPPED && w.payload() < CLEAN_MAX_ENTRY;
         } else if q == pg {
             return false; // the claim rolls back
         } else if fo == 0 {
@@ -940,10 +946,10 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
                 continue;
             }
             let dst = &mut buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE];
-            if w_kind(c.old(i)) == kind::SWAPPED {
-                if let Err(e) = p.store.load(w_payload(c.old(i)), dst) {
+            if c.old(i).kind() == kind::SWAPPED {
+                if let Err(e) = p.store.load(c.old(i).payload(), dst) {
                     if std::env::var_os("USWAP_PAGER_DEBUG").is_some() {
-                        eprintln!("load {:#x} order 0: {e}", w_payload(c.old(i)));
+                        eprintln!("load {:#x} order 0: {e}", c.old(i).payload());
                     }
                     fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
                 }
@@ -969,12 +975,12 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
         wake_page(p, r, pg, wake);
     }
     // Publish, put.
-    let swapped_at = |c: &Claim<'_>, i: usize| c.held(i) && w_kind(c.old(i)) == kind::SWAPPED;
+    let swapped_at = |c: &Claim<'_>, i: usize| c.held(i) && c.old(i).kind() == kind::SWAPPED;
     let mut swapped = 0u64;
     for i in 0..n {
         if swapped_at(&c, i) {
             if !clean {
-                p.store.put(w_payload(c.old(i)), 1);
+                p.store.put(c.old(i).payload(), 1);
             }
             swapped += 1;
         }
@@ -987,7 +993,7 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
     if swapped > 0 {
         note_refaults(p, r, first, (0..n).map(|i| swapped_at(&c, i)));
     }
-    if w_kind(w0) == kind::SWAPPED {
+    if w0.kind() == kind::SWAPPED {
         inc(&p.counters.fault_swapin, 1);
         inc(&p.counters.swpin[0], swapped);
         if fo == 0 && n > 1 {
@@ -1301,9 +1307,9 @@ mod tests {
         region::enter();
         // SAFETY: between enter and leave; inner is not used after the leave.
         let inner = unsafe { region::lookup(a) }.unwrap();
-        let w = inner.word(0).swap(BUSY, Ordering::AcqRel);
+        let w = inner.word(0).swap(PageWord::BUSY, Ordering::AcqRel);
         region::leave();
-        assert_eq!(w_kind(w), kind::RESIDENT);
+        assert_eq!(w.kind(), kind::RESIDENT);
         p.uffd.writeprotect(a, PAGE_SIZE, true, false).unwrap();
         let waits0 = p.stats().fault_waits;
         let t = std::thread::spawn(move || {

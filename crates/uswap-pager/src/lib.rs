@@ -60,6 +60,7 @@ mod arena;
 mod fault;
 mod handle;
 pub mod own;
+mod page;
 mod reclaim;
 mod region;
 mod stats;
