@@ -34,28 +34,30 @@
 use crate::page::{kind, PageWord, CLEAN_MAX_ENTRY};
 use crate::reclaim::{self, entry};
 use crate::region::{self, RegionInner};
+use crate::slots::Slots;
 use crate::stats::{inc, now_ns};
 use crate::uffd::Event;
 use crate::{Pager, ReclaimMode, Replacement, SwapinPolicy, PAGE_SIZE};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
 const NBUF: usize = 32;
 const BUF_BYTES: usize = 2 << 20;
 
-/// A fixed pool of 2 MiB buffers taken and returned by CAS on a bit mask, plus a shared
-/// all-zero buffer (never written) for zero-fill copies.
+/// A fixed pool of 2 MiB buffers taken and returned by CAS on a bit mask ([`Slots`]), plus a
+/// shared all-zero buffer (never written) for zero-fill copies.
 pub(crate) struct BufPool {
     /// `NBUF` buffers, then the zero buffer.
     mem: crate::own::Mapping,
-    free: AtomicU64,
+    /// Which buffers are free.
+    free: Slots,
 }
 
 impl BufPool {
     /// Reserve the pool (memory is committed on first use of each buffer).
     pub(crate) fn new() -> std::io::Result<BufPool> {
         let mem = crate::own::Mapping::new(NBUF * BUF_BYTES + BUF_BYTES)?;
-        let pool = BufPool { mem, free: AtomicU64::new((1u64 << NBUF) - 1) };
+        let pool = BufPool { mem, free: Slots::new(NBUF) };
         // SAFETY: protecting the last 2 MiB of our own mapping, so it stays zero; nothing has
         // a reference into it (the mapping is never viewed as `atomic_words`).
         unsafe { libc::mprotect(pool.zero().cast_mut().cast(), BUF_BYTES, libc::PROT_READ) };
@@ -66,14 +68,9 @@ impl BufPool {
     /// guard is dropped.
     pub(crate) fn take(&self) -> Buf<'_> {
         loop {
-            let f = self.free.load(Ordering::Acquire);
-            if f == 0 {
-                std::thread::yield_now();
-                continue;
-            }
-            let i = f.trailing_zeros() as usize;
-            if self.free.compare_exchange_weak(f, f & !(1 << i), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                return Buf { pool: self, i };
+            match self.free.try_take() {
+                Some(i) => return Buf { pool: self, i },
+                None => std::thread::yield_now(),
             }
         }
     }
@@ -88,7 +85,7 @@ impl BufPool {
 /// derefs to its [`BUF_BYTES`] bytes. Allocation-free and signal-safe, like the pool.
 pub(crate) struct Buf<'a> {
     pool: &'a BufPool,
-    /// Index of the buffer, whose bit in `pool.free` this guard cleared.
+    /// Index of the buffer, which this guard took from `pool.free`.
     i: usize,
 }
 
@@ -96,7 +93,7 @@ impl std::ops::Deref for Buf<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         // SAFETY: buffer i (< NBUF) lies inside the pool's mapping, read-write, and is this
-        // guard's alone from take() until drop: its bit stays clear in `free` meanwhile.
+        // guard's alone from take() until drop: it is not free in `free` meanwhile.
         unsafe { std::slice::from_raw_parts(self.pool.mem.as_ptr().add(self.i * BUF_BYTES), BUF_BYTES) }
     }
 }
@@ -110,7 +107,7 @@ impl std::ops::DerefMut for Buf<'_> {
 
 impl Drop for Buf<'_> {
     fn drop(&mut self) {
-        self.pool.free.fetch_or(1 << self.i, Ordering::Release);
+        self.pool.free.put(self.i);
     }
 }
 

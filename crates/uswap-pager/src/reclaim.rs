@@ -44,11 +44,12 @@
 
 use crate::page::{clean_payload, kind, PageWord};
 use crate::region::{self, RegionInner};
+use crate::slots::Slots;
 use crate::stats::inc;
 use crate::store::StoreError;
 use crate::{Pager, Replacement, PAGE_SIZE};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Most pages one reclaim batch handles.
 pub(crate) const MAX_BATCH_PAGES: usize = 1024;
@@ -383,19 +384,20 @@ struct Batch {
 const NBATCH: usize = 8;
 
 /// A fixed pool of [`Batch`]es in the pager's own memory (`MAP_NORESERVE`, committed on first
-/// use), taken and returned by CAS on a bit mask: eviction runs on the faulting thread, maybe
+/// use), taken and returned by CAS on a bit mask ([`Slots`]): eviction runs on the faulting thread, maybe
 /// inside its SIGBUS handler on the program's stack, so the batch must not be on that stack
 /// and must not be allocated.
 pub(crate) struct BatchPool {
     mem: crate::own::Mapping,
-    free: AtomicU32,
+    /// Which batches are free.
+    free: Slots,
 }
 
 impl BatchPool {
     /// Reserve the pool.
     pub(crate) fn new() -> std::io::Result<BatchPool> {
         let mem = crate::own::Mapping::new(NBATCH * std::mem::size_of::<Batch>())?;
-        Ok(BatchPool { mem, free: AtomicU32::new((1 << NBATCH) - 1) })
+        Ok(BatchPool { mem, free: Slots::new(NBATCH) })
     }
 
     /// Take a batch, all zero (empty). When every batch is in use, an outermost reclaim waits
@@ -405,21 +407,17 @@ impl BatchPool {
     fn take(&self) -> Option<BatchGuard<'_>> {
         let mut backoff = crate::sys::Backoff::default();
         loop {
-            let f = self.free.load(Ordering::Acquire);
-            if f == 0 {
+            let Some(i) = self.free.try_take() else {
                 if IN_RECLAIM.with(|c| c.get()) > 1 {
                     return None;
                 }
                 backoff.snooze();
                 continue;
-            }
-            let i = f.trailing_zeros() as usize;
-            if self.free.compare_exchange_weak(f, f & !(1 << i), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                // SAFETY: batch i is inside the mapping and ours until the guard returns it.
-                // All-zero is a valid empty Batch (plain data; `Dest`'s first variant is 0).
-                unsafe { std::ptr::write_bytes(self.batch(i), 0, 1) };
-                return Some(BatchGuard { pool: self, i });
-            }
+            };
+            // SAFETY: batch i is inside the mapping and ours until the guard returns it.
+            // All-zero is a valid empty Batch (plain data; `Dest`'s first variant is 0).
+            unsafe { std::ptr::write_bytes(self.batch(i), 0, 1) };
+            return Some(BatchGuard { pool: self, i });
         }
     }
 
@@ -431,7 +429,7 @@ impl BatchPool {
 
     /// In a fork child: every batch is free (the threads that held one do not exist there).
     pub(crate) fn reset_in_fork_child(&self) {
-        self.free.store((1 << NBATCH) - 1, Ordering::Release);
+        self.free.reset();
     }
 }
 
@@ -452,7 +450,7 @@ impl BatchGuard<'_> {
 
 impl Drop for BatchGuard<'_> {
     fn drop(&mut self) {
-        self.pool.free.fetch_or(1 << self.i, Ordering::Release);
+        self.pool.free.put(self.i);
     }
 }
 
