@@ -1,5 +1,5 @@
-//! Page words: the pager's page table at its lowest level, knowing nothing of regions,
-//! lists or stores.
+//! Page words and page claims: the pager's page table at its lowest level, knowing nothing of
+//! regions, lists or stores.
 //!
 //! Every 4 KiB page of a region has one 64-bit state word, a [`PageWord`] (kept in an
 //! [`AtomicPageWord`], in the region's `MAP_NORESERVE` array of them):
@@ -20,6 +20,13 @@
 //! writes nothing, and the first write takes a write-protect fault that frees the entry),
 //! `UNMAPPED` (the program unmapped it: lookups pass over it, and dropping the region leaves
 //! that address alone). R marks a page brought in by readahead.
+//!
+//! A [`Claim`] takes a run of pages for one thread: it CASes each page it wants from the word
+//! it saw to `BUSY`, remembers the old words (in memory its caller lends it: 4 KiB for a 2 MiB
+//! folio is too much for a signal handler's stack), and either publishes each page's next
+//! state or, when dropped unpublished, rolls every page it still holds back to its old word.
+//! The claim works on any [`WordCell`]: a region's words in mmap'ed memory in the pager, loom's
+//! atomics in the models (`tests/loom_claim.rs`).
 //!
 //! Locking: a page changes state only by CAS. `BUSY` is the per-page lock: a thread that CASes a
 //! page to `BUSY` owns it until it publishes the next state (a `Release` store that the next
@@ -107,6 +114,18 @@ impl PageWord {
     pub fn clean(order: u32, entry: u64, stored_order: u32) -> PageWord {
         PageWord::new(kind::CLEAN, order, clean_payload(entry, stored_order))
     }
+    /// The word with these bits (the models' view of a raw cell).
+    #[cfg(any(test, loom))]
+    #[inline]
+    pub const fn from_bits(bits: u64) -> PageWord {
+        PageWord(bits)
+    }
+    /// The word's bits.
+    #[cfg(any(test, loom))]
+    #[inline]
+    pub const fn bits(self) -> u64 {
+        self.0
+    }
     /// KIND (one of [`kind`]).
     #[inline]
     pub const fn kind(self) -> u64 {
@@ -168,6 +187,21 @@ impl std::fmt::Debug for PageWord {
     }
 }
 
+/// Where a page word lives: what a [`Claim`] CASes and stores. The pager's region words
+/// are [`AtomicPageWord`]s; under `--cfg loom` the shim's `AtomicU64` is one too, for the models.
+pub trait WordCell {
+    /// Store `w`.
+    fn store(&self, w: PageWord, order: Ordering);
+    /// Replace `current` with `new` if the word is still `current`; returns the word seen.
+    fn compare_exchange(
+        &self,
+        current: PageWord,
+        new: PageWord,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<PageWord, PageWord>;
+}
+
 /// An atomic [`PageWord`]: an `AtomicU64` (always `std`'s: it lives in mmap'ed memory, which
 /// loom's atomics cannot), read and written as page words.
 #[repr(transparent)]
@@ -175,6 +209,11 @@ impl std::fmt::Debug for PageWord {
 pub struct AtomicPageWord(AtomicU64);
 
 impl AtomicPageWord {
+    /// A cell holding `w`.
+    #[cfg(test)]
+    pub const fn new(w: PageWord) -> AtomicPageWord {
+        AtomicPageWord(AtomicU64::new(w.0))
+    }
     /// Load the word.
     #[inline]
     pub fn load(&self, order: Ordering) -> PageWord {
@@ -203,6 +242,167 @@ impl AtomicPageWord {
     }
 }
 
+impl WordCell for AtomicPageWord {
+    #[inline]
+    fn store(&self, w: PageWord, order: Ordering) {
+        AtomicPageWord::store(self, w, order)
+    }
+    #[inline]
+    fn compare_exchange(&self, c: PageWord, n: PageWord, s: Ordering, f: Ordering) -> Result<PageWord, PageWord> {
+        AtomicPageWord::compare_exchange(self, c, n, s, f)
+    }
+}
+
+#[cfg(loom)]
+impl WordCell for crate::sync::AtomicU64 {
+    fn store(&self, w: PageWord, order: Ordering) {
+        crate::sync::AtomicU64::store(self, w.0, order)
+    }
+    fn compare_exchange(&self, c: PageWord, n: PageWord, s: Ordering, f: Ordering) -> Result<PageWord, PageWord> {
+        crate::sync::AtomicU64::compare_exchange(self, c.0, n.0, s, f).map(PageWord).map_err(PageWord)
+    }
+}
+
+/// Most pages one [`Claim`] covers (a 2 MiB folio of 4 KiB pages).
+pub const MAX_CLAIM: usize = 512;
+
+/// A set of pages of a run of at most [`MAX_CLAIM`], one bit each (64 bytes, so it may live
+/// on any stack).
+#[derive(Copy, Clone, Default, PartialEq, Eq, Debug)]
+pub struct PageSet([u64; MAX_CLAIM / 64]);
+
+impl PageSet {
+    /// Whether page `i` is in the set.
+    #[inline]
+    pub fn contains(&self, i: usize) -> bool {
+        self.0[i / 64] & (1 << (i % 64)) != 0
+    }
+    /// Add page `i`.
+    #[inline]
+    pub fn insert(&mut self, i: usize) {
+        self.0[i / 64] |= 1 << (i % 64);
+    }
+    /// Remove page `i`.
+    #[inline]
+    pub fn remove(&mut self, i: usize) {
+        self.0[i / 64] &= !(1 << (i % 64));
+    }
+}
+
+/// A thread's claim on a run of page words (see the module documentation): which pages it
+/// holds (CASed to `BUSY` by [`Claim::take`]) and the word each had.
+///
+/// Dropped, it rolls every page it still holds and has not published back to its old word;
+/// so a path that gives up (a lost race, a refused copy) just returns, or calls
+/// [`Claim::roll_back_all`] where the rollback must come before something else (a wake-up).
+/// Pages get their next state one by one ([`Claim::set`]) or all at once
+/// ([`Claim::publish`]); [`Claim::held`] and [`Claim::old`] stay readable afterwards.
+pub struct Claim<'a, C: WordCell = AtomicPageWord> {
+    /// The run's words.
+    words: &'a [C],
+    /// `old[i]`: page i's word before the claim (meaningful where `held`). Lent by the caller:
+    /// 4 KiB is too much for a signal stack.
+    old: &'a mut [PageWord],
+    /// Claimed and not rolled back.
+    held: PageSet,
+    /// Held and not given its next state yet: what a drop rolls back.
+    pending: PageSet,
+}
+
+impl<'a, C: WordCell> Claim<'a, C> {
+    /// An empty claim on the run `words` (at most [`MAX_CLAIM`] of them), remembering old
+    /// words in `old` (at least as long; its contents do not matter).
+    pub fn new(words: &'a [C], old: &'a mut [PageWord]) -> Claim<'a, C> {
+        assert!(words.len() <= MAX_CLAIM && old.len() >= words.len(), "claim of {} pages", words.len());
+        Claim { words, old, held: PageSet::default(), pending: PageSet::default() }
+    }
+
+    /// Pages in the run.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.words.len()
+    }
+
+    /// Claim page `i` if its word is still `w` (CAS to `BUSY`). Returns success.
+    #[inline]
+    pub fn take(&mut self, i: usize, w: PageWord) -> bool {
+        debug_assert!(!self.held.contains(i) && !w.is_busy());
+        let ok = self.words[i].compare_exchange(w, PageWord::BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok();
+        if ok {
+            self.old[i] = w;
+            self.held.insert(i);
+            self.pending.insert(i);
+        }
+        ok
+    }
+
+    /// Whether page `i` is held (claimed, not rolled back; published or not).
+    #[inline]
+    pub fn held(&self, i: usize) -> bool {
+        self.held.contains(i)
+    }
+
+    /// The held pages.
+    #[inline]
+    pub fn held_set(&self) -> PageSet {
+        self.held
+    }
+
+    /// True if every page of the run is held.
+    pub fn all_held(&self) -> bool {
+        (0..self.len()).all(|i| self.held.contains(i))
+    }
+
+    /// Page `i`'s word before the claim (meaningful if it was taken).
+    #[inline]
+    pub fn old(&self, i: usize) -> PageWord {
+        self.old[i]
+    }
+
+    /// Roll the pages of `pages` that are held and unpublished back to their old words, in
+    /// page order; they are not held any more.
+    pub fn roll_back(&mut self, pages: &PageSet) {
+        for i in 0..self.len() {
+            if pages.contains(i) && self.pending.contains(i) {
+                self.words[i].store(self.old[i], Ordering::Release);
+                self.pending.remove(i);
+                self.held.remove(i);
+            }
+        }
+    }
+
+    /// Roll every held, unpublished page back to its old word.
+    pub fn roll_back_all(&mut self) {
+        let all = self.pending;
+        self.roll_back(&all);
+    }
+
+    /// Publish page `i`'s next state `w` (it must be held and not published yet); the page
+    /// is the next owner's from this store on.
+    #[inline]
+    pub fn set(&mut self, i: usize, w: PageWord) {
+        assert!(self.pending.contains(i), "page {i} of a claim set twice or never taken");
+        self.words[i].store(w, Ordering::Release);
+        self.pending.remove(i);
+    }
+
+    /// Publish every held, unpublished page's next state, `new(i, old word)`, in page order.
+    pub fn publish(&mut self, mut new: impl FnMut(usize, PageWord) -> PageWord) {
+        for i in 0..self.len() {
+            if self.pending.contains(i) {
+                let w = new(i, self.old[i]);
+                self.set(i, w);
+            }
+        }
+    }
+}
+
+impl<C: WordCell> Drop for Claim<'_, C> {
+    fn drop(&mut self) {
+        self.roll_back_all();
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -218,5 +418,30 @@ mod tests {
         assert_eq!(format!("{c:?}"), "CLEAN(order 0, entry 0x3039, stored order 4)");
         assert_eq!(format!("{:?}", PageWord::BUSY_COPY), "BUSY_COPY");
         assert_eq!(format!("{:?}", PageWord::new(7, 1, 2)), "PageWord(0x20f)");
+        assert_eq!(PageWord::from_bits(PageWord::BUSY_COPY.bits()), PageWord::BUSY_COPY);
+    }
+
+    #[test]
+    fn claim_rolls_back_unpublished_pages_on_drop() {
+        let words: Vec<AtomicPageWord> = (0..4).map(|i| AtomicPageWord::new(PageWord::swapped(0, i))).collect();
+        let mut old = [PageWord::NONE; 4];
+        {
+            let mut c = Claim::new(&words, &mut old);
+            assert!(c.take(0, PageWord::swapped(0, 0)));
+            assert!(!c.take(1, PageWord::swapped(0, 9)), "a stale word is not claimed");
+            assert!(c.take(2, PageWord::swapped(0, 2)));
+            assert!(c.take(3, PageWord::swapped(0, 3)));
+            assert_eq!(words[2].load(Ordering::Relaxed), PageWord::BUSY);
+            c.set(2, PageWord::resident(0));
+            let mut back = PageSet::default();
+            back.insert(3);
+            c.roll_back(&back);
+            assert!(c.held(0) && !c.held(1) && c.held(2) && !c.held(3));
+        }
+        let got: Vec<PageWord> = words.iter().map(|w| w.load(Ordering::Relaxed)).collect();
+        assert_eq!(
+            got,
+            [PageWord::swapped(0, 0), PageWord::swapped(0, 1), PageWord::resident(0), PageWord::swapped(0, 3)]
+        );
     }
 }

@@ -241,6 +241,16 @@ impl RegionInner {
         unsafe { &*self.words.as_ptr().cast::<AtomicPageWord>().add(i) }
     }
 
+    /// The state words of pages `[first, first + n)` (for a [`crate::page::Claim`]). Panics
+    /// unless the run lies in the region.
+    #[inline]
+    pub(crate) fn words(&self, first: usize, n: usize) -> &[AtomicPageWord] {
+        assert!(first <= self.npages && n <= self.npages - first, "pages {first}+{n} of {}", self.npages);
+        // SAFETY: the run lies within the npages words of the mapping, which lives as long as
+        // the region (8-aligned; any bits are a valid PageWord).
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<AtomicPageWord>().add(first), n) }
+    }
+
     /// The shadow of page `i`: the reclaim clock when it was last evicted straight to the store
     /// while the inactive list was bypassed (0 = none); see [`crate::reclaim::Workingset`].
     #[inline]
