@@ -72,6 +72,15 @@ pub mod syscall;
 pub mod uffd;
 mod vma;
 
+/// The bottom layer's lock-free kernels, public only under `--cfg loom`, for the loom models
+/// (`tests/loom_claim.rs`).
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod loom_api {
+    pub use crate::page::{Claim, PageSet, PageWord};
+    pub use crate::slots::Slots;
+}
+
 pub use handle::Region;
 pub use region::overlaps as overlaps_region;
 pub use stats::PagerStats;

@@ -50,7 +50,7 @@ impl Slots {
     }
 
     /// Slots free now.
-    #[cfg(test)]
+    #[cfg(any(test, loom))]
     pub fn free_count(&self) -> usize {
         self.free.load(Ordering::Acquire).count_ones() as usize
     }
