@@ -12,8 +12,8 @@
 //!
 //! The handler may have interrupted anything, `malloc` included, so this path allocates
 //! nothing and takes no lock the interrupted code could hold: page claims are CASes on the
-//! page words, buffers come from a fixed pool taken by CAS ([`BufPool`]; the [`Buf`] guard
-//! gives its buffer back when dropped), counters are atomics, and the store is signal-safe by
+//! page words, buffers come from a fixed pool taken by CAS ([`crate::bufs`]; the guard gives
+//! its buffer back when dropped), counters are atomics, and the store is signal-safe by
 //! contract. It runs on the stack of whatever the program was doing, so it keeps no
 //! per-page array there: every fill takes a buffer first, whose side area ([`Scratch`]) holds
 //! its claim's old words and a cached folio's kept entries, and the sets of pages held or
@@ -35,110 +35,15 @@
 //! dropped unpublished, so every way out of a fill leaves no page `BUSY`. A fill takes its
 //! buffer before it claims a page, so it never waits for the pool while holding pages.
 
-use crate::page::{kind, Claim, PageSet, PageWord, CLEAN_MAX_ENTRY, MAX_CLAIM};
+use crate::bufs::Scratch;
+use crate::page::{kind, Claim, PageSet, PageWord, CLEAN_MAX_ENTRY};
 use crate::reclaim::{self, entry};
 use crate::region::{self, RegionInner};
-use crate::slots::Slots;
 use crate::stats::{inc, now_ns};
 use crate::uffd::Event;
 use crate::{Pager, ReclaimMode, Replacement, SwapinPolicy, PAGE_SIZE};
 use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
-
-const NBUF: usize = 32;
-const BUF_BYTES: usize = 2 << 20;
-const SCRATCH_BYTES: usize = std::mem::size_of::<Scratch>();
-
-/// A fill's side area, next to its buffer: the per-page arrays of a fill, which are too large
-/// for the faulting thread's stack (in SIGBUS mode the program's own, inside a signal handler).
-pub(crate) struct Scratch {
-    /// The [`Claim`]'s old words.
-    pub(crate) old: [PageWord; MAX_CLAIM],
-    /// A cached folio's kept SWAPPED words ([`reclaim::clean_tags`]).
-    pub(crate) kept: [PageWord; MAX_CLAIM],
-}
-
-/// A fixed pool of 2 MiB buffers, each with a [`Scratch`] area, taken and returned by CAS on
-/// a bit mask ([`Slots`]), plus a shared all-zero buffer (never written) for zero-fill copies.
-/// Every fill takes one buffer (one per fill in flight), for its claim's old words at least.
-pub(crate) struct BufPool {
-    /// `NBUF` buffers, then the zero buffer, then `NBUF` scratch areas.
-    mem: crate::own::Mapping,
-    /// Which buffers are free.
-    free: Slots,
-}
-
-impl BufPool {
-    /// Reserve the pool (memory is committed on first use of each buffer).
-    pub(crate) fn new() -> std::io::Result<BufPool> {
-        let mem = crate::own::Mapping::new(NBUF * BUF_BYTES + BUF_BYTES + NBUF * SCRATCH_BYTES)?;
-        let pool = BufPool { mem, free: Slots::new(NBUF) };
-        // SAFETY: protecting the last 2 MiB of our own mapping, so it stays zero; nothing has
-        // a reference into it (the mapping is never viewed as `atomic_words`).
-        unsafe { libc::mprotect(pool.zero().cast_mut().cast(), BUF_BYTES, libc::PROT_READ) };
-        Ok(pool)
-    }
-
-    /// Take a buffer (waits by yielding if all are in use); it goes back to the pool when the
-    /// guard is dropped.
-    pub(crate) fn take(&self) -> Buf<'_> {
-        loop {
-            match self.free.try_take() {
-                Some(i) => return Buf { pool: self, i },
-                None => std::thread::yield_now(),
-            }
-        }
-    }
-
-    /// A read-only all-zero buffer of 2 MiB.
-    pub(crate) fn zero(&self) -> *const u8 {
-        self.mem.as_ptr().wrapping_add(NBUF * BUF_BYTES)
-    }
-}
-
-/// A buffer of a [`BufPool`], held from [`BufPool::take`] until dropped (which gives it back):
-/// derefs to its [`BUF_BYTES`] bytes; [`Buf::parts`] gives its [`Scratch`] too.
-/// Allocation-free and signal-safe, like the pool.
-pub(crate) struct Buf<'a> {
-    pool: &'a BufPool,
-    /// Index of the buffer, which this guard took from `pool.free`.
-    i: usize,
-}
-
-impl std::ops::Deref for Buf<'_> {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        // SAFETY: buffer i (< NBUF) lies inside the pool's mapping, read-write, and is this
-        // guard's alone from take() until drop: it is not free in `free` meanwhile.
-        unsafe { std::slice::from_raw_parts(self.pool.mem.as_ptr().add(self.i * BUF_BYTES), BUF_BYTES) }
-    }
-}
-
-impl std::ops::DerefMut for Buf<'_> {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in deref; &mut self makes the borrow exclusive.
-        unsafe { std::slice::from_raw_parts_mut(self.pool.mem.as_ptr().add(self.i * BUF_BYTES), BUF_BYTES) }
-    }
-}
-
-impl Buf<'_> {
-    /// The buffer's bytes and its scratch area.
-    pub(crate) fn parts(&mut self) -> (&mut [u8], &mut Scratch) {
-        let off = (NBUF + 1) * BUF_BYTES + self.i * SCRATCH_BYTES;
-        // SAFETY: scratch area i (< NBUF) lies inside the pool's mapping (after the zero
-        // buffer), read-write, 8-aligned (the mapping is page-aligned, the offset a multiple of
-        // 8); it is this guard's alone, like its buffer, and disjoint from it; any bytes are a
-        // valid Scratch (page words of any bits). &mut self makes the borrow exclusive.
-        let scratch = unsafe { &mut *self.pool.mem.as_ptr().add(off).cast::<Scratch>() };
-        (&mut **self, scratch)
-    }
-}
-
-impl Drop for Buf<'_> {
-    fn drop(&mut self) {
-        self.pool.free.put(self.i);
-    }
-}
 
 /// Outcome of [`handle_fault`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

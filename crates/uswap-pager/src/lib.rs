@@ -57,6 +57,7 @@
 )]
 
 mod arena;
+mod bufs;
 mod fault;
 mod handle;
 pub mod own;
@@ -227,7 +228,7 @@ pub struct Pager {
     pub(crate) active: reclaim::Ring,
     pub(crate) inactive: reclaim::Ring,
     pub(crate) counters: stats::Counters,
-    pub(crate) bufs: fault::BufPool,
+    pub(crate) bufs: bufs::BufPool,
     pub(crate) madv: sys::Madviser,
     pub(crate) stop: AtomicBool,
     /// The store keeps its RAM under half the limit (see [`PageStore::limit_ram`]).
@@ -358,7 +359,7 @@ impl Pager {
             inactive: reclaim::Ring::new(ring_cap).map_err(os)?,
             resident_pages: AtomicI64::new(0),
             counters: stats::Counters::default(),
-            bufs: fault::BufPool::new().map_err(os)?,
+            bufs: bufs::BufPool::new().map_err(os)?,
             madv: sys::Madviser::new(),
             stop: AtomicBool::new(false),
             pool_capped,

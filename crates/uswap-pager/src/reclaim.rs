@@ -356,9 +356,9 @@ fn claim_resident(r: &RegionInner, page: usize, order: u32, any_order: bool, cla
 /// program dropped them), are all still present? A page the program dropped with
 /// `MADV_DONTNEED` reads as zero now, so its kept entry is stale. (One `mincore` per block;
 /// it does not fault anything in.)
-fn clean_present(a: usize, pages: usize) -> bool {
-    let mut vec = [0u8; 512];
-    // SAFETY: mincore on our own page-aligned range with a vector of one byte per page.
+fn clean_present(a: usize, pages: usize, vec: &mut [u8; 512]) -> bool {
+    // SAFETY: mincore on our own page-aligned range (at most 512 pages: one block) with a
+    // vector of one byte per page.
     let rc = unsafe { libc::mincore(a as *mut _, pages * PAGE_SIZE, vec.as_mut_ptr()) };
     rc == 0 && vec[..pages].iter().all(|&v| v & 1 != 0)
 }
@@ -377,6 +377,8 @@ struct Batch {
     iov: [libc::iovec; MAX_BLOCKS],
     /// [`abort_all`]: a cached block's kept entries.
     kept: [PageWord; 512],
+    /// [`clean_present`]: its `mincore` vector.
+    mincore: [u8; 512],
 }
 
 /// Eviction batches in flight at once, at most (one per reclaiming thread and nesting level;
@@ -516,7 +518,7 @@ fn select(p: &Pager, b: &mut Batch, to_cache: bool, max_pages: usize, next: &mut
                 // Unchanged since swap-in (still write-protected): the store has it. Going to
                 // the inactive list, it is copied to the swap cache like any folio (a hot clean
                 // page gets its second chance there too) and keeps its entries.
-                dest = if !clean_present(r.addr(pg), 1 << k) {
+                dest = if !clean_present(r.addr(pg), 1 << k, &mut b.mincore) {
                     Dest::CleanDropped
                 } else if to_cache {
                     clean = true;
@@ -853,7 +855,10 @@ pub(crate) fn inactive_window(p: &Pager) -> u64 {
 /// cache.
 fn shrink_inactive(p: &Pager, max_pages: usize) -> usize {
     let mut done = 0;
-    let mut words = [PageWord::NONE; 512];
+    // The new words of a folio, in a buffer's side area (not on this stack: direct reclaim
+    // runs inside a fault, in SIGBUS mode on the program's stack).
+    let mut bi = p.bufs.take();
+    let words = &mut bi.parts().1.kept;
     while done < max_pages {
         let Some(e) = p.inactive.pop() else { break };
         let (slot, gen, page, order) = decode(e);
@@ -1048,7 +1053,8 @@ pub(crate) fn evict_region(r: &'static RegionInner) -> usize {
         }
     }
     // Cached folios of this region: compress them now.
-    let mut words = [PageWord::NONE; 512];
+    let mut bi = p.bufs.take();
+    let words = &mut bi.parts().1.kept;
     let mut pg = 0;
     while pg < r.npages {
         let w0 = r.word(pg).load(Ordering::Acquire);

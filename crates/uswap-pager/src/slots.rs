@@ -1,6 +1,6 @@
 //! Slots: up to 64 numbered things (buffers of a pool) handed out and given back by CAS on one
 //! bit mask, with no lock and no allocation, so a signal handler may take one. The pools of
-//! the fault path ([`crate::fault::BufPool`]) and of reclaim ([`crate::reclaim::BatchPool`])
+//! the fault path ([`crate::bufs::BufPool`]) and of reclaim ([`crate::reclaim::BatchPool`])
 //! are a mapping cut into equal pieces plus a `Slots` saying which pieces are free; each
 //! decides what to do when none is (wait, or give up).
 //!
