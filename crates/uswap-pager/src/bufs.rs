@@ -57,6 +57,11 @@ impl BufPool {
         }
     }
 
+    /// In a fork child: every buffer is free (the threads that held one do not exist there).
+    pub(crate) fn reset_in_fork_child(&self) {
+        self.free.reset();
+    }
+
     /// A read-only all-zero buffer of 2 MiB.
     pub(crate) fn zero(&self) -> *const u8 {
         self.mem.as_ptr().wrapping_add(NBUF * BUF_BYTES)

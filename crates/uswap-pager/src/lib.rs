@@ -425,6 +425,7 @@ impl Pager {
         self.vma_lock.force_unlock();
         self.read_gate.force_unlock();
         self.batches.reset_in_fork_child();
+        self.bufs.reset_in_fork_child();
         self.pause.store(false, Ordering::SeqCst);
         self.ev_quiet.store(true, Ordering::SeqCst);
         self.kswapd_quiet.store(true, Ordering::SeqCst);
