@@ -12,10 +12,13 @@
 //!
 //! The handler may have interrupted anything, `malloc` included, so this path allocates
 //! nothing and takes no lock the interrupted code could hold: page claims are CASes on the
-//! page words, buffers come from a fixed pool taken by CAS ([`BufPool`]; the [`Buf`] guard
-//! gives its buffer back when dropped), counters are atomics, and the store is signal-safe by
-//! contract. Concurrent faults on one folio: the
-//! first CASes its pages to `BUSY` and fills it; the others see `BUSY`, wait (spin, then
+//! page words, buffers come from a fixed pool taken by CAS ([`crate::bufs`]; the guard gives
+//! its buffer back when dropped), counters are atomics, and the store is signal-safe by
+//! contract. It runs on the stack of whatever the program was doing, so it keeps no
+//! per-page array there: every fill takes a buffer first, whose side area ([`Scratch`]) holds
+//! its claim's old words and a cached folio's kept entries, and the sets of pages held or
+//! refused are 64-byte bitmaps ([`PageSet`]). Concurrent faults on one folio: the first
+//! CASes its pages to `BUSY` and fills it; the others see `BUSY`, wait (spin, then
 //! `sched_yield`) without holding anything, and retry. On x86-64 bit 1 of the page-fault
 //! error code (`REG_ERR` in the ucontext) says whether the access was a write.
 //!
@@ -27,91 +30,20 @@
 //! mremap, fork, and madvise if enabled); in [`FaultMode::Thread`](crate::FaultMode) also the
 //! page-fault messages, which it resolves the same way and then wakes the faulting thread.
 //!
-//! Locking: none beyond the page-word claims described in [`crate::region`]. A fault path
+//! Locking: none beyond the page-word claims described in [`crate::page`]. A fault path
 //! claims pages through a [`Claim`] (CAS to `BUSY`), which rolls back to the old words when
-//! dropped unpublished, so every way out of a fill leaves no page `BUSY`.
+//! dropped unpublished, so every way out of a fill leaves no page `BUSY`. A fill takes its
+//! buffer before it claims a page, so it never waits for the pool while holding pages.
 
+use crate::bufs::Scratch;
+use crate::page::{kind, Claim, PageSet, PageWord, CLEAN_MAX_ENTRY};
 use crate::reclaim::{self, entry};
-use crate::region::{self, clean_entry, clean_payload, kind, w_kind, w_order, w_payload, word, RegionInner, BUSY};
+use crate::region::{self, RegionInner};
 use crate::stats::{inc, now_ns};
 use crate::uffd::Event;
 use crate::{Pager, ReclaimMode, Replacement, SwapinPolicy, PAGE_SIZE};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
-
-const NBUF: usize = 32;
-const BUF_BYTES: usize = 2 << 20;
-
-/// A fixed pool of 2 MiB buffers taken and returned by CAS on a bit mask, plus a shared
-/// all-zero buffer (never written) for zero-fill copies.
-pub(crate) struct BufPool {
-    /// `NBUF` buffers, then the zero buffer.
-    mem: crate::own::Mapping,
-    free: AtomicU64,
-}
-
-impl BufPool {
-    /// Reserve the pool (memory is committed on first use of each buffer).
-    pub(crate) fn new() -> std::io::Result<BufPool> {
-        let mem = crate::own::Mapping::new(NBUF * BUF_BYTES + BUF_BYTES)?;
-        let pool = BufPool { mem, free: AtomicU64::new((1u64 << NBUF) - 1) };
-        // SAFETY: protecting the last 2 MiB of our own mapping, so it stays zero; nothing has
-        // a reference into it (the mapping is never viewed as `atomic_words`).
-        unsafe { libc::mprotect(pool.zero().cast_mut().cast(), BUF_BYTES, libc::PROT_READ) };
-        Ok(pool)
-    }
-
-    /// Take a buffer (waits by yielding if all are in use); it goes back to the pool when the
-    /// guard is dropped.
-    pub(crate) fn take(&self) -> Buf<'_> {
-        loop {
-            let f = self.free.load(Ordering::Acquire);
-            if f == 0 {
-                std::thread::yield_now();
-                continue;
-            }
-            let i = f.trailing_zeros() as usize;
-            if self.free.compare_exchange_weak(f, f & !(1 << i), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                return Buf { pool: self, i };
-            }
-        }
-    }
-
-    /// A read-only all-zero buffer of 2 MiB.
-    pub(crate) fn zero(&self) -> *const u8 {
-        self.mem.as_ptr().wrapping_add(NBUF * BUF_BYTES)
-    }
-}
-
-/// A buffer of a [`BufPool`], held from [`BufPool::take`] until dropped (which gives it back):
-/// derefs to its [`BUF_BYTES`] bytes. Allocation-free and signal-safe, like the pool.
-pub(crate) struct Buf<'a> {
-    pool: &'a BufPool,
-    /// Index of the buffer, whose bit in `pool.free` this guard cleared.
-    i: usize,
-}
-
-impl std::ops::Deref for Buf<'_> {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        // SAFETY: buffer i (< NBUF) lies inside the pool's mapping, read-write, and is this
-        // guard's alone from take() until drop: its bit stays clear in `free` meanwhile.
-        unsafe { std::slice::from_raw_parts(self.pool.mem.as_ptr().add(self.i * BUF_BYTES), BUF_BYTES) }
-    }
-}
-
-impl std::ops::DerefMut for Buf<'_> {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in deref; &mut self makes the borrow exclusive.
-        unsafe { std::slice::from_raw_parts_mut(self.pool.mem.as_ptr().add(self.i * BUF_BYTES), BUF_BYTES) }
-    }
-}
-
-impl Drop for Buf<'_> {
-    fn drop(&mut self) {
-        self.pool.free.fetch_or(1 << self.i, Ordering::Release);
-    }
-}
 
 /// Outcome of [`handle_fault`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -146,7 +78,7 @@ pub(crate) fn handle_fault(addr: usize, write: bool, wake: bool) -> Handled {
 fn wait_not_busy(p: &Pager, r: &RegionInner, pg: usize) {
     inc(&p.counters.fault_waits, 1);
     let mut backoff = crate::sys::Backoff::default();
-    while w_kind(r.word(pg).load(Ordering::Acquire)) == kind::BUSY {
+    while r.word(pg).load(Ordering::Acquire).is_busy() {
         backoff.snooze();
     }
 }
@@ -218,7 +150,7 @@ pub(crate) fn try_fault(p: &Pager, addr: usize, write: bool, wp: bool, force: bo
         if charged + need > reclaim::wake_mark(p) {
             crate::sys::futex_wake(&p.reclaim_wake);
         }
-        let k = w_kind(r.word(pg).load(Ordering::Acquire));
+        let k = r.word(pg).load(Ordering::Acquire).kind();
         let needs_memory = matches!(k, kind::NONE | kind::SWAPPED | kind::CACHED);
         if needs_memory && charged + need > p.limit() + throttle_slack(p) && !p.reclaim_stuck.load(Ordering::Relaxed) {
             inc(&p.counters.fault_throttled, 1);
@@ -256,7 +188,7 @@ pub(crate) fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool
     }
     loop {
         let w = r.word(pg).load(Ordering::Acquire);
-        match w_kind(w) {
+        match w.kind() {
             kind::UNMAPPED => {
                 // Not the region's any more: the access retries elsewhere.
                 wake_page(p, r, pg, wake);
@@ -269,7 +201,8 @@ pub(crate) fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool
                 if p.uffd.zeropage(r.addr(pg), PAGE_SIZE, wake).is_err() && wait != Wait::Block {
                     return false;
                 }
-                if write && r.word(pg).compare_exchange(w, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                if write && r.word(pg).compare_exchange(w, PageWord::BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+                {
                     // A write-protect bit left over (a clean page's, in a mixed eviction that
                     // failed): lift it, holding the page so no eviction protects it meanwhile
                     // (lifting an eviction's protection would let a write slip past its copy).
@@ -292,7 +225,7 @@ pub(crate) fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool
                     return true;
                 }
                 if let Wait::NoWait { wp } = wait {
-                    if !wp && w == region::BUSY_COPY {
+                    if !wp && w == PageWord::BUSY_COPY {
                         // A missing-page fault on a page an eviction is copying: the program
                         // dropped it (madvise) under the copy. It reads as zero now, and the
                         // eviction copies (and stores) those zeros.
@@ -341,101 +274,6 @@ fn large_ok(p: &Pager, r: &RegionInner) -> bool {
     }
 }
 
-/// The claim of a fill (or of [`unclean`]) on pages `[first, first + n)` of a region: which
-/// pages it holds (CASed to `BUSY`) and the word each had. Dropped without [`Claim::publish`]
-/// or [`Claim::finish`], it rolls every page it still holds back to its old word; so a path
-/// that gives up (a lost race, a refused copy) just returns, or calls [`Claim::roll_back`]
-/// where the rollback must come before something else (a wake-up).
-struct Claim<'r> {
-    r: &'r RegionInner,
-    first: usize,
-    n: usize,
-    /// Page `first + i`'s word before the claim (meaningful where `held[i]`).
-    old: [u64; 512],
-    held: [bool; 512],
-    /// The pages' new states are stored: nothing to roll back.
-    done: bool,
-}
-
-impl<'r> Claim<'r> {
-    /// An empty claim on `[first, first + n)` (`n` at most 512).
-    fn new(r: &'r RegionInner, first: usize, n: usize) -> Claim<'r> {
-        Claim { r, first, n, old: [0; 512], held: [false; 512], done: false }
-    }
-
-    /// Claim page `first + i` if its word is still `w` (CAS to `BUSY`). Returns success.
-    fn take(&mut self, i: usize, w: u64) -> bool {
-        let ok = self.r.word(self.first + i).compare_exchange(w, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok();
-        if ok {
-            self.old[i] = w;
-            self.held[i] = true;
-        }
-        ok
-    }
-
-    /// Whether page `first + i` is held.
-    fn held(&self, i: usize) -> bool {
-        self.held[i]
-    }
-
-    /// The held pages, one flag per page of the range.
-    fn held_mask(&self) -> &[bool] {
-        &self.held[..self.n]
-    }
-
-    /// Page `first + i`'s word before the claim.
-    fn old(&self, i: usize) -> u64 {
-        self.old[i]
-    }
-
-    /// Roll the held pages of `pages` (a flag per page of the range) back to their old words,
-    /// in page order; they are not held any more.
-    fn roll_back(&mut self, pages: &[bool]) {
-        for (i, &b) in pages.iter().enumerate().take(self.n) {
-            if b && self.held[i] {
-                self.r.word(self.first + i).store(self.old[i], Ordering::Release);
-                self.held[i] = false;
-            }
-        }
-    }
-
-    /// Roll every held page back to its old word.
-    fn roll_back_all(&mut self) {
-        for i in 0..self.n {
-            if self.held[i] {
-                self.r.word(self.first + i).store(self.old[i], Ordering::Release);
-                self.held[i] = false;
-            }
-        }
-    }
-
-    /// Publish the held pages as mapped ([`publish`]: RESIDENT, or CLEAN with the SWAPPED
-    /// words `kept`). The claim then holds nothing; its pages and old words stay readable.
-    fn publish(&mut self, p: &Pager, kept: Option<&[u64]>) -> usize {
-        self.done = true;
-        publish(p, self.r, self.first, &self.held[..self.n], kept)
-    }
-
-    /// [`Claim::publish`] as CLEAN, the kept SWAPPED words being the held pages' old words.
-    fn publish_clean(&mut self, p: &Pager) -> usize {
-        self.done = true;
-        publish(p, self.r, self.first, &self.held[..self.n], Some(&self.old[..self.n]))
-    }
-
-    /// The caller has stored every held page's new word itself: nothing to roll back.
-    fn finish(&mut self) {
-        self.done = true;
-    }
-}
-
-impl Drop for Claim<'_> {
-    fn drop(&mut self) {
-        if !self.done {
-            self.roll_back_all();
-        }
-    }
-}
-
 fn fatal(msg: &str) -> ! {
     if std::env::var_os("USWAP_PAGER_DEBUG").is_some() {
         eprintln!("{}", std::backtrace::Backtrace::force_capture());
@@ -447,28 +285,37 @@ fn fatal(msg: &str) -> ! {
     }
 }
 
-/// Publish the claimed pages `[first, first + claimed.len())` as mapped, in aligned blocks,
-/// and queue them on the active list: RESIDENT, or CLEAN (write-protected, swap entry kept)
-/// when `kept` gives each page's SWAPPED word.
-fn publish(p: &Pager, r: &RegionInner, first: usize, claimed: &[bool], kept: Option<&[u64]>) -> usize {
+/// What a fill's claimed pages become when published.
+#[derive(Copy, Clone)]
+enum Mapped<'k> {
+    /// RESIDENT.
+    Resident,
+    /// CLEAN (write-protected), keeping the swap entries of the claim's old SWAPPED words.
+    CleanOld,
+    /// CLEAN, keeping the swap entries of these SWAPPED words (one per page of the claim).
+    CleanKept(&'k [PageWord]),
+}
+
+/// Publish the held pages of `c` (on `[first, first + c.len())`) as mapped, in aligned blocks,
+/// and queue them on the active list, as `how` says.
+fn publish(p: &Pager, r: &RegionInner, first: usize, c: &mut Claim<'_>, how: Mapped<'_>) -> usize {
     let mut count = 0;
-    reclaim::blocks(first, claimed.len(), &|i| claimed[i], |pg, k| {
-        for q in pg..pg + (1 << k) {
-            let w = match kept {
-                Some(old) => {
-                    let o = old[q - first];
-                    word(kind::CLEAN, k, clean_payload(w_payload(o), w_order(o)))
-                }
-                None => word(kind::RESIDENT, k, 0),
+    let held = c.held_set();
+    reclaim::blocks(first, c.len(), &|i| held.contains(i), |pg, k| {
+        for i in pg - first..pg - first + (1 << k) {
+            let w = match how {
+                Mapped::Resident => PageWord::resident(k),
+                Mapped::CleanOld => PageWord::clean(k, c.old(i).payload(), c.old(i).order()),
+                Mapped::CleanKept(kept) => PageWord::clean(k, kept[i].payload(), kept[i].order()),
             };
-            r.word(q).store(w, Ordering::Release);
+            c.set(i, w);
         }
         p.active.push(entry(r, pg, k));
         count += 1 << k;
     });
     p.resident_pages.fetch_add(count as i64, Ordering::AcqRel);
     inc(&p.counters.pages_mapped, count as u64);
-    if kept.is_some() {
+    if !matches!(how, Mapped::Resident) {
         r.had_clean.store(true, Ordering::Relaxed);
         inc(&p.counters.clean_kept, count as u64);
         p.keep.kept(count as u64);
@@ -557,14 +404,16 @@ impl KeepClean {
 /// free the swap entries of its folio's clean pages, lift their write protection and make
 /// them RESIDENT. Pages of the folio another thread holds are left to it. Returns false when
 /// it lost a race for page `pg` (retry).
-fn unclean(p: &Pager, r: &RegionInner, pg: usize, w0: u64, wake: bool) -> bool {
-    let k = w_order(w0);
+fn unclean(p: &Pager, r: &RegionInner, pg: usize, w0: PageWord, wake: bool) -> bool {
+    let k = w0.order();
     let n = 1usize << k;
     let head = pg & !(n - 1);
-    let mut c = Claim::new(r, head, n);
+    let mut bi = p.bufs.take();
+    let (_, scratch) = bi.parts();
+    let mut c = Claim::new(r.words(head, n), &mut scratch.old);
     for i in 0..n {
         let w = if head + i == pg { w0 } else { r.word(head + i).load(Ordering::Acquire) };
-        let ok = w_kind(w) == kind::CLEAN && w_order(w) == k && c.take(i, w);
+        let ok = w.kind() == kind::CLEAN && w.order() == k && c.take(i, w);
         if head + i == pg && !ok {
             return false; // the claim rolls back
         }
@@ -579,14 +428,11 @@ fn unclean(p: &Pager, r: &RegionInner, pg: usize, w0: u64, wake: bool) -> bool {
         return true;
     }
     let mut d = 0;
-    for i in 0..n {
-        if c.held(i) {
-            p.store.put(clean_entry(c.old(i)), 1);
-            r.word(head + i).store(word(kind::RESIDENT, k, 0), Ordering::Release);
-            d += 1;
-        }
-    }
-    c.finish();
+    c.publish(|_, old| {
+        p.store.put(old.clean_entry(), 1);
+        d += 1;
+        PageWord::resident(k)
+    });
     inc(&p.counters.clean_dirtied, d);
     p.keep.dirtied(d);
     true
@@ -601,8 +447,8 @@ fn wake_page(p: &Pager, r: &RegionInner, pg: usize, wake: bool) {
     }
 }
 
-/// Copy the claimed runs of `[first, first + claimed.len())` from `src` (laid out like the
-/// range) into place; `wp` maps them write-protected.
+/// Copy the runs of pages `c` holds in `[first, first + c.len())` from `src` (laid out like
+/// the range) into place; `wp` maps them write-protected.
 ///
 /// A run the kernel refuses whole (a folio that crosses into another mapping, e.g. the
 /// `PROT_NONE` rest of a reservation: `UFFDIO_COPY` needs one VMA) is copied page by page.
@@ -612,16 +458,15 @@ fn copy_runs(
     p: &Pager,
     r: &RegionInner,
     first: usize,
-    claimed: &[bool],
+    c: &Claim<'_>,
     src: *const u8,
     wp: bool,
     wake: bool,
-) -> Option<[bool; 512]> {
+) -> Option<PageSet> {
     let again = || crate::uffd::AGAIN.with(|c| c.get());
-    let mut failed = [false; 512];
-    region::runs(claimed.len(), &|i| claimed[i], |i, j| {
-        // SAFETY: src holds claimed.len() pages; the destination pages are claimed (BUSY) and
-        // missing.
+    let mut failed = PageSet::default();
+    region::runs(c.len(), &|i| c.held(i), |i, j| {
+        // SAFETY: src holds c.len() pages; the destination pages are claimed (BUSY) and missing.
         let whole = unsafe { p.uffd.copy(r.addr(first + i), src.add(i * PAGE_SIZE), (j - i) * PAGE_SIZE, wp, wake) };
         if whole.is_ok() {
             return true;
@@ -631,19 +476,29 @@ fn copy_runs(
         }
         for q in i..j {
             // SAFETY: as above, one page.
-            failed[q] = unsafe { p.uffd.copy(r.addr(first + q), src.add(q * PAGE_SIZE), PAGE_SIZE, wp, wake) }.is_err();
+            if unsafe { p.uffd.copy(r.addr(first + q), src.add(q * PAGE_SIZE), PAGE_SIZE, wp, wake) }.is_err() {
+                failed.insert(q);
+            }
         }
         !again()
     });
     (!again()).then_some(failed)
 }
 
-/// Promote the claimed cached folio `[head, head + n)` (cache object `o`) page by page: pages
-/// the kernel maps become RESIDENT, the others are stored as 4 KiB pages (their data is never
-/// dropped). Frees the cache object.
-fn uncache_by_page(p: &Pager, r: &RegionInner, head: usize, n: usize, o: crate::arena::Obj, wake: bool) {
-    let mut kept = [0u64; 512];
-    reclaim::clean_tags(p, o, n, &mut kept);
+/// Promote the cached folio `[head, head + n)` (cache object `o`, every page held by `c`,
+/// `kept` its pages' kept SWAPPED words) page by page: pages the kernel maps become RESIDENT,
+/// the others are stored as 4 KiB pages (their data is never dropped). Publishes every page
+/// of `c`, and frees the cache object.
+fn uncache_by_page(
+    p: &Pager,
+    r: &RegionInner,
+    head: usize,
+    o: crate::arena::Obj,
+    kept: &[PageWord],
+    c: &mut Claim<'_>,
+    wake: bool,
+) {
+    let n = c.len();
     reclaim::clear_clean_tags(p, o, n);
     let mut mapped = 0i64;
     for i in 0..n {
@@ -651,23 +506,23 @@ fn uncache_by_page(p: &Pager, r: &RegionInner, head: usize, n: usize, o: crate::
         let src = unsafe { p.cache.ptr(o).add(i * PAGE_SIZE) };
         // SAFETY: src is one readable page; the destination page is claimed.
         if unsafe { p.uffd.copy(r.addr(head + i), src, PAGE_SIZE, false, wake) }.is_ok() {
-            if kept[i] != 0 {
-                p.store.put(w_payload(kept[i]), 1);
+            if kept[i] != PageWord::NONE {
+                p.store.put(kept[i].payload(), 1);
             }
-            r.word(head + i).store(word(kind::RESIDENT, 0, 0), Ordering::Release);
+            c.set(i, PageWord::resident(0));
             p.active.push(entry(r, head + i, 0));
             mapped += 1;
             continue;
         }
-        if kept[i] != 0 {
-            r.word(head + i).store(word(kind::SWAPPED, 0, w_payload(kept[i])), Ordering::Release);
+        if kept[i] != PageWord::NONE {
+            c.set(i, PageWord::swapped(0, kept[i].payload()));
             continue;
         }
         // SAFETY: as above.
         let d = unsafe { std::slice::from_raw_parts(src, PAGE_SIZE) };
-        let mut nw = [0u64; 1];
+        let mut nw = [PageWord::NONE; 1];
         if reclaim::store_folio(p, d, 0, &mut nw).is_ok() {
-            r.word(head + i).store(word(kind::SWAPPED, 0, w_payload(nw[0])), Ordering::Release);
+            c.set(i, PageWord::swapped(0, nw[0].payload()));
         } else {
             fatal("uswap-pager: a cached page could be neither mapped nor stored\n");
         }
@@ -688,9 +543,9 @@ fn uncache_by_page(p: &Pager, r: &RegionInner, head: usize, n: usize, o: crate::
 /// - [`fill_large`]: a large stored folio swapped in whole (or its still-stored parts);
 /// - [`fill_one_of_large`]: only the faulting page of a large stored folio;
 /// - [`fill_small`]: zero-fill or 4 KiB swap-in (a whole folio, a readahead window, a page).
-fn fill(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wake: bool) -> bool {
-    let k0 = w_order(w0);
-    match w_kind(w0) {
+fn fill(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write: bool, wake: bool) -> bool {
+    let k0 = w0.order();
+    match w0.kind() {
         kind::CACHED => fill_cached(p, r, pg, w0, write, wake),
         kind::SWAPPED if k0 > 0 => {
             let (seq, _) = seq_fault(r, pg);
@@ -706,12 +561,14 @@ fn fill(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wak
 }
 
 /// Refault of an inactive folio: promote it whole from the swap cache.
-fn fill_cached(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wake: bool) -> bool {
-    let k0 = w_order(w0);
+fn fill_cached(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write: bool, wake: bool) -> bool {
+    let k0 = w0.order();
     let n = 1usize << k0;
     let head = pg & !(n - 1);
     // Claim: all pages or none.
-    let mut c = Claim::new(r, head, n);
+    let mut bi = p.bufs.take();
+    let (_, Scratch { old, kept }) = bi.parts();
+    let mut c = Claim::new(r.words(head, n), old);
     for i in 0..n {
         if !c.take(i, w0) {
             return false; // the claim rolls back
@@ -720,8 +577,7 @@ fn fill_cached(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bo
     // Load: the cache object holds the folio. A clean folio demoted here still has its swap
     // entries: a read maps it clean again.
     let o = region::cached_obj(w0, k0);
-    let mut kept = [0u64; 512];
-    let k = reclaim::clean_tags(p, o, n, &mut kept);
+    let k = reclaim::clean_tags(p, o, n, kept);
     let clean = k == n && !write && p.keep.keep(p);
     // Copy.
     // SAFETY: the cache object holds the folio; the pages are claimed and missing.
@@ -735,20 +591,19 @@ fn fill_cached(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bo
         // The folio spans mappings the kernel will not fill in one call (part of it
         // is PROT_NONE now): promote it page by page; a page that cannot be mapped
         // keeps its data in the store.
-        uncache_by_page(p, r, head, n, o, wake);
-        c.finish();
+        uncache_by_page(p, r, head, o, &kept[..n], &mut c, wake);
         wake_page(p, r, pg, wake);
         return true;
     }
     // Publish, put.
     reclaim::clear_clean_tags(p, o, n);
     if clean {
-        c.publish(p, Some(&kept[..n]));
+        publish(p, r, head, &mut c, Mapped::CleanKept(&kept[..n]));
     } else {
-        for &w in kept[..n].iter().filter(|&&w| w != 0) {
-            p.store.put(w_payload(w), 1);
+        for &w in kept[..n].iter().filter(|&&w| w != PageWord::NONE) {
+            p.store.put(w.payload(), 1);
         }
-        c.publish(p, None);
+        publish(p, r, head, &mut c, Mapped::Resident);
     }
     p.cache.free(o);
     inc(&p.counters.fault_cache, 1);
@@ -762,23 +617,24 @@ fn fill_cached(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bo
 
 /// Swap in a large stored folio whole: take every page of the folio still in the store
 /// (pages swapped in alone earlier are skipped), load the folio once, copy the runs.
-fn fill_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wake: bool) -> bool {
-    let k0 = w_order(w0);
+fn fill_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write: bool, wake: bool) -> bool {
+    let k0 = w0.order();
     let n = 1usize << k0;
     let head = pg & !(n - 1);
-    let e_head = w_payload(w0) - (pg - head) as u64;
+    let e_head = w0.payload() - (pg - head) as u64;
     // Claim: every page still holding its stored word; the faulting one at least.
-    let mut c = Claim::new(r, head, n);
+    let mut bi = p.bufs.take();
+    let (data, scratch) = bi.parts();
+    let mut c = Claim::new(r.words(head, n), &mut scratch.old);
     let mut all = true;
     for i in 0..n {
-        all &= c.take(i, word(kind::SWAPPED, k0, e_head + i as u64));
+        all &= c.take(i, PageWord::swapped(k0, e_head + i as u64));
     }
     if !c.held(pg - head) {
         return false; // the claim rolls back
     }
     // Load: the whole folio in one load, or its still-stored parts block by block.
-    let mut bi = p.bufs.take();
-    let buf = &mut bi[..PAGE_SIZE << k0];
+    let buf = &mut data[..PAGE_SIZE << k0];
     let mut res = Ok(());
     if all {
         res = p.store.load(e_head, buf);
@@ -796,31 +652,29 @@ fn fill_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
         fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
     }
     // Copy.
-    let clean = all && !write && e_head + (n as u64) < region::CLEAN_MAX_ENTRY && p.keep.keep(p);
-    let failed = copy_runs(p, r, head, c.held_mask(), buf.as_ptr(), clean, wake);
-    drop(bi);
-    let Some(failed) = failed else {
+    let clean = all && !write && e_head + (n as u64) < CLEAN_MAX_ENTRY && p.keep.keep(p);
+    let Some(failed) = copy_runs(p, r, head, &c, buf.as_ptr(), clean, wake) else {
         c.roll_back_all();
         return true;
     };
     // Pages the kernel would not fill keep their words.
-    c.roll_back(&failed[..n]);
-    let clean = clean && c.held_mask().iter().all(|&h| h);
+    c.roll_back(&failed);
+    let clean = clean && c.all_held();
     if !c.held(pg - head) {
         wake_page(p, r, pg, wake);
     }
     // Publish, put.
     if clean {
-        c.publish_clean(p);
+        publish(p, r, head, &mut c, Mapped::CleanOld);
     } else {
         for i in 0..n {
             if c.held(i) {
                 p.store.put(e_head + i as u64, 1);
             }
         }
-        c.publish(p, None);
+        publish(p, r, head, &mut c, Mapped::Resident);
     }
-    note_refaults(p, r, head, c.held_mask().iter().copied());
+    note_refaults(p, r, head, (0..n).map(|i| c.held(i)));
     if all {
         inc(&p.counters.swpin[k0 as usize], 1);
     } else {
@@ -831,31 +685,31 @@ fn fill_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
 }
 
 /// Swap in only page `pg` of a large stored folio (`swpin_fallback`).
-fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wake: bool) -> bool {
-    let k0 = w_order(w0);
+fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write: bool, wake: bool) -> bool {
+    let k0 = w0.order();
     let n = 1usize << k0;
     let head = pg & !(n - 1);
-    let e = w_payload(w0);
+    let e = w0.payload();
     let e_head = e - (pg - head) as u64;
     // Claim.
-    let mut c = Claim::new(r, pg, 1);
+    let mut bi = p.bufs.take();
+    let (data, scratch) = bi.parts();
+    let mut c = Claim::new(r.words(pg, 1), &mut scratch.old);
     if !c.take(0, w0) {
         return false;
     }
     // Load.
-    let mut bi = p.bufs.take();
-    let buf = &mut bi[..PAGE_SIZE];
+    let buf = &mut data[..PAGE_SIZE];
     if let Err(err) = p.store.load(e, buf) {
         if std::env::var_os("USWAP_PAGER_DEBUG").is_some() {
-            eprintln!("load-one {e:#x} order {k0} pg {pg} w0 {w0:#x} head {e_head:#x}: {err}");
+            eprintln!("load-one {e:#x} order {k0} pg {pg} w0 {w0:?} head {e_head:#x}: {err}");
         }
         fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
     }
     // Copy.
-    let clean = !write && e < region::CLEAN_MAX_ENTRY && p.keep.keep(p);
+    let clean = !write && e < CLEAN_MAX_ENTRY && p.keep.keep(p);
     // SAFETY: page pg is claimed and missing; the buffer holds its data.
     let res = unsafe { p.uffd.copy(r.addr(pg), buf.as_ptr(), PAGE_SIZE, clean, wake) };
-    drop(bi);
     if res.is_err() {
         c.roll_back_all();
         wake_page(p, r, pg, wake);
@@ -863,10 +717,10 @@ fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, wri
     }
     // Publish, put.
     if clean {
-        c.publish_clean(p);
+        publish(p, r, pg, &mut c, Mapped::CleanOld);
     } else {
         p.store.put(e, 1);
-        c.publish(p, None);
+        publish(p, r, pg, &mut c, Mapped::Resident);
     }
     note_refaults(p, r, pg, std::iter::once(true));
     inc(&p.counters.swpin_fallback[k0 as usize], 1);
@@ -877,13 +731,13 @@ fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, wri
 
 /// Zero-fill or 4 KiB swap-in around `pg`: the whole folio of the region when faults are
 /// sequential (or not adaptive), a readahead window in 4 KiB regions, else just the page.
-fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: bool, wake: bool) -> bool {
+fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write: bool, wake: bool) -> bool {
     let fo = r.folio_order;
     let (seq, streak) = seq_fault(r, pg);
     let (first, n) = if fo > 0 && (seq || !p.cfg.adaptive) {
         let n = 1usize << fo;
         (pg & !(n - 1), n)
-    } else if fo == 0 && w_kind(w0) == kind::SWAPPED && p.cfg.readahead_pages > 1 && streak > 0 {
+    } else if fo == 0 && w0.kind() == kind::SWAPPED && p.cfg.readahead_pages > 1 && streak > 0 {
         let win = (1usize << streak.min(9)).min(p.cfg.readahead_pages).min(r.npages - pg);
         (pg, win)
     } else {
@@ -899,17 +753,19 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
         inc(&p.counters.swap_ra_hit, (ra & 0xffff) as u64);
     }
     // Claim: zero-fill and 4 KiB stored pages; the faulting one at least.
-    let mut c = Claim::new(r, first, n);
+    let mut bi = p.bufs.take();
+    let (data, scratch) = bi.parts();
+    let mut c = Claim::new(r.words(first, n), &mut scratch.old);
     let mut any_swapped = false;
     let mut all_swapped = true;
     for i in 0..n {
         let q = first + i;
         let w = if q == pg { w0 } else { r.word(q).load(Ordering::Acquire) };
-        let k = w_kind(w);
-        let ok = (k == kind::NONE || (k == kind::SWAPPED && w_order(w) == 0)) && c.take(i, w);
+        let k = w.kind();
+        let ok = (k == kind::NONE || (k == kind::SWAPPED && w.order() == 0)) && c.take(i, w);
         if ok {
             any_swapped |= k == kind::SWAPPED;
-            all_swapped &= k == kind::SWAPPED && w_payload(w) < region::CLEAN_MAX_ENTRY;
+            all_swapped &= k == kind::SWAPPED && w.payload() < CLEAN_MAX_ENTRY;
         } else if q == pg {
             return false; // the claim rolls back
         } else if fo == 0 {
@@ -924,23 +780,22 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
             wake_page(p, r, pg, wake);
             return true;
         }
-        c.publish(p, None);
+        publish(p, r, first, &mut c, Mapped::Resident);
         inc(&p.counters.fault_zero, 1);
         return true;
     }
     // Load: stored pages from the store, the others zero.
-    let mut bi = None;
     let src: *const u8 = if any_swapped {
-        let buf = &mut bi.insert(p.bufs.take())[..n * PAGE_SIZE];
+        let buf = &mut data[..n * PAGE_SIZE];
         for i in 0..n {
             if !c.held(i) {
                 continue;
             }
             let dst = &mut buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE];
-            if w_kind(c.old(i)) == kind::SWAPPED {
-                if let Err(e) = p.store.load(w_payload(c.old(i)), dst) {
+            if c.old(i).kind() == kind::SWAPPED {
+                if let Err(e) = p.store.load(c.old(i).payload(), dst) {
                     if std::env::var_os("USWAP_PAGER_DEBUG").is_some() {
-                        eprintln!("load {:#x} order 0: {e}", w_payload(c.old(i)));
+                        eprintln!("load {:#x} order 0: {e}", c.old(i).payload());
                     }
                     fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
                 }
@@ -954,37 +809,31 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: u64, write: boo
     };
     // Copy.
     let clean = any_swapped && all_swapped && !write && p.keep.keep(p);
-    let failed = copy_runs(p, r, first, c.held_mask(), src, clean, wake);
-    drop(bi);
-    let Some(failed) = failed else {
+    let Some(failed) = copy_runs(p, r, first, &c, src, clean, wake) else {
         c.roll_back_all();
         return true;
     };
     // Pages the kernel would not fill keep their words (and their entries).
-    c.roll_back(&failed[..n]);
+    c.roll_back(&failed);
     if !c.held(pg - first) {
         wake_page(p, r, pg, wake);
     }
     // Publish, put.
-    let swapped_at = |c: &Claim<'_>, i: usize| c.held(i) && w_kind(c.old(i)) == kind::SWAPPED;
+    let swapped_at = |c: &Claim<'_>, i: usize| c.held(i) && c.old(i).kind() == kind::SWAPPED;
     let mut swapped = 0u64;
     for i in 0..n {
         if swapped_at(&c, i) {
             if !clean {
-                p.store.put(w_payload(c.old(i)), 1);
+                p.store.put(c.old(i).payload(), 1);
             }
             swapped += 1;
         }
     }
-    if clean {
-        c.publish_clean(p);
-    } else {
-        c.publish(p, None);
-    }
+    publish(p, r, first, &mut c, if clean { Mapped::CleanOld } else { Mapped::Resident });
     if swapped > 0 {
         note_refaults(p, r, first, (0..n).map(|i| swapped_at(&c, i)));
     }
-    if w_kind(w0) == kind::SWAPPED {
+    if w0.kind() == kind::SWAPPED {
         inc(&p.counters.fault_swapin, 1);
         inc(&p.counters.swpin[0], swapped);
         if fo == 0 && n > 1 {
@@ -1298,9 +1147,9 @@ mod tests {
         region::enter();
         // SAFETY: between enter and leave; inner is not used after the leave.
         let inner = unsafe { region::lookup(a) }.unwrap();
-        let w = inner.word(0).swap(BUSY, Ordering::AcqRel);
+        let w = inner.word(0).swap(PageWord::BUSY, Ordering::AcqRel);
         region::leave();
-        assert_eq!(w_kind(w), kind::RESIDENT);
+        assert_eq!(w.kind(), kind::RESIDENT);
         p.uffd.writeprotect(a, PAGE_SIZE, true, false).unwrap();
         let waits0 = p.stats().fault_waits;
         let t = std::thread::spawn(move || {

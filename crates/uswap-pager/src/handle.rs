@@ -10,7 +10,8 @@
 //! pending events ([`Pager::sync_events`]) and retires the region, which waits until no thread
 //! is inside the registry.
 
-use crate::region::{self, kind, w_kind, RegionInner};
+use crate::page::kind;
+use crate::region::{self, RegionInner};
 use crate::{reclaim, Pager, PagerError, PAGE_SIZE};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -85,7 +86,7 @@ impl Region {
         let r = self.inner();
         let mut c = [0usize; 5];
         for i in 0..r.npages {
-            let k = w_kind(r.word(i).load(Ordering::Relaxed));
+            let k = r.word(i).load(Ordering::Relaxed).kind();
             c[match k {
                 kind::CLEAN => 1,
                 kind::UNMAPPED => 0,
@@ -98,7 +99,7 @@ impl Region {
     /// Pages of the region mapped clean (write-protected, swap entry kept).
     pub fn clean_pages(&self) -> usize {
         let r = self.inner();
-        (0..r.npages).filter(|&i| w_kind(r.word(i).load(Ordering::Relaxed)) == kind::CLEAN).count()
+        (0..r.npages).filter(|&i| r.word(i).load(Ordering::Relaxed).kind() == kind::CLEAN).count()
     }
 
     /// Evict every resident and cached page of the region now (for tests and for callers that

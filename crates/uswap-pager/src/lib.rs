@@ -57,18 +57,31 @@
 )]
 
 mod arena;
+mod bufs;
 mod fault;
 mod handle;
 pub mod own;
+mod page;
 mod reclaim;
 mod region;
+mod slots;
 mod stats;
 mod store;
+mod sync;
 mod sys;
 pub mod syscall;
 pub mod tree;
 pub mod uffd;
 mod vma;
+
+/// The bottom layer's lock-free kernels, public only under `--cfg loom`, for the loom models
+/// (`tests/loom_claim.rs`).
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod loom_api {
+    pub use crate::page::{Claim, PageSet, PageWord};
+    pub use crate::slots::Slots;
+}
 
 pub use handle::Region;
 pub use region::overlaps as overlaps_region;
@@ -216,7 +229,7 @@ pub struct Pager {
     pub(crate) active: reclaim::Ring,
     pub(crate) inactive: reclaim::Ring,
     pub(crate) counters: stats::Counters,
-    pub(crate) bufs: fault::BufPool,
+    pub(crate) bufs: bufs::BufPool,
     pub(crate) madv: sys::Madviser,
     pub(crate) stop: AtomicBool,
     /// The store keeps its RAM under half the limit (see [`PageStore::limit_ram`]).
@@ -350,7 +363,7 @@ impl Pager {
             inactive: reclaim::Ring::new(ring_cap).map_err(os)?,
             resident_pages: AtomicI64::new(0),
             counters: stats::Counters::default(),
-            bufs: fault::BufPool::new().map_err(os)?,
+            bufs: bufs::BufPool::new().map_err(os)?,
             madv: sys::Madviser::new(),
             stop: AtomicBool::new(false),
             pool_capped,
@@ -417,6 +430,7 @@ impl Pager {
         self.vma_lock.force_unlock();
         self.read_gate.force_unlock();
         self.batches.reset_in_fork_child();
+        self.bufs.reset_in_fork_child();
         self.pause.store(false, Ordering::SeqCst);
         self.ev_quiet.store(true, Ordering::SeqCst);
         self.kswapd_quiet.store(true, Ordering::SeqCst);

@@ -42,15 +42,14 @@
 //! Retiring a region waits for every thread inside the registry ([`region::enter`]), so it is
 //! called with no lock held that such a thread may wait for.
 
-use crate::region::{
-    self, clean_entry, clean_payload, clean_to_swapped, is_mapped, kind, w_kind, w_order, w_payload, word, RegionInner,
-    BUSY, BUSY_COPY, BUSY_DROP,
-};
+use crate::page::{clean_payload, kind, PageWord};
+use crate::region::{self, RegionInner};
+use crate::slots::Slots;
 use crate::stats::inc;
 use crate::store::StoreError;
 use crate::{Pager, Replacement, PAGE_SIZE};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Most pages one reclaim batch handles.
 pub(crate) const MAX_BATCH_PAGES: usize = 1024;
@@ -190,20 +189,20 @@ impl Ring {
 }
 
 /// Tag of a swap-cache page that is a clean folio's copy whose swap entries are kept (the
-/// rest of the tag is the page's [`region::clean_payload`]); see [`crate::arena::Arena::tag`].
+/// rest of the tag is the page's [`crate::page::clean_payload`]); see [`crate::arena::Arena::tag`].
 const TAG_CLEAN: u64 = 1 << 63;
 
 /// The kept swap entries of the `n` pages of cache object `o`: `out[i]` is page `i`'s SWAPPED
 /// word, or 0 when the cached copy is its only copy. Returns how many pages have one.
-pub(crate) fn clean_tags(p: &Pager, o: crate::arena::Obj, n: usize, out: &mut [u64]) -> usize {
+pub(crate) fn clean_tags(p: &Pager, o: crate::arena::Obj, n: usize, out: &mut [PageWord]) -> usize {
     let mut k = 0;
     for (i, w) in out.iter_mut().enumerate().take(n) {
         let t = p.cache.tag(o, i).load(Ordering::Relaxed);
         *w = if t & TAG_CLEAN != 0 {
             k += 1;
-            clean_to_swapped(word(kind::CLEAN, 0, t & !TAG_CLEAN))
+            PageWord::new(kind::CLEAN, 0, t & !TAG_CLEAN).clean_to_swapped()
         } else {
-            0
+            PageWord::NONE
         };
     }
     k
@@ -299,11 +298,11 @@ struct Block {
 
 /// Store `data` (one folio of `order`) and write the pages' new SWAPPED words into `out`,
 /// splitting on `NoSpace`.
-pub(crate) fn store_folio(p: &Pager, data: &[u8], order: u32, out: &mut [u64]) -> Result<(), StoreError> {
+pub(crate) fn store_folio(p: &Pager, data: &[u8], order: u32, out: &mut [PageWord]) -> Result<(), StoreError> {
     match p.store.store(p.cfg.group, data) {
         Ok(e) => {
             for (i, o) in out.iter_mut().enumerate().take(1 << order) {
-                *o = word(kind::SWAPPED, order, e + i as u64);
+                *o = PageWord::swapped(order, e + i as u64);
             }
             inc(&p.counters.swpout[order as usize], 1);
             inc(&p.counters.evicted_folios, 1);
@@ -326,25 +325,25 @@ pub(crate) fn store_folio(p: &Pager, data: &[u8], order: u32, out: &mut [u64]) -
 }
 
 /// Drop the store references held by SWAPPED words.
-fn release_words(p: &Pager, words: &[u64]) {
+fn release_words(p: &Pager, words: &[PageWord]) {
     for &w in words {
-        if w_kind(w) == kind::SWAPPED {
-            p.store.put(w_payload(w), 1);
+        if w.kind() == kind::SWAPPED {
+            p.store.put(w.payload(), 1);
         }
     }
 }
 
 /// Claim the mapped (RESIDENT or CLEAN) pages of `[page, page + 2^order)` (any order when
 /// `any_order`); `claimed[i]` gets page `page + i`'s word before the claim, 0 if not claimed.
-fn claim_resident(r: &RegionInner, page: usize, order: u32, any_order: bool, claimed: &mut [u64]) -> usize {
+fn claim_resident(r: &RegionInner, page: usize, order: u32, any_order: bool, claimed: &mut [PageWord]) -> usize {
     let n = (1usize << order).min(r.npages - page);
     let mut c = 0;
     for i in 0..n {
-        claimed[i] = 0;
+        claimed[i] = PageWord::NONE;
         let w = r.word(page + i).load(Ordering::Acquire);
-        if is_mapped(w)
-            && (any_order || w_order(w) == order)
-            && r.word(page + i).compare_exchange(w, BUSY_COPY, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        if w.is_mapped()
+            && (any_order || w.order() == order)
+            && r.word(page + i).compare_exchange(w, PageWord::BUSY_COPY, Ordering::AcqRel, Ordering::Relaxed).is_ok()
         {
             claimed[i] = w;
             c += 1;
@@ -357,9 +356,9 @@ fn claim_resident(r: &RegionInner, page: usize, order: u32, any_order: bool, cla
 /// program dropped them), are all still present? A page the program dropped with
 /// `MADV_DONTNEED` reads as zero now, so its kept entry is stale. (One `mincore` per block;
 /// it does not fault anything in.)
-fn clean_present(a: usize, pages: usize) -> bool {
-    let mut vec = [0u8; 512];
-    // SAFETY: mincore on our own page-aligned range with a vector of one byte per page.
+fn clean_present(a: usize, pages: usize, vec: &mut [u8; 512]) -> bool {
+    // SAFETY: mincore on our own page-aligned range (at most 512 pages: one block) with a
+    // vector of one byte per page.
     let rc = unsafe { libc::mincore(a as *mut _, pages * PAGE_SIZE, vec.as_mut_ptr()) };
     rc == 0 && vec[..pages].iter().all(|&v| v & 1 != 0)
 }
@@ -370,14 +369,16 @@ fn clean_present(a: usize, pages: usize) -> bool {
 struct Batch {
     blocks: [Block; MAX_BLOCKS],
     nblocks: usize,
-    words: [u64; MAX_BATCH_PAGES + 512],
+    words: [PageWord; MAX_BATCH_PAGES + 512],
     nwords: usize,
     /// [`select`]: the words of one candidate's pages before the claim.
-    claimed: [u64; 512],
+    claimed: [PageWord; 512],
     /// [`drop_pages`]: the ranges to drop.
     iov: [libc::iovec; MAX_BLOCKS],
     /// [`abort_all`]: a cached block's kept entries.
-    kept: [u64; 512],
+    kept: [PageWord; 512],
+    /// [`clean_present`]: its `mincore` vector.
+    mincore: [u8; 512],
 }
 
 /// Eviction batches in flight at once, at most (one per reclaiming thread and nesting level;
@@ -385,19 +386,20 @@ struct Batch {
 const NBATCH: usize = 8;
 
 /// A fixed pool of [`Batch`]es in the pager's own memory (`MAP_NORESERVE`, committed on first
-/// use), taken and returned by CAS on a bit mask: eviction runs on the faulting thread, maybe
+/// use), taken and returned by CAS on a bit mask ([`Slots`]): eviction runs on the faulting thread, maybe
 /// inside its SIGBUS handler on the program's stack, so the batch must not be on that stack
 /// and must not be allocated.
 pub(crate) struct BatchPool {
     mem: crate::own::Mapping,
-    free: AtomicU32,
+    /// Which batches are free.
+    free: Slots,
 }
 
 impl BatchPool {
     /// Reserve the pool.
     pub(crate) fn new() -> std::io::Result<BatchPool> {
         let mem = crate::own::Mapping::new(NBATCH * std::mem::size_of::<Batch>())?;
-        Ok(BatchPool { mem, free: AtomicU32::new((1 << NBATCH) - 1) })
+        Ok(BatchPool { mem, free: Slots::new(NBATCH) })
     }
 
     /// Take a batch, all zero (empty). When every batch is in use, an outermost reclaim waits
@@ -407,21 +409,17 @@ impl BatchPool {
     fn take(&self) -> Option<BatchGuard<'_>> {
         let mut backoff = crate::sys::Backoff::default();
         loop {
-            let f = self.free.load(Ordering::Acquire);
-            if f == 0 {
+            let Some(i) = self.free.try_take() else {
                 if IN_RECLAIM.with(|c| c.get()) > 1 {
                     return None;
                 }
                 backoff.snooze();
                 continue;
-            }
-            let i = f.trailing_zeros() as usize;
-            if self.free.compare_exchange_weak(f, f & !(1 << i), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                // SAFETY: batch i is inside the mapping and ours until the guard returns it.
-                // All-zero is a valid empty Batch (plain data; `Dest`'s first variant is 0).
-                unsafe { std::ptr::write_bytes(self.batch(i), 0, 1) };
-                return Some(BatchGuard { pool: self, i });
-            }
+            };
+            // SAFETY: batch i is inside the mapping and ours until the guard returns it.
+            // All-zero is a valid empty Batch (plain data; `Dest`'s first variant is 0).
+            unsafe { std::ptr::write_bytes(self.batch(i), 0, 1) };
+            return Some(BatchGuard { pool: self, i });
         }
     }
 
@@ -433,7 +431,7 @@ impl BatchPool {
 
     /// In a fork child: every batch is free (the threads that held one do not exist there).
     pub(crate) fn reset_in_fork_child(&self) {
-        self.free.store((1 << NBATCH) - 1, Ordering::Release);
+        self.free.reset();
     }
 }
 
@@ -454,7 +452,7 @@ impl BatchGuard<'_> {
 
 impl Drop for BatchGuard<'_> {
     fn drop(&mut self) {
-        self.pool.free.fetch_or(1 << self.i, Ordering::Release);
+        self.pool.free.put(self.i);
     }
 }
 
@@ -512,15 +510,15 @@ fn select(p: &Pager, b: &mut Batch, to_cache: bool, max_pages: usize, next: &mut
             continue;
         }
         let n = (1usize << order).min(r.npages - page);
-        blocks(page, n, &|i| b.claimed[i] != 0, |pg, k| {
+        blocks(page, n, &|i| b.claimed[i] != PageWord::NONE, |pg, k| {
             let old = &b.claimed[pg - page..pg - page + (1 << k)];
             let mut dest = Dest::Store;
             let mut clean = false;
-            if old.iter().all(|&w| w_kind(w) == kind::CLEAN) {
+            if old.iter().all(|&w| w.kind() == kind::CLEAN) {
                 // Unchanged since swap-in (still write-protected): the store has it. Going to
                 // the inactive list, it is copied to the swap cache like any folio (a hot clean
                 // page gets its second chance there too) and keeps its entries.
-                dest = if !clean_present(r.addr(pg), 1 << k) {
+                dest = if !clean_present(r.addr(pg), 1 << k, &mut b.mincore) {
                     Dest::CleanDropped
                 } else if to_cache {
                     clean = true;
@@ -530,16 +528,16 @@ fn select(p: &Pager, b: &mut Batch, to_cache: bool, max_pages: usize, next: &mut
                 };
                 for (i, &w) in old.iter().enumerate() {
                     b.words[b.nwords + i] = if dest != Dest::CleanDropped {
-                        clean_to_swapped(w)
+                        w.clean_to_swapped()
                     } else {
-                        p.store.put(clean_entry(w), 1);
-                        word(kind::NONE, 0, 0)
+                        p.store.put(w.clean_entry(), 1);
+                        PageWord::NONE
                     };
                 }
             } else {
                 // Evicted like a RESIDENT block (its write protection is set again, harmlessly).
-                for &w in old.iter().filter(|&&w| w_kind(w) == kind::CLEAN) {
-                    p.store.put(clean_entry(w), 1);
+                for &w in old.iter().filter(|&&w| w.kind() == kind::CLEAN) {
+                    p.store.put(w.clean_entry(), 1);
                 }
             }
             b.blocks[b.nblocks] = Block { r, page: pg, order: k, w: b.nwords, dest, clean };
@@ -612,10 +610,10 @@ fn copy_out(p: &Pager, b: &mut Batch, to_cache: bool) {
                 }
                 for i in 0..1usize << blk.order {
                     let sw = b.words[blk.w + i];
-                    let t = if blk.clean { TAG_CLEAN | clean_payload(w_payload(sw), w_order(sw)) } else { 0 };
+                    let t = if blk.clean { TAG_CLEAN | clean_payload(sw.payload(), sw.order()) } else { 0 };
                     p.cache.tag(o, i).store(t, Ordering::Relaxed);
                 }
-                let cw = word(kind::CACHED, blk.order, (o.off / crate::arena::GRANULE) as u64);
+                let cw = PageWord::cached(blk.order, (o.off / crate::arena::GRANULE) as u64);
                 b.words[blk.w..blk.w + (1 << blk.order)].fill(cw);
                 b.blocks[bi].dest = Dest::Cache;
                 done = true;
@@ -726,7 +724,7 @@ fn drop_pages(p: &Pager, b: &mut Batch, gate: &mut Option<crate::sys::YieldGuard
             // SAFETY: the block's region came from the registry inside enter()/leave().
             let r = unsafe { &*blk.r };
             for i in 0..1usize << blk.order {
-                r.word(blk.page + i).store(BUSY_DROP, Ordering::Release);
+                r.word(blk.page + i).store(PageWord::BUSY_DROP, Ordering::Release);
             }
         }
     }
@@ -775,7 +773,7 @@ fn publish(p: &Pager, b: &Batch, shadows: bool) -> usize {
         let n = 1usize << blk.order;
         if blk.dest == Dest::Aborted {
             for i in 0..n {
-                r.word(blk.page + i).store(word(kind::RESIDENT, blk.order, 0), Ordering::Release);
+                r.word(blk.page + i).store(PageWord::resident(blk.order), Ordering::Release);
             }
             p.active.push(entry(r, blk.page, blk.order));
             continue;
@@ -836,14 +834,14 @@ unsafe fn read_pages(p: &Pager, src: usize, dst: *mut u8, len: usize) -> bool {
 /// A cached folio leaving the swap cache: if every page is a clean copy with its entry kept,
 /// put their SWAPPED words in `words` and return true; otherwise drop whatever entries some
 /// pages kept (the copy is what gets stored) and return false. Clears the tags either way.
-fn keep_or_forget_clean(p: &Pager, o: crate::arena::Obj, n: usize, words: &mut [u64]) -> bool {
+fn keep_or_forget_clean(p: &Pager, o: crate::arena::Obj, n: usize, words: &mut [PageWord]) -> bool {
     let k = clean_tags(p, o, n, words);
     clear_clean_tags(p, o, n);
     if k == n {
         return true;
     }
-    for &w in words[..n].iter().filter(|&&w| w != 0) {
-        p.store.put(w_payload(w), 1);
+    for &w in words[..n].iter().filter(|&&w| w != PageWord::NONE) {
+        p.store.put(w.payload(), 1);
     }
     false
 }
@@ -857,7 +855,10 @@ pub(crate) fn inactive_window(p: &Pager) -> u64 {
 /// cache.
 fn shrink_inactive(p: &Pager, max_pages: usize) -> usize {
     let mut done = 0;
-    let mut words = [0u64; 512];
+    // The new words of a folio, in a buffer's side area (not on this stack: direct reclaim
+    // runs inside a fault, in SIGBUS mode on the program's stack).
+    let mut bi = p.bufs.take();
+    let words = &mut bi.parts().1.kept;
     while done < max_pages {
         let Some(e) = p.inactive.pop() else { break };
         let (slot, gen, page, order) = decode(e);
@@ -869,12 +870,14 @@ fn shrink_inactive(p: &Pager, max_pages: usize) -> usize {
         }
         let n = 1usize << order;
         let w0 = r.word(page).load(Ordering::Acquire);
-        if w_kind(w0) != kind::CACHED || w_order(w0) != order {
+        if w0.kind() != kind::CACHED || w0.order() != order {
             continue; // promoted or released since
         }
         // Claim the whole cached piece (all pages carry the same word).
         let mut got = 0;
-        while got < n && r.word(page + got).compare_exchange(w0, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+        while got < n
+            && r.word(page + got).compare_exchange(w0, PageWord::BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        {
             got += 1;
         }
         if got < n {
@@ -1050,19 +1053,22 @@ pub(crate) fn evict_region(r: &'static RegionInner) -> usize {
         }
     }
     // Cached folios of this region: compress them now.
-    let mut words = [0u64; 512];
+    let mut bi = p.bufs.take();
+    let words = &mut bi.parts().1.kept;
     let mut pg = 0;
     while pg < r.npages {
         let w0 = r.word(pg).load(Ordering::Acquire);
-        if w_kind(w0) != kind::CACHED {
+        if w0.kind() != kind::CACHED {
             pg += 1;
             continue;
         }
-        let order = w_order(w0);
+        let order = w0.order();
         let n = 1usize << order;
         let head = pg & !(n - 1);
         let mut got = 0;
-        while got < n && r.word(head + got).compare_exchange(w0, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+        while got < n
+            && r.word(head + got).compare_exchange(w0, PageWord::BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        {
             got += 1;
         }
         if got < n {
@@ -1106,10 +1112,10 @@ pub(crate) unsafe fn forget_clean(p: &Pager) {
         }
         for pg in 0..r.npages {
             let w = r.word(pg).load(Ordering::Acquire);
-            if w_kind(w) == kind::CLEAN {
+            if w.kind() == kind::CLEAN {
                 let _ = p.uffd.writeprotect(r.addr(pg), PAGE_SIZE, false, false);
-                p.store.put(clean_entry(w), 1);
-                r.word(pg).store(word(kind::RESIDENT, w_order(w), 0), Ordering::Release);
+                p.store.put(w.clean_entry(), 1);
+                r.word(pg).store(PageWord::resident(w.order()), Ordering::Release);
             }
         }
     };
@@ -1154,36 +1160,38 @@ pub(crate) fn release_pages_ex(r: &RegionInner, a: usize, b: usize, live: bool, 
     let mut resident = 0i64;
     while pg < b {
         let w = r.word(pg).load(Ordering::Acquire);
-        match w_kind(w) {
+        match w.kind() {
             kind::NONE => pg += 1,
             kind::BUSY if skip_busy => pg += 1,
             kind::BUSY => std::thread::yield_now(),
             kind::RESIDENT => {
-                if r.word(pg).compare_exchange(w, word(kind::NONE, 0, 0), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                if r.word(pg).compare_exchange(w, PageWord::NONE, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                     resident += 1;
                     pg += 1;
                 }
             }
             kind::SWAPPED => {
-                if r.word(pg).compare_exchange(w, word(kind::NONE, 0, 0), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                    p.store.put(w_payload(w), 1);
+                if r.word(pg).compare_exchange(w, PageWord::NONE, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                    p.store.put(w.payload(), 1);
                     pg += 1;
                 }
             }
             kind::CLEAN => {
-                if r.word(pg).compare_exchange(w, word(kind::NONE, 0, 0), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                    p.store.put(clean_entry(w), 1);
+                if r.word(pg).compare_exchange(w, PageWord::NONE, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                    p.store.put(w.clean_entry(), 1);
                     resident += 1;
                     pg += 1;
                 }
             }
             kind::CACHED => {
-                let order = w_order(w);
+                let order = w.order();
                 let n = 1usize << order;
                 let head = pg & !(n - 1);
                 let mut got = 0;
                 while got < n
-                    && r.word(head + got).compare_exchange(w, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+                    && r.word(head + got)
+                        .compare_exchange(w, PageWord::BUSY, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
                 {
                     got += 1;
                 }
@@ -1199,19 +1207,19 @@ pub(crate) fn release_pages_ex(r: &RegionInner, a: usize, b: usize, live: bool, 
                     continue;
                 }
                 let o = region::cached_obj(w, order);
-                let mut kept = [0u64; 512];
+                let mut kept = [PageWord::NONE; 512];
                 clean_tags(p, o, n, &mut kept);
                 clear_clean_tags(p, o, n);
                 for i in 0..n {
                     let q = head + i;
                     if q >= a && q < b {
-                        if kept[i] != 0 {
-                            p.store.put(w_payload(kept[i]), 1);
+                        if kept[i] != PageWord::NONE {
+                            p.store.put(kept[i].payload(), 1);
                         }
-                        r.word(q).store(word(kind::NONE, 0, 0), Ordering::Release);
+                        r.word(q).store(PageWord::NONE, Ordering::Release);
                         continue;
                     }
-                    if kept[i] != 0 {
+                    if kept[i] != PageWord::NONE {
                         // Outside the range, a clean page: its entry still holds it.
                         r.word(q).store(kept[i], Ordering::Release);
                         continue;
@@ -1219,7 +1227,7 @@ pub(crate) fn release_pages_ex(r: &RegionInner, a: usize, b: usize, live: bool, 
                     // Outside the range: keep the data, as a 4 KiB page in the store.
                     // SAFETY: page i of the claimed cache object.
                     let d = unsafe { std::slice::from_raw_parts(p.cache.ptr(o).add(i * PAGE_SIZE), PAGE_SIZE) };
-                    let mut nw = [0u64; 1];
+                    let mut nw = [PageWord::NONE; 1];
                     if store_folio(p, d, 0, &mut nw).is_ok() {
                         r.word(q).store(nw[0], Ordering::Release);
                     } else {
@@ -1227,7 +1235,7 @@ pub(crate) fn release_pages_ex(r: &RegionInner, a: usize, b: usize, live: bool, 
                         inc(&p.counters.store_errors, 1);
                         // SAFETY: the cache page is readable; q is claimed and missing.
                         let _ = unsafe { p.uffd.copy(r.addr(q), d.as_ptr(), PAGE_SIZE, false, true) };
-                        r.word(q).store(word(kind::RESIDENT, 0, 0), Ordering::Release);
+                        r.word(q).store(PageWord::resident(0), Ordering::Release);
                         p.resident_pages.fetch_add(1, Ordering::AcqRel);
                         p.active.push(entry(r, q, 0));
                     }

@@ -3,122 +3,25 @@
 //! release of its pages as an argument (see `reclaim::retire_region`), and the public
 //! [`crate::Region`] handle lives above reclaim (`handle.rs`).
 //!
-//! Every 4 KiB page of a region has one `AtomicU64` state word (the pager's page table, in a
-//! `MAP_NORESERVE` array so untouched parts cost nothing):
+//! Every 4 KiB page of a region has one state word ([`crate::page::PageWord`], in a
+//! `MAP_NORESERVE` array so untouched parts cost nothing) and a 4-byte shadow.
 //!
-//! ```text
-//!  63                                 8 7 6   3 2   0
-//! +------------------------------------+-+-----+-----+
-//! |              PAYLOAD               |R|ORDER|KIND |
-//! +------------------------------------+-+-----+-----+
-//! ```
-//! KIND: `NONE` (never populated or discarded: a fault zero-fills), `RESIDENT` (mapped; ORDER is
-//! the folio it was mapped with and is queued as), `BUSY` (locked by one thread that is filling
-//! or evicting it), `CACHED` (unmapped, uncompressed copy in the swap cache: PAYLOAD is the
-//! cache object, ORDER the cached piece), `SWAPPED` (PAYLOAD is this page's swap entry, ORDER
-//! the stored folio it belongs to), `CLEAN` (mapped write-protected and unchanged since it was
-//! swapped in, so it still has its swap entry: PAYLOAD is [`clean_payload`] of that entry and
-//! the stored folio's order, ORDER the folio it was mapped with, as for `RESIDENT`; evicting it
-//! writes nothing, and the first write takes a write-protect fault that frees the entry),
-//! `UNMAPPED` (the program unmapped it: lookups pass over it, and dropping the region leaves
-//! that address alone). R marks a page brought in by readahead.
-//!
-//! Locking: a page changes state only by CAS. `BUSY` is the per-page lock: a thread that CASes a
-//! page to `BUSY` owns it until it publishes the next state; no thread ever waits for a `BUSY`
-//! page while it holds other `BUSY` pages (claims are all-or-nothing and rolled back), so
-//! there is no lock-order deadlock. The registry is a fixed array of slots read lock-free by
+//! Locking: a page changes state only by CAS ([`crate::page`]: `BUSY` is the per-page lock).
+//! The registry is a fixed array of slots read lock-free by
 //! the handler; a region is retired by clearing its slot and waiting until no thread is inside
 //! pager code ([`enter`]/[`leave`]).
 
+use crate::page::{kind, AtomicPageWord, PageWord};
 use crate::Pager;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-/// Page state kinds.
-pub(crate) mod kind {
-    /// Never populated, or discarded: a fault zero-fills.
-    pub(crate) const NONE: u64 = 0;
-    /// Mapped.
-    pub(crate) const RESIDENT: u64 = 1;
-    /// Locked by a thread filling or evicting it.
-    pub(crate) const BUSY: u64 = 2;
-    /// Unmapped, uncompressed in the swap cache (inactive list).
-    pub(crate) const CACHED: u64 = 3;
-    /// Stored in the page store.
-    pub(crate) const SWAPPED: u64 = 4;
-    /// Mapped write-protected, unchanged since swap-in: the store still holds its data (the
-    /// kernel's clean folio in the swap cache that keeps its slot).
-    pub(crate) const CLEAN: u64 = 5;
-    /// Unmapped by the program (`munmap`, `mremap` away): the address is not the region's any
-    /// more, and may be somebody else's mapping now.
-    pub(crate) const UNMAPPED: u64 = 6;
-}
-
-/// Mapped (`RESIDENT` or `CLEAN`): the page is on the active list and charged as resident.
-#[inline]
-pub(crate) fn is_mapped(w: u64) -> bool {
-    matches!(w_kind(w), kind::RESIDENT | kind::CLEAN)
-}
-
-/// Swap entries a `CLEAN` payload can carry (below 2^48; the store's entries are slot
-/// indices, far below).
-pub(crate) const CLEAN_MAX_ENTRY: u64 = 1 << 48;
-
-/// Payload of a `CLEAN` word: the page's swap entry and the order of the stored folio it
-/// belongs to (needed to rebuild its `SWAPPED` word on eviction).
-#[inline]
-pub(crate) fn clean_payload(entry: u64, stored_order: u32) -> u64 {
-    debug_assert!(entry < CLEAN_MAX_ENTRY);
-    entry | (u64::from(stored_order) << 48)
-}
-
-/// The `SWAPPED` word a `CLEAN` word becomes when its page is dropped (its entry and stored order).
-#[inline]
-pub(crate) fn clean_to_swapped(w: u64) -> u64 {
-    let pl = w_payload(w);
-    word(kind::SWAPPED, ((pl >> 48) & 0xf) as u32, pl & (CLEAN_MAX_ENTRY - 1))
-}
-
-/// The swap entry of a `CLEAN` word.
-#[inline]
-pub(crate) fn clean_entry(w: u64) -> u64 {
-    w_payload(w) & (CLEAN_MAX_ENTRY - 1)
-}
-
-/// Kind of a word.
-#[inline]
-pub(crate) fn w_kind(w: u64) -> u64 {
-    w & 7
-}
-/// Order of a word.
-#[inline]
-pub(crate) fn w_order(w: u64) -> u32 {
-    ((w >> 3) & 0xf) as u32
-}
-/// Payload of a word.
-#[inline]
-pub(crate) fn w_payload(w: u64) -> u64 {
-    w >> 8
-}
 /// The swap-cache object a CACHED word of a folio of `order` points at.
-pub(crate) fn cached_obj(w: u64, order: u32) -> crate::arena::Obj {
+pub(crate) fn cached_obj(w: PageWord, order: u32) -> crate::arena::Obj {
     crate::arena::Obj {
-        off: w_payload(w) as usize * crate::arena::GRANULE,
+        off: w.payload() as usize * crate::arena::GRANULE,
         class: crate::arena::class_of(crate::PAGE_SIZE << order).unwrap_or(0),
     }
 }
-/// Build a word.
-#[inline]
-pub(crate) fn word(kind: u64, order: u32, payload: u64) -> u64 {
-    kind | (u64::from(order) << 3) | (payload << 8)
-}
-/// The BUSY word (no payload): a fill, a release, or anything else holding the page.
-pub(crate) const BUSY: u64 = kind::BUSY;
-/// BUSY held by an eviction that is copying the page out (still mapped, write-protected): a
-/// missing-page fault on it means the program dropped the page under the copy.
-pub(crate) const BUSY_COPY: u64 = kind::BUSY | (1 << 8);
-/// BUSY held by an eviction that is dropping the page (`MADV_DONTNEED`): a `REMOVE` event on
-/// it is the pager's own.
-pub(crate) const BUSY_DROP: u64 = kind::BUSY | (2 << 8);
 
 /// Bytes of per-page state: the state word and the shadow.
 const WORD_BYTES: usize = 12;
@@ -183,7 +86,7 @@ unsafe fn slot_hit(s: &Slot, addr: usize) -> Option<&'static RegionInner> {
     let r = unsafe { &*p };
     (addr >= r.start
         && addr < r.start + r.len
-        && w_kind(r.word((addr - r.start) / crate::PAGE_SIZE).load(Ordering::Acquire)) != kind::UNMAPPED)
+        && r.word((addr - r.start) / crate::PAGE_SIZE).load(Ordering::Acquire).kind() != kind::UNMAPPED)
         .then_some(r)
 }
 
@@ -331,10 +234,21 @@ unsafe impl Sync for RegionInner {}
 impl RegionInner {
     /// The state word of page `i`. Panics unless `i < npages`.
     #[inline]
-    pub(crate) fn word(&self, i: usize) -> &AtomicU64 {
+    pub(crate) fn word(&self, i: usize) -> &AtomicPageWord {
         assert!(i < self.npages, "page {i} of a region of {} pages", self.npages);
-        // SAFETY: i < npages and the words mapping holds npages words for the region's life.
-        unsafe { &*self.words.as_ptr().cast::<AtomicU64>().add(i) }
+        // SAFETY: i < npages and the words mapping holds npages words (8-aligned: the mapping
+        // is page-aligned) for the region's life; any bits are a valid PageWord.
+        unsafe { &*self.words.as_ptr().cast::<AtomicPageWord>().add(i) }
+    }
+
+    /// The state words of pages `[first, first + n)` (for a [`crate::page::Claim`]). Panics
+    /// unless the run lies in the region.
+    #[inline]
+    pub(crate) fn words(&self, first: usize, n: usize) -> &[AtomicPageWord] {
+        assert!(first <= self.npages && n <= self.npages - first, "pages {first}+{n} of {}", self.npages);
+        // SAFETY: the run lies within the npages words of the mapping, which lives as long as
+        // the region (8-aligned; any bits are a valid PageWord).
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<AtomicPageWord>().add(first), n) }
     }
 
     /// The shadow of page `i`: the reclaim clock when it was last evicted straight to the store
@@ -356,7 +270,7 @@ impl RegionInner {
 
     /// Mark page `i` `UNMAPPED` (its entries must have been released).
     pub(crate) fn mark_unmapped(&self, i: usize) {
-        if w_kind(self.word(i).swap(word(kind::UNMAPPED, 0, 0), Ordering::AcqRel)) != kind::UNMAPPED {
+        if self.word(i).swap(PageWord::UNMAPPED, Ordering::AcqRel).kind() != kind::UNMAPPED {
             self.unmapped.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -494,7 +408,7 @@ pub(crate) unsafe fn free_unpublished(inner: *mut RegionInner, release: impl FnO
     release(r);
     // Unregister (and unmap) what is still ours: not the pages the program unmapped (the
     // address may be another mapping's now).
-    let ours = |i: usize| w_kind(r.word(i).load(Ordering::Acquire)) != kind::UNMAPPED;
+    let ours = |i: usize| r.word(i).load(Ordering::Acquire).kind() != kind::UNMAPPED;
     let adopted = r.adopted;
     runs(r.npages, &ours, |i, j| {
         let _ = r.pager().uffd.unregister(r.addr(i), (j - i) * crate::PAGE_SIZE);
@@ -602,20 +516,4 @@ pub(crate) fn adopted_of(p: &Pager) -> Vec<*mut RegionInner> {
         }
     }
     v
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn word_fields_roundtrip() {
-        let w = word(kind::SWAPPED, 9, (1 << 50) + 3);
-        assert_eq!(w_kind(w), kind::SWAPPED);
-        assert_eq!(w_order(w), 9);
-        assert_eq!(w_payload(w), (1 << 50) + 3);
-        let c = word(kind::CLEAN, 0, clean_payload(12345, 4));
-        assert!(is_mapped(c) && w_order(c) == 0 && clean_entry(c) == 12345);
-        assert_eq!(clean_to_swapped(c), word(kind::SWAPPED, 4, 12345));
-    }
 }

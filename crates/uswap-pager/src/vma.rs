@@ -11,7 +11,7 @@
 //! - [`release`] applies an `UNMAP` or `REMOVE` event: the pages' swap entries and cache
 //!   copies are freed; unmapped pages become `UNMAPPED` (an adopted region whose pages are all
 //!   unmapped is retired by [`reap`]). A `REMOVE` on pages an eviction is dropping
-//!   ([`crate::region::BUSY_DROP`]) is the pager's own and is ignored.
+//!   ([`PageWord::BUSY_DROP`]) is the pager's own and is ignored.
 //! - [`remap`] applies a `REMAP` event: the kernel moved the pages and their registration; the
 //!   page words move to a new region at the new address (orders are kept when the move keeps
 //!   folio alignment, else the words become 4 KiB ones; cached folios are stored first).
@@ -25,7 +25,8 @@
 //! waits for the event thread (callers sync events *before* taking it), nor while touching
 //! program memory. Page words change only by CAS, as everywhere ([`crate::region`]).
 
-use crate::region::{self, kind, w_kind, w_order, w_payload, word, RegionInner, BUSY, BUSY_DROP};
+use crate::page::{kind, PageWord};
+use crate::region::{self, RegionInner};
 use crate::stats::inc;
 use crate::{Pager, PagerError, PAGE_SIZE};
 use std::sync::atomic::Ordering;
@@ -53,7 +54,7 @@ pub(crate) fn adopt(p: &Pager, start: usize, len: usize) -> Result<usize, PagerE
         let (a, b) = (r.start.max(start), (r.start + r.len).min(end));
         if a < b {
             let first = (a - r.start) / PAGE_SIZE;
-            let live = |i: usize| w_kind(r.word(first + i).load(Ordering::Acquire)) != kind::UNMAPPED;
+            let live = |i: usize| (r.word(first + i).load(Ordering::Acquire)).kind() != kind::UNMAPPED;
             region::runs((b - a) / PAGE_SIZE, &live, |i, j| {
                 taken.push((a + i * PAGE_SIZE, a + j * PAGE_SIZE));
                 true
@@ -179,12 +180,7 @@ fn mark_present(p: &Pager, r: &RegionInner, first: usize, present: &[u8], order:
             let mut got = 0;
             for i in 0..n {
                 if r.word(q + i)
-                    .compare_exchange(
-                        word(kind::NONE, 0, 0),
-                        word(kind::RESIDENT, k, 0),
-                        Ordering::AcqRel,
-                        Ordering::Relaxed,
-                    )
+                    .compare_exchange(PageWord::NONE, PageWord::resident(k), Ordering::AcqRel, Ordering::Relaxed)
                     .is_ok()
                 {
                     got += 1;
@@ -197,8 +193,8 @@ fn mark_present(p: &Pager, r: &RegionInner, first: usize, present: &[u8], order:
                 for i in 0..n {
                     if r.word(q + i)
                         .compare_exchange(
-                            word(kind::RESIDENT, k, 0),
-                            word(kind::RESIDENT, 0, 0),
+                            PageWord::resident(k),
+                            PageWord::resident(0),
                             Ordering::AcqRel,
                             Ordering::Relaxed,
                         )
@@ -250,11 +246,11 @@ fn unmap_pages(r: &RegionInner, lo: usize, hi: usize) -> bool {
     let mut complete = true;
     for pg in lo..hi {
         let w = r.word(pg).load(Ordering::Acquire);
-        match w_kind(w) {
+        match w.kind() {
             kind::UNMAPPED => {}
             kind::BUSY => complete = false,
             _ => {
-                if r.word(pg).compare_exchange(w, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                if r.word(pg).compare_exchange(w, PageWord::BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                     r.mark_unmapped(pg);
                 } else {
                     complete = false;
@@ -286,7 +282,7 @@ pub(crate) fn release(p: &Pager, start: usize, end: usize, unmap: bool) -> bool 
         // released once it is let go.
         complete &= (lo..hi).all(|pg| {
             let w = r.word(pg).load(Ordering::Acquire);
-            w_kind(w) != kind::BUSY || w == BUSY_DROP
+            !w.is_busy() || w == PageWord::BUSY_DROP
         });
     };
     // SAFETY: between enter and leave; the references are not used after the leave.
@@ -336,13 +332,13 @@ pub(crate) fn remap(p: &Pager, from: usize, to: usize, len: usize) -> bool {
     // SAFETY: between enter and leave; the references are not used after the leave.
     unsafe { region::for_each_of(p, visit) };
     // Claim every page first (all or nothing), so no other thread changes them mid-move.
-    let mut claimed: Vec<(&'static RegionInner, usize, Vec<u64>)> = Vec::new();
+    let mut claimed: Vec<(&'static RegionInner, usize, Vec<PageWord>)> = Vec::new();
     'outer: for &(r, i0, m) in &moved {
         let mut old = Vec::with_capacity(m);
         for i in 0..m {
             let w = r.word(i0 + i).load(Ordering::Acquire);
-            let mine = w_kind(w) != kind::BUSY
-                && r.word(i0 + i).compare_exchange(w, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok();
+            let mine = !w.is_busy()
+                && r.word(i0 + i).compare_exchange(w, PageWord::BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok();
             if !mine {
                 for (j, &o) in old.iter().enumerate() {
                     r.word(i0 + j).store(o, Ordering::Release);
@@ -364,7 +360,7 @@ pub(crate) fn remap(p: &Pager, from: usize, to: usize, len: usize) -> bool {
         inc(&p.counters.ev_deferred, 1);
         return false;
     }
-    let mut created: Vec<(&'static RegionInner, Vec<u64>)> = Vec::new();
+    let mut created: Vec<(&'static RegionInner, Vec<PageWord>)> = Vec::new();
     for (r, i0, old) in claimed {
         let m = old.len();
         let old_addr = r.addr(i0);
@@ -381,7 +377,7 @@ pub(crate) fn remap(p: &Pager, from: usize, to: usize, len: usize) -> bool {
             Ok(nr) => {
                 for (i, &w) in words.iter().enumerate() {
                     nr.word(i).store(w, Ordering::Release);
-                    if w_kind(w) == kind::UNMAPPED {
+                    if w.kind() == kind::UNMAPPED {
                         nr.unmapped.fetch_add(1, Ordering::Relaxed);
                     }
                     nr.shadow(i).store(r.shadow(i0 + i).load(Ordering::Relaxed), Ordering::Relaxed);
@@ -403,11 +399,11 @@ pub(crate) fn remap(p: &Pager, from: usize, to: usize, len: usize) -> bool {
     // Queue the moved folios on their lists under their new region.
     for (nr, words) in &created {
         for (i, &w) in words.iter().enumerate() {
-            let k = w_order(w);
+            let k = w.order();
             if i % (1usize << k) != 0 {
                 continue;
             }
-            match w_kind(w) {
+            match w.kind() {
                 kind::RESIDENT | kind::CLEAN => push_active(p, nr, i, k),
                 kind::CACHED if !p.inactive.push(crate::reclaim::entry(nr, i, k)) => {
                     inc(&p.counters.reclaim_fail, 1);
@@ -423,38 +419,37 @@ pub(crate) fn remap(p: &Pager, from: usize, to: usize, len: usize) -> bool {
 /// Rewrite moved page words as 4 KiB ones (the move broke folio alignment): mapped and
 /// swapped pages keep their entries (a 4 KiB swap-in of a larger stored folio reads its part);
 /// cached folios are stored page by page (a cache object is one aligned folio).
-fn to_order0(p: &Pager, words: &mut [u64]) {
+fn to_order0(p: &Pager, words: &mut [PageWord]) {
     let mut i = 0;
     while i < words.len() {
         let w = words[i];
-        match w_kind(w) {
-            kind::RESIDENT => words[i] = word(kind::RESIDENT, 0, 0),
-            kind::SWAPPED => words[i] = word(kind::SWAPPED, 0, w_payload(w)),
+        match w.kind() {
+            kind::RESIDENT => words[i] = PageWord::resident(0),
+            kind::SWAPPED => words[i] = PageWord::swapped(0, w.payload()),
             kind::CLEAN => {
-                let e = region::clean_entry(w);
-                words[i] = word(kind::CLEAN, 0, region::clean_payload(e, 0));
+                words[i] = PageWord::clean(0, w.clean_entry(), 0);
             }
             kind::CACHED => {
-                let k = w_order(w);
+                let k = w.order();
                 let n = 1usize << k;
                 // The folio's pages are consecutive words with this same value.
                 let o = region::cached_obj(w, k);
-                let mut kept = [0u64; 512];
+                let mut kept = [PageWord::NONE; 512];
                 crate::reclaim::clean_tags(p, o, n, &mut kept);
                 crate::reclaim::clear_clean_tags(p, o, n);
                 let mut j = 0;
                 while j < n && i + j < words.len() && words[i + j] == w {
-                    words[i + j] = if kept[j] != 0 {
-                        word(kind::SWAPPED, 0, w_payload(kept[j]))
+                    words[i + j] = if kept[j] != PageWord::NONE {
+                        PageWord::swapped(0, kept[j].payload())
                     } else {
                         // SAFETY: page j of the cache object (claimed: its words are BUSY).
                         let d = unsafe { std::slice::from_raw_parts(p.cache.ptr(o).add(j * PAGE_SIZE), PAGE_SIZE) };
-                        let mut nw = [0u64; 1];
+                        let mut nw = [PageWord::NONE; 1];
                         if crate::reclaim::store_folio(p, d, 0, &mut nw).is_ok() {
                             nw[0]
                         } else {
                             inc(&p.counters.store_errors, 1);
-                            word(kind::NONE, 0, 0)
+                            PageWord::NONE
                         }
                     };
                     j += 1;
@@ -471,17 +466,17 @@ fn to_order0(p: &Pager, words: &mut [u64]) {
 
 /// The moved pages could not get a region: put what was swapped out back into memory at its
 /// new address and free its entries (the range is then unmanaged, never silently zeroed).
-fn fault_back(p: &Pager, start: usize, words: &[u64]) {
+fn fault_back(p: &Pager, start: usize, words: &[PageWord]) {
     let mut bi = p.bufs.take();
     let buf = &mut bi[..PAGE_SIZE];
     for (i, &w) in words.iter().enumerate() {
-        let entry = match w_kind(w) {
-            kind::SWAPPED => Some(w_payload(w)),
-            kind::CLEAN => Some(region::clean_entry(w)),
+        let entry = match w.kind() {
+            kind::SWAPPED => Some(w.payload()),
+            kind::CLEAN => Some(w.clean_entry()),
             _ => None,
         };
         let Some(e) = entry else { continue };
-        if w_kind(w) == kind::SWAPPED && p.store.load(e, buf).is_ok() {
+        if w.kind() == kind::SWAPPED && p.store.load(e, buf).is_ok() {
             // SAFETY: buf holds one page; the destination is missing in the moved mapping.
             let _ = unsafe { p.uffd.copy(start + i * PAGE_SIZE, buf.as_ptr(), PAGE_SIZE, false, true) };
         }
@@ -536,7 +531,7 @@ pub(crate) fn retire_all(p: &Pager) {
 pub(crate) fn registered_runs(p: &Pager, mut f: impl FnMut(usize, usize)) {
     region::enter();
     let visit = |r: &'static RegionInner| {
-        region::runs(r.npages, &|i| w_kind(r.word(i).load(Ordering::Acquire)) != kind::UNMAPPED, |i, j| {
+        region::runs(r.npages, &|i| r.word(i).load(Ordering::Acquire).kind() != kind::UNMAPPED, |i, j| {
             f(r.addr(i), (j - i) * PAGE_SIZE);
             true
         });
