@@ -31,7 +31,7 @@ pub use frag::{bucket_of, bucket_prior, bucket_range, success_probability, NR_BU
 pub use stats::{AllocStats, BucketStats};
 
 use crate::swap_table::{SwapEntry, SwapTable, Word, COUNT_MAX, MAX_ORDER, NR_ORDERS, SLOTS_PER_CLUSTER};
-use crate::sync::{lock, thread_shard, AtomicPtr, AtomicUsize, Mutex, Ordering};
+use crate::sync::{lock, thread_shard, AtomicPtr, AtomicUsize, LockClass, Mutex, Ordering};
 use crate::SwapError;
 use crossbeam_utils::CachePadded;
 use frag::Estimate;
@@ -225,11 +225,14 @@ impl SwapSpace {
         }
         let shards = (0..cfg.nr_shards)
             .map(|_| {
-                CachePadded::new(Mutex::new(Shard {
-                    next: [INVALID; NR_ORDERS],
-                    stats: ShardStats::default(),
-                    est: [[Estimate::default(); NR_BUCKETS]; NR_ORDERS],
-                }))
+                CachePadded::new(Mutex::new(
+                    LockClass::SpaceShard,
+                    Shard {
+                        next: [INVALID; NR_ORDERS],
+                        stats: ShardStats::default(),
+                        est: [[Estimate::default(); NR_BUCKETS]; NR_ORDERS],
+                    },
+                ))
             })
             .collect();
         if cfg.frag_policy == FragPolicy::Buckets {
@@ -240,13 +243,13 @@ impl SwapSpace {
             nr_slots: (nr_clusters * N) as u64,
             cfg,
             clusters,
-            lists: Mutex::new(lists),
+            lists: Mutex::new(LockClass::SpaceLists, lists),
             shards,
             used_slots: AtomicUsize::new(0),
             live_tables: AtomicUsize::new(0),
             live_extend: AtomicUsize::new(0),
             #[cfg(loom)]
-            retired: Mutex::new(Vec::new()),
+            retired: Mutex::new(LockClass::SpaceRetired, Vec::new()),
         })
     }
 

@@ -14,7 +14,7 @@
 //! one submit-and-reap; no other lock is taken inside an engine.
 
 use crate::error::TierError;
-use crate::sync::{lock, thread_shard, Mutex};
+use crate::sync::{lock, thread_shard, LockClass, Mutex};
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
@@ -184,13 +184,17 @@ impl UringEngine {
     /// An engine with `nr_rings` rings of `depth` entries each.
     pub fn new(file: Arc<File>, nr_rings: usize, depth: u32) -> Result<Self, TierError> {
         let rings = (0..nr_rings.max(1))
-            .map(|_| io_uring::IoUring::new(depth).map(Mutex::new).map_err(|e| TierError::io("io_uring setup", &e)))
+            .map(|_| {
+                io_uring::IoUring::new(depth)
+                    .map(|r| Mutex::new(LockClass::IoRing, r))
+                    .map_err(|e| TierError::io("io_uring setup", &e))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(UringEngine {
             file,
             rings: rings.into_boxed_slice(),
             depth: depth as usize,
-            quarantine: Mutex::new(Vec::new()),
+            quarantine: Mutex::new(LockClass::IoQuarantine, Vec::new()),
         })
     }
 
@@ -369,7 +373,7 @@ pub struct FaultEngine {
 impl FaultEngine {
     /// Wrap `inner`.
     pub fn new(inner: Box<dyn IoEngine>) -> Self {
-        FaultEngine { inner, plan: Mutex::new(Default::default()) }
+        FaultEngine { inner, plan: Mutex::new(LockClass::IoFaultPlan, Default::default()) }
     }
     /// Queue a fault (faults fire in order, each on the next submission of its direction).
     pub fn inject(&self, f: Fault) {

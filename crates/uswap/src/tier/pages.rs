@@ -17,9 +17,10 @@
 //! Locking: one mutex per page count guards that free list (held for a push or a pop, never
 //! across a system call); the bump pointer is an atomic.
 
+use crate::sync::{LockClass, Mutex};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 const PAGE: usize = 4096;
 /// Largest block, in pages, served from the reservation (4 MiB); larger ones are mapped alone.
@@ -62,7 +63,7 @@ impl PageHeap {
             base,
             cap,
             bump: AtomicUsize::new(0),
-            free: (0..=MAX_PAGES).map(|_| Mutex::new(Vec::new())).collect(),
+            free: (0..=MAX_PAGES).map(|_| Mutex::new(LockClass::PageHeap, Vec::new())).collect(),
             live: AtomicU64::new(0),
         }
     }
@@ -77,7 +78,7 @@ impl PageHeap {
         let n = Self::pages(bytes);
         let p = if n > MAX_PAGES {
             map(n * PAGE, false)?
-        } else if let Some(p) = self.free[n].lock().unwrap_or_else(|e| e.into_inner()).pop() {
+        } else if let Some(p) = self.free[n].lock().pop() {
             p
         } else {
             let off = self.bump.fetch_add(n * PAGE, Ordering::Relaxed);
@@ -109,7 +110,7 @@ impl PageHeap {
         // SAFETY: the block is ours and unused from now (caller's contract); DONTNEED on private
         // anonymous memory drops the pages, and the range reads as zeros afterwards.
         unsafe { libc::madvise(a as *mut libc::c_void, n * PAGE, libc::MADV_DONTNEED) };
-        self.free[n].lock().unwrap_or_else(|e| e.into_inner()).push(a);
+        self.free[n].lock().push(a);
     }
 
     /// Bytes in blocks handed out and not freed (what the heap holds in memory, at most).

@@ -43,7 +43,7 @@ use super::pages;
 use crate::backend::{Backend, Relocate, Stored, TierKind, Usage};
 use crate::error::TierError;
 use crate::swap_table::{SwapEntry, MAX_ORDER, PAGE_SIZE, PAYLOAD_MAX};
-use crate::sync::{lock, AtomicBool, AtomicU64, Mutex, Ordering};
+use crate::sync::{lock, AtomicBool, AtomicU64, LockClass, Mutex, Ordering};
 use crossbeam_utils::CachePadded;
 use std::cell::RefCell;
 use std::ptr::NonNull;
@@ -652,9 +652,11 @@ impl ZPool {
         ZPool {
             name: name.to_string(),
             cfg,
-            classes: (0..NR_CLASSES).map(|c| CachePadded::new(Mutex::new(Class::new(c)))).collect(),
-            large: Mutex::new(LargeArea::default()),
-            compacting: Mutex::new(()),
+            classes: (0..NR_CLASSES)
+                .map(|c| CachePadded::new(Mutex::new(LockClass::PoolClass, Class::new(c))))
+                .collect(),
+            large: Mutex::new(LockClass::PoolLarge, LargeArea::default()),
+            compacting: Mutex::new(LockClass::PoolCompact, ()),
             spare: SpareBudget::default(),
             full: AtomicBool::new(false),
             total: AtomicU64::new(0),
@@ -1284,7 +1286,7 @@ impl Backend for ZPool {
     }
 
     fn compact(&self, relocate: Relocate<'_>) -> u64 {
-        let Ok(_g) = self.compacting.try_lock() else { return 0 };
+        let Some(_g) = self.compacting.try_lock() else { return 0 };
         let before = self.compacted_bytes.load(Ordering::Relaxed);
         for c in 0..NR_CLASSES {
             let n = self.compact_class(c, relocate);
