@@ -659,11 +659,11 @@ impl SwapSpace {
         let c = &self.clusters[ci];
         let mut p = c.table.load(Ordering::Relaxed);
         if p.is_null() {
-            p = Box::into_raw(SwapTable::new_boxed());
+            p = SwapTable::alloc_raw();
             c.table.store(p, Ordering::Release);
             self.live_tables.fetch_add(1, Ordering::Relaxed);
         }
-        // SAFETY: non-null, from Box::into_raw; freed only after `retire_table` unpublishes it
+        // SAFETY: non-null, from SwapTable::alloc_raw; freed only after `retire_table` unpublishes it
         // under the cluster lock, which the caller holds for as long as it uses the reference.
         unsafe { &*p }
     }
@@ -682,10 +682,10 @@ impl SwapSpace {
             let addr = p as usize;
             let guard = crossbeam_epoch::pin();
             // SAFETY: the table is unreachable for new readers (swapped out above) and was
-            // allocated by Box::into_raw; readers pinned before the swap finish before the
-            // epoch advances past this deferral, after which nobody can touch it.
+            // allocated by SwapTable::alloc_raw; readers pinned before the swap finish before
+            // the epoch advances past this deferral, after which nobody can touch it.
             unsafe {
-                guard.defer_unchecked(move || drop(Box::from_raw(addr as *mut SwapTable)));
+                guard.defer_unchecked(move || SwapTable::free_raw(addr as *mut SwapTable));
             }
         }
         #[cfg(loom)]
@@ -925,14 +925,14 @@ impl Drop for SwapSpace {
             let p = c.table.swap(std::ptr::null_mut(), Ordering::AcqRel);
             if !p.is_null() {
                 // SAFETY: `&mut self`: no guard or reader borrows the space any more, and the
-                // pointer came from Box::into_raw and was never retired.
-                drop(unsafe { Box::from_raw(p) });
+                // pointer came from SwapTable::alloc_raw and was never retired.
+                unsafe { SwapTable::free_raw(p) };
             }
         }
         #[cfg(loom)]
         for addr in lock(&self.retired).drain(..) {
             // SAFETY: retired tables were unpublished and are freed exactly once, here.
-            drop(unsafe { Box::from_raw(addr as *mut SwapTable) });
+            unsafe { SwapTable::free_raw(addr as *mut SwapTable) };
         }
     }
 }

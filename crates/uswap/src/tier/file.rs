@@ -304,7 +304,9 @@ impl FileTier {
             space,
             io,
             cipher,
-            bufs: (0..NR_BUF_SHARDS).map(|_| CachePadded::new(Mutex::new(LockClass::FileBufs, Vec::new()))).collect(),
+            bufs: (0..NR_BUF_SHARDS)
+                .map(|_| CachePadded::new(Mutex::new(LockClass::FileBufs, Vec::with_capacity(4))))
+                .collect(),
             stored_pages: AtomicU64::new(0),
             discard,
             direct: false,

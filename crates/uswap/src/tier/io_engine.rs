@@ -23,7 +23,9 @@ use std::sync::Arc;
 
 const ALIGN: usize = 4096;
 
-/// A 4 KiB-aligned, zero-initialised I/O buffer that grows on demand (never shrinks).
+/// A 4 KiB-aligned, zero-initialised I/O buffer that grows on demand (never shrinks). Its
+/// memory comes from the page heap ([`super::pages::heap`]), not the process's allocator: a
+/// file tier's store and load run on the fault path.
 pub struct IoBuf {
     ptr: NonNull<u8>,
     cap: usize,
@@ -38,10 +40,9 @@ impl IoBuf {
     /// A buffer of at least `cap` bytes (rounded up to 4 KiB).
     pub fn new(cap: usize) -> Self {
         let cap = cap.max(ALIGN).next_multiple_of(ALIGN);
-        let layout = std::alloc::Layout::from_size_align(cap, ALIGN).expect("I/O buffer layout");
-        // SAFETY: the layout has a non-zero size.
-        let p = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        let ptr = super::pages::heap().alloc(cap).unwrap_or_else(|| {
+            std::alloc::handle_alloc_error(std::alloc::Layout::from_size_align(cap, ALIGN).expect("I/O buffer layout"))
+        });
         IoBuf { ptr, cap }
     }
     /// Capacity in bytes.
@@ -71,9 +72,8 @@ impl IoBuf {
 
 impl Drop for IoBuf {
     fn drop(&mut self) {
-        let layout = std::alloc::Layout::from_size_align(self.cap, ALIGN).expect("I/O buffer layout");
-        // SAFETY: allocated in `new` with this exact layout and not freed before.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
+        // SAFETY: allocated in `new` from the page heap with this size and not freed before.
+        unsafe { super::pages::heap().free(self.ptr, self.cap) };
     }
 }
 
