@@ -10,15 +10,21 @@
 //! SIGBUS for an address outside every region is passed on to the handler installed before
 //! ours (or the default action, which kills the process as it would have).
 //!
-//! The handler may have interrupted anything, `malloc` included, so this path allocates
-//! nothing and takes no lock the interrupted code could hold: page claims are CASes on the
-//! page words, buffers come from a fixed pool taken by CAS ([`crate::bufs`]; the guard gives
-//! its buffer back when dropped), counters are atomics, and the store is signal-safe by
-//! contract. It runs on the stack of whatever the program was doing, so it keeps no
-//! per-page array there: every fill takes a buffer first, whose side area ([`Scratch`]) holds
-//! its claim's old words and a cached folio's kept entries, and the sets of pages held or
-//! refused are 64-byte bitmaps ([`PageSet`]). Concurrent faults on one folio: the first
-//! CASes its pages to `BUSY` and fills it; the others see `BUSY`, wait (spin, then
+//! The handler may have interrupted anything, `malloc` included. The contract of this path
+//! is `docs/design.md`, "Deadlock freedom": it runs inside a [`uswap::sync::FaultScope`]
+//! (entered in [`handle_fault`] and [`try_fault`]); it calls no allocator (page claims are
+//! CASes on the page words, buffers come from a fixed pool taken by CAS ([`crate::bufs`]; the
+//! guard gives its buffer back when dropped), counters are atomics, and the engine takes its
+//! memory from preallocated lists and its page heap); the only locks it takes are a ring's
+//! spinlock and the engine locks of the classes the contract lists, none of which is ever
+//! held by a thread that touches managed memory, so none is held by the thread the handler
+//! interrupted; and asynchronous signals are blocked while it runs (the handler's mask), so no
+//! program handler runs on top of it. `tests/contract.rs` counts all of this. It runs on the
+//! stack of whatever the program was doing, so it keeps no per-page array there: every fill
+//! takes a buffer first, whose side area ([`Scratch`]) holds its claim's old words and a
+//! cached folio's kept entries, and the sets of pages held or refused are 64-byte bitmaps
+//! ([`PageSet`]). Concurrent faults on one folio: the first CASes its pages to `BUSY` and
+//! fills it; the others see `BUSY`, wait (spin, then
 //! `sched_yield`) without holding anything, and retry. On x86-64 bit 1 of the page-fault
 //! error code (`REG_ERR` in the ucontext) says whether the access was a write.
 //!
@@ -30,10 +36,12 @@
 //! mremap, fork, and madvise if enabled); in [`FaultMode::Thread`](crate::FaultMode) also the
 //! page-fault messages, which it resolves the same way and then wakes the faulting thread.
 //!
-//! Locking: none beyond the page-word claims described in [`crate::page`]. A fault path
-//! claims pages through a [`Claim`] (CAS to `BUSY`), which rolls back to the old words when
-//! dropped unpublished, so every way out of a fill leaves no page `BUSY`. A fill takes its
-//! buffer before it claims a page, so it never waits for the pool while holding pages.
+//! Locking: the page-word claims described in [`crate::page`], plus the engine locks of the
+//! store calls and the rings' spinlocks (see above). A fault path claims pages through a
+//! [`Claim`] (CAS to `BUSY`), which rolls back to the old words when dropped unpublished, so
+//! every way out of a fill leaves no page `BUSY`. A fill takes its buffer before it claims a
+//! page, so it never waits for the pool while holding pages. A fault taken inside this
+//! thread's own reclaim (on the folio it is copying) maps zeros and reclaims nothing.
 
 use crate::bufs::Scratch;
 use crate::page::{kind, Claim, PageSet, PageWord, CLEAN_MAX_ENTRY};
@@ -57,6 +65,7 @@ pub(crate) enum Handled {
 /// Serve a fault at `addr`. `write` = the access was a write; `wake` = wake threads blocked
 /// on the page (message mode).
 pub(crate) fn handle_fault(addr: usize, write: bool, wake: bool) -> Handled {
+    let _fault = uswap::sync::FaultScope::enter();
     region::enter();
     // SAFETY: between enter and leave; r is not used after the leave below.
     let Some(r) = (unsafe { region::lookup(addr) }) else {
@@ -134,6 +143,7 @@ pub(crate) enum Try {
 /// (see [`Wait::NoWait`]). `force`: map it even if the charge is over the limit (the fault
 /// has waited long enough for reclaim).
 pub(crate) fn try_fault(p: &Pager, addr: usize, write: bool, wp: bool, force: bool) -> Try {
+    let _fault = uswap::sync::FaultScope::enter();
     region::enter();
     // SAFETY: between enter and leave; r is not used after the leaves below.
     let Some(r) = (unsafe { region::lookup(addr) }) else {
@@ -183,7 +193,9 @@ fn throttle_slack(p: &Pager) -> u64 {
 /// Resolve page `pg` of `r` (the fault path proper). Returns false when it could not finish
 /// without waiting (only with [`Wait::NoWait`]; the caller retries later).
 pub(crate) fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool, wake: bool, wait: Wait) -> bool {
-    if wait == Wait::Block {
+    // Not inside this thread's own reclaim: a fault there is on the folio it is copying (BUSY,
+    // mapped as zeros below), and reclaiming again could re-enter the store it interrupted.
+    if wait == Wait::Block && reclaim::IN_RECLAIM.with(|c| c.get()) == 0 {
         maybe_reclaim(p, (PAGE_SIZE << r.folio_order) as u64);
     }
     loop {
@@ -866,8 +878,8 @@ pub(crate) fn install_sigbus_handler() -> Result<(), String> {
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = on_sigbus as *const () as usize;
-            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-            libc::sigemptyset(&mut sa.sa_mask);
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_NODEFER;
+            crate::sys::fault_handler_mask(&mut sa.sa_mask);
             let mut old: libc::sigaction = std::mem::zeroed();
             if libc::sigaction(libc::SIGBUS, &sa, &mut old) != 0 {
                 return Err(format!("sigaction(SIGBUS): {}", std::io::Error::last_os_error()));

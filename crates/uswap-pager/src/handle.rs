@@ -105,6 +105,7 @@ impl Region {
     /// Evict every resident and cached page of the region now (for tests and for callers that
     /// know the region goes cold). Returns the pages evicted.
     pub fn evict_all(&self) -> usize {
+        let _signals = crate::sys::SignalsBlocked::new();
         region::enter();
         // SAFETY: inner lives until Drop, which waits for threads inside enter()/leave().
         let r: &'static RegionInner = unsafe { &*self.inner };
@@ -119,6 +120,7 @@ impl Region {
         let r = self.inner();
         let a = offset.min(r.len) / PAGE_SIZE;
         let b = (offset.saturating_add(len)).min(r.len).div_ceil(PAGE_SIZE);
+        let _signals = crate::sys::SignalsBlocked::new();
         region::enter();
         reclaim::release_pages(r, a, b, true);
         region::leave();
@@ -131,6 +133,7 @@ impl Drop for Region {
         // until they are processed too, so the pages they unmapped are marked UNMAPPED (the
         // event thread finds the region through the registry, so before it is retired).
         self.pager.sync_events();
+        let _signals = crate::sys::SignalsBlocked::new();
         // SAFETY: created by create_mapped, retired once (here); we are not inside enter().
         unsafe { reclaim::retire_region(self.inner) };
     }

@@ -453,6 +453,7 @@ impl Pager {
         let p = PagerPtr(self as *const Pager);
         let ev = std::thread::Builder::new().name("uswap-uffd".into()).spawn(move || {
             let p = p;
+            sys::block_async_signals_forever();
             // SAFETY: the pager outlives this thread (joined in Drop).
             fault::event_loop(unsafe { &*p.0 })
         })?;
@@ -461,6 +462,7 @@ impl Pager {
             let p = PagerPtr(self as *const Pager);
             th.push(std::thread::Builder::new().name("uswap-kswapd".into()).spawn(move || {
                 let p = p;
+                sys::block_async_signals_forever();
                 // SAFETY: as above.
                 reclaim::kswapd(unsafe { &*p.0 })
             })?);
@@ -482,6 +484,7 @@ impl Pager {
     ///
     /// The caller must make sure the range is not memory a pager thread uses (see [`own`]).
     pub fn adopt(&self, start: usize, len: usize) -> Result<usize, PagerError> {
+        let _signals = sys::SignalsBlocked::new();
         vma::adopt(self, start, len)
     }
 
@@ -490,6 +493,7 @@ impl Pager {
     /// from then on. Call before the madvise itself, from a program thread (it waits for pages
     /// other threads hold).
     pub fn discard_range(&self, start: usize, len: usize) {
+        let _signals = sys::SignalsBlocked::new();
         vma::discard(self, start, len)
     }
 

@@ -10,8 +10,10 @@
 //! pager splits the folio and retries smaller (the kernel's `swpout_fallback`).
 //!
 //! Locking: none here. Implementations are called from SIGBUS handlers and reclaim in any
-//! thread at once, so they synchronize themselves without locks a handler could wait on (the
-//! engine's own locking is described in `docs/design.md`).
+//! thread at once, so they keep the fault-path contract of `docs/design.md` ("Deadlock
+//! freedom"): no allocator call in steady state, and no lock held while touching managed
+//! memory or calling the allocator (the engine's locks are `uswap::sync::Mutex`es of the
+//! classes that contract allows; `tests/contract.rs` counts them).
 
 /// Errors of a [`PageStore`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -37,7 +39,9 @@ pub enum StoreError {
 }
 
 /// A store of swapped-out folios. Implementations must be callable from a SIGBUS handler:
-/// no heap allocation and no lock that a thread interrupted by the handler may hold.
+/// no heap allocation and no lock that a thread interrupted by the handler may hold (that is,
+/// no lock held across managed memory). `store`'s `data` may be managed memory (the folio
+/// being evicted, in SIGBUS mode): read it with no lock held. `load`'s `out` never is.
 pub trait PageStore: Send + Sync {
     /// Store one folio (`data.len() == 4096 << order`, `order <= 9`) for `group`. Returns the
     /// first of `2^order` contiguous entries, each with swap count 1.

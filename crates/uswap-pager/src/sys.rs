@@ -182,3 +182,67 @@ pub unsafe fn copy_from_self(src: usize, dst: *mut u8, len: usize) -> bool {
         return false;
     }
 }
+
+/// The signal mask of a handler that resolves faults (the SIGBUS handler): every signal but
+/// the synchronous ones (a fault inside the handler's own reclaim must still be delivered) and
+/// glibc's two internal ones (32, 33, which it never lets a program block either). Blocked
+/// while the handler runs, an asynchronous signal cannot run a program handler on top of the
+/// fault path, where it could fault on managed memory while this thread holds an engine lock
+/// or a claimed page (`docs/design.md`, "Deadlock freedom").
+pub(crate) fn fault_handler_mask(set: &mut libc::sigset_t) {
+    // SAFETY: sigfillset/sigdelset on a sigset we own.
+    unsafe {
+        libc::sigfillset(set);
+        for sig in [libc::SIGBUS, libc::SIGSEGV, libc::SIGILL, libc::SIGFPE, libc::SIGTRAP, 32, 33] {
+            libc::sigdelset(set, sig);
+        }
+    }
+}
+
+/// Asynchronous signals blocked on this thread (the [`fault_handler_mask`]) until dropped,
+/// which restores the mask as it was. Taken by a program thread for a pager operation that
+/// claims pages or calls the store (`discard_range`, `adopt`, a region's discard, eviction or
+/// retirement): a signal handler run in the middle could fault on memory the operation holds
+/// (a `BUSY` page, a locked cluster), and the fault path would wait for this very thread.
+pub(crate) struct SignalsBlocked {
+    old: libc::sigset_t,
+}
+
+impl SignalsBlocked {
+    /// Block the asynchronous signals.
+    pub(crate) fn new() -> SignalsBlocked {
+        // SAFETY: a zeroed sigset is valid storage; rt_sigprocmask with valid pointers and the
+        // kernel's sigset size (a raw call: the LD_PRELOAD library's interposer is for the
+        // program's masks).
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            fault_handler_mask(&mut set);
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_BLOCK, &set, &mut old, 8usize);
+            SignalsBlocked { old }
+        }
+    }
+}
+
+impl Drop for SignalsBlocked {
+    fn drop(&mut self) {
+        // SAFETY: restoring the mask saved in new() (callers keep the guard on the stack of the
+        // thread that made it).
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_SETMASK,
+                &self.old,
+                std::ptr::null_mut::<libc::sigset_t>(),
+                8usize,
+            )
+        };
+    }
+}
+
+/// Block the asynchronous signals on this thread for good: the pager's own threads (event
+/// thread, background reclaimer) never run a program's signal handler, which could fault on
+/// managed memory that only they would serve, or while they hold an engine lock.
+pub(crate) fn block_async_signals_forever() {
+    std::mem::forget(SignalsBlocked::new());
+}

@@ -12,7 +12,7 @@
 
 use crate::error::TierError;
 use crate::swap_table::SwapEntry;
-use crate::sync::{lock, Mutex};
+use crate::sync::{lock, LockClass, Mutex};
 use std::collections::HashMap;
 
 /// What kind of storage a backend is; decides group charging and statistics.
@@ -117,7 +117,7 @@ impl MemBackend {
     pub fn new(name: &str, limit_pages: u64) -> Self {
         MemBackend {
             name: name.to_string(),
-            inner: Mutex::new(MemInner { next: 1, map: HashMap::new(), pages: 0 }),
+            inner: Mutex::new(LockClass::MemBackend, MemInner { next: 1, map: HashMap::new(), pages: 0 }),
             limit_pages,
         }
     }

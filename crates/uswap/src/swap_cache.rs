@@ -42,7 +42,7 @@
 use crate::cluster::{ClusterGuard, SwapSpace};
 use crate::error::SwapError;
 use crate::swap_table::{Kind, SwapEntry, Word, MAX_ORDER, NR_ORDERS, PAGE_SIZE, PAYLOAD_MAX, SLOTS_PER_CLUSTER};
-use crate::sync::{lock, thread_shard, AtomicPtr, AtomicU32, AtomicU64, Condvar, Mutex, Ordering};
+use crate::sync::{lock, thread_shard, AtomicPtr, AtomicU32, AtomicU64, Condvar, LockClass, Mutex, Ordering};
 use crossbeam_utils::CachePadded;
 use std::cell::UnsafeCell;
 
@@ -103,7 +103,7 @@ impl Folio {
             swap: AtomicU64::new(SWAP_NONE),
             backing: AtomicU64::new(0),
             data: UnsafeCell::new(Box::default()),
-            wait_lock: Mutex::new(()),
+            wait_lock: Mutex::new(LockClass::FolioWait, ()),
             wait_cv: Condvar::new(),
         }
     }
@@ -320,10 +320,7 @@ impl<'a> FolioRef<'a> {
         let mut g = lock(&f.wait_lock);
         f.flags.fetch_or(F_WAITERS, Ordering::SeqCst);
         while f.flags.load(Ordering::SeqCst) & F_LOCKED != 0 {
-            g = match f.wait_cv.wait(g) {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
+            g = f.wait_cv.wait(g);
         }
     }
     /// The data, if UPTODATE.
@@ -459,7 +456,9 @@ impl SwapCache {
     pub fn new() -> Self {
         SwapCache {
             arena: Arena::new(),
-            shards: (0..NR_SHARDS).map(|_| CachePadded::new(Mutex::new(FreeLists::default()))).collect(),
+            shards: (0..NR_SHARDS)
+                .map(|_| CachePadded::new(Mutex::new(LockClass::CacheFreeList, FreeLists::default())))
+                .collect(),
             in_cache: AtomicU64::new(0),
         }
     }
@@ -539,7 +538,7 @@ impl SwapCache {
         let mut popped = lock(&self.shards[home]).by_order[o].pop().map(|id| (id, true));
         if popped.is_none() {
             for k in 1..NR_SHARDS {
-                if let Ok(mut fl) = self.shards[(home + k) % NR_SHARDS].try_lock() {
+                if let Some(mut fl) = self.shards[(home + k) % NR_SHARDS].try_lock() {
                     if let Some(id) = fl.by_order[o].pop() {
                         popped = Some((id, true));
                         break;

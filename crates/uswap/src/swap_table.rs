@@ -217,6 +217,40 @@ impl SwapTable {
     pub fn new_boxed() -> Box<SwapTable> {
         Box::new(SwapTable { words: std::array::from_fn(|_| AtomicU64::new(0)) })
     }
+
+    /// A table of free slots in memory of the page heap ([`crate::tier::pages::heap`]), not
+    /// the process's allocator: tables come and go on the fault path (a store takes a cluster
+    /// that had none, a put empties one). Free it with [`SwapTable::free_raw`]. (Under loom,
+    /// a box: loom's atomics are not plain words.)
+    pub fn alloc_raw() -> *mut SwapTable {
+        #[cfg(not(loom))]
+        {
+            const { assert!(std::mem::size_of::<SwapTable>() == 4096) };
+            match crate::tier::pages::heap().alloc(std::mem::size_of::<SwapTable>()) {
+                // A zero-filled page: 512 FREE words (an AtomicU64 is a plain u64 in memory).
+                Some(p) => p.as_ptr().cast(),
+                None => std::alloc::handle_alloc_error(std::alloc::Layout::new::<SwapTable>()),
+            }
+        }
+        #[cfg(loom)]
+        Box::into_raw(Self::new_boxed())
+    }
+
+    /// Free a table made by [`SwapTable::alloc_raw`].
+    ///
+    /// # Safety
+    /// - `p` came from [`SwapTable::alloc_raw`], is freed once, and nothing uses it afterwards.
+    pub unsafe fn free_raw(p: *mut SwapTable) {
+        #[cfg(not(loom))]
+        // SAFETY: a page-heap block of this size (caller's contract), unused from now.
+        unsafe {
+            crate::tier::pages::heap()
+                .free(std::ptr::NonNull::new_unchecked(p.cast()), std::mem::size_of::<SwapTable>())
+        };
+        #[cfg(loom)]
+        // SAFETY: from Box::into_raw in alloc_raw (caller's contract).
+        drop(unsafe { Box::from_raw(p) });
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //! deadlock that cannot happen with a real `try_lock` (it returns at once). The flag gives the
 //! model the real non-blocking semantics; the mutex behind it is then never contended.
 
-use crate::sync::{lock, Mutex, MutexGuard};
+use crate::sync::{lock, LockClass, Mutex, MutexGuard};
 use std::ops::{Deref, DerefMut};
 
 #[cfg(loom)]
@@ -29,7 +29,7 @@ pub(super) struct ClusterLockGuard<'a, T> {
 impl<T> ClusterLock<T> {
     pub(super) fn new(v: T) -> Self {
         ClusterLock {
-            m: Mutex::new(v),
+            m: Mutex::new(LockClass::Cluster, v),
             #[cfg(loom)]
             held: AtomicBool::new(false),
         }
@@ -58,11 +58,7 @@ impl<T> ClusterLock<T> {
             Some(ClusterLockGuard { g: lock(&self.m), held: &self.held })
         }
         #[cfg(not(loom))]
-        match self.m.try_lock() {
-            Ok(g) => Some(ClusterLockGuard { g }),
-            Err(std::sync::TryLockError::Poisoned(p)) => Some(ClusterLockGuard { g: p.into_inner() }),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        }
+        self.m.try_lock().map(|g| ClusterLockGuard { g })
     }
 }
 

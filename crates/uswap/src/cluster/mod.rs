@@ -31,7 +31,7 @@ pub use frag::{bucket_of, bucket_prior, bucket_range, success_probability, NR_BU
 pub use stats::{AllocStats, BucketStats};
 
 use crate::swap_table::{SwapEntry, SwapTable, Word, COUNT_MAX, MAX_ORDER, NR_ORDERS, SLOTS_PER_CLUSTER};
-use crate::sync::{lock, thread_shard, AtomicPtr, AtomicUsize, Mutex, Ordering};
+use crate::sync::{lock, thread_shard, AtomicPtr, AtomicUsize, LockClass, Mutex, Ordering};
 use crate::SwapError;
 use crossbeam_utils::CachePadded;
 use frag::Estimate;
@@ -225,11 +225,14 @@ impl SwapSpace {
         }
         let shards = (0..cfg.nr_shards)
             .map(|_| {
-                CachePadded::new(Mutex::new(Shard {
-                    next: [INVALID; NR_ORDERS],
-                    stats: ShardStats::default(),
-                    est: [[Estimate::default(); NR_BUCKETS]; NR_ORDERS],
-                }))
+                CachePadded::new(Mutex::new(
+                    LockClass::SpaceShard,
+                    Shard {
+                        next: [INVALID; NR_ORDERS],
+                        stats: ShardStats::default(),
+                        est: [[Estimate::default(); NR_BUCKETS]; NR_ORDERS],
+                    },
+                ))
             })
             .collect();
         if cfg.frag_policy == FragPolicy::Buckets {
@@ -240,13 +243,13 @@ impl SwapSpace {
             nr_slots: (nr_clusters * N) as u64,
             cfg,
             clusters,
-            lists: Mutex::new(lists),
+            lists: Mutex::new(LockClass::SpaceLists, lists),
             shards,
             used_slots: AtomicUsize::new(0),
             live_tables: AtomicUsize::new(0),
             live_extend: AtomicUsize::new(0),
             #[cfg(loom)]
-            retired: Mutex::new(Vec::new()),
+            retired: Mutex::new(LockClass::SpaceRetired, Vec::new()),
         })
     }
 
@@ -656,11 +659,11 @@ impl SwapSpace {
         let c = &self.clusters[ci];
         let mut p = c.table.load(Ordering::Relaxed);
         if p.is_null() {
-            p = Box::into_raw(SwapTable::new_boxed());
+            p = SwapTable::alloc_raw();
             c.table.store(p, Ordering::Release);
             self.live_tables.fetch_add(1, Ordering::Relaxed);
         }
-        // SAFETY: non-null, from Box::into_raw; freed only after `retire_table` unpublishes it
+        // SAFETY: non-null, from SwapTable::alloc_raw; freed only after `retire_table` unpublishes it
         // under the cluster lock, which the caller holds for as long as it uses the reference.
         unsafe { &*p }
     }
@@ -679,10 +682,10 @@ impl SwapSpace {
             let addr = p as usize;
             let guard = crossbeam_epoch::pin();
             // SAFETY: the table is unreachable for new readers (swapped out above) and was
-            // allocated by Box::into_raw; readers pinned before the swap finish before the
-            // epoch advances past this deferral, after which nobody can touch it.
+            // allocated by SwapTable::alloc_raw; readers pinned before the swap finish before
+            // the epoch advances past this deferral, after which nobody can touch it.
             unsafe {
-                guard.defer_unchecked(move || drop(Box::from_raw(addr as *mut SwapTable)));
+                guard.defer_unchecked(move || SwapTable::free_raw(addr as *mut SwapTable));
             }
         }
         #[cfg(loom)]
@@ -922,14 +925,14 @@ impl Drop for SwapSpace {
             let p = c.table.swap(std::ptr::null_mut(), Ordering::AcqRel);
             if !p.is_null() {
                 // SAFETY: `&mut self`: no guard or reader borrows the space any more, and the
-                // pointer came from Box::into_raw and was never retired.
-                drop(unsafe { Box::from_raw(p) });
+                // pointer came from SwapTable::alloc_raw and was never retired.
+                unsafe { SwapTable::free_raw(p) };
             }
         }
         #[cfg(loom)]
         for addr in lock(&self.retired).drain(..) {
             // SAFETY: retired tables were unpublished and are freed exactly once, here.
-            drop(unsafe { Box::from_raw(addr as *mut SwapTable) });
+            unsafe { SwapTable::free_raw(addr as *mut SwapTable) };
         }
     }
 }

@@ -32,7 +32,7 @@ use crate::backend::{Backend, Stored, TierKind, Usage};
 use crate::cluster::{SpaceConfig, SwapSpace};
 use crate::error::TierError;
 use crate::swap_table::{Kind, SwapEntry, Word, MAX_ORDER, PAGE_SIZE, PAYLOAD_MAX, SLOTS_PER_CLUSTER};
-use crate::sync::{lock, thread_shard, AtomicU64, Mutex, Ordering};
+use crate::sync::{lock, thread_shard, AtomicU64, LockClass, Mutex, Ordering};
 use crossbeam_utils::CachePadded;
 use std::fs::File;
 use std::path::PathBuf;
@@ -304,11 +304,13 @@ impl FileTier {
             space,
             io,
             cipher,
-            bufs: (0..NR_BUF_SHARDS).map(|_| CachePadded::new(Mutex::new(Vec::new()))).collect(),
+            bufs: (0..NR_BUF_SHARDS)
+                .map(|_| CachePadded::new(Mutex::new(LockClass::FileBufs, Vec::with_capacity(4))))
+                .collect(),
             stored_pages: AtomicU64::new(0),
             discard,
             direct: false,
-            meta_locks: (0..64).map(|_| Mutex::new(())).collect(),
+            meta_locks: (0..64).map(|_| Mutex::new(LockClass::FileMeta, ())).collect(),
             _file: file,
         })
     }

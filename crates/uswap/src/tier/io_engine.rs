@@ -14,7 +14,7 @@
 //! one submit-and-reap; no other lock is taken inside an engine.
 
 use crate::error::TierError;
-use crate::sync::{lock, thread_shard, Mutex};
+use crate::sync::{lock, thread_shard, LockClass, Mutex};
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
@@ -23,7 +23,9 @@ use std::sync::Arc;
 
 const ALIGN: usize = 4096;
 
-/// A 4 KiB-aligned, zero-initialised I/O buffer that grows on demand (never shrinks).
+/// A 4 KiB-aligned, zero-initialised I/O buffer that grows on demand (never shrinks). Its
+/// memory comes from the page heap ([`super::pages::heap`]), not the process's allocator: a
+/// file tier's store and load run on the fault path.
 pub struct IoBuf {
     ptr: NonNull<u8>,
     cap: usize,
@@ -38,10 +40,9 @@ impl IoBuf {
     /// A buffer of at least `cap` bytes (rounded up to 4 KiB).
     pub fn new(cap: usize) -> Self {
         let cap = cap.max(ALIGN).next_multiple_of(ALIGN);
-        let layout = std::alloc::Layout::from_size_align(cap, ALIGN).expect("I/O buffer layout");
-        // SAFETY: the layout has a non-zero size.
-        let p = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        let ptr = super::pages::heap().alloc(cap).unwrap_or_else(|| {
+            std::alloc::handle_alloc_error(std::alloc::Layout::from_size_align(cap, ALIGN).expect("I/O buffer layout"))
+        });
         IoBuf { ptr, cap }
     }
     /// Capacity in bytes.
@@ -71,9 +72,8 @@ impl IoBuf {
 
 impl Drop for IoBuf {
     fn drop(&mut self) {
-        let layout = std::alloc::Layout::from_size_align(self.cap, ALIGN).expect("I/O buffer layout");
-        // SAFETY: allocated in `new` with this exact layout and not freed before.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
+        // SAFETY: allocated in `new` from the page heap with this size and not freed before.
+        unsafe { super::pages::heap().free(self.ptr, self.cap) };
     }
 }
 
@@ -184,13 +184,17 @@ impl UringEngine {
     /// An engine with `nr_rings` rings of `depth` entries each.
     pub fn new(file: Arc<File>, nr_rings: usize, depth: u32) -> Result<Self, TierError> {
         let rings = (0..nr_rings.max(1))
-            .map(|_| io_uring::IoUring::new(depth).map(Mutex::new).map_err(|e| TierError::io("io_uring setup", &e)))
+            .map(|_| {
+                io_uring::IoUring::new(depth)
+                    .map(|r| Mutex::new(LockClass::IoRing, r))
+                    .map_err(|e| TierError::io("io_uring setup", &e))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(UringEngine {
             file,
             rings: rings.into_boxed_slice(),
             depth: depth as usize,
-            quarantine: Mutex::new(Vec::new()),
+            quarantine: Mutex::new(LockClass::IoQuarantine, Vec::new()),
         })
     }
 
@@ -369,7 +373,7 @@ pub struct FaultEngine {
 impl FaultEngine {
     /// Wrap `inner`.
     pub fn new(inner: Box<dyn IoEngine>) -> Self {
-        FaultEngine { inner, plan: Mutex::new(Default::default()) }
+        FaultEngine { inner, plan: Mutex::new(LockClass::IoFaultPlan, Default::default()) }
     }
     /// Queue a fault (faults fire in order, each on the next submission of its direction).
     pub fn inject(&self, f: Fault) {

@@ -15,11 +15,14 @@
 //! share the reservation.
 //!
 //! Locking: one mutex per page count guards that free list (held for a push or a pop, never
-//! across a system call); the bump pointer is an atomic.
+//! across a system call but the `mmap` of a free list that grows); the bump pointer is an
+//! atomic. Nothing here uses the process's allocator once the heap exists: the free lists are
+//! [`PageVec`]s, so the pool can grow and shrink on the fault path.
 
+use crate::sync::{LockClass, Mutex};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 const PAGE: usize = 4096;
 /// Largest block, in pages, served from the reservation (4 MiB); larger ones are mapped alone.
@@ -32,7 +35,7 @@ pub struct PageHeap {
     base: usize,
     cap: usize,
     bump: AtomicUsize,
-    free: Box<[Mutex<Vec<usize>>]>,
+    free: Box<[Mutex<PageVec<usize>>]>,
     /// Bytes in blocks handed out and not yet freed.
     live: AtomicU64,
 }
@@ -62,7 +65,7 @@ impl PageHeap {
             base,
             cap,
             bump: AtomicUsize::new(0),
-            free: (0..=MAX_PAGES).map(|_| Mutex::new(Vec::new())).collect(),
+            free: (0..=MAX_PAGES).map(|_| Mutex::new(LockClass::PageHeap, PageVec::new())).collect(),
             live: AtomicU64::new(0),
         }
     }
@@ -77,7 +80,7 @@ impl PageHeap {
         let n = Self::pages(bytes);
         let p = if n > MAX_PAGES {
             map(n * PAGE, false)?
-        } else if let Some(p) = self.free[n].lock().unwrap_or_else(|e| e.into_inner()).pop() {
+        } else if let Some(p) = self.free[n].lock().pop() {
             p
         } else {
             let off = self.bump.fetch_add(n * PAGE, Ordering::Relaxed);
@@ -109,12 +112,147 @@ impl PageHeap {
         // SAFETY: the block is ours and unused from now (caller's contract); DONTNEED on private
         // anonymous memory drops the pages, and the range reads as zeros afterwards.
         unsafe { libc::madvise(a as *mut libc::c_void, n * PAGE, libc::MADV_DONTNEED) };
-        self.free[n].lock().unwrap_or_else(|e| e.into_inner()).push(a);
+        self.free[n].lock().push(a);
     }
 
     /// Bytes in blocks handed out and not freed (what the heap holds in memory, at most).
     pub fn live_bytes(&self) -> u64 {
         self.live.load(Ordering::Relaxed)
+    }
+}
+
+/// A growable array of plain values in memory of its own mapping, not the heap: the pool's
+/// metadata (zspage tables, fullness lists, free ids) and the page heap's free lists, which
+/// grow on the fault path (a store in direct reclaim), where the process's allocator is
+/// off limits (see `docs/design.md`, "Deadlock freedom"). Growing maps a block twice the size
+/// (whole pages), copies, and unmaps the old one: system calls, no lock.
+pub struct PageVec<T: Copy> {
+    ptr: NonNull<T>,
+    len: usize,
+    cap: usize,
+}
+
+// SAFETY: a PageVec owns its mapping exclusively, like a Vec its buffer.
+unsafe impl<T: Copy + Send> Send for PageVec<T> {}
+// SAFETY: shared access only hands out `&[T]`.
+unsafe impl<T: Copy + Sync> Sync for PageVec<T> {}
+
+impl<T: Copy> Default for PageVec<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: Copy> PageVec<T> {
+    /// An empty array (no mapping yet).
+    pub const fn new() -> Self {
+        const { assert!(std::mem::size_of::<T>() > 0 && std::mem::align_of::<T>() <= PAGE) };
+        PageVec { ptr: NonNull::dangling(), len: 0, cap: 0 }
+    }
+
+    /// An empty array with room for `n` values.
+    pub fn with_capacity(n: usize) -> Self {
+        let mut v = Self::new();
+        if n > 0 {
+            v.grow_to(n);
+        }
+        v
+    }
+
+    fn grow_to(&mut self, want: usize) {
+        let bytes = (want * std::mem::size_of::<T>()).next_multiple_of(PAGE);
+        let p = map(bytes, false).unwrap_or_else(|| {
+            // Out of memory or address space: as a Vec would.
+            std::alloc::handle_alloc_error(std::alloc::Layout::from_size_align(bytes, PAGE).expect("layout"))
+        }) as *mut T;
+        if self.cap > 0 {
+            // SAFETY: the old block holds `len` initialised values, the new one has room for
+            // at least `want > len` of them; distinct mappings do not overlap.
+            unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr(), p, self.len) };
+            self.unmap();
+        }
+        self.ptr = NonNull::new(p).expect("mmap returned null");
+        self.cap = bytes / std::mem::size_of::<T>();
+    }
+
+    fn unmap(&mut self) {
+        if self.cap > 0 {
+            let bytes = (self.cap * std::mem::size_of::<T>()).next_multiple_of(PAGE);
+            // SAFETY: our own mapping of `bytes` bytes, made in grow_to; not used afterwards.
+            unsafe { libc::munmap(self.ptr.as_ptr().cast(), bytes) };
+            self.cap = 0;
+        }
+    }
+
+    /// Append `v`.
+    pub fn push(&mut self, v: T) {
+        if self.len == self.cap {
+            self.grow_to((self.cap * 2).max(PAGE / std::mem::size_of::<T>()).max(1));
+        }
+        // SAFETY: len < cap: inside the mapping.
+        unsafe { self.ptr.as_ptr().add(self.len).write(v) };
+        self.len += 1;
+    }
+
+    /// Remove and return the last value.
+    pub fn pop(&mut self) -> Option<T> {
+        if self.len == 0 {
+            return None;
+        }
+        self.len -= 1;
+        // SAFETY: index len (old len - 1) is initialised.
+        Some(unsafe { self.ptr.as_ptr().add(self.len).read() })
+    }
+
+    /// Remove value `i`, moving the last one into its place.
+    pub fn swap_remove(&mut self, i: usize) -> T {
+        let last = self.len - 1;
+        self.as_mut_slice().swap(i, last);
+        self.pop().expect("non-empty")
+    }
+
+    /// The values.
+    pub fn as_slice(&self) -> &[T] {
+        // SAFETY: `len` initialised values at ptr (dangling but aligned when len = 0).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The values, mutable.
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
+        // SAFETY: as in as_slice; `&mut self` makes the borrow exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// Bytes of memory the array maps.
+    pub fn mapped_bytes(&self) -> usize {
+        (self.cap * std::mem::size_of::<T>()).next_multiple_of(PAGE)
+    }
+}
+
+impl<T: Copy> std::ops::Deref for PageVec<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        self.as_slice()
+    }
+}
+
+impl<T: Copy> std::ops::DerefMut for PageVec<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        self.as_mut_slice()
+    }
+}
+
+impl<'a, T: Copy> IntoIterator for &'a PageVec<T> {
+    type Item = &'a T;
+    type IntoIter = std::slice::Iter<'a, T>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.as_slice().iter()
+    }
+}
+
+impl<T: Copy> Drop for PageVec<T> {
+    fn drop(&mut self) {
+        self.unmap();
     }
 }
 
@@ -128,6 +266,23 @@ mod tests {
         // SAFETY: a page-aligned block of ours and a vector of one byte per page.
         assert_eq!(unsafe { libc::mincore(p.as_ptr().cast(), len, v.as_mut_ptr()) }, 0);
         v.iter().filter(|&&b| b & 1 != 0).count() * PAGE
+    }
+
+    #[test]
+    fn page_vec_grows_in_its_own_mapping() {
+        let mut v: PageVec<u64> = PageVec::new();
+        assert!(v.is_empty() && v.pop().is_none());
+        for i in 0..5000u64 {
+            v.push(i);
+        }
+        assert_eq!(v.len(), 5000);
+        assert!(v.iter().copied().eq(0..5000));
+        assert_eq!(v.swap_remove(0), 0);
+        assert_eq!(v[0], 4999);
+        assert_eq!(v.pop(), Some(4998));
+        assert!(v.mapped_bytes() >= 4998 * 8);
+        let w: PageVec<u32> = PageVec::with_capacity(10);
+        assert!(w.mapped_bytes() == PAGE && w.is_empty());
     }
 
     #[test]

@@ -39,11 +39,11 @@
 //! pinned. Counters are relaxed atomics.
 
 use super::lz4::Lz4Table;
-use super::pages;
+use super::pages::{self, PageVec};
 use crate::backend::{Backend, Relocate, Stored, TierKind, Usage};
 use crate::error::TierError;
 use crate::swap_table::{SwapEntry, MAX_ORDER, PAGE_SIZE, PAYLOAD_MAX};
-use crate::sync::{lock, AtomicBool, AtomicU64, Mutex, Ordering};
+use crate::sync::{lock, AtomicBool, AtomicU64, LockClass, Mutex, Ordering};
 use crossbeam_utils::CachePadded;
 use std::cell::RefCell;
 use std::ptr::NonNull;
@@ -249,6 +249,7 @@ fn split(h: u64) -> (usize, u32, u16) {
 }
 
 /// A zspage: `pages` contiguous 4 KiB pages carved into objects of one class.
+#[derive(Clone, Copy)]
 struct Zspage {
     mem: NonNull<u8>,
     inuse: u16,
@@ -265,9 +266,9 @@ struct Class {
     size: usize,
     pages: usize,
     objs: u16,
-    zspages: Vec<Option<Zspage>>,
-    free_ids: Vec<u32>,
-    groups: [Vec<u32>; NR_GROUPS],
+    zspages: PageVec<Option<Zspage>>,
+    free_ids: PageVec<u32>,
+    groups: [PageVec<u32>; NR_GROUPS],
     used_objs: u64,
     /// Up to [`SPARE_ZSPAGES`] emptied zspages kept for the next `new_zspage`, so a pool whose
     /// size hovers (the steady state of a pager under its limit) does not release and fault in
@@ -312,8 +313,8 @@ impl Class {
             size,
             pages,
             objs: (pages * PAGE_SIZE / size) as u16,
-            zspages: Vec::new(),
-            free_ids: Vec::new(),
+            zspages: PageVec::new(),
+            free_ids: PageVec::new(),
             groups: Default::default(),
             used_objs: 0,
             spare: Vec::with_capacity(SPARE_ZSPAGES),
@@ -467,7 +468,7 @@ impl Drop for Class {
             // SAFETY: allocated in new_zspage with this size, freed exactly once here.
             unsafe { pages::heap().free(m, bytes) };
         }
-        for zs in self.zspages.drain(..).flatten() {
+        for zs in self.zspages.iter().flatten() {
             // SAFETY: allocated in new_zspage with this size, freed exactly once here.
             unsafe { pages::heap().free(zs.mem, bytes) };
         }
@@ -475,6 +476,7 @@ impl Drop for Class {
 }
 
 /// An object too large for a size class: an exact page-rounded allocation.
+#[derive(Clone, Copy)]
 struct Large {
     mem: NonNull<u8>,
     alloc: usize,
@@ -482,10 +484,9 @@ struct Large {
     hdr: u64,
 }
 
-#[derive(Default)]
 struct LargeArea {
-    slots: Vec<Option<Large>>,
-    free: Vec<u32>,
+    slots: PageVec<Option<Large>>,
+    free: PageVec<u32>,
     /// Freed allocations (pointer, size) kept for reuse by an object of the same page-rounded
     /// size: large folios store objects of a few sizes over and over, and the store/free pair
     /// may run in a SIGBUS handler. At most [`SPARE_LARGE`], within the pool's [`SpareBudget`].
@@ -494,6 +495,13 @@ struct LargeArea {
 
 /// Freed large-object allocations kept for reuse.
 const SPARE_LARGE: usize = 32;
+
+impl Default for LargeArea {
+    fn default() -> Self {
+        // `spare` never grows past its capacity (the fault path must not allocate).
+        LargeArea { slots: PageVec::new(), free: PageVec::new(), spare: Vec::with_capacity(SPARE_LARGE) }
+    }
+}
 
 // SAFETY: the area owns its allocations exclusively and is only touched under its mutex.
 unsafe impl Send for LargeArea {}
@@ -504,7 +512,7 @@ impl Drop for LargeArea {
             // SAFETY: allocated with this size in place(); kept here only.
             unsafe { pages::heap().free(m, alloc) };
         }
-        for l in self.slots.drain(..).flatten() {
+        for l in self.slots.iter().flatten() {
             // SAFETY: allocated with this size in place(); freed once.
             unsafe { pages::heap().free(l.mem, l.alloc) };
         }
@@ -652,9 +660,11 @@ impl ZPool {
         ZPool {
             name: name.to_string(),
             cfg,
-            classes: (0..NR_CLASSES).map(|c| CachePadded::new(Mutex::new(Class::new(c)))).collect(),
-            large: Mutex::new(LargeArea::default()),
-            compacting: Mutex::new(()),
+            classes: (0..NR_CLASSES)
+                .map(|c| CachePadded::new(Mutex::new(LockClass::PoolClass, Class::new(c))))
+                .collect(),
+            large: Mutex::new(LockClass::PoolLarge, LargeArea::default()),
+            compacting: Mutex::new(LockClass::PoolCompact, ()),
             spare: SpareBudget::default(),
             full: AtomicBool::new(false),
             total: AtomicU64::new(0),
@@ -851,39 +861,21 @@ impl ZPool {
         Ok(Stored { handle: LARGE_CLASS << (ZS_BITS + OBJ_BITS) | u64::from(idx), bytes: alloc as u64 })
     }
 
-    /// Copy the object's header and payload into `s.buf`; returns the header.
-    fn fetch(&self, h: u64, s: &mut Scratch) -> Result<u64, TierError> {
-        let (c, zs_id, obj) = split(h);
-        if c as u64 == LARGE_CLASS {
-            let la = lock(&self.large);
-            let idx = (h & ((1 << (ZS_BITS + OBJ_BITS)) - 1)) as usize;
-            let l = la.slots.get(idx).and_then(|x| x.as_ref()).ok_or(TierError::BadHandle(h))?;
-            let size = HDR + l.len;
-            if s.buf.len() < size {
-                s.buf.resize(size, 0);
-            }
-            // SAFETY: `l.mem` holds `size` initialised bytes (written in place()).
-            unsafe { std::ptr::copy_nonoverlapping(l.mem.as_ptr(), s.buf.as_mut_ptr(), size) };
-            let hdr = (l.hdr & !(0x1fff << 43)) | USED;
-            return Ok(hdr);
-        }
-        let cl = lock(&self.classes[c]);
-        let hdr = cl.used_hdr(zs_id, obj).ok_or(TierError::BadHandle(h))?;
-        let size = HDR + hdr_len(hdr);
-        if size > cl.size {
-            return Err(corrupt(h));
-        }
-        if s.buf.len() < size {
-            s.buf.resize(size, 0);
-        }
-        let zs = cl.zspages[zs_id as usize].as_ref().expect("zspage");
-        // SAFETY: the object is in use and `size <= cl.size` bytes of it are inside the zspage.
-        unsafe { std::ptr::copy_nonoverlapping(cl.obj_ptr(zs, obj), s.buf.as_mut_ptr(), size) };
-        Ok(hdr)
+    /// A large object where it lies: (header, payload pointer, payload length). Read without
+    /// copying and without a pin: large objects never move (compaction is per size class), and
+    /// the caller's handle keeps the object from being freed while it is loaded. No scratch
+    /// memory is needed, so a thread's first load of a large object allocates nothing.
+    fn large_in_place(&self, h: u64) -> Result<(u64, *const u8, usize), TierError> {
+        let la = lock(&self.large);
+        let idx = (h & ((1 << (ZS_BITS + OBJ_BITS)) - 1)) as usize;
+        let l = la.slots.get(idx).and_then(|x| x.as_ref()).ok_or(TierError::BadHandle(h))?;
+        let hdr = (l.hdr & !(0x1fff << 43)) | USED;
+        // SAFETY: `l.mem` holds the header and `l.len` payload bytes (written in place()).
+        Ok((hdr, unsafe { l.mem.as_ptr().add(HDR) }, l.len))
     }
 
     /// For a class object: check it, pin its zspage and return (header, payload pointer,
-    /// payload length); `None` for a large object (read it with `fetch`). Every `Some` must be
+    /// payload length); `None` for a large object (see [`ZPool::large_in_place`]). Every `Some` must be
     /// followed by [`ZPool::unpin`]. This is zsmalloc's `zs_obj_read_begin`: the object is read
     /// in place instead of copied out under the class lock.
     fn pin(&self, h: u64) -> Result<Option<(u64, *const u8, usize)>, TierError> {
@@ -912,15 +904,6 @@ impl ZPool {
         if let Some(zs) = cl.zspages.get_mut(zs_id as usize).and_then(|z| z.as_mut()) {
             zs.pins = zs.pins.saturating_sub(1);
         }
-    }
-
-    fn payload_len(&self, h: u64, hdr: u64) -> Result<usize, TierError> {
-        if split(h).0 as u64 == LARGE_CLASS {
-            let la = lock(&self.large);
-            let idx = (h & ((1 << (ZS_BITS + OBJ_BITS)) - 1)) as usize;
-            return la.slots.get(idx).and_then(|x| x.as_ref()).map(|l| l.len).ok_or(TierError::BadHandle(h));
-        }
-        Ok(hdr_len(hdr))
     }
 
     /// Decode bytes `part` of the object `h` (header `hdr`, payload `src`) into the same place
@@ -1034,7 +1017,7 @@ impl ZPool {
             if used != cl.used_objs {
                 return Err(format!("class {c}: used {used} != counter {}", cl.used_objs));
             }
-            let listed: usize = cl.groups.iter().map(Vec::len).sum();
+            let listed: usize = cl.groups.iter().map(|g| g.len()).sum();
             let partial = cl.zspages.iter().flatten().filter(|z| z.group != FULL && !z.draining).count();
             if listed != partial {
                 return Err(format!("class {c}: {listed} listed, {partial} partial"));
@@ -1199,7 +1182,8 @@ impl Backend for ZPool {
         SCRATCH.with(|s| {
             let mut s = s.borrow_mut();
             let s = &mut *s;
-            // A class object is decoded where it lies (its zspage pinned); a large one from a copy.
+            // An object is decoded where it lies: a class object with its zspage pinned, a large
+            // one as it is (large objects never move).
             let pinned = self.pin(handle)?;
             let (hdr, src) = match pinned {
                 Some((hdr, p, len)) => {
@@ -1211,9 +1195,10 @@ impl Backend for ZPool {
                     (hdr, unsafe { std::slice::from_raw_parts(p, len) })
                 }
                 None => {
-                    let hdr = self.fetch(handle, s)?;
-                    let len = self.payload_len(handle, hdr)?;
-                    (hdr, &s.buf[HDR..HDR + len])
+                    let (hdr, p, len) = self.large_in_place(handle)?;
+                    // SAFETY: the object's payload, `len` bytes at `p`; it neither moves nor is
+                    // freed while the caller holds the handle (see large_in_place).
+                    (hdr, unsafe { std::slice::from_raw_parts(p, len) })
                 }
             };
             let res = if out.len() != PAGE_SIZE << hdr_order(hdr) || at + part > out.len() {
@@ -1284,7 +1269,7 @@ impl Backend for ZPool {
     }
 
     fn compact(&self, relocate: Relocate<'_>) -> u64 {
-        let Ok(_g) = self.compacting.try_lock() else { return 0 };
+        let Some(_g) = self.compacting.try_lock() else { return 0 };
         let before = self.compacted_bytes.load(Ordering::Relaxed);
         for c in 0..NR_CLASSES {
             let n = self.compact_class(c, relocate);
