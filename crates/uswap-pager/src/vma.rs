@@ -129,11 +129,15 @@ fn adopt_piece(
     // (Nothing under the guard allocates: an allocation may map, and a maker waits for it.)
     let registered = match crate::own::adopting() {
         None => Err(None),
-        Some(_g) if crate::own::is_own(start, start + len) => Err(None),
+        // An own mapping left unrecorded (the table full) may be anywhere: adopt nothing.
+        Some(_g) if crate::own::is_own(start, start + len) || crate::own::overflowed() > 0 => Err(None),
         Some(_g) => p.uffd.register(start, len, mode).map_err(Some),
     };
     if let Err(e) = registered {
-        let e = e.map_or_else(|| "own mappings in flight, or the range is own now".to_string(), |e| e.to_string());
+        let e = e.map_or_else(
+            || "own mappings in flight, the range is own now, or own mappings went unrecorded".to_string(),
+            |e| e.to_string(),
+        );
         // Gone or not registrable (unmapped meanwhile, a VM_PFNMAP/hugetlb/shared mapping),
         // or own now.
         for i in 0..r.npages {

@@ -377,6 +377,7 @@ pub fn unmanaged() -> serde_json::Value {
         "scan_adopted_bytes": ADOPTED_BYTES.load(Ordering::Relaxed),
         "loader_bytes": LOADER_BYTES.load(Ordering::Relaxed),
         "own_overflow": uswap_pager::own::overflowed(),
+        "own_entries_high": uswap_pager::own::recorded_high(),
         "warned": WARNED.load(Ordering::Relaxed),
     })
 }
