@@ -16,20 +16,9 @@ fn adopt_never_registers_the_pagers_own_memory() {
     let len = 4096;
     let mut landed = 0;
     for _ in 0..200 {
-        // SAFETY: a fresh anonymous mapping, unmapped at once; only its address is used.
-        let a = unsafe {
-            let a = libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            assert_ne!(a, libc::MAP_FAILED);
-            assert_eq!(libc::munmap(a, len), 0);
-            a as usize
-        };
+        let a = common::anon_map(len);
+        // SAFETY: the mapping just made, unmapped at once; only its address is used.
+        assert_eq!(unsafe { libc::munmap(a as *mut libc::c_void, len) }, 0);
         match p.adopt(a, len) {
             Ok(n) => assert!(
                 n == 0 || !uswap_pager::own::is_own(a, a + len),

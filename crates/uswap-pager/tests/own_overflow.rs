@@ -11,21 +11,7 @@ fn a_full_own_table_stops_adoption() {
         return;
     };
     let len = 64 * 4096;
-    let map = || {
-        // SAFETY: a fresh anonymous private mapping, the test's own.
-        let a = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(a, libc::MAP_FAILED);
-        a as usize
-    };
+    let map = || common::anon_map(len);
     let a = map();
     assert_eq!(p.adopt(a, len).unwrap_or(0), len, "a program mapping is adopted while the table has room");
     // Fill the table with ranges nobody uses (high in the address space, page sized).

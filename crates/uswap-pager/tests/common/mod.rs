@@ -39,6 +39,24 @@ pub fn skip_without_uffd(why: &str) {
     eprintln!("SKIPPED: userfaultfd unavailable: {why} (set USWAP_REQUIRE_UFFD=1 to make this a failure)");
 }
 
+/// A fresh anonymous private read-write mapping of `len` bytes that the test owns (and leaks
+/// or unmaps itself); its address.
+pub fn anon_map(len: usize) -> usize {
+    // SAFETY: a fresh anonymous private mapping with no address hint: it replaces nothing.
+    let a = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(a, libc::MAP_FAILED, "mmap of {len} bytes");
+    a as usize
+}
+
 /// splitmix64.
 pub fn mix64(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
