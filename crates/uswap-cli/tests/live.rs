@@ -51,6 +51,7 @@ fn status(runtime: &Path) -> serde_json::Value {
 
 #[test]
 fn status_and_metrics_see_a_running_tree_and_sigkill_leaves_its_figures() {
+    let _one = one_at_a_time();
     let runtime = tempdir();
     let dir = tempdir();
     let (st, prom) = (dir.path().join("stats.json"), dir.path().join("uswap.prom"));
@@ -190,6 +191,7 @@ fn tree_pss_anon(root: i32) -> u64 {
 /// two, and their results are right.
 #[test]
 fn a_forked_tree_shares_one_limit() {
+    let _one = one_at_a_time();
     let runtime = tempdir();
     let dir = tempdir();
     let st = dir.path().join("stats.json");
