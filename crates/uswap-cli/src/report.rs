@@ -276,6 +276,7 @@ pub fn process(v: &Value, tiers: &str) -> Value {
     m.insert("fixed_overhead_bytes".into(), json!(fixed));
     m.insert("rss_at_start_bytes".into(), json!(u(v, "/rss_at_start_bytes")));
     m.insert("file_rss_growth_bytes".into(), json!(u(v, "/file_rss_growth_bytes")));
+    m.insert("engine_meta_peak_bytes".into(), json!(u(v, "/engine_meta_peak_bytes")));
     m.insert("forks".into(), json!(u(v, "/forks")));
     if let Some(p) = v.get("pager") {
         if let Value::Object(pm) = pager(p, tiers) {

@@ -456,9 +456,10 @@ fn summary(prog: &Path, limit: u64, peak: u64, doc: &serde_json::Value) {
             );
             if let Some(m) = main {
                 eprintln!(
-                    "uswap: fixed overhead = RSS at start {} + uswap's own heap growth {} + file-backed pages loaded since {}",
+                    "uswap: fixed overhead = RSS at start {} + uswap's own heap growth {} + the engine's tables and I/O buffers {} + file-backed pages loaded since {}",
                     human(u(m, "/rss_at_start_bytes")),
                     human(u(m, "/preload/internal_heap_growth_bytes")),
+                    human(u(m, "/engine_meta_peak_bytes")),
                     human(u(m, "/file_rss_growth_bytes")),
                 );
             }

@@ -124,7 +124,7 @@ fn status_of(e: &PagerError) -> UswapStatus {
     match e {
         PagerError::Unavailable(_) => UswapStatus::UswapErrUnavailable,
         PagerError::Config(_) => UswapStatus::UswapErrInvalid,
-        PagerError::Os(_) => UswapStatus::UswapErrOs,
+        PagerError::Os(_) | PagerError::Busy(_) => UswapStatus::UswapErrOs,
     }
 }
 

@@ -217,6 +217,9 @@ pub enum PagerError {
     /// A system call failed.
     #[error("{0}")]
     Os(String),
+    /// Not now: try again later (an adoption met the pager's own mappings in flight).
+    #[error("busy: {0}")]
+    Busy(String),
 }
 
 /// A pager: one userfaultfd, one store, one limit, any number of regions.
@@ -560,6 +563,11 @@ impl Pager {
     pub fn charged_bytes(&self) -> u64 {
         let r = self.resident_pages.load(Ordering::Relaxed).max(0) as u64 * PAGE_SIZE as u64;
         r + self.cache.resident_bytes() + self.store.pool_bytes()
+    }
+
+    /// Bytes the compressed pool holds in RAM (its part of [`Pager::charged_bytes`]).
+    pub fn pool_bytes(&self) -> u64 {
+        self.store.pool_bytes()
     }
 
     /// The limit in force: `limit_bytes` of the configuration, or what [`Pager::set_limit`]

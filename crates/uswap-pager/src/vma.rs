@@ -128,16 +128,20 @@ fn adopt_piece(
     // mappings held off, so nothing own can move in between.
     // (Nothing under the guard allocates: an allocation may map, and a maker waits for it.)
     let registered = match crate::own::adopting() {
-        None => Err(None),
+        None => Err(Some(None)),
         // An own mapping left unrecorded (the table full) may be anywhere: adopt nothing.
         Some(_g) if crate::own::is_own(start, start + len) || crate::own::overflowed() > 0 => Err(None),
-        Some(_g) => p.uffd.register(start, len, mode).map_err(Some),
+        Some(_g) => p.uffd.register(start, len, mode).map_err(|e| Some(Some(e))),
     };
     if let Err(e) = registered {
-        let e = e.map_or_else(
-            || "own mappings in flight, the range is own now, or own mappings went unrecorded".to_string(),
-            |e| e.to_string(),
-        );
+        // Own mappings in flight: transient, the caller tries again later (a reconciler that
+        // took it for good left the program's memory unmanaged, over the limit).
+        let busy = matches!(e, Some(None));
+        let e = match e {
+            None => "the range is own now, or own mappings went unrecorded".to_string(),
+            Some(None) => "own mappings in flight".to_string(),
+            Some(Some(e)) => e.to_string(),
+        };
         // Gone or not registrable (unmapped meanwhile, a VM_PFNMAP/hugetlb/shared mapping),
         // or own now.
         for i in 0..r.npages {
@@ -147,7 +151,8 @@ fn adopt_piece(
         // SAFETY: published above; unpublished once; freed by the caller outside the lock.
         unsafe { region::unpublish(r) };
         dead.push(r);
-        return Err(PagerError::Os(format!("{e} (adopting {len} bytes at {start:#x})")));
+        let msg = format!("{e} (adopting {len} bytes at {start:#x})");
+        return Err(if busy { PagerError::Busy(msg) } else { PagerError::Os(msg) });
     }
     inc(&p.counters.adopted_regions, 1);
     // Pages already present are resident: from here on the uffd reports the missing ones, so

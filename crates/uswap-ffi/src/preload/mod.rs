@@ -346,7 +346,8 @@ pub fn stats_json() -> Option<serde_json::Value> {
         // heap (the engine's tables, the pager's bookkeeping: the analogue of the kernel's
         // swap metadata, which a memory cgroup does not charge either), and file-backed pages
         // loaded since (libraries opened later, mapped files), which are not anonymous memory.
-        "fixed_overhead_bytes": RSS_AT_START.load(Ordering::Relaxed) + heap_growth + scan::file_growth_peak(),
+        "fixed_overhead_bytes": RSS_AT_START.load(Ordering::Relaxed) + heap_growth + scan::file_growth_peak() + scan::engine_meta_peak(),
+        "engine_meta_peak_bytes": scan::engine_meta_peak(),
         "file_rss_growth_bytes": scan::file_growth_peak(),
         "internal_heap_bytes": crate::internal::mapped_bytes(),
         "internal_heap_growth_bytes": heap_growth,

@@ -164,6 +164,8 @@ static SEEN_SET: SeenCell = SeenCell(std::cell::UnsafeCell::new(Vec::new()));
 /// Anonymous mappings present at start and smaller than this are the dynamic loader's.
 const LOADER_MAX: usize = 1 << 20;
 static LOADER_BYTES: AtomicU64 = AtomicU64::new(0);
+/// Adoptions put off to the next pass because own mappings were in flight.
+static BUSY_RETRIES: AtomicU64 = AtomicU64::new(0);
 
 /// Is mapping `m`, seen by the pass at start-up, the dynamic loader's data?
 ///
@@ -217,12 +219,24 @@ pub fn scan_once(p: &Pager, first: bool) {
                 }
                 None => {
                     let key = (m.start, m.end);
+                    let mut retry = false;
                     if seen.binary_search(&key).is_err() {
-                        if let Ok(n) = p.adopt(m.start, m.end - m.start) {
-                            ADOPTED_BYTES.fetch_add(n as u64, Ordering::Relaxed);
+                        match p.adopt(m.start, m.end - m.start) {
+                            Ok(n) => {
+                                ADOPTED_BYTES.fetch_add(n as u64, Ordering::Relaxed);
+                            }
+                            // Not now (the pager's own mappings in flight): the next pass tries
+                            // this mapping again instead of taking it as seen.
+                            Err(uswap_pager::PagerError::Busy(_)) => {
+                                BUSY_RETRIES.fetch_add(1, Ordering::Relaxed);
+                                retry = true;
+                            }
+                            Err(_) => {}
                         }
                     }
-                    now.push(key);
+                    if !retry {
+                        now.push(key);
+                    }
                 }
                 Some("thread stack") => stacks += (m.end - m.start) as u64,
                 Some("small") | Some("executable") => skipped += (m.end - m.start) as u64,
@@ -300,6 +314,21 @@ pub fn file_growth_peak() -> u64 {
     FILE_GROWTH_PEAK.load(Ordering::Relaxed)
 }
 
+/// The largest part of the engine's page heap that is not the compressed pool (cluster tables,
+/// the file tier's I/O buffers, the pool's own metadata): the analogue of the kernel's swap
+/// metadata, which a memory cgroup does not charge either, so it is fixed overhead, not charge.
+static ENGINE_META_PEAK: AtomicU64 = AtomicU64::new(0);
+
+/// See [`ENGINE_META_PEAK`].
+pub fn engine_meta_peak() -> u64 {
+    ENGINE_META_PEAK.load(Ordering::Relaxed)
+}
+
+fn sample_engine_meta(p: &Pager) {
+    let heap = uswap::tier::pages::heap().live_bytes();
+    ENGINE_META_PEAK.fetch_max(heap.saturating_sub(p.pool_bytes()), Ordering::Relaxed);
+}
+
 fn sample_rss() -> u64 {
     let (rss, shared) = statm();
     FILE_GROWTH_PEAK.fetch_max(shared.saturating_sub(FILE_AT_START.load(Ordering::Relaxed)), Ordering::Relaxed);
@@ -335,6 +364,7 @@ fn spawn(p: Arc<Pager>) -> std::io::Result<()> {
             // The tree's shared limit (uswap_pager::tree): publish the charge, take the share.
             if last_tree.elapsed().as_millis() as u64 >= uswap_pager::tree::UPDATE_MS {
                 crate::reentry::internal(|| uswap_pager::tree::update(&p));
+                sample_engine_meta(&p);
                 last_tree = std::time::Instant::now();
                 if last_reap.elapsed() >= std::time::Duration::from_secs(1) {
                     uswap_pager::tree::reap();
@@ -378,6 +408,7 @@ pub fn unmanaged() -> serde_json::Value {
         "loader_bytes": LOADER_BYTES.load(Ordering::Relaxed),
         "own_overflow": uswap_pager::own::overflowed(),
         "own_entries_high": uswap_pager::own::recorded_high(),
+        "scan_busy_retries": BUSY_RETRIES.load(Ordering::Relaxed),
         "warned": WARNED.load(Ordering::Relaxed),
     })
 }
