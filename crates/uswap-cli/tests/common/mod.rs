@@ -337,6 +337,13 @@ pub fn mib(b: u64) -> String {
 /// statistics (each process under uswap has its own pager and limit; a shell that leaves
 /// through `_exit`, as dash does, writes none).
 pub fn check_peak(name: &str, st: &serde_json::Value, limit: u64, secs: f64) {
+    let (peak, bound) = peak_and_bound(name, st, limit, secs);
+    assert!(peak <= bound, "{name}: peak RSS {} exceeds its bound {} (see above)", mib(peak), mib(bound));
+}
+
+/// The peak RSS of a run and its bound (limit + fixed overhead + [`slack`]), printed with each
+/// process's figures.
+pub fn peak_and_bound(name: &str, st: &serde_json::Value, limit: u64, secs: f64) -> (u64, u64) {
     assert_eq!(num(st, "/limit_bytes"), limit, "{name}: limit in the stats");
     let procs: Vec<&serde_json::Value> = st
         .get("main")
@@ -376,15 +383,7 @@ pub fn check_peak(name: &str, st: &serde_json::Value, limit: u64, secs: f64) {
             num(p, "/swap/pswpout"),
         );
     }
-    assert!(
-        peak <= bound,
-        "{name}: peak RSS {} exceeds limit {} + fixed overhead {} + slack {} = {}",
-        mib(peak),
-        mib(limit),
-        mib(fixed),
-        mib(slack),
-        mib(bound)
-    );
+    (peak, bound)
 }
 
 pub fn limit_arg(limit: u64) -> String {
