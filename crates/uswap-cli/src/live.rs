@@ -52,9 +52,14 @@ pub fn run_dir() -> Result<PathBuf, String> {
 /// A process's start time in clock ticks since boot (`/proc/PID/stat` field 22): with the pid,
 /// it names a process even after its pid is reused.
 pub fn start_ticks(pid: i32) -> Option<u64> {
+    stat_fields(i64::from(pid))?.split_ascii_whitespace().nth(19)?.parse().ok()
+}
+
+/// `/proc/PID/stat` from its third field (the state) on: the command name before it may hold
+/// spaces and parentheses, so fields count from the last ')'.
+fn stat_fields(pid: i64) -> Option<String> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold spaces and parentheses: fields count from the last ')'.
-    s[s.rfind(')')? + 2..].split_ascii_whitespace().nth(19)?.parse().ok()
+    Some(s[s.rfind(')')? + 2..].to_string())
 }
 
 /// Milliseconds since the epoch.
@@ -149,10 +154,7 @@ pub fn read_procs(dir: &Path) -> Vec<Value> {
 
 /// Is the process `pid` alive (and not a zombie)?
 fn alive(pid: u64) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => s.rfind(')').and_then(|i| s[i + 2..].chars().next()).is_some_and(|c| c != 'Z' && c != 'X'),
-        Err(_) => false,
-    }
+    stat_fields(pid as i64).and_then(|f| f.chars().next()).is_some_and(|c| c != 'Z' && c != 'X')
 }
 
 fn u(v: &Value, p: &str) -> u64 {
@@ -244,45 +246,47 @@ fn rates(prev: Option<&Value>, now: &Value) -> Option<(f64, f64, f64)> {
 /// Add `faults_per_s`, `swapin_bytes_per_s`, `swapout_bytes_per_s` to each process of `now`
 /// that `prev` also saw with an older snapshot, and the tree's totals over running processes.
 pub fn with_rates(prev: &[Tree], now: &[Tree]) -> Value {
+    /// The byte figures summed over a tree's running processes.
+    const SUMMED: [&str; 8] = [
+        "rss_bytes",
+        "charged_bytes",
+        "resident_bytes",
+        "swap_cache_bytes",
+        "pool_bytes",
+        "pool_stored_bytes",
+        "pool_used_bytes",
+        "file_bytes",
+    ];
+    const RATES: [&str; 3] = ["faults_per_s", "swapin_bytes_per_s", "swapout_bytes_per_s"];
     let mut out = Vec::new();
     for t in now {
         let before = prev.iter().find(|p| p.info["runner_pid"] == t.info["runner_pid"]);
-        let mut procs = Vec::new();
-        let mut tot = [0u64; 8];
+        let mut total = serde_json::Map::new();
         let mut rate_tot = [0f64; 3];
-        let mut n_running = 0;
+        let mut procs = Vec::new();
         for p in &t.procs {
             let mut p = p.clone();
             let old = before.and_then(|b| b.procs.iter().find(|q| q["pid"] == p["pid"]));
-            let r = rates(old, &p);
-            if let Some(o) = p.as_object_mut() {
-                for (i, k) in ["faults_per_s", "swapin_bytes_per_s", "swapout_bytes_per_s"].iter().enumerate() {
-                    let v = r.map(|r| [r.0, r.1, r.2][i]);
-                    o.insert((*k).into(), v.map_or(Value::Null, |v| json!(v.round())));
-                    if p_running(o) {
-                        rate_tot[i] += v.unwrap_or(0.0);
-                    }
+            let r = rates(old, &p).map(|r| [r.0, r.1, r.2]);
+            for (i, k) in RATES.iter().enumerate() {
+                p[*k] = r.map_or(Value::Null, |r| json!(r[i].round()));
+                if running(&p) {
+                    rate_tot[i] += r.map_or(0.0, |r| r[i]);
                 }
             }
-            if p["running"].as_bool() == Some(true) {
-                n_running += 1;
-                for (i, k) in [
-                    "rss_bytes",
-                    "charged_bytes",
-                    "resident_bytes",
-                    "swap_cache_bytes",
-                    "pool_bytes",
-                    "pool_stored_bytes",
-                    "pool_used_bytes",
-                    "file_bytes",
-                ]
-                .iter()
-                .enumerate()
-                {
-                    tot[i] += u(&p, &format!("/{k}"));
+            if running(&p) {
+                for k in SUMMED {
+                    let sum = total.get(k).and_then(Value::as_u64).unwrap_or(0) + u(&p, &format!("/{k}"));
+                    total.insert(k.into(), json!(sum));
                 }
             }
             procs.push(p);
+        }
+        for k in SUMMED {
+            total.entry(k).or_insert(json!(0));
+        }
+        for (i, k) in RATES.iter().enumerate() {
+            total.insert((*k).into(), json!(rate_tot[i].round()));
         }
         let started = t.info["started_unix_ms"].as_u64().unwrap_or(0);
         out.push(json!({
@@ -292,28 +296,17 @@ pub fn with_rates(prev: &[Tree], now: &[Tree]) -> Value {
             "limit_bytes": t.info["limit_bytes"],
             "tiers": t.info["tiers"],
             "elapsed_s": (now_ms().saturating_sub(started) as f64 / 100.0).round() / 10.0,
-            "running_processes": n_running,
-            "total": {
-                "rss_bytes": tot[0],
-                "charged_bytes": tot[1],
-                "resident_bytes": tot[2],
-                "swap_cache_bytes": tot[3],
-                "pool_bytes": tot[4],
-                "pool_stored_bytes": tot[5],
-                "pool_used_bytes": tot[6],
-                "file_bytes": tot[7],
-                "faults_per_s": rate_tot[0].round(),
-                "swapin_bytes_per_s": rate_tot[1].round(),
-                "swapout_bytes_per_s": rate_tot[2].round(),
-            },
+            "running_processes": procs.iter().filter(|p| running(p)).count(),
+            "total": total,
             "processes": procs,
         }));
     }
     json!({ "trees": out })
 }
 
-fn p_running(o: &serde_json::Map<String, Value>) -> bool {
-    o.get("running").and_then(Value::as_bool) == Some(true)
+/// Is process record `p` of a running process?
+fn running(p: &Value) -> bool {
+    p["running"].as_bool() == Some(true)
 }
 
 /// A command line on one line: control characters (a `python3 -c` script's newlines) as
@@ -365,15 +358,16 @@ pub fn render(doc: &Value, all: bool) -> String {
             rate(&tot["swapin_bytes_per_s"]),
             rate(&tot["swapout_bytes_per_s"]),
         );
-        let _ = writeln!(
-            s,
-            "  {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6} {:>10} {:>9} {:>11} {:>11}  COMMAND",
-            "PID", "RSS", "RESIDENT", "CACHE", "POOL", "STORED", "RATIO", "FILE", "FAULTS/S", "IN/S", "OUT/S"
+        table_row(
+            &mut s,
+            ["PID", "RSS", "RESIDENT", "CACHE", "POOL", "STORED", "RATIO", "FILE", "FAULTS/S", "IN/S", "OUT/S"]
+                .map(String::from),
+            "COMMAND",
         );
         let procs = t["processes"].as_array().cloned().unwrap_or_default();
-        let ended = procs.iter().filter(|p| p["running"].as_bool() != Some(true)).count();
-        for p in procs.iter().filter(|p| all || p["running"].as_bool() == Some(true)) {
-            let state = if p["running"].as_bool() == Some(true) {
+        let ended = procs.iter().filter(|p| !running(p)).count();
+        for p in procs.iter().filter(|p| all || running(p)) {
+            let state = if running(p) {
                 ""
             } else if p["final"].as_bool() == Some(true) {
                 " (exited)"
@@ -381,20 +375,22 @@ pub fn render(doc: &Value, all: bool) -> String {
                 " (ended without exit: last snapshot)"
             };
             let line = one_line(&p["argv"], 60);
-            let _ = writeln!(
-                s,
-                "  {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6} {:>10} {:>9} {:>11} {:>11}  {line}{state}",
-                p["pid"],
-                h(&p["rss_bytes"]),
-                h(&p["resident_bytes"]),
-                h(&p["swap_cache_bytes"]),
-                h(&p["pool_bytes"]),
-                h(&p["pool_stored_bytes"]),
-                p["compression_ratio"].as_f64().map_or("-".into(), |r| format!("{r:.2}")),
-                h(&p["file_bytes"]),
-                p["faults_per_s"].as_f64().map_or("-".into(), |r| format!("{r:.0}")),
-                rate(&p["swapin_bytes_per_s"]),
-                rate(&p["swapout_bytes_per_s"]),
+            table_row(
+                &mut s,
+                [
+                    p["pid"].to_string(),
+                    h(&p["rss_bytes"]),
+                    h(&p["resident_bytes"]),
+                    h(&p["swap_cache_bytes"]),
+                    h(&p["pool_bytes"]),
+                    h(&p["pool_stored_bytes"]),
+                    p["compression_ratio"].as_f64().map_or("-".into(), |r| format!("{r:.2}")),
+                    h(&p["file_bytes"]),
+                    p["faults_per_s"].as_f64().map_or("-".into(), |r| format!("{r:.0}")),
+                    rate(&p["swapin_bytes_per_s"]),
+                    rate(&p["swapout_bytes_per_s"]),
+                ],
+                &format!("{line}{state}"),
             );
         }
         if ended > 0 && !all {
@@ -402,6 +398,16 @@ pub fn render(doc: &Value, all: bool) -> String {
         }
     }
     s
+}
+
+/// One line of a tree's process table: the eleven figures right-aligned, then the command.
+fn table_row(s: &mut String, c: [String; 11], command: &str) {
+    use std::fmt::Write;
+    let _ = writeln!(
+        s,
+        "  {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6} {:>10} {:>9} {:>11} {:>11}  {command}",
+        c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10]
+    );
 }
 
 /// The view in the Prometheus text exposition format (for node_exporter's textfile collector):

@@ -385,42 +385,34 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
     Ok(code)
 }
 
-/// `--metrics-file`: a thread that rewrites the file every second from the tree's statistics.
+/// `--metrics-file`: a thread that rewrites the file every second from the tree's statistics,
+/// and once more when told to finish (the final figures of the processes that exited).
 struct MetricsWriter {
-    stop: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+    stop: std::sync::mpsc::Sender<()>,
     thread: std::thread::JoinHandle<()>,
 }
 
 impl MetricsWriter {
     fn start(path: PathBuf, dir: PathBuf) -> MetricsWriter {
-        let stop = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
-        let s = stop.clone();
+        let (stop, rx) = std::sync::mpsc::channel::<()>();
         let thread = std::thread::spawn(move || {
-            let mut prev = Vec::new();
+            let (mut prev, mut last) = (Vec::new(), false);
             loop {
                 let now: Vec<live::Tree> = live::tree_at(&dir).into_iter().collect();
                 live::write_atomic(&path, live::prometheus(&live::with_rates(&prev, &now)).as_bytes());
-                prev = now;
-                let (m, cv) = &*s;
-                let g = m.lock().unwrap_or_else(|e| e.into_inner());
-                let (g, _) = cv
-                    .wait_timeout_while(g, std::time::Duration::from_secs(1), |stopped| !*stopped)
-                    .unwrap_or_else(|e| e.into_inner());
-                if *g {
-                    // One last time: the final figures of the processes that exited.
-                    let now: Vec<live::Tree> = live::tree_at(&dir).into_iter().collect();
-                    live::write_atomic(&path, live::prometheus(&live::with_rates(&prev, &now)).as_bytes());
+                if last {
                     return;
                 }
+                prev = now;
+                let waited = rx.recv_timeout(std::time::Duration::from_secs(1));
+                last = !matches!(waited, Err(std::sync::mpsc::RecvTimeoutError::Timeout));
             }
         });
         MetricsWriter { stop, thread }
     }
 
     fn finish(self) {
-        let (m, cv) = &*self.stop;
-        *m.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        cv.notify_all();
+        let _ = self.stop.send(());
         let _ = self.thread.join();
     }
 }

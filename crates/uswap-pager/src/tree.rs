@@ -237,17 +237,21 @@ fn shared_anon() -> u64 {
 pub fn update(p: &crate::Pager) {
     let Some(b) = budget() else { return };
     let Some(mine) = b.slots.get(MY_SLOT.load(Ordering::Relaxed)) else { return };
-    let charged = p.charged_bytes();
-    let live = b.slots.iter().filter(|s| s.pid.load(Ordering::Relaxed) != 0).count() as u64;
+    // The other processes: one pass over the slots.
+    let (mut others, mut live) = (0u64, 1u64);
+    for s in b.slots.iter().filter(|s| !std::ptr::eq(*s, mine) && s.pid.load(Ordering::Relaxed) != 0) {
+        others += s.charged.load(Ordering::Relaxed);
+        live += 1;
+    }
     // Shared pages are re-read every tenth update (smaps_rollup walks the page tables).
     let n = UPDATES.fetch_add(1, Ordering::Relaxed);
     if live > 1 && n.is_multiple_of(10) {
         SHARED.store(shared_anon(), Ordering::Relaxed);
     }
+    let charged = p.charged_bytes();
     let own = if live > 1 { charged.saturating_sub(SHARED.load(Ordering::Relaxed)) } else { charged };
     mine.charged.store(own, Ordering::Relaxed);
-    let total: u64 =
-        b.slots.iter().filter(|s| s.pid.load(Ordering::Relaxed) != 0).map(|s| s.charged.load(Ordering::Relaxed)).sum();
+    let total = others + own;
     LAST_TOTAL.store(total, Ordering::Relaxed);
     LAST_LIVE.store(live, Ordering::Relaxed);
     let limit = b.header.limit.load(Ordering::Relaxed);

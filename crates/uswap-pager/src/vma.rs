@@ -113,6 +113,17 @@ fn adopt_run(p: &Pager, start: usize, len: usize, dead: &mut Vec<*mut RegionInne
     Ok(done)
 }
 
+/// Why [`adopt_piece`] did not register its range (made under the [`crate::own::Adopting`]
+/// guard, where nothing may allocate; turned into a [`PagerError`] after it).
+enum Refused {
+    /// Own mappings in flight.
+    InFlight,
+    /// The range is the pager's own now, or an own mapping went unrecorded.
+    Own,
+    /// `UFFDIO_REGISTER` failed.
+    Register(crate::uffd::UffdError),
+}
+
 fn adopt_piece(
     p: &Pager,
     start: usize,
@@ -127,23 +138,13 @@ fn adopt_piece(
     // run hung with the scan thread faulting on them). Checked and registered with own
     // mappings held off, so nothing own can move in between.
     // (Nothing under the guard allocates: an allocation may map, and a maker waits for it.)
-    let registered = match crate::own::adopting() {
-        None => Err(Some(None)),
+    let refused = match crate::own::adopting() {
+        None => Some(Refused::InFlight),
         // An own mapping left unrecorded (the table full) may be anywhere: adopt nothing.
-        Some(_g) if crate::own::is_own(start, start + len) || crate::own::overflowed() > 0 => Err(None),
-        Some(_g) => p.uffd.register(start, len, mode).map_err(|e| Some(Some(e))),
+        Some(_g) if crate::own::is_own(start, start + len) || crate::own::overflowed() > 0 => Some(Refused::Own),
+        Some(_g) => p.uffd.register(start, len, mode).err().map(Refused::Register),
     };
-    if let Err(e) = registered {
-        // Own mappings in flight: transient, the caller tries again later (a reconciler that
-        // took it for good left the program's memory unmanaged, over the limit).
-        let busy = matches!(e, Some(None));
-        let e = match e {
-            None => "the range is own now, or own mappings went unrecorded".to_string(),
-            Some(None) => "own mappings in flight".to_string(),
-            Some(Some(e)) => e.to_string(),
-        };
-        // Gone or not registrable (unmapped meanwhile, a VM_PFNMAP/hugetlb/shared mapping),
-        // or own now.
+    if let Some(e) = refused {
         for i in 0..r.npages {
             r.mark_unmapped(i);
         }
@@ -151,8 +152,15 @@ fn adopt_piece(
         // SAFETY: published above; unpublished once; freed by the caller outside the lock.
         unsafe { region::unpublish(r) };
         dead.push(r);
-        let msg = format!("{e} (adopting {len} bytes at {start:#x})");
-        return Err(if busy { PagerError::Busy(msg) } else { PagerError::Os(msg) });
+        let at = format!("(adopting {len} bytes at {start:#x})");
+        return Err(match e {
+            // Transient: the caller tries again later (a reconciler that took it for good left
+            // the program's memory unmanaged, over the limit).
+            Refused::InFlight => PagerError::Busy(format!("own mappings in flight {at}")),
+            Refused::Own => PagerError::Os(format!("the range is own now, or own mappings went unrecorded {at}")),
+            // Gone or not registrable (unmapped meanwhile, a VM_PFNMAP/hugetlb/shared mapping).
+            Refused::Register(e) => PagerError::Os(format!("{e} {at}")),
+        });
     }
     inc(&p.counters.adopted_regions, 1);
     // Pages already present are resident: from here on the uffd reports the missing ones, so

@@ -237,18 +237,9 @@ fn setup_kernel(want: bool) -> KernelSide {
     }
     // zram's disksize is virtual (it holds what is swapped out, compressed): half of RAM, as
     // zram-generator's default, is more than any program of the suite swaps out.
-    let mem_total = k
-        .guard
-        .ops()
-        .read(Path::new("proc/meminfo"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        })
-        .unwrap_or(0)
-        * 1024;
+    let mem_total =
+        k.guard.ops().read(Path::new("proc/meminfo")).ok().and_then(|s| kernel::kb_field(&s, "MemTotal:")).unwrap_or(0)
+            * 1024;
     k.disksize = (mem_total / 2) & !4095;
     match setup::setup_zram(&mut k.guard, k.disksize, "lz4") {
         Ok(z) => k.zram = Some(z),

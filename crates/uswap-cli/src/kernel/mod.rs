@@ -183,15 +183,19 @@ pub fn delta(
     serde_json::Value::Object(m)
 }
 
+/// The number of a `Key:  N kB` line of a procfs file (`/proc/meminfo`, `smaps_rollup`,
+/// `status`), in kB.
+pub fn kb_field(text: &str, key: &str) -> Option<u64> {
+    text.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+}
+
 /// Facts about the machine that explain the figures.
 pub fn machine_facts(ops: &dyn SysOps) -> serde_json::Value {
     let read = |p: &str| ops.read(Path::new(p)).ok();
     let model = read("proc/cpuinfo").and_then(|s| {
         s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
     });
-    let mem_total_kb = read("proc/meminfo").and_then(|s| {
-        s.lines().find(|l| l.starts_with("MemTotal:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-    });
+    let mem_total_kb = read("proc/meminfo").and_then(|s| kb_field(&s, "MemTotal:"));
     let cgroup = if ops.exists(Path::new("sys/fs/cgroup/cgroup.controllers")) {
         "v2"
     } else if ops.exists(Path::new("sys/fs/cgroup/memory/memory.limit_in_bytes")) {

@@ -504,11 +504,7 @@ impl RssSampler {
                     .map(|p| {
                         std::fs::read_to_string(format!("/proc/{p}/smaps_rollup"))
                             .ok()
-                            .and_then(|st| {
-                                st.lines()
-                                    .find(|l| l.starts_with("Pss:"))
-                                    .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-                            })
+                            .and_then(|st| crate::kernel::kb_field(&st, "Pss:"))
                             .unwrap_or(0)
                             * 1024
                     })
@@ -628,32 +624,25 @@ fn throughput_steps(
             Stop::Timeout(m) | Stop::Error(m) => m,
         }));
     });
-    let mut bgsave_s = None;
-    let rps = loop {
+    // Until both the GETs and the BGSAVE (which may outlast them) are done.
+    let (mut bgsave_s, mut rps) = (None, None);
+    while bgsave_s.is_none() || rps.is_none() {
         if bgsave_s.is_none() && bgsave_done(&mut c)? {
             bgsave_s = Some(b0.elapsed().as_secs_f64());
         }
         match rx.try_recv() {
-            Ok(r) => break r.map_err(Stop::Error)?,
+            Ok(r) => rps = Some(r.map_err(Stop::Error)?),
             Err(std::sync::mpsc::TryRecvError::Empty) => {}
+            Err(_) if rps.is_some() => {}
             Err(e) => return Err(Stop::Error(format!("the GET load thread: {e}"))),
         }
         if Instant::now() > deadline {
-            return Err(Stop::Timeout("GETs during BGSAVE did not finish".into()));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    t.bgsave_get_rps = rps;
-    // The BGSAVE may outlast the GETs.
-    while bgsave_s.is_none() {
-        if bgsave_done(&mut c)? {
-            bgsave_s = Some(b0.elapsed().as_secs_f64());
-        }
-        if Instant::now() > deadline {
-            return Err(Stop::Timeout("BGSAVE did not finish".into()));
+            let what = if rps.is_none() { "GETs during BGSAVE did not finish" } else { "BGSAVE did not finish" };
+            return Err(Stop::Timeout(what.into()));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    t.bgsave_get_rps = rps.unwrap_or(0.0);
     t.bgsave_s = bgsave_s.unwrap_or(0.0);
     let n = dbsize(&mut c)?;
     let (cnt, bad, _) = sample(&mut c, p)?;
