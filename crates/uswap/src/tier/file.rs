@@ -398,6 +398,73 @@ impl FileTier {
         r
     }
 
+    /// Load pages `[first, first + k)` of the folio under `handle` into the same pages of
+    /// `out` (as long as the whole folio): check the handle against the reverse map (which
+    /// names the owner bound into each page's authentication, and says the handle is live),
+    /// read those pages and their records in one submission, open each, and copy them out only
+    /// if every one authenticated.
+    fn load_pages(&self, handle: u64, out: &mut [u8], first: usize, k: usize) -> Result<(), TierError> {
+        let (slot, order) = split(handle);
+        let n = 1usize << order.min(MAX_ORDER);
+        if order > MAX_ORDER || out.len() != PAGE_SIZE << order || !slot.is_multiple_of(n as u64) || first + k > n {
+            return Err(TierError::BadHandle(handle));
+        }
+        let w = self.space.load(SwapEntry(slot)).map_err(|_| TierError::BadHandle(handle))?;
+        if w.kind() != Kind::Rmap {
+            return Err(TierError::BadHandle(handle));
+        }
+        let owner = w.payload();
+        for i in 1..n as u64 {
+            let w = self.space.load(SwapEntry(slot + i)).map_err(|_| TierError::BadHandle(handle))?;
+            if w.kind() != Kind::Rmap || w.payload() != owner + i {
+                return Err(TierError::BadHandle(handle));
+            }
+        }
+        let s0 = slot + first as u64;
+        let len = k * PAGE_SIZE;
+        let meta_len = if self.cipher.is_some() { k * META_BYTES } else { 0 };
+        // In direct mode the records are read as part of their aligned block(s), placed at
+        // `len` (page aligned); `rec` is where our records start in the buffer.
+        let (win_off, win_len) = meta_window(s0, k);
+        let (rec, meta_io) = if self.direct && meta_len > 0 {
+            (len + (meta_off(s0) - win_off) as usize, IoOp::read(win_off, len, win_len))
+        } else {
+            (len, IoOp::read(meta_off(s0), len, meta_len))
+        };
+        let buf = self.get_buf(len + meta_len.max(if self.direct { win_len } else { 0 }));
+        let ops = [IoOp::read(data_off(s0), 0, len), meta_io];
+        let (b, r) = self.io.submit(buf, &ops[..if meta_len > 0 { 2 } else { 1 }]);
+        let mut buf = match (b, r) {
+            (b, Err(e)) => {
+                self.put_buf(b);
+                return Err(e);
+            }
+            (Some(b), Ok(())) => b,
+            (None, Ok(())) => return Err(TierError::Io { op: "read", msg: "I/O buffer lost".into() }),
+        };
+        let ok = match &self.cipher {
+            Some(c) => {
+                let (pages, rest) = buf.as_mut_slice().split_at_mut(len);
+                let meta = &rest[rec - len..rec - len + meta_len];
+                pages
+                    .chunks_exact_mut(PAGE_SIZE)
+                    .zip(meta.chunks_exact(META_BYTES))
+                    .enumerate()
+                    .all(|(i, (p, m))| c.open(s0 + i as u64, owner + (first + i) as u64, p, m))
+            }
+            None => true,
+        };
+        if ok {
+            out[first * PAGE_SIZE..first * PAGE_SIZE + len].copy_from_slice(&buf.as_slice()[..len]);
+        }
+        self.put_buf(Some(buf));
+        if ok {
+            Ok(())
+        } else {
+            Err(TierError::Corrupt { tier: self.name.clone(), handle })
+        }
+    }
+
     fn release_slots(&self, slot: u64, n: usize) {
         if let Ok(mut g) = self.space.lock_cluster(SwapEntry(slot)) {
             let off = SwapEntry(slot).offset();
@@ -472,66 +539,19 @@ impl Backend for FileTier {
     }
 
     fn load(&self, handle: u64, out: &mut [u8]) -> Result<(), TierError> {
-        let (slot, order) = split(handle);
-        let n = 1usize << order.min(MAX_ORDER);
-        if order > MAX_ORDER || out.len() != PAGE_SIZE << order || !slot.is_multiple_of(n as u64) {
+        let pages = out.len() / PAGE_SIZE;
+        self.load_pages(handle, out, 0, pages)
+    }
+
+    /// Reads and opens only the pages covering `[at, at + len)`: a 4 KiB swap-in of a large
+    /// folio costs one page of I/O and one page of decryption, not the folio's.
+    fn load_part(&self, handle: u64, out: &mut [u8], at: usize, len: usize) -> Result<(), TierError> {
+        let first = at / PAGE_SIZE;
+        let end = (at + len).div_ceil(PAGE_SIZE);
+        if len == 0 || end > out.len() / PAGE_SIZE {
             return Err(TierError::BadHandle(handle));
         }
-        // The reverse map names the owner (bound into each page's authentication), and says
-        // the handle is live.
-        let w = self.space.load(SwapEntry(slot)).map_err(|_| TierError::BadHandle(handle))?;
-        if w.kind() != Kind::Rmap {
-            return Err(TierError::BadHandle(handle));
-        }
-        let owner = w.payload();
-        for i in 1..n as u64 {
-            let w = self.space.load(SwapEntry(slot + i)).map_err(|_| TierError::BadHandle(handle))?;
-            if w.kind() != Kind::Rmap || w.payload() != owner + i {
-                return Err(TierError::BadHandle(handle));
-            }
-        }
-        let len = out.len();
-        let meta_len = if self.cipher.is_some() { n * META_BYTES } else { 0 };
-        // In direct mode the records are read as part of their aligned block(s), placed at
-        // `len` (page aligned); `rec` is where our records start in the buffer.
-        let (win_off, win_len) = meta_window(slot, n);
-        let (rec, meta_io) = if self.direct && meta_len > 0 {
-            (len + (meta_off(slot) - win_off) as usize, IoOp::read(win_off, len, win_len))
-        } else {
-            (len, IoOp::read(meta_off(slot), len, meta_len))
-        };
-        let buf = self.get_buf(len + meta_len.max(if self.direct { win_len } else { 0 }));
-        let ops = [IoOp::read(data_off(slot), 0, len), meta_io];
-        let (b, r) = self.io.submit(buf, &ops[..if meta_len > 0 { 2 } else { 1 }]);
-        let mut buf = match (b, r) {
-            (b, Err(e)) => {
-                self.put_buf(b);
-                return Err(e);
-            }
-            (Some(b), Ok(())) => b,
-            (None, Ok(())) => return Err(TierError::Io { op: "read", msg: "I/O buffer lost".into() }),
-        };
-        let ok = match &self.cipher {
-            Some(c) => {
-                let (pages, rest) = buf.as_mut_slice().split_at_mut(len);
-                let meta = &rest[rec - len..rec - len + meta_len];
-                pages
-                    .chunks_exact_mut(PAGE_SIZE)
-                    .zip(meta.chunks_exact(META_BYTES))
-                    .enumerate()
-                    .all(|(i, (p, m))| c.open(slot + i as u64, owner + i as u64, p, m))
-            }
-            None => true,
-        };
-        if ok {
-            out.copy_from_slice(&buf.as_slice()[..len]);
-        }
-        self.put_buf(Some(buf));
-        if ok {
-            Ok(())
-        } else {
-            Err(TierError::Corrupt { tier: self.name.clone(), handle })
-        }
+        self.load_pages(handle, out, first, end - first)
     }
 
     fn free(&self, handle: u64) -> u64 {
