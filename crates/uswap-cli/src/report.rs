@@ -197,6 +197,7 @@ pub fn pager(p: &Value, tiers: &str) -> Value {
     insert_opt(&mut memory, "pool_max_bytes", opt(&e, "/group/pool_max"));
     insert_opt(&mut memory, "limit_bytes", opt(p, "/limit_bytes"));
     insert_opt(&mut memory, "limit_in_force_bytes", opt(p, "/limit_in_force_bytes"));
+    insert_opt(&mut memory, "outside_bytes", opt(p, "/outside_bytes"));
     memory.insert("pool_capped".into(), json!(p.get("pool_capped").and_then(Value::as_bool).unwrap_or(false)));
     let mut faults = Map::new();
     for (k, src) in [

@@ -266,9 +266,14 @@ pub struct Pager {
     /// The background reclaimer's last pass could not lower the charge (nothing evictable:
     /// faults stop waiting for it).
     pub(crate) reclaim_stuck: AtomicBool,
-    /// The limit in force ([`Pager::set_limit`]): `cfg.limit_bytes` unless lowered, as a
-    /// memory cgroup's `memory.max` can be written while it runs.
+    /// The limit in force for the pager's charge: the budget less the memory outside the
+    /// pager, at least a quarter of the budget ([`Pager::set_limit`], [`Pager::set_outside`]).
     limit: std::sync::atomic::AtomicU64,
+    /// The budget ([`Pager::set_limit`]): `cfg.limit_bytes` unless lowered, as a memory
+    /// cgroup's `memory.max` can be written while it runs.
+    budget: std::sync::atomic::AtomicU64,
+    /// The program's anonymous memory outside the pager ([`Pager::set_outside`]).
+    outside: std::sync::atomic::AtomicU64,
     threads: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
@@ -384,6 +389,8 @@ impl Pager {
             kswapd_quiet: AtomicBool::new(true),
             reclaim_stuck: AtomicBool::new(false),
             limit: std::sync::atomic::AtomicU64::new(cfg.limit_bytes),
+            budget: std::sync::atomic::AtomicU64::new(cfg.limit_bytes),
+            outside: std::sync::atomic::AtomicU64::new(0),
             read_gate: sys::YieldLock::new(),
             threads: std::sync::Mutex::new(Vec::new()),
             cfg,
@@ -570,20 +577,61 @@ impl Pager {
         self.store.pool_bytes()
     }
 
-    /// The limit in force: `limit_bytes` of the configuration, or what [`Pager::set_limit`]
-    /// set since.
+    /// The limit in force for the pager's charge (resident pages, swap cache, pool): the
+    /// budget ([`Pager::set_limit`]) less the memory outside the pager
+    /// ([`Pager::set_outside`]).
     #[inline]
     pub fn limit(&self) -> u64 {
         self.limit.load(Ordering::Relaxed)
     }
 
-    /// Change the limit while the pager runs (as writing a memory cgroup's `memory.max`):
+    /// Change the budget while the pager runs (as writing a memory cgroup's `memory.max`):
     /// at most the configured `limit_bytes` (which sized the pager's rings and pool), at least
     /// four folios. Lowered below the charge, the background reclaimer is woken and faults
     /// that need memory wait for it, as at the limit. Returns the limit now in force.
     pub fn set_limit(&self, bytes: u64) -> u64 {
         let v = bytes.clamp(4 * self.cfg.folio_size as u64, self.cfg.limit_bytes);
+        self.budget.store(v, Ordering::Relaxed);
+        self.apply_limit()
+    }
+
+    /// Tell the pager how much of the program's anonymous memory lies outside it (what its
+    /// embedder found and could not manage, or has not adopted yet: thread stacks, locked
+    /// memory, a heap grown since the last reconciliation). A memory cgroup charges all of
+    /// it, so the pager's own charge makes room: its limit in force is the budget less this,
+    /// but never less than a quarter of the budget (past that the program is over its limit
+    /// whatever the pager does, and the embedder warns). Returns the limit now in force.
+    pub fn set_outside(&self, bytes: u64) -> u64 {
+        self.outside.store(bytes, Ordering::Relaxed);
+        self.apply_limit()
+    }
+
+    /// This process's budget: `limit_bytes` of the configuration, or what
+    /// [`Pager::set_limit`] set since (its share of a tree's limit). The pager's own limit
+    /// in force, [`Pager::limit`], is this less [`Pager::outside_bytes`].
+    pub fn budget(&self) -> u64 {
+        self.budget.load(Ordering::Relaxed)
+    }
+
+    /// The most RAM the store may hold under the limit in force (`pool_percent` of it).
+    pub(crate) fn pool_cap(&self) -> u64 {
+        self.limit() * u64::from(self.cfg.pool_percent) / 100
+    }
+
+    /// What [`Pager::set_outside`] last set.
+    pub fn outside_bytes(&self) -> u64 {
+        self.outside.load(Ordering::Relaxed)
+    }
+
+    fn apply_limit(&self) -> u64 {
+        let budget = self.budget.load(Ordering::Relaxed);
+        let floor = (budget / 4).max(4 * self.cfg.folio_size as u64);
+        let v = budget.saturating_sub(self.outside.load(Ordering::Relaxed)).max(floor).min(budget);
         self.limit.store(v, Ordering::Relaxed);
+        // The pool's cap follows (the background reclaimer writes back what is over it).
+        if self.pool_capped {
+            self.store.limit_ram(self.cfg.group, self.pool_cap());
+        }
         if self.charged_bytes() > reclaim::wake_mark(self) {
             sys::futex_wake(&self.reclaim_wake);
         }

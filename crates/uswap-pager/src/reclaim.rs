@@ -1015,6 +1015,17 @@ pub(crate) fn kswapd(p: &Pager) {
             n += 1;
         }
         region::leave();
+        // A lowered limit (a tree's share, memory outside the pager) lowers the pool's cap:
+        // what the pool holds over it goes to the file, coldest first. Here, not on the
+        // fault path: it does I/O.
+        while p.pool_capped
+            && p.charged_bytes() > low(p.limit())
+            && p.store.pool_bytes() > p.pool_cap()
+            && n < 128
+            && p.store.shrink_ram(p.pool_cap(), 256) > 0
+        {
+            n += 1;
+        }
         // Over the low mark and no progress: faults must not wait for us.
         p.reclaim_stuck.store(n == 0 && p.charged_bytes() > low(p.limit()), Ordering::Relaxed);
         if n == 0 {

@@ -197,9 +197,13 @@ pub struct PagerStats {
     pub charged_bytes: u64,
     /// The limit (as configured).
     pub limit_bytes: u64,
-    /// The limit in force ([`crate::Pager::set_limit`]: lower while other processes of a tree
-    /// that shares the limit hold their part of it).
+    /// The limit in force for the process ([`crate::Pager::set_limit`]: lower while other
+    /// processes of a tree that shares the limit hold their part of it).
     pub limit_in_force_bytes: u64,
+    /// The program's anonymous memory outside the pager, charged against the limit
+    /// ([`crate::Pager::set_outside`]): the pager keeps its own charge under
+    /// `limit_in_force_bytes - outside_bytes` (at least a quarter of it).
+    pub outside_bytes: u64,
     /// The store's RAM is capped (at half the limit) with the overflow going to a file tier,
     /// so the limit holds for any data; false when every tier is in RAM.
     pub pool_capped: bool,
@@ -285,7 +289,8 @@ pub(crate) fn snapshot(p: &Pager, regions_live: usize) -> PagerStats {
         pool_bytes: pool,
         charged_bytes: resident + cache + pool,
         limit_bytes: p.cfg.limit_bytes,
-        limit_in_force_bytes: p.limit(),
+        limit_in_force_bytes: p.budget(),
+        outside_bytes: p.outside_bytes(),
         pool_capped: p.pool_capped,
         fault_p50_ns: c.percentile(0.5),
         fault_p99_ns: c.percentile(0.99),

@@ -66,6 +66,14 @@ pub trait PageStore: Send + Sync {
         let _ = (group, bytes);
         false
     }
+    /// Move up to `max_pages` pages of the coldest stored data out of RAM to a tier outside
+    /// it, while the RAM the store holds is over `bytes` (after [`PageStore::limit_ram`] was
+    /// lowered: new data then goes to the file, this moves what is already there). Not on the
+    /// fault path: it does I/O. Returns the pages moved (0 when nothing can move).
+    fn shrink_ram(&self, bytes: u64, max_pages: u64) -> u64 {
+        let _ = (bytes, max_pages);
+        0
+    }
     /// RAM bytes per stored page of `group`, on average (`None` when unknown). The pager keeps
     /// clean pages' entries only while this is under half a page: a kept copy then costs less
     /// than half of the page it saves writing (and nothing when it lives on a file tier).
@@ -97,6 +105,9 @@ impl<T: PageStore + ?Sized> PageStore for std::sync::Arc<T> {
     fn limit_ram(&self, group: u16, bytes: u64) -> bool {
         (**self).limit_ram(group, bytes)
     }
+    fn shrink_ram(&self, bytes: u64, max_pages: u64) -> u64 {
+        (**self).shrink_ram(bytes, max_pages)
+    }
     fn ram_per_page(&self, group: u16) -> Option<u64> {
         (**self).ram_per_page(group)
     }
@@ -110,6 +121,9 @@ pub(crate) struct EngineStore {
     group: u16,
     /// Some tier is not in RAM (a file): the pool can be capped.
     has_disk: bool,
+    /// The first compressed-pool tier and the first file tier: where [`PageStore::shrink_ram`]
+    /// writes back from and to.
+    writeback: Option<(usize, usize)>,
 }
 
 impl EngineStore {
@@ -118,6 +132,8 @@ impl EngineStore {
         let tc = uswap::config::TiersConfig::parse(tiers).map_err(|e| StoreError::Other(e.to_string()))?;
         let has_disk = tc.tiers.iter().any(|t| matches!(t, uswap::config::TierSpec::File(_)));
         let backends = tc.build().map_err(|e| StoreError::Other(e.to_string()))?;
+        let first = |k| backends.iter().position(|b| b.kind() == k);
+        let writeback = first(uswap::backend::TierKind::Pool).zip(first(uswap::backend::TierKind::File));
         let cfg = uswap::vswap::EngineConfig {
             virtual_slots: virtual_slots.max(512),
             zero_elision: tc.zero_elision,
@@ -125,7 +141,7 @@ impl EngineStore {
             ..Default::default()
         };
         let engine = uswap::vswap::Engine::new(cfg, backends).map_err(|e| StoreError::Other(e.to_string()))?;
-        let s = EngineStore { engine, group, has_disk };
+        let s = EngineStore { engine, group, has_disk, writeback };
         s.reserve_swapin(4)?;
         Ok(s)
     }
@@ -176,6 +192,14 @@ impl PageStore for EngineStore {
     fn limit_ram(&self, group: u16, bytes: u64) -> bool {
         // The group's pool_max: a store over it is refused by the pool and goes to the file.
         self.has_disk && self.engine.groups().set_pool_max(group, bytes).is_ok()
+    }
+    fn shrink_ram(&self, bytes: u64, max_pages: u64) -> u64 {
+        let Some((from, to)) = self.writeback else { return 0 };
+        if self.engine.ram_bytes() <= bytes {
+            return 0;
+        }
+        // Second-chance writeback, as the zswap shrinker: the coldest objects first.
+        self.engine.writeback(from, to, max_pages).unwrap_or(0)
     }
     fn stats_json(&self) -> serde_json::Value {
         let mut v = serde_json::to_value(self.engine.stats().snapshot()).unwrap_or_default();

@@ -248,7 +248,9 @@ pub fn update(p: &crate::Pager) {
     if live > 1 && n.is_multiple_of(10) {
         SHARED.store(shared_anon(), Ordering::Relaxed);
     }
-    let charged = p.charged_bytes();
+    // The memory outside the pager is the process's too (as a cgroup charges it): the tree
+    // sees it, and the pager's limit in force is its share less it (`Pager::set_outside`).
+    let charged = p.charged_bytes() + p.outside_bytes();
     let own = if live > 1 { charged.saturating_sub(SHARED.load(Ordering::Relaxed)) } else { charged };
     mine.charged.store(own, Ordering::Relaxed);
     let total = others + own;

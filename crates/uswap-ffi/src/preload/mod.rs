@@ -330,6 +330,11 @@ pub fn write_stats(final_: bool) {
     });
 }
 
+/// Growth of the library's internal heap since the pager started.
+pub(crate) fn heap_growth() -> u64 {
+    crate::internal::mapped_bytes().saturating_sub(HEAP_AT_START.load(Ordering::Relaxed))
+}
+
 /// A snapshot for statistics (None when the pager is not up).
 pub fn stats_json() -> Option<serde_json::Value> {
     if !ready() {
@@ -338,7 +343,7 @@ pub fn stats_json() -> Option<serde_json::Value> {
     let p = pager()?;
     let c = &COUNTERS;
     let u = scan::unmanaged();
-    let heap_growth = crate::internal::mapped_bytes().saturating_sub(HEAP_AT_START.load(Ordering::Relaxed));
+    let heap_growth = heap_growth();
     Some(serde_json::json!({
         "limit_bytes": p.config().limit_bytes,
         "rss_at_start_bytes": RSS_AT_START.load(Ordering::Relaxed),

@@ -10,8 +10,13 @@
 //! loaded object's `.bss` (anonymous memory right after one of its file mappings: libc's malloc
 //! state lives there, and the pager's threads use it). Each pass also retires regions the
 //! program has unmapped, and measures the anonymous memory outside the pager:
-//! `RssAnon - (resident + swap cache + pool) - RssAnon at start`. When that exceeds a quarter
-//! of the limit (and 32 MiB), it warns once on stderr: the limit is not holding for that part.
+//! `RssAnon - (resident + swap cache + pool) - RssAnon at start`. The program's part of that
+//! (less the library's own heap growth and the engine's page heap beyond the pool) is charged
+//! against the limit ([`uswap_pager::Pager::set_outside`]): the pager's limit in force shrinks
+//! by it, so a heap grown since the last pass, thread stacks or locked memory push managed
+//! pages out instead of running the program over its limit. When the unmanaged memory
+//! exceeds a quarter of the limit (and 32 MiB), it warns once on stderr: past a quarter the
+//! pager cannot make room for it.
 //!
 //! Locking: a pass runs under [`crate::BIG`] (so a fork never copies a half-adopted mapping);
 //! the counters are atomics. The thread allocates from the library's internal heap.
@@ -265,6 +270,11 @@ fn measure(p: &Pager, first: bool) {
     let out = anon.saturating_sub(managed).saturating_sub(ANON_AT_START.load(Ordering::Relaxed));
     UNMANAGED_NOW.store(out, Ordering::Relaxed);
     UNMANAGED_PEAK.fetch_max(out, Ordering::Relaxed);
+    // The program's part of it (less the library's own growth: its heap, the engine's page
+    // heap beyond the pool) counts against the limit, as a cgroup would count it: the pager
+    // makes room for it.
+    let own = super::heap_growth() + uswap::tier::pages::heap().live_bytes().saturating_sub(p.pool_bytes());
+    p.set_outside(out.saturating_sub(own));
     let limit = p.config().limit_bytes;
     if out > (limit / 4).max(32 << 20) && !WARNED.swap(true, Ordering::Relaxed) {
         let msg = format!(
