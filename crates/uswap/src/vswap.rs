@@ -132,9 +132,9 @@ pub struct Engine {
     promote_cursor: AtomicU64,
     /// Per virtual slot: when it was last stored or swapped in, in ms since `epoch` (+1; 0 =
     /// never), for writeback by age. A heuristic, not synchronization: relaxed, and a stale
-    /// value only makes an object look older or younger. Zeroed memory from the allocator, so
-    /// only the pages of slots ever touched become resident (4 bytes per slot).
-    stamps: Box<[StdAtomicU32]>,
+    /// value only makes an object look older or younger. A mapping of its own, so only the
+    /// pages of slots ever touched become resident (4 bytes per slot).
+    stamps: Stamps,
     epoch: Instant,
     /// Threads [`Engine::drain_tier`] uses (the caller's included).
     drain_threads: StdAtomicUsize,
@@ -160,12 +160,57 @@ struct DrainDone {
     stored_in: Option<usize>,
 }
 
-/// Zeroed per-slot stamps, lazily committed by the kernel.
-fn zeroed_stamps(n: usize) -> Box<[StdAtomicU32]> {
-    let v: Box<[u32]> = vec![0u32; n].into_boxed_slice();
-    // SAFETY: `AtomicU32` has the same size, alignment and bit validity as `u32` (documented),
-    // so a boxed slice of one is a boxed slice of the other; ownership moves from `v`.
-    unsafe { Box::from_raw(Box::into_raw(v) as *mut [StdAtomicU32]) }
+/// Per-slot age stamps in an anonymous mapping of their own: zero pages until written, so
+/// only the pages of slots ever used become resident, whatever the process's allocator does
+/// with `calloc` (the LD_PRELOAD library's heap would commit it all).
+struct Stamps {
+    ptr: std::ptr::NonNull<StdAtomicU32>,
+    len: usize,
+}
+
+// SAFETY: the mapping is owned by the struct and only accessed through atomics.
+unsafe impl Send for Stamps {}
+// SAFETY: as above.
+unsafe impl Sync for Stamps {}
+
+impl Stamps {
+    fn new(n: usize) -> Stamps {
+        let bytes = (n.max(1) * 4).next_multiple_of(PAGE_SIZE);
+        // SAFETY: a fresh private anonymous mapping with no address hint.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        match std::ptr::NonNull::new(p.cast::<StdAtomicU32>()) {
+            Some(ptr) if p != libc::MAP_FAILED => Stamps { ptr, len: n },
+            // No address space: no stamps (every object then looks as old as the engine).
+            _ => Stamps { ptr: std::ptr::NonNull::dangling(), len: 0 },
+        }
+    }
+    fn get(&self, r: std::ops::Range<usize>) -> Option<&[StdAtomicU32]> {
+        if r.start > r.end || r.end > self.len {
+            return None;
+        }
+        // SAFETY: `ptr` maps `len` zero-initialised `u32`s (a valid `AtomicU32` bit pattern,
+        // same size and alignment) for as long as `self` lives; `r` is inside it.
+        Some(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(r.start), r.end - r.start) })
+    }
+}
+
+impl Drop for Stamps {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            let bytes = (self.len * 4).next_multiple_of(PAGE_SIZE);
+            // SAFETY: unmapping the mapping made in `new`, which nothing references any more.
+            unsafe { libc::munmap(self.ptr.as_ptr().cast(), bytes) };
+        }
+    }
 }
 
 /// Order of a folio of `len` bytes.
@@ -218,7 +263,7 @@ impl Engine {
             wb_cursor: AtomicU64::new(0),
             age_cursor: AtomicU64::new(0),
             promote_cursor: AtomicU64::new(0),
-            stamps: zeroed_stamps(nr_slots as usize),
+            stamps: Stamps::new(nr_slots as usize),
             epoch: Instant::now(),
             drain_threads: StdAtomicUsize::new(if cfg!(any(loom, shuttle)) {
                 1
