@@ -50,6 +50,16 @@ pub struct Usage {
     pub limit_bytes: u64,
 }
 
+/// One request of [`Backend::load_many`].
+pub struct LoadReq<'a> {
+    /// The object to load.
+    pub handle: u64,
+    /// Where to put it (as long as the object).
+    pub out: &'a mut [u8],
+    /// The outcome, set by `load_many`.
+    pub result: Result<(), TierError>,
+}
+
 /// Called by a backend that moved an object: returns true if the engine took the new handle
 /// (the backend then frees the old location), false if the owner no longer points at the old
 /// handle (the backend frees the new copy instead).
@@ -74,6 +84,15 @@ pub trait Backend: Send + Sync {
     fn load_part(&self, handle: u64, out: &mut [u8], at: usize, len: usize) -> Result<(), TierError> {
         let _ = (at, len);
         self.load(handle, out)
+    }
+    /// Load several objects (the batched drain): `reqs[i].result` gets the outcome of loading
+    /// `reqs[i].handle` into `reqs[i].out`, as [`Backend::load`] would. A failed request
+    /// changes nothing but its own `out`. Backends that can coalesce I/O override it (the file
+    /// tier reads runs of adjacent slots with one large read). Default: `load` each.
+    fn load_many(&self, reqs: &mut [LoadReq<'_>]) {
+        for r in reqs {
+            r.result = self.load(r.handle, r.out);
+        }
     }
     /// Free the data under `handle`; returns the bytes released (as charged by `store`).
     /// A handle is not freed while a `load` or `load_part` of it is running (the engine frees

@@ -31,10 +31,20 @@ pub enum Event {
     SwpinZero,
     /// Zero pages swapped out (nothing stored).
     SwpoutZero,
+    /// Of `zswpwb`: pages written back by age ([`crate::vswap::Engine::writeback_older_than`],
+    /// the `memory.zswap.proactive_writeback` proposal), not because the pool was full.
+    ZswpwbProactive,
+    /// Pages promoted from a file tier back into a faster tier after a refault
+    /// ([`crate::vswap::Engine::promote`]; no kernel counter).
+    SwpPromote,
+    /// Promotion candidates the faster tier rejected (full, or a group limit): left in place.
+    SwpPromoteReject,
+    /// Pages moved by [`crate::vswap::Engine::drain_tier`] (online swapoff).
+    SwpDrain,
 }
 
 /// Number of [`Event`] variants.
-pub const NR_EVENTS: usize = 9;
+pub const NR_EVENTS: usize = 13;
 
 /// Per-order counters, named as in `hugepages-<size>kB/stats/`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -110,6 +120,10 @@ impl Stats {
             zswpwb: ev(Event::Zswpwb),
             swpin_zero: ev(Event::SwpinZero),
             swpout_zero: ev(Event::SwpoutZero),
+            zswpwb_proactive: ev(Event::ZswpwbProactive),
+            swp_promote: ev(Event::SwpPromote),
+            swp_promote_reject: ev(Event::SwpPromoteReject),
+            swp_drain: ev(Event::SwpDrain),
             swpout: per(OrderEvent::Swpout),
             swpout_fallback: per(OrderEvent::SwpoutFallback),
             swpin: per(OrderEvent::Swpin),
@@ -131,6 +145,10 @@ pub struct StatsSnapshot {
     pub zswpwb: u64,
     pub swpin_zero: u64,
     pub swpout_zero: u64,
+    pub zswpwb_proactive: u64,
+    pub swp_promote: u64,
+    pub swp_promote_reject: u64,
+    pub swp_drain: u64,
     pub swpout: [u64; NR_ORDERS],
     pub swpout_fallback: [u64; NR_ORDERS],
     pub swpin: [u64; NR_ORDERS],

@@ -601,6 +601,23 @@ impl SwapCache {
             return Err(SwapError::BadFolio { entry: entry.0, order });
         }
         let mut g = space.lock_cluster(entry)?;
+        self.add_or_get_locked(&mut g, entry, order, mode)
+    }
+
+    /// [`Self::add_or_get`] under the cluster lock `g` of `entry`, which the caller holds
+    /// (and may keep, to add several objects of one cluster in one critical section: the
+    /// batched drain).
+    pub fn add_or_get_locked<'a>(
+        &'a self,
+        g: &mut ClusterGuard<'_>,
+        entry: SwapEntry,
+        order: u8,
+        mode: AddMode,
+    ) -> Result<Lookup<'a>, SwapError> {
+        let n = 1usize << order;
+        if order > MAX_ORDER || entry.offset() & (n - 1) != 0 || g.entry(0).0 != entry.0 - entry.offset() as u64 {
+            return Err(SwapError::BadFolio { entry: entry.0, order });
+        }
         let off = entry.offset();
         let w = g.word(off);
         match w.kind() {
@@ -630,7 +647,7 @@ impl SwapCache {
                 if mode == AddMode::SwapIn && g.count(off) == 0 {
                     return Err(SwapError::NotInUse(entry.0));
                 }
-                let (start, m) = object_extent(&g, off);
+                let (start, m) = object_extent(g, off);
                 if m < order {
                     return Ok(Lookup::Mixed);
                 }
@@ -647,7 +664,6 @@ impl SwapCache {
                     let old = g.word(i);
                     g.set(i, old.with_location_of(cached))?;
                 }
-                drop(g);
                 self.in_cache.fetch_add(1, Ordering::Relaxed);
                 Ok(Lookup::Added(LockedFolio { r: FolioRef { cache: self, folio, id } }))
             }

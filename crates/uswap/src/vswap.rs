@@ -27,6 +27,18 @@
 //!   it went offline.
 //! - Lock order: cluster lock -> backend internal locks (only `Backend::free` runs under a
 //!   cluster lock); swap-cache locks are leaves. Backend `store`/`load` run with no lock held.
+//! - The batched drain holds one cluster lock to take all of a cluster's objects into the cache
+//!   (their folios LOCKED, so swap-ins wait on them as on any mover), loads and stores with no
+//!   lock held, then holds it once more to finish them all; its worker threads (scoped) never
+//!   hold two cluster locks. No new lock class.
+//! - Per-slot age stamps are relaxed atomics outside any lock (a heuristic for writeback by
+//!   age, not synchronization).
+//!
+//! # Tiers both ways
+//! Down: [`Engine::writeback`] (second chance, when the pool is full) and
+//! [`Engine::writeback_older_than`] (proactive, by age). Up: [`Engine::promote`] moves
+//! file-tier objects swapped in since they got there (their REF bit) back into the pool. All are
+//! explicit passes; the fault path only sets REF and the age stamp.
 //!
 //! # Charging
 //! Every word records its group. A group is charged `swapped_pages` for every slot in use,
@@ -34,15 +46,17 @@
 //! is on a [`TierKind::File`] tier (charged at store or writeback time, uncharged when the
 //! data leaves the tier).
 
-use crate::backend::{Backend, Stored, TierKind, Usage};
+use crate::backend::{Backend, LoadReq, Stored, TierKind, Usage};
 use crate::cluster::{FragPolicy, SpaceConfig, SwapSpace};
 use crate::error::{SwapError, TierError};
 use crate::group::Groups;
 use crate::stats::{Event, OrderEvent, Stats};
-use crate::swap_cache::{location, object_extent, AddMode, LockedFolio, Lookup, SwapCache, FOLIO_INFLIGHT};
+use crate::swap_cache::{location, object_extent, AddMode, Deleted, LockedFolio, Lookup, SwapCache, FOLIO_INFLIGHT};
 use crate::swap_table::{Kind, SwapEntry, Word, MAX_ORDER, PAGE_SIZE, PAYLOAD_MAX, SLOTS_PER_CLUSTER, TIER_MAX};
 use crate::sync::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32 as StdAtomicU32, AtomicUsize as StdAtomicUsize};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Configuration of an [`Engine`].
 #[derive(Clone, Debug)]
@@ -114,6 +128,89 @@ pub struct Engine {
     zero_elision: bool,
     nr_slots: u64,
     wb_cursor: AtomicU64,
+    age_cursor: AtomicU64,
+    promote_cursor: AtomicU64,
+    /// Per virtual slot: when it was last stored or swapped in, in ms since `epoch` (+1; 0 =
+    /// never), for writeback by age. A heuristic, not synchronization: relaxed, and a stale
+    /// value only makes an object look older or younger. A mapping of its own, so only the
+    /// pages of slots ever touched become resident (4 bytes per slot).
+    stamps: Stamps,
+    epoch: Instant,
+    /// Threads [`Engine::drain_tier`] uses (the caller's included).
+    drain_threads: StdAtomicUsize,
+}
+
+/// Outcome of one object of a drain batch.
+enum DrainOutcome {
+    /// Loaded; new backing (FREE = kept in memory), and the tier it was stored in.
+    Moved(Word, Option<usize>),
+    /// The load or the store failed: the object stays where it was.
+    Failed(SwapError),
+}
+
+/// What is left to do for one object of a drain batch once its cluster lock is dropped.
+struct DrainDone {
+    group: u16,
+    /// What leaving the cache did (dead backing to free, slots freed).
+    del: Option<Deleted>,
+    /// The old location, to free (the object moved).
+    old_dead: Option<Word>,
+    pages: u64,
+    /// The tier the object was stored in (its in-flight count to lower).
+    stored_in: Option<usize>,
+}
+
+/// Per-slot age stamps in an anonymous mapping of their own: zero pages until written, so
+/// only the pages of slots ever used become resident, whatever the process's allocator does
+/// with `calloc` (the LD_PRELOAD library's heap would commit it all).
+struct Stamps {
+    ptr: std::ptr::NonNull<StdAtomicU32>,
+    len: usize,
+}
+
+// SAFETY: the mapping is owned by the struct and only accessed through atomics.
+unsafe impl Send for Stamps {}
+// SAFETY: as above.
+unsafe impl Sync for Stamps {}
+
+impl Stamps {
+    fn new(n: usize) -> Stamps {
+        let bytes = (n.max(1) * 4).next_multiple_of(PAGE_SIZE);
+        // SAFETY: a fresh private anonymous mapping with no address hint.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        match std::ptr::NonNull::new(p.cast::<StdAtomicU32>()) {
+            Some(ptr) if p != libc::MAP_FAILED => Stamps { ptr, len: n },
+            // No address space: no stamps (every object then looks as old as the engine).
+            _ => Stamps { ptr: std::ptr::NonNull::dangling(), len: 0 },
+        }
+    }
+    fn get(&self, r: std::ops::Range<usize>) -> Option<&[StdAtomicU32]> {
+        if r.start > r.end || r.end > self.len {
+            return None;
+        }
+        // SAFETY: `ptr` maps `len` zero-initialised `u32`s (a valid `AtomicU32` bit pattern,
+        // same size and alignment) for as long as `self` lives; `r` is inside it.
+        Some(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(r.start), r.end - r.start) })
+    }
+}
+
+impl Drop for Stamps {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            let bytes = (self.len * 4).next_multiple_of(PAGE_SIZE);
+            // SAFETY: unmapping the mapping made in `new`, which nothing references any more.
+            unsafe { libc::munmap(self.ptr.as_ptr().cast(), bytes) };
+        }
+    }
 }
 
 /// Order of a folio of `len` bytes.
@@ -164,6 +261,15 @@ impl Engine {
             zero_elision: cfg.zero_elision,
             nr_slots,
             wb_cursor: AtomicU64::new(0),
+            age_cursor: AtomicU64::new(0),
+            promote_cursor: AtomicU64::new(0),
+            stamps: Stamps::new(nr_slots as usize),
+            epoch: Instant::now(),
+            drain_threads: StdAtomicUsize::new(if cfg!(any(loom, shuttle)) {
+                1
+            } else {
+                std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
+            }),
         })
     }
 
@@ -211,6 +317,40 @@ impl Engine {
     pub fn set_tier_online(&self, t: usize, online: bool) -> Result<(), SwapError> {
         self.tier(t)?.online.store(online, Ordering::SeqCst);
         Ok(())
+    }
+
+    /// Threads [`Engine::drain_tier`] uses, the caller's included (default: the CPUs, at most
+    /// 4; 1 = no extra thread).
+    pub fn set_drain_threads(&self, n: usize) {
+        self.drain_threads.store(n.max(1), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn now_stamp(&self) -> u32 {
+        (self.epoch.elapsed().as_millis() as u32).wrapping_add(1).max(1)
+    }
+
+    /// Record an access to `[entry, entry + n)` (allocation-free, lock-free: one clock read and
+    /// relaxed stores; it runs on the fault path).
+    fn touch(&self, entry: SwapEntry, n: usize) {
+        let now = self.now_stamp();
+        let lo = entry.0 as usize;
+        if let Some(s) = self.stamps.get(lo..lo.saturating_add(n)) {
+            for a in s {
+                a.store(now, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Time since any slot of the object `[first, first + n)` was last stored or swapped in.
+    fn idle_for(&self, first: usize, n: usize) -> Duration {
+        let now = self.now_stamp();
+        let newest = self
+            .stamps
+            .get(first..first + n)
+            .map(|s| s.iter().map(|a| now.wrapping_sub(a.load(std::sync::atomic::Ordering::Relaxed))).min())
+            .unwrap_or_default()
+            .unwrap_or(0);
+        Duration::from_millis(u64::from(newest))
     }
 
     /// Where the data of `entry` is now.
@@ -355,10 +495,13 @@ impl Engine {
         match self.store_anywhere(group, data, e, None) {
             Ok((t, s)) => {
                 let loc = Word::stored(0, t as u8, s.handle, 0);
+                // REF = "used since it got here": a fresh store in a RAM tier gets its second
+                // chance against writeback; on a file tier REF means a refault (promotion).
+                let fresh_ref = self.tiers[t].kind != TierKind::File;
                 let res = self.space.lock_cluster(e).and_then(|mut g| {
                     for i in off..off + n {
                         let w = g.word(i);
-                        g.set(i, w.with_location_of(loc).with_referenced(true))?;
+                        g.set(i, w.with_location_of(loc).with_referenced(fresh_ref))?;
                     }
                     Ok(())
                 });
@@ -369,6 +512,7 @@ impl Engine {
                 }
                 self.stats.add_order(OrderEvent::Swpout, order, 1);
                 self.groups.add_swapped(group, pages);
+                self.touch(e, n);
                 Ok(e)
             }
             Err(err) => {
@@ -563,6 +707,7 @@ impl Engine {
         if entry.offset() & (n - 1) != 0 {
             return Err(SwapError::BadFolio { entry: entry.0, order });
         }
+        self.touch(entry, n);
         let done = self.read_range(entry, order, out, free)?;
         if free && !done {
             self.put(entry, n)?;
@@ -723,11 +868,16 @@ impl Engine {
         };
         match stored {
             Ok((t, s)) => {
-                lf.set_backing(Word::stored(0, t as u8, s.handle, 0));
+                let new = Word::stored(0, t as u8, s.handle, 0);
+                lf.set_backing(new);
                 let r = self.finish(lf, false, None);
                 self.tiers[t].inflight.fetch_sub(1, Ordering::SeqCst);
                 r?;
                 self.free_data(group, old, pages);
+                if self.tiers[t].kind == TierKind::File {
+                    // On a file tier REF means "refaulted since it got here" (promotion).
+                    self.clear_ref(first, new)?;
+                }
                 Ok(Moved::Pages(pages))
             }
             Err(SwapError::Tier(TierError::Reject)) | Err(SwapError::GroupLimit(_))
@@ -858,7 +1008,16 @@ impl Engine {
     /// Online drain ("swapoff") of tier `t`: take it offline so no new data goes to it, wait
     /// for stores already under way, then move every object it holds to the first other
     /// online tier that accepts it, or into memory (a resident swap-cache folio). Swap-ins
-    /// may run concurrently and get correct data. The tier stays offline. Returns pages moved.
+    /// may run concurrently and get correct data. The tier stays offline. Returns pages moved
+    /// (counted as `swp_drain`).
+    ///
+    /// Batched and parallel: the clusters of the virtual space are handed out to
+    /// [`Engine::set_drain_threads`] workers (scoped threads); a worker takes every object of
+    /// tier `t` in a cluster into the swap cache under one cluster lock, loads them with one
+    /// [`Backend::load_many`] (the file tier reads each run of adjacent slots with one read),
+    /// stores them elsewhere if another tier takes them, and finishes them all under one
+    /// cluster lock. An object whose load or store fails stays where it was; the drain goes on
+    /// with the others and returns the first error (the tier stays offline, partly drained).
     pub fn drain_tier(&self, t: usize) -> Result<u64, SwapError> {
         let tier = self.tier(t)?;
         tier.online.store(false, Ordering::SeqCst);
@@ -868,33 +1027,333 @@ impl Engine {
             #[cfg(not(loom))]
             std::thread::yield_now();
         }
+        let threads = self.drain_threads.load(std::sync::atomic::Ordering::Relaxed).max(1);
         let mut moved = 0u64;
         loop {
-            let mut found = 0u64;
-            self.for_each_used(0, &mut |e, w| {
-                // A cached folio hides its backing: if that backing is in tier `t`, the folio
-                // would put it back when it leaves the cache, so cached slots are moved too
-                // (move_object checks the backing and does nothing for other tiers).
-                let cached = w.kind() == Kind::Cached;
-                if cached || (w.kind() == Kind::Stored && usize::from(w.tier()) == t) {
-                    match self.move_object(e, Dest::Drain(t), Busy::Wait) {
-                        Ok(Moved::Pages(p)) => {
-                            moved += p;
-                            found += 1;
-                        }
-                        Ok(_) if !cached => found += 1,
-                        Ok(_) => {}
-                        // Freed since the scan saw it.
-                        Err(SwapError::NotInUse(_)) => {}
-                        Err(err) => return Err(err),
-                    }
-                }
-                Ok(true)
-            })?;
+            let (m, found) = self.drain_pass(t, threads)?;
+            moved += m;
             if found == 0 {
                 return Ok(moved);
             }
         }
+    }
+
+    /// One pass of [`Self::drain_tier`] over every cluster: (pages moved, objects of tier `t` seen).
+    fn drain_pass(&self, t: usize, threads: usize) -> Result<(u64, u64), SwapError> {
+        let nr = self.space.nr_clusters();
+        let next = StdAtomicUsize::new(0);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let work = || -> Result<(u64, u64), SwapError> {
+            let (mut moved, mut found) = (0u64, 0u64);
+            let mut first_err = None;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let c = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if c >= nr {
+                    break;
+                }
+                if self.space.next_used_cluster(c) != Some(c) {
+                    continue;
+                }
+                let (m, f, err) = self.drain_cluster(c, t);
+                moved += m;
+                found += f;
+                if let Some(e) = err {
+                    first_err.get_or_insert(e);
+                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            self.stats.add(Event::SwpDrain, moved);
+            match first_err {
+                Some(e) => Err(e),
+                None => Ok((moved, found)),
+            }
+        };
+        if threads <= 1 {
+            return work();
+        }
+        std::thread::scope(|sc| {
+            let hs: Vec<_> = (1..threads.min(nr.max(1))).map(|_| sc.spawn(work)).collect();
+            let mut acc = work();
+            for h in hs {
+                let r = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                acc = match (acc, r) {
+                    (Ok((m1, f1)), Ok((m2, f2))) => Ok((m1 + m2, f1 + f2)),
+                    (Err(e), _) | (_, Err(e)) => Err(e),
+                };
+            }
+            acc
+        })
+    }
+
+    /// Drain the objects of tier `t` in cluster `c` as one batch (see [`Self::drain_tier`]).
+    /// Returns (pages moved, objects of tier `t` seen, first error).
+    fn drain_cluster(&self, c: usize, t: usize) -> (u64, u64, Option<SwapError>) {
+        let mut batch: Vec<(LockedFolio<'_>, u16)> = Vec::new();
+        let mut cached: Vec<SwapEntry> = Vec::new();
+        let mut err: Option<SwapError> = None;
+        let (mut moved, mut found) = (0u64, 0u64);
+        // 1. Take every object of tier `t` into the cache under one cluster lock.
+        match self.space.lock_cluster_index(c) {
+            Ok(mut g) => {
+                let mut off = 0;
+                while off < SLOTS_PER_CLUSTER {
+                    let w = g.word(off);
+                    match w.kind() {
+                        Kind::Stored if usize::from(w.tier()) == t => {
+                            let (s, m) = object_extent(&g, off);
+                            let e = g.entry(s);
+                            match self.cache.add_or_get_locked(&mut g, e, 0, AddMode::Move) {
+                                Ok(Lookup::Added(lf)) => batch.push((lf, w.group())),
+                                // Not for a STORED slot; give it back if it ever happens.
+                                Ok(Lookup::Locked(lf)) => drop(lf.unlock()),
+                                Ok(_) => {}
+                                Err(e) => {
+                                    err = Some(e);
+                                    break;
+                                }
+                            }
+                            found += 1;
+                            off = s + (1 << m);
+                        }
+                        // A cached folio hides its backing: if that backing is in tier `t`, the
+                        // folio would put it back when it leaves the cache; handled one by one.
+                        Kind::Cached if w.payload() != FOLIO_INFLIGHT => {
+                            cached.push(g.entry(off));
+                            off += 1;
+                        }
+                        _ => off += 1,
+                    }
+                }
+            }
+            Err(e) => return (0, 0, Some(e)),
+        }
+        // 2. Load them all (no lock held), then store each elsewhere if a tier takes it.
+        let outcomes: Vec<DrainOutcome> = if batch.is_empty() {
+            Vec::new()
+        } else {
+            let tier = &self.tiers[t];
+            let mut reqs: Vec<LoadReq<'_>> = batch
+                .iter_mut()
+                .map(|(lf, _)| {
+                    let handle = lf.backing().payload();
+                    LoadReq { handle, out: lf.data_mut().unwrap_or_default(), result: Ok(()) }
+                })
+                .collect();
+            tier.backend.load_many(&mut reqs);
+            let results: Vec<Result<(), TierError>> = reqs.into_iter().map(|r| r.result).collect();
+            let others = self.tiers.iter().enumerate().any(|(k, x)| k != t && x.online.load(Ordering::SeqCst));
+            batch
+                .iter_mut()
+                .zip(results)
+                .map(|((lf, group), r)| {
+                    if let Err(e) = r {
+                        lf.set_error();
+                        return DrainOutcome::Failed(e.into());
+                    }
+                    lf.set_uptodate();
+                    let pages = lf.nr_pages() as u64;
+                    match tier.kind {
+                        TierKind::Pool => self.stats.add(Event::Zswpin, pages),
+                        TierKind::File => self.stats.add(Event::Pswpin, pages),
+                        _ => {}
+                    }
+                    if !others {
+                        return DrainOutcome::Moved(Word::FREE, None);
+                    }
+                    let first = lf.swap().0;
+                    let Some(data) = lf.data() else { return DrainOutcome::Moved(Word::FREE, None) };
+                    match self.store_anywhere(*group, data, first, Some(t)) {
+                        Ok((t2, st)) => DrainOutcome::Moved(Word::stored(0, t2 as u8, st.handle, 0), Some(t2)),
+                        Err(SwapError::Tier(TierError::Reject)) | Err(SwapError::GroupLimit(_)) => {
+                            DrainOutcome::Moved(Word::FREE, None)
+                        }
+                        Err(e) => DrainOutcome::Failed(e),
+                    }
+                })
+                .collect()
+        };
+        // 3. Finish them all under one cluster lock.
+        let mut after: Vec<DrainDone> = Vec::with_capacity(batch.len());
+        if !batch.is_empty() {
+            let mut g = match self.space.lock_cluster_index(c) {
+                Ok(g) => Some(g),
+                Err(e) => {
+                    err.get_or_insert(e);
+                    None
+                }
+            };
+            for ((mut lf, group), out) in batch.into_iter().zip(outcomes) {
+                let old = lf.backing();
+                let pages = lf.nr_pages() as u64;
+                let (old_dead, stored_in) = match out {
+                    DrainOutcome::Moved(new, t2) => {
+                        lf.set_backing(new);
+                        moved += pages;
+                        (Some(old), t2)
+                    }
+                    DrainOutcome::Failed(e) => {
+                        err.get_or_insert(e);
+                        (None, None)
+                    }
+                };
+                let Some(g) = g.as_mut() else {
+                    // Cannot happen (the index was valid a moment ago): finish it alone.
+                    let r = self.finish(lf, false, None);
+                    if let Err(e) = r {
+                        err.get_or_insert(e);
+                    }
+                    after.push(DrainDone { group, del: None, old_dead, pages, stored_in });
+                    continue;
+                };
+                let (first, order) = lf.swap();
+                let s0 = first.offset();
+                let all_zero = (s0..s0 + (1usize << order)).all(|i| g.count(i) == 0);
+                let del = if lf.backing().is_free() && !all_zero {
+                    None
+                } else {
+                    match self.cache.delete_locked(g, &lf, false) {
+                        Ok(d) => Some(d),
+                        Err(e) => {
+                            err.get_or_insert(e);
+                            None
+                        }
+                    }
+                };
+                if del.is_some_and(|d| d.freed_slots == 0)
+                    && stored_in.is_some_and(|t2| self.tiers[t2].kind == TierKind::File)
+                {
+                    // On a file tier REF means "refaulted since it got here" (promotion).
+                    for i in s0..s0 + (1usize << order) {
+                        let w = g.word(i);
+                        if let Err(e) = g.set(i, w.with_referenced(false)) {
+                            err.get_or_insert(e);
+                        }
+                    }
+                }
+                let _ = lf.unlock();
+                after.push(DrainDone { group, del, old_dead, pages, stored_in });
+            }
+        }
+        // 4. Free what no word names any more, with no cluster lock held.
+        for DrainDone { group, del, old_dead, pages, stored_in } in after {
+            if let Some(d) = del {
+                if let Some(dead) = d.dead_backing {
+                    self.free_data(d.group, dead, pages);
+                }
+                if d.freed_slots > 0 {
+                    self.groups.sub_swapped(d.group, d.freed_slots as u64);
+                }
+            }
+            if let Some(t2) = stored_in {
+                self.tiers[t2].inflight.fetch_sub(1, Ordering::SeqCst);
+            }
+            if let Some(old) = old_dead {
+                self.free_data(group, old, pages);
+            }
+        }
+        // 5. Cached slots, one by one (rare: swap-ins in flight, or resident folios).
+        for e in cached {
+            match self.move_object(e, Dest::Drain(t), Busy::Wait) {
+                Ok(Moved::Pages(p)) => {
+                    moved += p;
+                    found += 1;
+                }
+                Ok(_) | Err(SwapError::NotInUse(_)) => {}
+                Err(e) => {
+                    err.get_or_insert(e);
+                }
+            }
+        }
+        (moved, found, err)
+    }
+
+    /// Promotion (tiers both ways): move up to `max_pages` pages of objects of tier `from` (a
+    /// file tier) that were swapped in since they got there (their REF bit: a refault, as the
+    /// kernel's swap-cache hit / refault distance) back into tier `to` (the pool). Runs as an
+    /// explicit or background pass, never on the fault path; objects being swapped in are
+    /// skipped. Stops at the first object `to` rejects (full, or a group limit), counting it
+    /// in `swp_promote_reject`; nothing is lost. Resumes where the previous call stopped.
+    /// Counts `swp_promote`. Returns pages moved.
+    pub fn promote(&self, from: usize, to: usize, max_pages: u64) -> Result<u64, SwapError> {
+        self.scan_move(from, to, max_pages, &self.promote_cursor, &mut |_, w| Ok(w.referenced()), Event::SwpPromote)
+    }
+
+    /// Proactive writeback by age (the `memory.zswap.proactive_writeback` proposal): move up
+    /// to `max_pages` pages of objects of tier `from` not stored or swapped in for at least
+    /// `age` into tier `to`, whether or not `from` is full. Objects being swapped in are
+    /// skipped; stops when `to` rejects (nothing lost). Resumes where the previous call
+    /// stopped. Counts `zswpwb` and `zswpwb_proactive`. Returns pages moved.
+    pub fn writeback_older_than(
+        &self,
+        from: usize,
+        to: usize,
+        age: Duration,
+        max_pages: u64,
+    ) -> Result<u64, SwapError> {
+        let moved = self.scan_move(
+            from,
+            to,
+            max_pages,
+            &self.age_cursor,
+            &mut |e, _| {
+                let g = self.space.lock_cluster(e)?;
+                let (s, m) = object_extent(&g, e.offset());
+                let first = g.entry(s).0 as usize;
+                drop(g);
+                Ok(self.idle_for(first, 1 << m) >= age)
+            },
+            Event::ZswpwbProactive,
+        )?;
+        self.stats.add(Event::Zswpwb, moved);
+        Ok(moved)
+    }
+
+    /// Move objects of tier `from` that `pick` selects into tier `to`, up to `max_pages`
+    /// pages, from `cursor` on (wrapping once); counts `ev` per page moved.
+    fn scan_move(
+        &self,
+        from: usize,
+        to: usize,
+        max_pages: u64,
+        cursor: &AtomicU64,
+        pick: &mut dyn FnMut(SwapEntry, Word) -> Result<bool, SwapError>,
+        ev: Event,
+    ) -> Result<u64, SwapError> {
+        self.tier(from)?;
+        self.tier(to)?;
+        if from == to || max_pages == 0 {
+            return Ok(0);
+        }
+        let mut moved = 0u64;
+        let start = cursor.load(Ordering::Relaxed);
+        let mut stopped_at = None;
+        self.for_each_used(start, &mut |e, w| {
+            if w.kind() != Kind::Stored || usize::from(w.tier()) != from || !pick(e, w)? {
+                return Ok(true);
+            }
+            match self.move_object(e, Dest::Tier(to), Busy::Skip) {
+                Ok(Moved::Pages(p)) => {
+                    moved += p;
+                    self.stats.add(ev, p);
+                }
+                Ok(_) | Err(SwapError::NotInUse(_)) => {}
+                Err(SwapError::Tier(TierError::Reject)) | Err(SwapError::GroupLimit(_)) => {
+                    if ev == Event::SwpPromote {
+                        self.stats.add(Event::SwpPromoteReject, 1);
+                    }
+                    stopped_at = Some(e.0);
+                    return Ok(false);
+                }
+                Err(err) => return Err(err),
+            }
+            if moved >= max_pages {
+                stopped_at = Some(e.0 + 1);
+                return Ok(false);
+            }
+            Ok(true)
+        })?;
+        cursor.store(stopped_at.unwrap_or(start) % self.nr_slots, Ordering::Relaxed);
+        Ok(moved)
     }
 
     /// The relocate hook for tier `t` (see [`crate::backend::Relocate`]): the backend moved the

@@ -173,3 +173,105 @@ fn a_pool_built_by_hand_matches_the_config() {
     assert_eq!(b[0].usage(), hand.usage());
     assert_eq!(b[0].name(), hand.name());
 }
+
+#[test]
+fn tiers_move_both_ways_while_swap_ins_run() {
+    // Pool (tier 0) and encrypted file (tier 1). Readers swap in random entries (REF set on
+    // file-tier objects: refaults) while the main thread cycles proactive writeback by age,
+    // promotion back into the pool, second-chance writeback, and drains of either tier
+    // (batched, with 2 threads). Every read must be exact, and so must everything at the end.
+    let e = Arc::new(engine("zero,lz4:pool=256M,file:TMP:size=64M"));
+    e.set_drain_threads(2);
+    let mut kept = Vec::new();
+    for i in 0..1200u64 {
+        let order = [0u8, 0, 0, 2, 4][(i % 5) as usize];
+        let d = folio(order, (i % 4) as u8, i);
+        kept.push((e.swap_out(0, &d).unwrap(), d));
+    }
+    let kept = Arc::new(kept);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..2u64)
+        .map(|t| {
+            let (e, kept, stop) = (e.clone(), kept.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut rng = rand::rngs::SmallRng::seed_from_u64(t + 10);
+                let mut n = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) || n < 300 {
+                    let (ent, d) = &kept[rng.random_range(0..kept.len())];
+                    let mut out = vec![0u8; d.len()];
+                    e.swap_in(*ent, &mut out, false).unwrap();
+                    assert!(&out == d, "entry {:#x} differs", ent.0);
+                    n += 1;
+                }
+            })
+        })
+        .collect();
+    let (mut wb, mut promoted, mut drained) = (0, 0, 0);
+    for round in 0..6 {
+        wb += e.writeback_older_than(0, 1, std::time::Duration::ZERO, 400).unwrap();
+        promoted += e.promote(1, 0, 300).unwrap();
+        wb += e.writeback(0, 1, 200).unwrap();
+        let t = round % 2;
+        drained += e.drain_tier(t).unwrap();
+        e.set_tier_online(t, true).unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for r in readers {
+        r.join().unwrap();
+    }
+    assert!(wb > 0 && drained > 0, "wb {wb} drained {drained}");
+    assert!(promoted > 0, "nothing promoted although readers refaulted file-tier pages");
+    let s = e.stats().snapshot();
+    assert_eq!(s.swp_promote, promoted);
+    assert!(s.zswpwb_proactive > 0 && s.zswpwb >= s.zswpwb_proactive);
+    assert_eq!(s.swp_drain, drained);
+    check(&e, &kept);
+}
+
+#[test]
+fn promotion_takes_only_refaulted_pages_and_stops_at_a_full_pool() {
+    let e = engine("lz4:pool=256M,file:TMP:size=64M");
+    let mut kept = Vec::new();
+    for i in 0..64u64 {
+        let d = folio(0, 3, i);
+        let ent = e.swap_out(0, &d).unwrap();
+        assert_eq!(e.move_entry(ent, 1).unwrap(), 1);
+        kept.push((ent, d));
+    }
+    // Nothing read since it reached the file: nothing to promote.
+    assert_eq!(e.promote(1, 0, u64::MAX).unwrap(), 0);
+    // Refault every 4th page: exactly those come back.
+    let mut out = vec![0u8; PAGE_SIZE];
+    for (ent, _) in kept.iter().step_by(4) {
+        e.swap_in(*ent, &mut out, false).unwrap();
+    }
+    assert_eq!(e.promote(1, 0, u64::MAX).unwrap(), 16);
+    for (i, (ent, _)) in kept.iter().enumerate() {
+        let want = if i % 4 == 0 { Location::Tier(0) } else { Location::Tier(1) };
+        assert_eq!(e.location(*ent).unwrap(), want, "entry {i}");
+    }
+    assert_eq!(e.stats().snapshot().swp_promote, 16);
+    check(&e, &kept);
+    // A pool that takes nothing: promotion stops, counts the rejection, loses nothing.
+    e.set_tier_online(0, false).unwrap();
+    assert_eq!(e.promote(1, 0, u64::MAX).unwrap(), 0);
+    assert!(e.stats().snapshot().swp_promote_reject > 0);
+    check(&e, &kept);
+}
+
+#[test]
+fn writeback_by_age_leaves_young_pages() {
+    let e = engine("lz4:pool=256M,file:TMP:size=64M");
+    let mut kept = Vec::new();
+    for i in 0..100u64 {
+        let d = folio(0, 3, i);
+        kept.push((e.swap_out(0, &d).unwrap(), d));
+    }
+    // Nothing is an hour old; everything is at least 0 old.
+    assert_eq!(e.writeback_older_than(0, 1, std::time::Duration::from_secs(3600), u64::MAX).unwrap(), 0);
+    assert_eq!(e.writeback_older_than(0, 1, std::time::Duration::ZERO, 30).unwrap(), 30);
+    assert_eq!(e.tier_usage(1).unwrap().stored_pages, 30);
+    let s = e.stats().snapshot();
+    assert_eq!((s.zswpwb, s.zswpwb_proactive), (30, 30));
+    check(&e, &kept);
+}

@@ -1,6 +1,8 @@
 //! Model test of the engine: random sequences of swap-out (all orders, zero and random data),
 //! swap-in (with and without free, at the folio's order, below it and above it), dup, put,
-//! move, writeback, drain, compaction and injected tier failures, checked after every step
+//! move, writeback (second chance and by age), promotion of refaulted file-tier objects,
+//! drain (batched, 1 or 2 threads, and with failing loads), compaction and injected tier
+//! failures, checked after every step
 //! against a HashMap model: every byte read back, counts, slots in use, where each object's
 //! data is charged (tier usage, group counters), folios left in the swap cache; and at the end
 //! that putting everything returns every counter to zero.
@@ -30,7 +32,10 @@ enum Op {
     Move { pick: usize, tier: usize, fail: bool },
     LoadFail { pick: usize },
     Writeback { from: usize, to: usize, max: u64 },
-    Drain { tier: usize },
+    Drain { tier: usize, threads: usize },
+    DrainFail { tier: usize },
+    Promote { from: usize, to: usize, max: u64 },
+    WritebackAge { from: usize, to: usize, old: bool, max: u64 },
     Compact { tier: usize },
 }
 
@@ -45,7 +50,11 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (any::<usize>(), 0usize..3, prop::bool::weighted(0.2)).prop_map(|(pick, tier, fail)| Op::Move { pick, tier, fail }),
         1 => any::<usize>().prop_map(|pick| Op::LoadFail { pick }),
         1 => (0usize..3, 0usize..3, 1u64..64).prop_map(|(from, to, max)| Op::Writeback { from, to, max }),
-        1 => (0usize..3).prop_map(|tier| Op::Drain { tier }),
+        1 => (0usize..3, 1usize..3).prop_map(|(tier, threads)| Op::Drain { tier, threads }),
+        1 => (0usize..3).prop_map(|tier| Op::DrainFail { tier }),
+        2 => (0usize..3, 0usize..3, 1u64..64).prop_map(|(from, to, max)| Op::Promote { from, to, max }),
+        2 => (0usize..3, 0usize..3, any::<bool>(), 1u64..64)
+            .prop_map(|(from, to, old, max)| Op::WritebackAge { from, to, old, max }),
         1 => (0usize..3).prop_map(|tier| Op::Compact { tier }),
     ]
 }
@@ -289,10 +298,48 @@ impl Rig {
                     assert_eq!(self.tiers[from].usage().stored_pages, before - moved);
                 }
             }
-            Op::Drain { tier } => {
+            Op::Drain { tier, threads } => {
+                e.set_drain_threads(threads);
                 e.drain_tier(tier).unwrap();
                 assert_eq!(self.tiers[tier].usage().stored_pages, 0, "drain left pages");
                 e.set_tier_online(tier, true).unwrap();
+            }
+            Op::DrainFail { tier } => {
+                // Every load fails: the drain reports it and every page stays where it was.
+                let before = self.tiers[tier].usage().stored_pages;
+                self.tiers[tier].fail_load.store(true, Ordering::SeqCst);
+                let r = e.drain_tier(tier);
+                self.tiers[tier].fail_load.store(false, Ordering::SeqCst);
+                e.set_tier_online(tier, true).unwrap();
+                if before > 0 {
+                    assert!(r.is_err(), "a drain with failing loads succeeded");
+                }
+                assert_eq!(self.tiers[tier].usage().stored_pages, before, "a failed drain moved pages");
+            }
+            Op::Promote { from, to, max } => {
+                let before = self.tiers[from].usage().stored_pages;
+                let promoted = e.stats().snapshot().swp_promote;
+                let moved = e.promote(from, to, max).unwrap();
+                if from != to {
+                    assert_eq!(self.tiers[from].usage().stored_pages, before - moved);
+                    assert_eq!(e.stats().snapshot().swp_promote, promoted + moved);
+                } else {
+                    assert_eq!(moved, 0);
+                }
+            }
+            Op::WritebackAge { from, to, old, max } => {
+                // `old`: age 0, every object qualifies; else an hour, none does.
+                let age = std::time::Duration::from_secs(if old { 0 } else { 3600 });
+                let before = self.tiers[from].usage().stored_pages;
+                let wb = e.stats().snapshot();
+                let moved = e.writeback_older_than(from, to, age, max).unwrap();
+                if !old || from == to {
+                    assert_eq!(moved, 0, "young objects written back");
+                }
+                assert_eq!(self.tiers[from].usage().stored_pages, before - moved);
+                let after = e.stats().snapshot();
+                assert_eq!(after.zswpwb_proactive, wb.zswpwb_proactive + moved);
+                assert_eq!(after.zswpwb, wb.zswpwb + moved);
             }
             Op::Compact { tier } => {
                 e.compact_tier(tier).unwrap();

@@ -5,7 +5,10 @@
 //! compressible, no zero pages), then [`Engine::drain_tier`] empties one tier: the pool into
 //! memory (the swapoff analogue), the encrypted file into memory, and the pool into the file.
 //! A sample of entries is swapped in and compared afterwards. Reported per case:
-//! `drain_s_per_gib` (seconds per GiB of original data moved).
+//! `drain_s_per_gib` (seconds per GiB of original data moved); at the top, the pool and file
+//! drains against the kernel's swapoff of the same run (`ratio_to_kernel_swapoff`,
+//! `file_ratio_to_kernel_swapoff`: lower is better). The drain is batched per cluster and runs
+//! on `--threads` threads ([`Engine::set_drain_threads`]).
 //!
 //! Kernel (root, cgroup v1, zram): a zram device is hot-added (lz4), made swap with the top
 //! priority, a forked child joins a fresh memory cgroup with a small limit and fills the same
@@ -54,6 +57,9 @@ pub struct Args {
     /// Skip the kernel comparison.
     #[arg(long)]
     pub no_kernel: bool,
+    /// Drain threads (the caller's included; 0 = the engine's default: the CPUs, at most 4).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
 }
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -97,6 +103,7 @@ fn uswap_case(
     drain: usize,
     bytes: usize,
     order: u8,
+    threads: usize,
     pb: &ProgressBar,
 ) -> Result<Value, CliError> {
     let folio = PAGE_SIZE << order;
@@ -108,6 +115,9 @@ fn uswap_case(
         tiers,
     )
     .map_err(|e| CliError::fail(format!("{name}: {e}")))?;
+    if threads > 0 {
+        eng.set_drain_threads(threads);
+    }
     let mut buf = vec![0u8; folio];
     let mut entries = Vec::with_capacity(n);
     let t = Instant::now();
@@ -369,16 +379,19 @@ pub fn run(a: &Args) -> CliResult {
     };
     let mut cases = Map::new();
     bar.set_message("uswap: pool to memory");
-    cases.insert("pool_to_memory".into(), uswap_case("pool_to_memory", vec![pool()], 0, bytes, a.order, &bar)?);
+    cases.insert(
+        "pool_to_memory".into(),
+        uswap_case("pool_to_memory", vec![pool()], 0, bytes, a.order, a.threads, &bar)?,
+    );
     bar.set_message("uswap: file to memory");
     cases.insert(
         "file_to_memory".into(),
-        uswap_case("file_to_memory", vec![file(file_bytes)?], 0, file_bytes, a.order, &bar)?,
+        uswap_case("file_to_memory", vec![file(file_bytes)?], 0, file_bytes, a.order, a.threads, &bar)?,
     );
     bar.set_message("uswap: pool to file");
     cases.insert(
         "pool_to_file".into(),
-        uswap_case("pool_to_file", vec![pool(), file(file_bytes)?], 0, file_bytes, a.order, &bar)?,
+        uswap_case("pool_to_file", vec![pool(), file(file_bytes)?], 0, file_bytes, a.order, a.threads, &bar)?,
     );
     out.insert("drain_s_per_gib".into(), cases["pool_to_memory"]["drain_s_per_gib"].clone());
     out.insert("file_drain_s_per_gib".into(), cases["file_to_memory"]["drain_s_per_gib"].clone());
@@ -386,6 +399,15 @@ pub fn run(a: &Args) -> CliResult {
     match kernel {
         Ok(k) => {
             out.insert("kernel_swapoff_s_per_gib".into(), k["kernel_swapoff_s_per_gib"].clone());
+            let ratio = |case: &str| -> Value {
+                match (out["uswap"][case]["drain_s_per_gib"].as_f64(), k["kernel_swapoff_s_per_gib"].as_f64()) {
+                    (Some(u), Some(kk)) if kk > 0.0 => json!((u / kk * 1000.0).round() / 1000.0),
+                    _ => Value::Null,
+                }
+            };
+            let (rp, rf) = (ratio("pool_to_memory"), ratio("file_to_memory"));
+            out.insert("ratio_to_kernel_swapoff".into(), rp);
+            out.insert("file_ratio_to_kernel_swapoff".into(), rf);
             out.insert("kernel".into(), k);
         }
         Err(why) => {
@@ -394,6 +416,7 @@ pub fn run(a: &Args) -> CliResult {
         }
     }
     out.insert("order".into(), json!(a.order));
+    out.insert("threads".into(), json!(a.threads));
     out.insert("elapsed_s".into(), json!((t0.elapsed().as_secs_f64() * 100.0).round() / 100.0));
     bar.done();
     if a.json {
@@ -414,7 +437,7 @@ mod tests {
         for (bytes, order) in [(PROGRESS_BYTES + 3 * PAGE_SIZE, 0u8), (PROGRESS_BYTES + (3 << 16), 4)] {
             let bar = ProgressBar::hidden();
             let pool: Arc<dyn Backend> = Arc::new(ZPool::new("zpool:lz4", PoolConfig::default()));
-            let v = uswap_case("t", vec![pool], 0, bytes, order, &bar).unwrap();
+            let v = uswap_case("t", vec![pool], 0, bytes, order, 0, &bar).unwrap();
             assert_eq!(bar.position(), case_work(bytes, order), "order {order}");
             assert_eq!(case_work(bytes, order), 2 * bytes as u64);
             assert_eq!(v["tier_pages_after"], 0);

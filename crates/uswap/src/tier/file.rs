@@ -28,7 +28,7 @@
 use super::crypt::{PageCipher, META_BYTES};
 use super::io_engine::{IoBuf, IoEngine, IoOp, PsyncEngine, UringEngine};
 use super::swapfile::{self, HEADER_BYTES};
-use crate::backend::{Backend, Stored, TierKind, Usage};
+use crate::backend::{Backend, LoadReq, Stored, TierKind, Usage};
 use crate::cluster::{SpaceConfig, SwapSpace};
 use crate::error::TierError;
 use crate::swap_table::{Kind, SwapEntry, Word, MAX_ORDER, PAGE_SIZE, PAYLOAD_MAX, SLOTS_PER_CLUSTER};
@@ -479,6 +479,66 @@ impl FileTier {
     }
 }
 
+impl FileTier {
+    /// [`Backend::load_many`] of one run of `n` adjacent slots from `first` (one cluster):
+    /// `idx` are the requests of the run, in slot order. One read for the data and one for the
+    /// records, then each object is checked against the reverse map and decrypted into its
+    /// `out`; a failure (I/O, bad handle, authentication) is reported per request.
+    fn load_run(&self, first: u64, n: usize, idx: &[usize], reqs: &mut [LoadReq<'_>]) {
+        let len = n * PAGE_SIZE;
+        let meta_len = if self.cipher.is_some() { n * META_BYTES } else { 0 };
+        let buf = IoBuf::new(len + meta_len);
+        let ops = [IoOp::read(data_off(first), 0, len), IoOp::read(meta_off(first), len, meta_len)];
+        let (b, r) = self.io.submit(buf, &ops[..if meta_len > 0 { 2 } else { 1 }]);
+        let buf = match (b, r) {
+            (Some(b), Ok(())) => b,
+            (_, r) => {
+                let e = r.err().unwrap_or(TierError::Io { op: "read", msg: "I/O buffer lost".into() });
+                for &k in idx {
+                    reqs[k].result = Err(e.clone());
+                }
+                return;
+            }
+        };
+        let (data, meta) = buf.as_slice().split_at(len);
+        for &k in idx {
+            let r = &mut reqs[k];
+            let (slot, order) = split(r.handle);
+            let np = 1usize << order;
+            let at = (slot - first) as usize;
+            r.result = (|| {
+                if r.out.len() != PAGE_SIZE << order || !slot.is_multiple_of(np as u64) {
+                    return Err(TierError::BadHandle(r.handle));
+                }
+                let owner = match self.space.load(SwapEntry(slot)) {
+                    Ok(w) if w.kind() == Kind::Rmap => w.payload(),
+                    _ => return Err(TierError::BadHandle(r.handle)),
+                };
+                for i in 1..np as u64 {
+                    match self.space.load(SwapEntry(slot + i)) {
+                        Ok(w) if w.kind() == Kind::Rmap && w.payload() == owner + i => {}
+                        _ => return Err(TierError::BadHandle(r.handle)),
+                    }
+                }
+                r.out.copy_from_slice(&data[at * PAGE_SIZE..(at + np) * PAGE_SIZE]);
+                if let Some(c) = &self.cipher {
+                    let m = &meta[at * META_BYTES..(at + np) * META_BYTES];
+                    let ok = r
+                        .out
+                        .chunks_exact_mut(PAGE_SIZE)
+                        .zip(m.chunks_exact(META_BYTES))
+                        .enumerate()
+                        .all(|(i, (p, m))| c.open(slot + i as u64, owner + i as u64, p, m));
+                    if !ok {
+                        return Err(TierError::Corrupt { tier: self.name.clone(), handle: r.handle });
+                    }
+                }
+                Ok(())
+            })();
+        }
+    }
+}
+
 fn folio_order(len: usize) -> Option<u8> {
     let pages = len / PAGE_SIZE;
     (len.is_multiple_of(PAGE_SIZE) && pages.is_power_of_two() && pages <= 1 << MAX_ORDER)
@@ -552,6 +612,45 @@ impl Backend for FileTier {
             return Err(TierError::BadHandle(handle));
         }
         self.load_pages(handle, out, first, end - first)
+    }
+
+    fn load_many(&self, reqs: &mut [LoadReq<'_>]) {
+        if self.direct {
+            // Metadata blocks would need aligned windows per run: load one by one.
+            for r in reqs.iter_mut() {
+                r.result = self.load(r.handle, r.out);
+            }
+            return;
+        }
+        let mut order: Vec<usize> = (0..reqs.len()).collect();
+        order.sort_unstable_by_key(|&i| split(reqs[i].handle).0);
+        let mut i = 0;
+        while i < order.len() {
+            // A run: requests whose slots follow each other inside one cluster, read with one
+            // data read (and one metadata read).
+            let first = split(reqs[order[i]].handle).0;
+            let cluster = first / SLOTS_PER_CLUSTER as u64;
+            let mut next = first;
+            let mut j = i;
+            while j < order.len() {
+                let r = &reqs[order[j]];
+                let (slot, o) = split(r.handle);
+                if slot != next || slot / SLOTS_PER_CLUSTER as u64 != cluster || o > MAX_ORDER {
+                    break;
+                }
+                next = slot + (1u64 << o);
+                j += 1;
+            }
+            if j == i {
+                // A bad handle or an overlap: the single path reports it.
+                let r = &mut reqs[order[i]];
+                r.result = self.load(r.handle, r.out);
+                i += 1;
+                continue;
+            }
+            self.load_run(first, (next - first) as usize, &order[i..j], reqs);
+            i = j;
+        }
     }
 
     fn free(&self, handle: u64) -> u64 {
