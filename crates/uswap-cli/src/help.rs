@@ -42,7 +42,7 @@ limit covers the whole process tree (pipelines, exec, fork, shells), as a memory
 memory.max: each process's pager takes a share, its charge plus what the tree leaves free, or
 over the limit its charge in proportion (pages shared copy-on-write counted in proportion).
 
-Tiers (--tiers, comma-separated, in order of preference; default zero,lz4,file:/var/tmp):
+Tiers (--tiers, comma-separated, in order of preference; default zero,lz4:recomp=zstd,file:/var/tmp):
   zero                 store nothing for all-zero pages
   lz4 | zstd | pool    compressed RAM pool (pool = lz4), options:
     pool=20%|512M        pool size (share of RAM or a size; zswap's max_pool_percent)
@@ -51,6 +51,10 @@ Tiers (--tiers, comma-separated, in order of preference; default zero,lz4,file:/
     incompressible=raw|reject
     folio=whole|16k|page compression unit of a large folio (whole: one unit)
     comp=lz4|zstd, level=1..19
+    recomp=zstd|lz4|off  recompress objects idle for a whole period (USWAP_RECOMP_MS, default
+                         5 s) in the background, within USWAP_RECOMP_CPU_PERCENT (default 5 %)
+                         of one core (zram's recompress type=idle); on in the default tiers
+    recomp_level=1..19   zstd level of it (default 9)
   file:PATH, file      swap file, compressed pages AES-256-GCM encrypted with a per-process key:
                          PATH a directory: an unlinked temporary file in it (default /var/tmp);
                          PATH missing: created (mode 0600) and unlinked at once;

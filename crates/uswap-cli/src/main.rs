@@ -126,7 +126,7 @@ mod tests {
     fn the_program_starts_at_dashdash_or_the_first_word() {
         let a = run_args(&["uswap", "run", "--limit", "1G", "python3", "-c", "x", "--tiers", "y"]).unwrap();
         assert_eq!(cmd(&a), ["python3", "-c", "x", "--tiers", "y"]);
-        assert_eq!(a.tiers, "zero,lz4,file:/var/tmp");
+        assert_eq!(a.tiers, "zero,lz4:recomp=zstd,file:/var/tmp");
         let a = run_args(&["uswap", "run", "--limit", "1G", "--", "ls", "-l"]).unwrap();
         assert_eq!(cmd(&a), ["ls", "-l"]);
         let a = run_args(&["uswap", "run", "--limit=1G", "-q", "--", "--weird", "--", "-x"]).unwrap();

@@ -126,7 +126,7 @@ pub fn tier_names(tiers: &str) -> Vec<String> {
     use uswap::config::{TierSpec, TiersConfig};
     use uswap::tier::file::FileTarget;
     use uswap::tier::zpool::Compressor;
-    let spec = if tiers == "default" { "zero,lz4,file:/var/tmp" } else { tiers };
+    let spec = if tiers == "default" { "zero,lz4:recomp=zstd,file:/var/tmp" } else { tiers };
     let Ok(c) = TiersConfig::parse(spec) else { return Vec::new() };
     c.tiers
         .iter()
@@ -247,6 +247,17 @@ pub fn pager(p: &Value, tiers: &str) -> Value {
             "clean_kept": u(p, "/clean_kept"),
             "clean_evicted": u(p, "/clean_evicted"),
             "store_errors": u(p, "/store_errors"),
+        },
+        // Background recompression of idle pool objects (zram's names where it has them).
+        "recompression": {
+            "passes": u(p, "/recompress_passes"),
+            "deferred": u(p, "/recompress_deferred"),
+            "num_recompressed": u(p, "/num_recompressed"),
+            "recompressed_pages": u(p, "/recompressed_pages"),
+            "kept": u(p, "/recompress_kept"),
+            "saved_bytes": u(p, "/recompress_saved_bytes"),
+            "compacted_bytes": u(p, "/recompress_compacted_bytes"),
+            "cpu_ns": u(p, "/recompress_cpu_ns"),
         },
     })
 }

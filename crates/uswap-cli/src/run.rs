@@ -38,8 +38,9 @@ pub struct RunArgs {
     /// Storage tiers, in order (grammar in --help). The default sends what does not fit in
     /// 8 % of the limit (USWAP_POOL_PERCENT) as compressed pages to an encrypted, unlinked
     /// swap file in /var/tmp, so the limit holds for data that compresses poorly; `zero,lz4`
-    /// keeps everything in RAM.
-    #[arg(long, default_value = "zero,lz4,file:/var/tmp")]
+    /// keeps everything in RAM. `recomp=zstd`: pool objects idle for a whole period are
+    /// recompressed with zstd in the background (`recomp=off` to turn it off).
+    #[arg(long, default_value = "zero,lz4:recomp=zstd,file:/var/tmp")]
     pub tiers: String,
     /// Folio size: 4K, 64K or 2M.
     #[arg(long, default_value = "64K")]

@@ -991,6 +991,8 @@ struct PendingFault {
 /// order: events first, then faults.
 pub(crate) fn event_loop(p: &Pager) {
     crate::own::add_this_stack();
+    // Per-thread engine state made here, not on this thread's first fault.
+    uswap::prepare_thread();
     EVENT_THREAD.with(|c| c.set(true));
     crate::uffd::NOWAIT.with(|c| c.set(true));
     let mut msgs = [crate::uffd::empty_msg(); 64];

@@ -63,6 +63,7 @@ mod handle;
 pub mod own;
 mod page;
 mod reclaim;
+mod recomp;
 mod region;
 mod slots;
 mod stats;
@@ -86,7 +87,7 @@ pub mod loom_api {
 pub use handle::Region;
 pub use region::overlaps as overlaps_region;
 pub use stats::PagerStats;
-pub use store::{PageStore, StoreError};
+pub use store::{PageStore, RecompressPass, StoreError};
 pub use sys::copy_from_self;
 pub use syscall::prefault;
 
@@ -179,6 +180,13 @@ pub struct PagerConfig {
     /// Keep the swap entry of a page swapped in by a read fault and map it write-protected, so
     /// that evicting it again writes nothing (see `fault::KeepClean`; SIGBUS mode only).
     pub keep_clean: bool,
+    /// Period of background recompression in ms (0 = off): every period, a low-priority
+    /// thread recompresses the pool objects idle since the previous pass with the tier's
+    /// secondary algorithm (`recomp=zstd`; nothing runs without one). See `recomp`.
+    pub recompress_ms: u64,
+    /// CPU budget of background recompression: at most this share of one core, on average,
+    /// in percent (1..=100).
+    pub recompress_cpu_percent: u8,
 }
 
 impl Default for PagerConfig {
@@ -201,6 +209,8 @@ impl Default for PagerConfig {
             record_latency: false,
             event_remove: false,
             keep_clean: true,
+            recompress_ms: 5000,
+            recompress_cpu_percent: 5,
         }
     }
 }
@@ -241,6 +251,8 @@ pub struct Pager {
     /// thread leaves its `poll` at once instead of at its next timeout.
     pub(crate) stop_fd: std::os::fd::OwnedFd,
     pub(crate) reclaim_wake: AtomicU32,
+    /// The recompressor's futex word (woken by `Drop`).
+    pub(crate) recomp_wake: AtomicU32,
     pub(crate) ws: reclaim::Workingset,
     pub(crate) keep: fault::KeepClean,
     /// Eviction batches (off the stack of the thread that reclaims).
@@ -377,6 +389,7 @@ impl Pager {
             pool_capped,
             stop_fd,
             reclaim_wake: AtomicU32::new(0),
+            recomp_wake: AtomicU32::new(0),
             ws: reclaim::Workingset::default(),
             keep: fault::KeepClean::new(cfg.keep_clean && cfg.fault_mode == FaultMode::Sigbus),
             batches: reclaim::BatchPool::new().map_err(os)?,
@@ -458,7 +471,7 @@ impl Pager {
         Ok(())
     }
 
-    /// Start the event thread (and the background reclaimer when configured).
+    /// Start the event thread (and the background reclaimer and recompressor when configured).
     fn spawn_threads(&self) -> std::io::Result<Vec<std::thread::JoinHandle<()>>> {
         let p = PagerPtr(self as *const Pager);
         let ev = std::thread::Builder::new().name("uswap-uffd".into()).spawn(move || {
@@ -475,6 +488,15 @@ impl Pager {
                 sys::block_async_signals_forever();
                 // SAFETY: as above.
                 reclaim::kswapd(unsafe { &*p.0 })
+            })?);
+        }
+        if self.cfg.recompress_ms > 0 && self.store.recompress_configured() {
+            let p = PagerPtr(self as *const Pager);
+            th.push(std::thread::Builder::new().name("uswap-recomp".into()).spawn(move || {
+                let p = p;
+                sys::block_async_signals_forever();
+                // SAFETY: as above.
+                recomp::recompressor(unsafe { &*p.0 })
             })?);
         }
         Ok(th)
@@ -638,6 +660,14 @@ impl Pager {
         v
     }
 
+    /// Run one background recompression pass now, in the calling thread (what the
+    /// `uswap-recomp` thread does every `recompress_ms`; see `recomp`): recompress what stayed
+    /// idle since the previous pass, then mark everything idle. Not for the fault path; call
+    /// it from a thread that touches no managed memory meanwhile. Counted in the statistics.
+    pub fn recompress_now(&self) -> RecompressPass {
+        recomp::pass(self).0
+    }
+
     /// A snapshot of the statistics.
     pub fn stats(&self) -> PagerStats {
         stats::snapshot(self, region::live_regions_of(self))
@@ -653,6 +683,7 @@ impl Drop for Pager {
         // SAFETY: an 8-byte write of a valid u64 to our eventfd.
         unsafe { libc::write(std::os::fd::AsRawFd::as_raw_fd(&self.stop_fd), (&one as *const u64).cast(), 8) };
         sys::futex_wake(&self.reclaim_wake);
+        sys::futex_wake(&self.recomp_wake);
         let th = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         for t in th {
             let _ = t.join();

@@ -54,6 +54,14 @@ pub(crate) struct Counters {
     pub(crate) clean_dirtied: AtomicU64,
     pub(crate) clean_evicted: AtomicU64,
     pub(crate) clean_discarded: AtomicU64,
+    pub(crate) recomp_passes: AtomicU64,
+    pub(crate) recomp_deferred: AtomicU64,
+    pub(crate) recomp_objects: AtomicU64,
+    pub(crate) recomp_pages: AtomicU64,
+    pub(crate) recomp_kept: AtomicU64,
+    pub(crate) recomp_saved_bytes: AtomicU64,
+    pub(crate) recomp_compacted_bytes: AtomicU64,
+    pub(crate) recomp_cpu_ns: AtomicU64,
     hist: [AtomicU64; HIST],
 }
 
@@ -236,6 +244,24 @@ pub struct PagerStats {
     pub clean_discarded: u64,
     /// Swap-in currently keeps clean pages' entries (off while most of them get written).
     pub clean_keeping: bool,
+    /// Background recompression passes run (`recomp` module; zram's `recompress type=idle`).
+    pub recompress_passes: u64,
+    /// Passes put off because the program was faulting heavily or the charge was over the
+    /// limit.
+    pub recompress_deferred: u64,
+    /// Objects re-encoded with the secondary algorithm and moved to a smaller slot (zram's
+    /// `num_recompressed`).
+    pub num_recompressed: u64,
+    /// 4 KiB pages of original data in them.
+    pub recompressed_pages: u64,
+    /// Objects tried and left as they were (no smaller slot; zram's `incompressible`).
+    pub recompress_kept: u64,
+    /// Bytes of pool slots given back by recompression (old slot size minus new).
+    pub recompress_saved_bytes: u64,
+    /// Bytes of pool memory released by the compaction after a pass.
+    pub recompress_compacted_bytes: u64,
+    /// CPU time of the passes (the recompressor thread's), ns.
+    pub recompress_cpu_ns: u64,
     /// The store's own counters.
     pub engine: serde_json::Value,
 }
@@ -306,6 +332,14 @@ pub(crate) fn snapshot(p: &Pager, regions_live: usize) -> PagerStats {
         clean_evicted: g(&c.clean_evicted),
         clean_discarded: g(&c.clean_discarded),
         clean_keeping: p.keep.keeping(),
+        recompress_passes: g(&c.recomp_passes),
+        recompress_deferred: g(&c.recomp_deferred),
+        num_recompressed: g(&c.recomp_objects),
+        recompressed_pages: g(&c.recomp_pages),
+        recompress_kept: g(&c.recomp_kept),
+        recompress_saved_bytes: g(&c.recomp_saved_bytes),
+        recompress_compacted_bytes: g(&c.recomp_compacted_bytes),
+        recompress_cpu_ns: g(&c.recomp_cpu_ns),
         engine: p.store.stats_json(),
     }
 }

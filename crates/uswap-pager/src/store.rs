@@ -81,6 +81,34 @@ pub trait PageStore: Send + Sync {
         let _ = group;
         None
     }
+    /// True when some tier has a secondary algorithm to recompress idle data with (a pool
+    /// tier's `recomp=`): the pager then runs its background recompressor (`recomp`).
+    fn recompress_configured(&self) -> bool {
+        false
+    }
+    /// One background recompression pass (zram's `recompress type=idle` then `echo all >
+    /// idle`): in every tier with a secondary algorithm, re-encode what stayed idle since the
+    /// previous pass, compact if anything moved, and mark everything idle again. Never called
+    /// on the fault path (it allocates and takes pool locks for long stretches). Default:
+    /// nothing to do.
+    fn recompress_idle(&self) -> RecompressPass {
+        RecompressPass::default()
+    }
+}
+
+/// What one [`PageStore::recompress_idle`] pass did (summed over the tiers it went through).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecompressPass {
+    /// Objects re-encoded and moved to a smaller slot (zram's `num_recompressed`).
+    pub objects: u64,
+    /// 4 KiB pages of original data in them.
+    pub pages: u64,
+    /// Objects tried and left as they were (no smaller slot, or the move was refused).
+    pub kept: u64,
+    /// Bytes of slots given back (old slot size minus new).
+    pub saved_bytes: u64,
+    /// Bytes released by the compaction that followed.
+    pub compacted_bytes: u64,
 }
 
 impl<T: PageStore + ?Sized> PageStore for std::sync::Arc<T> {
@@ -111,6 +139,12 @@ impl<T: PageStore + ?Sized> PageStore for std::sync::Arc<T> {
     fn ram_per_page(&self, group: u16) -> Option<u64> {
         (**self).ram_per_page(group)
     }
+    fn recompress_configured(&self) -> bool {
+        (**self).recompress_configured()
+    }
+    fn recompress_idle(&self) -> RecompressPass {
+        (**self).recompress_idle()
+    }
 }
 
 /// The uswap engine ([`uswap::vswap::Engine`]) as a [`PageStore`]: virtual swap entries over
@@ -124,6 +158,8 @@ pub(crate) struct EngineStore {
     /// The first compressed-pool tier and the first file tier: where [`PageStore::shrink_ram`]
     /// writes back from and to.
     writeback: Option<(usize, usize)>,
+    /// Indexes of the pool tiers with a secondary algorithm (`recomp=`).
+    recomp_tiers: Vec<usize>,
 }
 
 impl EngineStore {
@@ -131,6 +167,10 @@ impl EngineStore {
     pub fn new(tiers: &str, virtual_slots: u64, group: u16) -> Result<EngineStore, StoreError> {
         let tc = uswap::config::TiersConfig::parse(tiers).map_err(|e| StoreError::Other(e.to_string()))?;
         let has_disk = tc.tiers.iter().any(|t| matches!(t, uswap::config::TierSpec::File(_)));
+        let recomp_tiers = (tc.tiers.iter().enumerate())
+            .filter(|(_, t)| matches!(t, uswap::config::TierSpec::Pool(p) if p.recompress.is_some()))
+            .map(|(i, _)| i)
+            .collect();
         let backends = tc.build().map_err(|e| StoreError::Other(e.to_string()))?;
         let first = |k| backends.iter().position(|b| b.kind() == k);
         let writeback = first(uswap::backend::TierKind::Pool).zip(first(uswap::backend::TierKind::File));
@@ -141,7 +181,7 @@ impl EngineStore {
             ..Default::default()
         };
         let engine = uswap::vswap::Engine::new(cfg, backends).map_err(|e| StoreError::Other(e.to_string()))?;
-        let s = EngineStore { engine, group, has_disk, writeback };
+        let s = EngineStore { engine, group, has_disk, writeback, recomp_tiers };
         s.reserve_swapin(4)?;
         Ok(s)
     }
@@ -200,6 +240,26 @@ impl PageStore for EngineStore {
         }
         // Second-chance writeback, as the zswap shrinker: the coldest objects first.
         self.engine.writeback(from, to, max_pages).unwrap_or(0)
+    }
+    fn recompress_configured(&self) -> bool {
+        !self.recomp_tiers.is_empty()
+    }
+    fn recompress_idle(&self) -> RecompressPass {
+        let mut out = RecompressPass::default();
+        for &t in &self.recomp_tiers {
+            // Idle since the previous pass's mark (the first pass finds nothing marked).
+            let Ok(r) = self.engine.recompress_tier(t, true) else { continue };
+            out.objects += r.objects;
+            out.pages += r.pages;
+            out.kept += r.kept;
+            out.saved_bytes += r.saved_bytes;
+            if r.objects > 0 {
+                // Moves leave holes in the zspages they came from: fill them.
+                out.compacted_bytes += self.engine.compact_tier(t).unwrap_or(0);
+            }
+            let _ = self.engine.mark_idle_tier(t);
+        }
+        out
     }
     fn stats_json(&self) -> serde_json::Value {
         let mut v = serde_json::to_value(self.engine.stats().snapshot()).unwrap_or_default();

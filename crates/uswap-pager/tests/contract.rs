@@ -101,9 +101,13 @@ fn cycle_pass(r: &mut uswap_pager::Region, mib: usize, rounds: usize) -> u64 {
     acc
 }
 
-fn check_contract(mode: FaultMode, folio: usize) {
+fn check_contract(mode: FaultMode, folio: usize, tiers: Option<&str>) {
     let reclaim = if mode == FaultMode::Thread { ReclaimMode::Background } else { ReclaimMode::Direct };
-    let cfg = PagerConfig { limit_bytes: 4 << 20, folio_size: folio, fault_mode: mode, reclaim, ..Default::default() };
+    let mut cfg =
+        PagerConfig { limit_bytes: 4 << 20, folio_size: folio, fault_mode: mode, reclaim, ..Default::default() };
+    if let Some(t) = tiers {
+        cfg.tiers = t.into();
+    }
     let Some(p) = common::pager(cfg) else { return };
     let mut r = p.map(16 << 20).unwrap();
     // A third of the pages random (they go raw to the pool or to the file), the rest patterned
@@ -119,6 +123,13 @@ fn check_contract(mode: FaultMode, folio: usize) {
         touch_pass(&mut r, seed, seed % 2 == 0);
     }
     cycle_pass(&mut r, 5, 2);
+    if tiers.is_some() {
+        // Recompressed objects in the pool (the first pass marks, the second recompresses what
+        // stayed idle), so the measured swap-ins decode zstd too.
+        p.recompress_now();
+        let done = p.recompress_now();
+        assert!(done.objects > 0, "nothing recompressed: {done:?}");
+    }
     let before = p.stats();
     let locks0 = fault_lock_counts();
     let held0 = fault_entries_holding_locks();
@@ -183,8 +194,11 @@ fn check_entry_under_a_lock_is_seen() {
 fn fault_path_allocates_nothing_and_takes_only_allowed_locks() {
     // One test: the counters are process-wide and tests run in parallel threads.
     for mode in [FaultMode::Sigbus, FaultMode::Thread] {
-        check_contract(mode, 4096);
-        check_contract(mode, 65536);
+        check_contract(mode, 4096, None);
+        check_contract(mode, 65536, None);
     }
+    // `uswap run`'s default pool (lz4, idle objects recompressed with zstd): the event thread
+    // decodes zstd objects without allocating.
+    check_contract(FaultMode::Thread, 65536, Some("zero,lz4:recomp=zstd:recomp_level=3"));
     check_entry_under_a_lock_is_seen();
 }

@@ -65,6 +65,21 @@ pub struct LoadReq<'a> {
 /// handle (the backend frees the new copy instead).
 pub type Relocate<'a> = &'a mut dyn FnMut(SwapEntry, u64, u64) -> bool;
 
+/// What a recompression pass did (see [`Backend::recompress`]).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Recompressed {
+    /// Objects re-encoded and moved to a smaller slot (the engine took the new handle).
+    pub objects: u64,
+    /// 4 KiB pages of original data in them.
+    pub pages: u64,
+    /// Objects tried and left as they were (no smaller slot, or the move was refused).
+    pub kept: u64,
+    /// Bytes of slots given back (old slot size minus new, summed).
+    pub saved_bytes: u64,
+    /// Thread CPU time of the pass, ns.
+    pub cpu_ns: u64,
+}
+
 /// A storage tier.
 pub trait Backend: Send + Sync {
     /// Short name for statistics and errors ("zpool", "file:/var/tmp").
@@ -115,6 +130,15 @@ pub trait Backend: Send + Sync {
     /// reclaimed. Default: nothing to do.
     fn compact(&self, _relocate: Relocate<'_>) -> u64 {
         0
+    }
+    /// Mark everything stored idle (zram's `echo all > idle`); a store or load of an object
+    /// makes it not idle again. Default: nothing to do.
+    fn mark_idle(&self) {}
+    /// Re-encode stored objects with a stronger secondary algorithm (zram's `recompress`):
+    /// those idle since the last [`Backend::mark_idle`] if `idle_only`, else all. Every object
+    /// that moves is reported through `relocate`, as compaction does. Default: nothing to do.
+    fn recompress(&self, _idle_only: bool, _relocate: Relocate<'_>) -> Recompressed {
+        Recompressed::default()
     }
 }
 

@@ -7,7 +7,7 @@
 //! | tier | meaning | keys |
 //! |---|---|---|
 //! | `zero` | zero-page elision (no backend: a flag) | |
-//! | `lz4`, `zstd`, `pool` | compressed pool (`pool` = lz4) | `pool=20%` or `pool=512M` (zswap `max_pool_percent`), `accept=90%` (`accept_threshold_percent`), `threshold=75%`, `incompressible=raw\|reject`, `folio=whole\|page\|16k`, `comp=lz4\|zstd`, `level=1` |
+//! | `lz4`, `zstd`, `pool` | compressed pool (`pool` = lz4) | `pool=20%` or `pool=512M` (zswap `max_pool_percent`), `accept=90%` (`accept_threshold_percent`), `threshold=75%`, `incompressible=raw\|reject`, `folio=whole\|page\|16k`, `comp=lz4\|zstd`, `level=1`, `recomp=zstd\|lz4\|off` (zram's `recomp_algorithm`: idle objects re-encoded by [`crate::Engine::recompress_tier`]; default off), `recomp_level=9` (zstd level of it; implies `recomp=zstd`) |
 //! | `file[:PATH]` | swap file: an unlinked temp file in directory PATH (default `/var/tmp`), or the file/block device PATH | `size=8G`, `engine=psync\|uring`, `encrypt=on\|off`, `discard=on\|off`, `direct=on\|off` (O_DIRECT), `force` (use an existing file or device without uswap's header, overwriting it) |
 //! | `mem` | uncompressed RAM (tests) | `pages=N` |
 //!
@@ -27,6 +27,8 @@ use std::sync::Arc;
 pub const DEFAULT_FILE_DIR: &str = "/var/tmp";
 /// zswap's default `max_pool_percent`.
 pub const DEFAULT_POOL_PERCENT: u8 = 20;
+/// zstd level of `recomp=zstd` (recompression runs in the background: ratio over speed).
+pub const DEFAULT_RECOMP_LEVEL: i32 = 9;
 
 /// One configured tier.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -142,6 +144,22 @@ fn set_pool_key(p: &mut PoolConfig, key: &str, v: &str, mem: &mut Option<u64>) -
                 .filter(|l| (1..=19).contains(l))
                 .ok_or_else(|| bad(format!("bad zstd level '{v}' (expected 1..19)")))?;
             p.compressor = Compressor::Zstd { level: l };
+        }
+        "recomp" | "recomp_algorithm" => {
+            p.recompress = match v {
+                "off" | "none" => None,
+                "zstd" => Some(Compressor::Zstd { level: DEFAULT_RECOMP_LEVEL }),
+                "lz4" => Some(Compressor::Lz4),
+                _ => return Err(bad(format!("unknown recompression algorithm '{v}' (expected zstd, lz4 or off)"))),
+            }
+        }
+        "recomp_level" => {
+            let l = v
+                .parse::<i32>()
+                .ok()
+                .filter(|l| (1..=19).contains(l))
+                .ok_or_else(|| bad(format!("bad zstd level '{v}' for recomp_level= (expected 1..19)")))?;
+            p.recompress = Some(Compressor::Zstd { level: l });
         }
         _ => return Ok(false),
     }
@@ -347,6 +365,22 @@ mod tests {
             Err(SwapError::Config(m)) => m,
             other => panic!("{s}: expected a config error, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn recompression_keys() {
+        let pool = |s: &str| match TiersConfig::parse(s).unwrap().tiers.remove(0) {
+            TierSpec::Pool(p) => p,
+            other => panic!("{s}: {other:?}"),
+        };
+        assert_eq!(pool("lz4").recompress, None);
+        let p = pool("lz4:recomp=zstd");
+        assert_eq!((p.compressor, p.recompress), (Compressor::Lz4, Some(Compressor::Zstd { level: 9 })));
+        assert_eq!(pool("lz4,recomp=zstd,recomp_level=15").recompress, Some(Compressor::Zstd { level: 15 }));
+        assert_eq!(pool("lz4:recomp_level=3").recompress, Some(Compressor::Zstd { level: 3 }));
+        assert_eq!(pool("lz4:recomp=zstd:recomp=off").recompress, None);
+        assert!(err("lz4:recomp=lzo").contains("'lzo'"));
+        assert!(err("lz4:recomp_level=0").contains("'0'"));
     }
 
     #[test]

@@ -34,4 +34,16 @@ pub mod tier;
 pub mod vswap;
 
 pub use error::{SwapError, TierError};
+
+/// Make this thread's per-thread engine state now rather than on its first swap-in or free:
+/// its registration with the swap table's epoch collector and the pool's decoding state. A
+/// thread that serves faults calls it when it starts, so that the fault path allocates
+/// nothing even the first time. (A program thread whose fault is served in a SIGBUS handler
+/// makes this state on its first fault: in SIGBUS mode, call this in every thread that may
+/// fault, or take the first allocation as the price.)
+pub fn prepare_thread() {
+    #[cfg(not(loom))]
+    drop(crossbeam_epoch::pin());
+    tier::zpool::prepare_thread();
+}
 pub use swap_table::{SwapEntry, PAGE_SIZE, SLOTS_PER_CLUSTER};

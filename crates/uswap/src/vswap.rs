@@ -1386,6 +1386,20 @@ impl Engine {
         let tier = self.tier(t)?;
         Ok(tier.backend.compact(&mut |owner, old, new| self.relocate(t, owner, old, new)))
     }
+
+    /// Recompress tier `t`'s objects idle since the last [`Engine::mark_idle_tier`] (or all,
+    /// `idle_only` false) with its secondary algorithm, rewriting the words of every object it
+    /// moves (see [`Backend::recompress`]). Not for the fault path: a background or explicit pass.
+    pub fn recompress_tier(&self, t: usize, idle_only: bool) -> Result<crate::backend::Recompressed, SwapError> {
+        let tier = self.tier(t)?;
+        Ok(tier.backend.recompress(idle_only, &mut |owner, old, new| self.relocate(t, owner, old, new)))
+    }
+
+    /// Mark everything in tier `t` idle (zram's `echo all > idle`, see [`Backend::mark_idle`]).
+    pub fn mark_idle_tier(&self, t: usize) -> Result<(), SwapError> {
+        self.tier(t)?.backend.mark_idle();
+        Ok(())
+    }
 }
 
 #[cfg(all(test, not(loom)))]

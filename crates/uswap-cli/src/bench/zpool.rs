@@ -8,6 +8,12 @@
 //! (`pool_total_size / pages`), per category, for lz4 and zstd, and large folios stored whole
 //! against per page. Also the zero check itself (ns per 4 KiB page, hot and cold).
 //!
+//! Recompression (key `recompression`): the lz4 4 KiB run and the 64 KiB whole-folio run then
+//! mark everything idle, run one [`ZPool::recompress`] pass with zstd at `--recomp-level` and
+//! one compaction pass, and report RAM per page after it, its ratio to zram from the same run,
+//! the pass's thread CPU time (µs per recompressed page, MB/s) and the load speed of the
+//! recompressed objects; every unit is loaded back and compared.
+//!
 //! zram side (root only): a zram device is hot-added (never one in use), set to lz4, the same
 //! pages are written with O_DIRECT and read back (and compared), `mm_stat` gives
 //! `mem_used_total`; the device is reset and removed afterwards whatever happens.
@@ -38,6 +44,10 @@ pub struct Args {
     /// Skip the kernel zram comparison.
     #[arg(long)]
     pub no_zram: bool,
+    /// zstd level of the recompression pass measured after the lz4 runs (4 KiB pages and
+    /// 64 KiB whole folios): `recomp=zstd`, `recomp_level=N`.
+    #[arg(long, default_value_t = uswap::config::DEFAULT_RECOMP_LEVEL)]
+    pub recomp_level: i32,
 }
 
 /// A category of pages.
@@ -207,6 +217,83 @@ struct PoolRun {
     decompress_mb_s: f64,
     bytes_per_page: f64,
     per_category: Map<String, Value>,
+    /// After a recompression pass (when the config has a secondary algorithm).
+    recompressed: Option<Value>,
+}
+
+/// Mark everything idle, recompress the idle objects, compact; then load every unit back
+/// (timed) and compare. `handles[k]` is unit `k`'s handle (owner `SwapEntry(k)`).
+fn recompress_pass(
+    pool: &ZPool,
+    corpus: &[Category],
+    unit: usize,
+    handles: &mut [Option<u64>],
+    pages_all: u64,
+) -> Result<Value, CliError> {
+    let before = pool.usage().used_bytes;
+    pool.mark_idle();
+    let mut moved = vec![false; handles.len()];
+    let t = Instant::now();
+    let r = pool.recompress(true, &mut |owner, old, new| match handles.get_mut(owner.0 as usize) {
+        Some(Some(h)) if *h == old => {
+            *h = new;
+            moved[owner.0 as usize] = true;
+            true
+        }
+        _ => false,
+    });
+    let wall = t.elapsed();
+    let after_pass = pool.usage().used_bytes;
+    let compacted = pool.compact(&mut |owner, old, new| match handles.get_mut(owner.0 as usize) {
+        Some(Some(h)) if *h == old => {
+            *h = new;
+            true
+        }
+        _ => false,
+    });
+    let after = pool.usage().used_bytes;
+    // Every unit back and compared; the recompressed ones (zstd now) timed apart.
+    let mut out = vec![0u8; unit];
+    let (mut k, mut bytes, mut td) = (0, 0usize, Duration::ZERO);
+    for c in corpus {
+        for u in c.data.chunks_exact(unit) {
+            match handles[k] {
+                Some(h) => {
+                    let t = Instant::now();
+                    pool.load(h, &mut out).map_err(|e| CliError::fail(format!("load after recompression: {e}")))?;
+                    if moved[k] {
+                        td += t.elapsed();
+                        bytes += unit;
+                    }
+                }
+                None => out.fill(0),
+            }
+            k += 1;
+            if out != u {
+                return Err(CliError::fail(format!("{}: data mismatch after recompression", c.name)));
+            }
+        }
+    }
+    pool.check_invariants().map_err(CliError::fail)?;
+    let st = pool.stats();
+    let recompressed_bytes = r.pages as usize * PAGE_SIZE;
+    Ok(json!({
+        "algorithm": format!("{:?}", pool.config().recompress),
+        "bytes_per_page": round2(after as f64 / pages_all.max(1) as f64),
+        "bytes_per_page_before": round2(before as f64 / pages_all.max(1) as f64),
+        "bytes_per_page_before_compaction": round2(after_pass as f64 / pages_all.max(1) as f64),
+        "compacted_bytes": compacted,
+        "num_recompressed": r.objects,
+        "recompressed_pages": r.pages,
+        "recompress_kept": r.kept,
+        "recompress_saved_bytes": r.saved_bytes,
+        "recompress_cpu_ms": round2(r.cpu_ns as f64 / 1e6),
+        "recompress_wall_ms": round2(wall.as_secs_f64() * 1e3),
+        "recompress_cpu_us_per_page": round2(r.cpu_ns as f64 / 1e3 / r.pages.max(1) as f64),
+        "recompress_mb_s_cpu": round2(recompressed_bytes as f64 / 1e3 / (r.cpu_ns.max(1) as f64 / 1e6)),
+        "decompress_mb_s_recompressed": round2(mbs(bytes, td)),
+        "pool_num_recompressed": st.num_recompressed,
+    }))
 }
 
 /// Store every page (zero pages elided as the engine does), then load and compare. Advances
@@ -220,12 +307,13 @@ fn run_pool(corpus: &[Category], cfg: PoolConfig, unit: usize, pb: &ProgressBar)
     for c in corpus {
         let before = pool.usage().used_bytes;
         let t = Instant::now();
-        for (i, u) in c.data.chunks_exact(unit).enumerate() {
+        for u in c.data.chunks_exact(unit) {
             if zero::is_zero(u) {
                 handles.push(None);
                 continue;
             }
-            let st = pool.store(u, SwapEntry(i as u64)).map_err(|e| CliError::fail(format!("store: {e}")))?;
+            let owner = SwapEntry(handles.len() as u64);
+            let st = pool.store(u, owner).map_err(|e| CliError::fail(format!("store: {e}")))?;
             handles.push(Some(st.handle));
         }
         let dt = t.elapsed();
@@ -263,11 +351,17 @@ fn run_pool(corpus: &[Category], cfg: PoolConfig, unit: usize, pb: &ProgressBar)
         }
     }
     pool.check_invariants().map_err(CliError::fail)?;
+    let bytes_per_page = pool.usage().used_bytes as f64 / pages_all.max(1) as f64;
+    let recompressed = match pool.config().recompress {
+        Some(_) => Some(recompress_pass(&pool, corpus, unit, &mut handles, pages_all)?),
+        None => None,
+    };
     Ok(PoolRun {
         compress_mb_s: mbs(total, tc),
         decompress_mb_s: mbs(total, td),
-        bytes_per_page: pool.usage().used_bytes as f64 / pages_all.max(1) as f64,
+        bytes_per_page,
         per_category,
+        recompressed,
     })
 }
 
@@ -463,8 +557,12 @@ pub fn run(a: &Args) -> CliResult {
         ..PoolConfig::default()
     };
     out.insert("threshold_percent".into(), json!(base.threshold_percent));
+    if !(1..=19).contains(&a.recomp_level) {
+        return Err(CliError::usage("--recomp-level must be 1..=19"));
+    }
+    let recomp = Some(Compressor::Zstd { level: a.recomp_level });
     bar.set_message("lz4");
-    let lz4 = run_pool(&corpus, base.clone(), PAGE_SIZE, &bar)?;
+    let lz4 = run_pool(&corpus, PoolConfig { recompress: recomp, ..base.clone() }, PAGE_SIZE, &bar)?;
     bar.set_message("zstd");
     let zstd =
         run_pool(&corpus, PoolConfig { compressor: Compressor::Zstd { level: 1 }, ..base.clone() }, PAGE_SIZE, &bar)?;
@@ -474,6 +572,10 @@ pub fn run(a: &Args) -> CliResult {
     out.insert("compress_mb_s".into(), json!(round2(lz4.compress_mb_s)));
     out.insert("decompress_mb_s".into(), json!(round2(lz4.decompress_mb_s)));
     out.insert("lz4_per_category".into(), Value::Object(lz4.per_category));
+    let mut recomp_runs = Map::new();
+    if let Some(rc) = lz4.recompressed {
+        recomp_runs.insert("lz4_4k".into(), rc);
+    }
     out.insert(
         "zstd".into(),
         json!({ "level": 1, "bytes_per_page": round2(zstd.bytes_per_page), "compress_mb_s": round2(zstd.compress_mb_s),
@@ -486,12 +588,15 @@ pub fn run(a: &Args) -> CliResult {
             [(FolioMode::Whole, "whole"), (FolioMode::Block16K, "16k"), (FolioMode::PerPage, "per_page")]
         {
             bar.set_message(format!("lz4, {} KiB folios, {name}", unit >> 10));
-            let r = run_pool(&corpus, PoolConfig { folio_mode: mode, ..base.clone() }, unit, &bar)?;
-            folios.insert(
-                format!("lz4_{}k_{name}", unit >> 10),
-                json!({ "bytes_per_page": round2(r.bytes_per_page), "compress_mb_s": round2(r.compress_mb_s),
-                        "decompress_mb_s": round2(r.decompress_mb_s) }),
-            );
+            let recompress = if mode == FolioMode::Whole && unit == 64 << 10 { recomp } else { None };
+            let r = run_pool(&corpus, PoolConfig { folio_mode: mode, recompress, ..base.clone() }, unit, &bar)?;
+            let mut v = json!({ "bytes_per_page": round2(r.bytes_per_page), "compress_mb_s": round2(r.compress_mb_s),
+                        "decompress_mb_s": round2(r.decompress_mb_s) });
+            if let Some(rc) = r.recompressed {
+                recomp_runs.insert(format!("lz4_{}k_{name}", unit >> 10), rc.clone());
+                v["recompressed"] = rc;
+            }
+            folios.insert(format!("lz4_{}k_{name}", unit >> 10), v);
         }
     }
     out.insert("large_folios".into(), Value::Object(folios));
@@ -519,6 +624,16 @@ pub fn run(a: &Args) -> CliResult {
             }
         }
     }
+    // RAM per page after recompression, and its ratio to zram's from this run.
+    let zram = out.get("zram_bytes_per_page").and_then(Value::as_f64);
+    for rc in recomp_runs.values_mut() {
+        let ratio = zram.zip(rc["bytes_per_page"].as_f64()).map(|(z, u)| json!((u / z * 1000.0).round() / 1000.0));
+        rc["ratio_to_zram"] = ratio.unwrap_or(Value::Null);
+        let before =
+            zram.zip(rc["bytes_per_page_before"].as_f64()).map(|(z, u)| json!((u / z * 1000.0).round() / 1000.0));
+        rc["ratio_to_zram_before"] = before.unwrap_or(Value::Null);
+    }
+    out.insert("recompression".into(), Value::Object(recomp_runs));
     out.insert("elapsed_s".into(), json!(round2(t0.elapsed().as_secs_f64())));
     bar.done();
     if a.json {

@@ -7,7 +7,9 @@
 //! writes `<pid>.json` there at exit), `USWAP_MMAP_MIN` (smallest anonymous mapping adopted at
 //! `mmap` time, default 16 KiB), `USWAP_SCAN_MS` (how often the resident set is checked for
 //! memory to reconcile, default 1 ms), `USWAP_ON_ERROR=warn` (run unmanaged, with a warning,
-//! if the pager cannot start; default: print why and exit 125).
+//! if the pager cannot start; default: print why and exit 125), `USWAP_RECOMP_MS` and
+//! `USWAP_RECOMP_CPU_PERCENT` (period and CPU budget of background recompression, default
+//! 5000 ms and 5 %; it runs only for a pool tier with `recomp=`).
 //!
 //! The program keeps its own allocator (glibc malloc, jemalloc, pymalloc, a JVM's or V8's
 //! heap): nothing is replaced. Its anonymous private memory is found and adopted by the pager
@@ -234,7 +236,7 @@ fn start() -> Result<(), String> {
     let cfg = PagerConfig {
         limit_bytes: limit,
         folio_size: folio,
-        tiers: env(c"USWAP_TIERS").unwrap_or("zero,lz4,file:/var/tmp").to_string(),
+        tiers: env(c"USWAP_TIERS").unwrap_or("zero,lz4:recomp=zstd,file:/var/tmp").to_string(),
         fault_mode: uswap_pager::FaultMode::Thread,
         // No REMOVE events: reclaim's own madvise would then wait for the event thread, which
         // must hold off reading while reclaim drops (see the pager's read gate). The program's
@@ -256,6 +258,9 @@ fn start() -> Result<(), String> {
             Some("fifo") => uswap_pager::Replacement::Fifo,
             _ => uswap_pager::Replacement::TwoList,
         },
+        // Background recompression (when a pool tier has `recomp=`): period and CPU budget.
+        recompress_ms: parse_num(c"USWAP_RECOMP_MS", 5000)?,
+        recompress_cpu_percent: parse_num(c"USWAP_RECOMP_CPU_PERCENT", 5)?.clamp(1, 100) as u8,
         ..Default::default()
     };
     // glibc trims its heaps with its internal madvise(MADV_DONTNEED), which no interposed symbol

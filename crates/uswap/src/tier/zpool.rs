@@ -21,6 +21,18 @@
 //! fullest group, compaction empties the sparsest zspages into the fullest ones and reports
 //! every move through the [`Relocate`] hook. Objects larger than the biggest class (whole
 //! large folios) live in a separate large-object area of exact, page-rounded allocations.
+//! Classes that pack identically (same pages and objects per zspage) are merged into the
+//! largest of them, as zsmalloc does: an object costs the same there, and fewer classes in use
+//! mean fewer partly used zspages.
+//!
+//! Density: idle objects can be re-encoded with a stronger secondary algorithm
+//! ([`PoolConfig::recompress`], zstd at a high level; zram's `recomp_algorithm` and
+//! `recompress type=idle`) by [`ZPool::recompress`], which moves them to smaller classes
+//! through the same [`Relocate`] hook (see `zpool/recompress.rs`). Chosen over larger
+//! compression units for 4 KiB pages because it keeps the fast lz4 store and the 4 KiB load
+//! granularity, and pays the stronger codec's CPU only for data that stays swapped out; on
+//! `uswap bench zpool`'s corpus it takes the pool from ~1.02x kernel zram's RAM per page to
+//! ~0.81x (see BENCHMARKS.md).
 //!
 //! Handles (41 bits): `class (8) | zspage index (21) | object index (12)`; class 255 is the
 //! large area (the low 33 bits index it).
@@ -31,7 +43,8 @@
 //! says so, so the engine writes back.
 //!
 //! Locking: one mutex per size class (cache-padded) guards that class's zspages and their
-//! memory; one mutex guards the large area; one mutex serialises compaction passes. No lock is
+//! memory; one mutex guards the large area; one mutex serialises compaction and recompression
+//! passes (each takes it with `try_lock`). No lock is
 //! held across compression, decompression or the relocate callback, and no two pool locks
 //! are ever held together. A load decodes a class object in place, without copying it out:
 //! it pins the object's zspage under the class lock (zsmalloc's `zs_obj_read_begin`), and
@@ -40,13 +53,15 @@
 
 use super::lz4::Lz4Table;
 use super::pages::{self, PageVec};
-use crate::backend::{Backend, Relocate, Stored, TierKind, Usage};
+use crate::backend::{Backend, Recompressed, Relocate, Stored, TierKind, Usage};
 use crate::error::TierError;
 use crate::swap_table::{SwapEntry, MAX_ORDER, PAGE_SIZE, PAYLOAD_MAX};
 use crate::sync::{lock, AtomicBool, AtomicU64, LockClass, Mutex, Ordering};
 use crossbeam_utils::CachePadded;
 use std::cell::RefCell;
 use std::ptr::NonNull;
+
+mod recompress;
 
 /// Compression algorithm.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -111,6 +126,9 @@ pub struct PoolConfig {
     pub incompressible: Incompressible,
     /// Large-folio compression unit.
     pub folio_mode: FolioMode,
+    /// Secondary algorithm for [`ZPool::recompress`] (zram's `recomp_algorithm`), normally
+    /// zstd at a high level; None: recompression off.
+    pub recompress: Option<Compressor>,
 }
 
 impl Default for PoolConfig {
@@ -122,6 +140,7 @@ impl Default for PoolConfig {
             threshold_percent: 75,
             incompressible: Incompressible::StoreRaw,
             folio_mode: FolioMode::Whole,
+            recompress: None,
         }
     }
 }
@@ -147,6 +166,18 @@ pub struct PoolStats {
     pub pages_compacted_bytes: u64,
     /// Loads that failed to decompress.
     pub decompress_fail: u64,
+    /// Objects re-encoded by [`ZPool::recompress`] and moved to a smaller size class (zram's
+    /// `num_recompressed`, counted in objects; see `recompressed_pages`).
+    pub num_recompressed: u64,
+    /// 4 KiB pages of original data in those objects.
+    pub recompressed_pages: u64,
+    /// Objects recompression tried and left as they were: the secondary algorithm did not
+    /// reach a smaller class (zram marks such slots `incompressible`), or the move was refused.
+    pub recompress_kept: u64,
+    /// Bytes of object slots given back by recompression (old class size minus new).
+    pub recompress_saved_bytes: u64,
+    /// Thread CPU time spent in recompression passes, ns.
+    pub recompress_cpu_ns: u64,
 }
 
 const HDR: usize = 8;
@@ -260,6 +291,12 @@ struct Zspage {
     /// Loads decoding an object of this zspage in place (see [`ZPool::pin`]): compaction
     /// moves nothing out of it meanwhile.
     pins: u16,
+    /// An object of it was stored or loaded since the last [`ZPool::mark_idle`]: its objects
+    /// are not idle (zram's per-slot idle flag, kept per zspage; see `recompress`).
+    touched: bool,
+    /// A recompression pass went through it and no object was stored into it since: nothing
+    /// in it is worth another try.
+    swept: bool,
 }
 
 struct Class {
@@ -416,7 +453,17 @@ impl Class {
                 }
             },
         };
-        let zs = Zspage { mem, inuse: 0, free_head: 0, group: 0, pos: 0, draining: false, pins: 0 };
+        let zs = Zspage {
+            mem,
+            inuse: 0,
+            free_head: 0,
+            group: 0,
+            pos: 0,
+            draining: false,
+            pins: 0,
+            touched: false,
+            swept: false,
+        };
         // Thread the free list: object i -> i+1, last -> NO_OBJ.
         for i in 0..self.objs {
             let next = if i + 1 == self.objs { NO_OBJ } else { i + 1 };
@@ -436,7 +483,10 @@ impl Class {
         (h & USED != 0).then_some(h)
     }
     /// Free an object; returns true if its zspage was released (bytes = zspage_bytes).
-    /// An emptied zspage is kept for reuse when `spare` has room, else released.
+    /// An emptied zspage is kept for reuse when `spare` has room, else released. A draining
+    /// zspage is never released here, even empty: its id and slots stay reserved until the
+    /// pass that drains it calls [`Class::undrain`], so a handle that pass still holds cannot
+    /// come to name a new object (no ABA through a reused zspage id or slot).
     fn free_obj(&mut self, id: u32, obj: u16, spare: Option<&SpareBudget>) -> bool {
         self.group_remove(id);
         let zs = self.zspages[id as usize].as_ref().expect("zspage");
@@ -445,19 +495,37 @@ impl Class {
         zs.free_head = obj;
         zs.inuse -= 1;
         self.used_objs -= 1;
-        if zs.inuse == 0 {
-            let zs = self.zspages[id as usize].take().expect("zspage");
-            if self.spare.len() < SPARE_ZSPAGES && spare.is_some_and(|b| b.take(self.zspage_bytes() as u64)) {
-                self.spare.push(zs.mem);
-            } else {
-                // SAFETY: allocated in new_zspage with this size; no handle names it now.
-                unsafe { pages::heap().free(zs.mem, self.zspage_bytes()) };
-            }
-            self.free_ids.push(id);
+        if zs.inuse == 0 && !zs.draining {
+            self.release(id, spare);
             return true;
         }
         self.group_insert(id);
         false
+    }
+    /// End of a pass over a draining zspage: back into its fullness group, or released if it
+    /// was emptied meanwhile (returns true then; bytes = zspage_bytes). No-op if not draining.
+    fn undrain(&mut self, id: u32) -> bool {
+        let Some(zs) = self.zspages.get_mut(id as usize).and_then(|z| z.as_mut()).filter(|z| z.draining) else {
+            return false;
+        };
+        zs.draining = false;
+        if zs.inuse == 0 {
+            self.release(id, None);
+            return true;
+        }
+        self.group_insert(id);
+        false
+    }
+    /// Release the empty zspage `id` (out of every group list already).
+    fn release(&mut self, id: u32, spare: Option<&SpareBudget>) {
+        let zs = self.zspages[id as usize].take().expect("zspage");
+        if self.spare.len() < SPARE_ZSPAGES && spare.is_some_and(|b| b.take(self.zspage_bytes() as u64)) {
+            self.spare.push(zs.mem);
+        } else {
+            // SAFETY: allocated in new_zspage with this size; no handle names it now.
+            unsafe { pages::heap().free(zs.mem, self.zspage_bytes()) };
+        }
+        self.free_ids.push(id);
     }
 }
 
@@ -482,6 +550,13 @@ struct Large {
     alloc: usize,
     len: usize,
     hdr: u64,
+    /// Stored or loaded since the last [`ZPool::mark_idle`] (see `Zspage::touched`).
+    touched: bool,
+    /// Tried by a recompression pass (see `Zspage::swept`).
+    swept: bool,
+    /// A recompression pass holds its handle: once freed, its slot index is not reused until
+    /// that pass lets go of it (no ABA through a reused index).
+    held: bool,
 }
 
 struct LargeArea {
@@ -529,6 +604,24 @@ struct Scratch {
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = const { RefCell::new(Scratch { buf: Vec::new(), zc: None, zd: None, lz4: None }) };
+}
+
+/// Make this thread's decoding state now (the zstd decompression context a pool that may
+/// hold zstd objects uses): a thread that serves faults calls it when it starts, so its first
+/// swap-in of a zstd object does not allocate on the fault path.
+pub fn prepare_thread() {
+    SCRATCH.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.zd.is_none() {
+            s.zd = zstd::bulk::Decompressor::new().ok();
+        }
+        // The context allocates its workspace on its first frame: decode one now.
+        let page = [7u8; 4096];
+        if let (Some(zd), Ok(frame)) = (s.zd.as_mut(), zstd::bulk::compress(&page, 3)) {
+            let mut out = [0u8; 4096];
+            let _ = zd.decompress_to_buffer(&frame, &mut out);
+        }
+    });
 }
 
 fn corrupt(handle: u64) -> TierError {
@@ -628,6 +721,27 @@ fn lz4_decompress_prefix(src: &[u8], out: &mut [u8], need: usize) -> bool {
     r >= want
 }
 
+fn codec_of(comp: Compressor) -> u64 {
+    match comp {
+        Compressor::Lz4 => CODEC_LZ4,
+        Compressor::Zstd { .. } => CODEC_ZSTD,
+    }
+}
+
+/// [`ZPool::merge`]: each class maps to the largest class of its run of classes with the same
+/// pages per zspage and objects per zspage.
+fn merged_classes() -> [u8; NR_CLASSES] {
+    let geometry = |c: usize| {
+        let (size, pages) = (class_size(c), pages_per_zspage(class_size(c)));
+        (pages, pages * PAGE_SIZE / size)
+    };
+    let mut m = [0u8; NR_CLASSES];
+    for c in (0..NR_CLASSES).rev() {
+        m[c] = if c + 1 < NR_CLASSES && geometry(c) == geometry(c + 1) { m[c + 1] } else { c as u8 };
+    }
+    m
+}
+
 fn bound(comp: Compressor, n: usize) -> usize {
     match comp {
         Compressor::Lz4 => super::lz4::max_compressed_size(n),
@@ -652,6 +766,14 @@ pub struct ZPool {
     compacted_objs: AtomicU64,
     compacted_bytes: AtomicU64,
     decompress_fail: AtomicU64,
+    /// Class used for each class's sizes: the largest class with the same zspage geometry
+    /// (zsmalloc merges such classes: they pack identically, and fewer classes mean fewer
+    /// partly used zspages).
+    merge: [u8; NR_CLASSES],
+    /// Loads may meet zstd objects: each thread's decompression context is made on its first
+    /// load, not on its first zstd object (which may come after a recompression pass).
+    zstd_loads: bool,
+    recomp: recompress::Counters,
 }
 
 impl ZPool {
@@ -659,7 +781,7 @@ impl ZPool {
     pub fn new(name: &str, cfg: PoolConfig) -> Self {
         ZPool {
             name: name.to_string(),
-            cfg,
+            cfg: cfg.clone(),
             classes: (0..NR_CLASSES)
                 .map(|c| CachePadded::new(Mutex::new(LockClass::PoolClass, Class::new(c))))
                 .collect(),
@@ -675,7 +797,16 @@ impl ZPool {
             compacted_objs: AtomicU64::new(0),
             compacted_bytes: AtomicU64::new(0),
             decompress_fail: AtomicU64::new(0),
+            merge: merged_classes(),
+            zstd_loads: matches!(cfg.compressor, Compressor::Zstd { .. })
+                || matches!(cfg.recompress, Some(Compressor::Zstd { .. })),
+            recomp: recompress::Counters::default(),
         }
+    }
+
+    /// The class an object of `size` bytes (header included, at most `CLASS_MAX`) goes to.
+    fn class_for(&self, size: usize) -> usize {
+        usize::from(self.merge[class_of(size)])
     }
 
     /// Count `pages` freed; when the pool holds nothing more, give its spare memory back too
@@ -722,6 +853,11 @@ impl ZPool {
             compacted_objects: r(&self.compacted_objs),
             pages_compacted_bytes: r(&self.compacted_bytes),
             decompress_fail: r(&self.decompress_fail),
+            num_recompressed: r(&self.recomp.objects),
+            recompressed_pages: r(&self.recomp.pages),
+            recompress_kept: r(&self.recomp.kept),
+            recompress_saved_bytes: r(&self.recomp.saved_bytes),
+            recompress_cpu_ns: r(&self.recomp.cpu_ns),
         }
     }
 
@@ -754,12 +890,19 @@ impl ZPool {
     /// Compress `data` into `s.buf[HDR..]`; returns (codec, payload length) or None if it is
     /// above the threshold (the caller then stores raw or rejects).
     fn compress(&self, s: &mut Scratch, data: &[u8]) -> Option<(u64, usize)> {
-        let comp = self.cfg.compressor;
-        let base = match comp {
-            Compressor::Lz4 => CODEC_LZ4,
-            Compressor::Zstd { .. } => CODEC_ZSTD,
-        };
-        let limit = data.len() / 100 * usize::from(self.cfg.threshold_percent.min(100));
+        self.compress_with(s, data, self.cfg.compressor, self.cfg.threshold_percent)
+    }
+
+    /// [`ZPool::compress`] with algorithm `comp` and threshold `threshold_percent`.
+    fn compress_with(
+        &self,
+        s: &mut Scratch,
+        data: &[u8],
+        comp: Compressor,
+        threshold_percent: u8,
+    ) -> Option<(u64, usize)> {
+        let base = codec_of(comp);
+        let limit = data.len() / 100 * usize::from(threshold_percent.min(100));
         let pages = data.len() / PAGE_SIZE;
         let shift = self.cfg.folio_mode.unit_shift().filter(|&sh| pages > 1 << sh);
         let Some(shift) = shift else {
@@ -799,12 +942,13 @@ impl ZPool {
         (n <= limit).then_some((base | CODEC_PERPAGE | shift << 3, n))
     }
 
-    /// Place `s.buf[..HDR+len]` (header filled in here) into a class or the large area.
-    fn place(&self, s: &mut Scratch, hdr: u64, len: usize) -> Result<Stored, TierError> {
+    /// Place `s.buf[..HDR+len]` (header filled in here) into a class or the large area. A
+    /// `fresh` object (a store, not a recompressed copy) marks its zspage touched and unswept.
+    fn place(&self, s: &mut Scratch, hdr: u64, len: usize, fresh: bool) -> Result<Stored, TierError> {
         let size = HDR + len;
         s.buf[..HDR].copy_from_slice(&hdr.to_le_bytes());
         if size <= CLASS_MAX {
-            let c = class_of(size);
+            let c = self.class_for(size);
             let mut cl = lock(&self.classes[c]);
             let (id, obj, grown) = match cl.alloc_existing() {
                 Some((id, obj)) => (id, obj, 0),
@@ -817,6 +961,11 @@ impl ZPool {
                     (id, cl.take_slot(id), zb)
                 }
             };
+            if fresh {
+                let zs = cl.zspages[id as usize].as_mut().expect("zspage");
+                zs.touched = true;
+                zs.swept = false;
+            }
             let zs = cl.zspages[id as usize].as_ref().expect("zspage");
             // SAFETY: the object slot is `cl.size >= size` bytes inside the zspage, we hold the
             // class lock, and s.buf holds at least `size` bytes.
@@ -855,7 +1004,7 @@ impl ZPool {
                 (la.slots.len() - 1) as u32
             }
         };
-        la.slots[idx as usize] = Some(Large { mem, alloc, len, hdr });
+        la.slots[idx as usize] = Some(Large { mem, alloc, len, hdr, touched: fresh, swept: false, held: false });
         drop(la);
         self.total.fetch_add(alloc as u64, Ordering::Relaxed);
         Ok(Stored { handle: LARGE_CLASS << (ZS_BITS + OBJ_BITS) | u64::from(idx), bytes: alloc as u64 })
@@ -866,9 +1015,10 @@ impl ZPool {
     /// the caller's handle keeps the object from being freed while it is loaded. No scratch
     /// memory is needed, so a thread's first load of a large object allocates nothing.
     fn large_in_place(&self, h: u64) -> Result<(u64, *const u8, usize), TierError> {
-        let la = lock(&self.large);
+        let mut la = lock(&self.large);
         let idx = (h & ((1 << (ZS_BITS + OBJ_BITS)) - 1)) as usize;
-        let l = la.slots.get(idx).and_then(|x| x.as_ref()).ok_or(TierError::BadHandle(h))?;
+        let l = la.slots.get_mut(idx).and_then(|x| x.as_mut()).ok_or(TierError::BadHandle(h))?;
+        l.touched = true;
         let hdr = (l.hdr & !(0x1fff << 43)) | USED;
         // SAFETY: `l.mem` holds the header and `l.len` payload bytes (written in place()).
         Ok((hdr, unsafe { l.mem.as_ptr().add(HDR) }, l.len))
@@ -891,6 +1041,7 @@ impl ZPool {
         }
         let zs = cl.zspages[zs_id as usize].as_mut().expect("zspage");
         zs.pins += 1;
+        zs.touched = true;
         let zs = cl.zspages[zs_id as usize].as_ref().expect("zspage");
         // SAFETY: the object lies inside its zspage; its payload follows the header.
         let p = unsafe { cl.obj_ptr(zs, obj).add(HDR) };
@@ -939,6 +1090,41 @@ impl ZPool {
             self.decompress_fail.fetch_add(1, Ordering::Relaxed);
             Err(corrupt(h))
         }
+    }
+
+    /// Free the object `h`'s memory (`pool_total_size` follows; the page counters are the
+    /// caller's): returns its header and the bytes it took, None for a bad handle. `keep`:
+    /// emptied memory may be kept as spare (a free by the engine; passes give it back).
+    fn free_object(&self, h: u64, keep: bool) -> Option<(u64, u64)> {
+        let (c, zs_id, obj) = split(h);
+        if c as u64 == LARGE_CLASS {
+            let idx = (h & ((1 << (ZS_BITS + OBJ_BITS)) - 1)) as usize;
+            let mut la = lock(&self.large);
+            let l = la.slots.get_mut(idx).and_then(Option::take)?;
+            if !l.held {
+                la.free.push(idx as u32);
+            }
+            let kept = keep && la.spare.len() < SPARE_LARGE && self.spare.take(l.alloc as u64);
+            if kept {
+                la.spare.push((l.mem, l.alloc));
+            }
+            drop(la);
+            self.total.fetch_sub(l.alloc as u64, Ordering::Relaxed);
+            if !kept {
+                // SAFETY: allocated in place() with this size; removed from the area above.
+                unsafe { pages::heap().free(l.mem, l.alloc) };
+            }
+            return Some((l.hdr, l.alloc as u64));
+        }
+        let mut cl = lock(self.classes.get(c)?);
+        let hdr = cl.used_hdr(zs_id, obj)?;
+        let released = cl.free_obj(zs_id, obj, keep.then_some(&self.spare));
+        let (size, zb) = (cl.size as u64, cl.zspage_bytes() as u64);
+        drop(cl);
+        if released {
+            self.total.fetch_sub(zb, Ordering::Relaxed);
+        }
+        Some((hdr, size))
     }
 
     /// The owner (virtual slot) recorded in the object's header.
@@ -1081,6 +1267,8 @@ impl ZPool {
                     let Some(obj) = (next..cl.objs).find(|&o| cl.read_hdr(zs, o) & USED != 0) else { break };
                     next = obj + 1;
                     let Some((dst, dobj)) = cl.alloc_existing() else { break };
+                    // The moved object may be one a recompression pass has not tried yet.
+                    cl.zspages[dst as usize].as_mut().expect("zspage").swept = false;
                     let size = cl.size;
                     let sp = cl.obj_ptr(cl.zspages[src as usize].as_ref().expect("zspage"), obj);
                     let dp = cl.obj_ptr(cl.zspages[dst as usize].as_ref().expect("zspage"), dobj);
@@ -1113,9 +1301,10 @@ impl ZPool {
                 }
             }
             let mut cl = lock(&self.classes[c]);
-            if let Some(zs) = cl.zspages[src as usize].as_mut().filter(|z| z.draining) {
-                zs.draining = false;
-                cl.group_insert(src);
+            if cl.undrain(src) {
+                let zb = cl.zspage_bytes() as u64;
+                self.total.fetch_sub(zb, Ordering::Relaxed);
+                self.compacted_bytes.fetch_add(zb, Ordering::Relaxed);
             }
         }
         moved
@@ -1165,7 +1354,7 @@ impl Backend for ZPool {
                     (CODEC_RAW, data.len())
                 }
             };
-            let st = self.place(&mut s, make_hdr(codec, order, len, owner.0), len)?;
+            let st = self.place(&mut s, make_hdr(codec, order, len, owner.0), len, true)?;
             self.stored_pages.fetch_add(pages as u64, Ordering::Relaxed);
             if codec == CODEC_RAW {
                 self.incompressible.fetch_add(pages as u64, Ordering::Relaxed);
@@ -1182,6 +1371,9 @@ impl Backend for ZPool {
         SCRATCH.with(|s| {
             let mut s = s.borrow_mut();
             let s = &mut *s;
+            if self.zstd_loads && s.zd.is_none() {
+                s.zd = zstd::bulk::Decompressor::new().ok();
+            }
             // An object is decoded where it lies: a class object with its zspage pinned, a large
             // one as it is (large objects never move).
             let pinned = self.pin(handle)?;
@@ -1214,42 +1406,12 @@ impl Backend for ZPool {
     }
 
     fn free(&self, h: u64) -> u64 {
-        let (c, zs_id, obj) = split(h);
-        if c as u64 == LARGE_CLASS {
-            let idx = (h & ((1 << (ZS_BITS + OBJ_BITS)) - 1)) as usize;
-            let mut la = lock(&self.large);
-            let Some(l) = la.slots.get_mut(idx).and_then(Option::take) else { return 0 };
-            la.free.push(idx as u32);
-            let kept = la.spare.len() < SPARE_LARGE && self.spare.take(l.alloc as u64);
-            if kept {
-                la.spare.push((l.mem, l.alloc));
-            }
-            drop(la);
-            self.note_freed(1 << hdr_order(l.hdr));
-            if hdr_codec(l.hdr) == CODEC_RAW {
-                self.incompressible.fetch_sub(1 << hdr_order(l.hdr), Ordering::Relaxed);
-            }
-            self.total.fetch_sub(l.alloc as u64, Ordering::Relaxed);
-            if !kept {
-                // SAFETY: allocated in place() with this size; removed from the area above.
-                unsafe { pages::heap().free(l.mem, l.alloc) };
-            }
-            return l.alloc as u64;
-        }
-        let Some(m) = self.classes.get(c) else { return 0 };
-        let mut cl = lock(m);
-        let Some(hdr) = cl.used_hdr(zs_id, obj) else { return 0 };
-        let released = cl.free_obj(zs_id, obj, Some(&self.spare));
-        let (size, zb) = (cl.size as u64, cl.zspage_bytes() as u64);
-        drop(cl);
-        if released {
-            self.total.fetch_sub(zb, Ordering::Relaxed);
-        }
+        let Some((hdr, bytes)) = self.free_object(h, true) else { return 0 };
         self.note_freed(1 << hdr_order(hdr));
         if hdr_codec(hdr) == CODEC_RAW {
             self.incompressible.fetch_sub(1 << hdr_order(hdr), Ordering::Relaxed);
         }
-        size
+        bytes
     }
 
     fn usage(&self) -> Usage {
@@ -1276,6 +1438,14 @@ impl Backend for ZPool {
             self.compacted_objs.fetch_add(n, Ordering::Relaxed);
         }
         self.compacted_bytes.load(Ordering::Relaxed) - before
+    }
+
+    fn mark_idle(&self) {
+        ZPool::mark_idle(self);
+    }
+
+    fn recompress(&self, idle_only: bool, relocate: Relocate<'_>) -> Recompressed {
+        ZPool::recompress(self, idle_only, relocate)
     }
 }
 

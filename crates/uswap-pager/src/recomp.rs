@@ -1,0 +1,116 @@
+//! Background recompression: zram's `echo all > idle` + `recompress type=idle`, run by the
+//! pager on its own, so a program under `uswap run` (or any pager user) gets the smaller pool
+//! without a command.
+//!
+//! A low-priority thread (`uswap-recomp`, nice 19) wakes every
+//! [`PagerConfig::recompress_ms`](crate::PagerConfig::recompress_ms) and asks the store for
+//! one pass ([`PageStore::recompress_idle`](crate::PageStore::recompress_idle)): in every
+//! pool tier with a secondary algorithm, the objects neither stored nor loaded since the
+//! previous pass are re-encoded (zstd), moved if they shrink to a smaller slot, the pool is
+//! compacted if anything moved, and everything is marked idle again. So an object is
+//! recompressed after it has stayed idle one whole period. It never runs on the fault path:
+//! faults only see objects move, as with compaction (the engine rewrites the slot's word
+//! under its cluster lock, and refuses a move while the folio is in its swap cache).
+//!
+//! CPU budget: after a pass that took `c` ns of this thread's CPU time, the next one starts no
+//! sooner than `c * 100 / recompress_cpu_percent` later (and never sooner than the period),
+//! so on average the thread takes at most that share of one core. A pass is put off (and
+//! counted in `recompress_deferred`) while the program is faulting heavily (more than
+//! [`BUSY_SWAPINS_PER_S`] swap-ins a second since the last check: the objects it loads are
+//! not idle anyway, and the CPU is better left to it) or while the charge is over the limit
+//! (the reclaimer is behind). The put-off pass keeps the previous marks: what stays idle
+//! meanwhile is recompressed by the next pass that runs.
+//!
+//! Fork: a pass holds only brief engine locks of the classes the event thread takes while a
+//! fork is prepared anyway, and holds no page; the thread starts no pass while the pager is
+//! quiesced ([`Pager::quiesce`](crate::Pager::quiesce)), but [`Pager::quiesce`] does not wait
+//! for a pass in flight.
+//!
+//! Locking: none of its own. The thread sleeps on a futex word of the pager
+//! (`recomp_wake`, woken by `Drop`); the pass takes the pool's locks (compaction mutex with
+//! `try_lock`, one class or large-area lock at a time) and the engine's cluster locks, never
+//! two pool locks at once, as compaction does. It blocks asynchronous signals, records its
+//! stack as the pager's own, and calls no symbol the LD_PRELOAD library interposes except
+//! `malloc` (served from the library's internal heap on a thread named `uswap-*`).
+
+use crate::stats::inc;
+use crate::store::RecompressPass;
+use crate::Pager;
+use std::sync::atomic::Ordering;
+
+/// Swap-in faults per second above which a pass is put off.
+pub(crate) const BUSY_SWAPINS_PER_S: u64 = 2000;
+
+/// CPU time of the calling thread, ns.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_THREAD_CPUTIME_ID exists on Linux.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+}
+
+/// Lower the calling thread's priority to nice 19 (Linux: `setpriority` on a thread id sets
+/// that thread's nice value only).
+fn lower_priority() {
+    // SAFETY: gettid has no arguments; setpriority on our own thread id with a valid value.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, 19);
+    }
+}
+
+/// Should the pass due now be put off? `swapins` is the swap-in count at the last check,
+/// `elapsed_ns` the time since.
+fn busy(p: &Pager, swapins: u64, now_swapins: u64, elapsed_ns: u64) -> bool {
+    let rate = now_swapins.saturating_sub(swapins).saturating_mul(1_000_000_000) / elapsed_ns.max(1);
+    rate > BUSY_SWAPINS_PER_S || p.charged_bytes() > p.limit() || p.reclaim_stuck.load(Ordering::Relaxed)
+}
+
+/// One pass now, counted in the pager's statistics; returns what it did and its CPU time, ns.
+pub(crate) fn pass(p: &Pager) -> (RecompressPass, u64) {
+    let t0 = thread_cpu_ns();
+    let r = p.store.recompress_idle();
+    let cpu = thread_cpu_ns().saturating_sub(t0);
+    let c = &p.counters;
+    inc(&c.recomp_passes, 1);
+    inc(&c.recomp_objects, r.objects);
+    inc(&c.recomp_pages, r.pages);
+    inc(&c.recomp_kept, r.kept);
+    inc(&c.recomp_saved_bytes, r.saved_bytes);
+    inc(&c.recomp_compacted_bytes, r.compacted_bytes);
+    inc(&c.recomp_cpu_ns, cpu);
+    (r, cpu)
+}
+
+/// The recompressor thread's body (see the module doc). Returns when the pager stops.
+pub(crate) fn recompressor(p: &Pager) {
+    crate::own::add_this_stack();
+    lower_priority();
+    let period_ms = p.cfg.recompress_ms.max(1);
+    let percent = u64::from(p.cfg.recompress_cpu_percent.clamp(1, 100));
+    let ms = |n: u64| n.saturating_mul(1_000_000);
+    let mut last = (crate::stats::now_ns(), p.counters.fault_swapin.load(Ordering::Relaxed));
+    let mut due = last.0 + ms(period_ms);
+    while !p.stop.load(Ordering::Acquire) {
+        let v = p.recomp_wake.load(Ordering::Acquire);
+        let now = crate::stats::now_ns();
+        if now < due {
+            // Drop wakes us early (and the loop then ends).
+            crate::sys::futex_wait(&p.recomp_wake, v, (due - now).div_ceil(1_000_000));
+            continue;
+        }
+        let swapins = p.counters.fault_swapin.load(Ordering::Relaxed);
+        if p.pause.load(Ordering::SeqCst) || busy(p, last.1, swapins, now - last.0) {
+            inc(&p.counters.recomp_deferred, 1);
+            last = (now, swapins);
+            due = now + ms(period_ms);
+            continue;
+        }
+        let (_, cpu) = pass(p);
+        last = (crate::stats::now_ns(), p.counters.fault_swapin.load(Ordering::Relaxed));
+        due = last.0 + ms(period_ms).max(cpu * 100 / percent);
+    }
+    crate::own::remove_this_stack();
+}
