@@ -253,6 +253,10 @@ pub struct Pager {
     pub(crate) reclaim_wake: AtomicU32,
     /// The recompressor's futex word (woken by `Drop`).
     pub(crate) recomp_wake: AtomicU32,
+    /// The recompressor is in a pass (or about to check [`Pager::quiesce`]'s pause).
+    pub(crate) recomp_busy: AtomicBool,
+    /// This pager holds the process's recompression passes off ([`Pager::quiesce`]).
+    recomp_held: AtomicBool,
     pub(crate) ws: reclaim::Workingset,
     pub(crate) keep: fault::KeepClean,
     /// Eviction batches (off the stack of the thread that reclaims).
@@ -390,6 +394,8 @@ impl Pager {
             stop_fd,
             reclaim_wake: AtomicU32::new(0),
             recomp_wake: AtomicU32::new(0),
+            recomp_busy: AtomicBool::new(false),
+            recomp_held: AtomicBool::new(false),
             ws: reclaim::Workingset::default(),
             keep: fault::KeepClean::new(cfg.keep_clean && cfg.fault_mode == FaultMode::Sigbus),
             batches: reclaim::BatchPool::new().map_err(os)?,
@@ -555,18 +561,24 @@ impl Pager {
         }
     }
 
-    /// Pause the background reclaimer until [`Pager::resume`]: a `fork` then copies no page an
-    /// eviction holds half-done (the child will not have that thread), and nothing made
-    /// resident before the fork is evicted meanwhile. Faults and events are still served (the
+    /// Pause the background reclaimer and the recompressor until [`Pager::resume`]: a `fork`
+    /// then copies no page an eviction holds half-done and no pool lock a recompression pass
+    /// holds (the child will not have those threads), and nothing made resident before the
+    /// fork is evicted meanwhile. Faults and events are still served (the
     /// kernel blocks `fork` until its event is read). Gives up after two seconds (false).
     pub fn quiesce(&self) -> bool {
         self.pause.store(true, Ordering::SeqCst);
+        // A recompression pass in flight stops at its next object (none may hold a pool lock
+        // or a zspage's draining mark when the address space is copied).
+        if !self.recomp_held.swap(true, Ordering::SeqCst) {
+            uswap::tier::zpool::hold_off();
+        }
         sys::futex_wake(&self.reclaim_wake);
         let t0 = std::time::Instant::now();
-        // Only the reclaimer pauses: the event thread keeps serving faults, because the forking
-        // thread still runs glibc's own fork preparation after our handler (it locks malloc
-        // arenas, whose state lives in memory the pager may have swapped out).
-        while !self.kswapd_quiet.load(Ordering::SeqCst) {
+        // Only the reclaimer and the recompressor pause: the event thread keeps serving faults,
+        // because the forking thread still runs glibc's own fork preparation after our handler
+        // (it locks malloc arenas, whose state lives in memory the pager may have swapped out).
+        while !self.kswapd_quiet.load(Ordering::SeqCst) || self.recomp_busy.load(Ordering::SeqCst) {
             if t0.elapsed().as_secs() >= 2 {
                 return false;
             }
@@ -578,6 +590,9 @@ impl Pager {
     /// End of [`Pager::quiesce`].
     pub fn resume(&self) {
         self.pause.store(false, Ordering::SeqCst);
+        if self.recomp_held.swap(false, Ordering::SeqCst) {
+            uswap::tier::zpool::release_hold_off();
+        }
         sys::futex_wake(&self.reclaim_wake);
     }
 

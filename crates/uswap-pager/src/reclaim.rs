@@ -1019,6 +1019,7 @@ pub(crate) fn kswapd(p: &Pager) {
         // what the pool holds over it goes to the file, coldest first. Here, not on the
         // fault path: it does I/O.
         while p.pool_capped
+            && !p.pause.load(Ordering::SeqCst)
             && p.charged_bytes() > low(p.limit())
             && p.store.pool_bytes() > p.pool_cap()
             && n < 128

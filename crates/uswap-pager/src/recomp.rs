@@ -21,10 +21,11 @@
 //! (the reclaimer is behind). The put-off pass keeps the previous marks: what stays idle
 //! meanwhile is recompressed by the next pass that runs.
 //!
-//! Fork: a pass holds only brief engine locks of the classes the event thread takes while a
-//! fork is prepared anyway, and holds no page; the thread starts no pass while the pager is
-//! quiesced ([`Pager::quiesce`](crate::Pager::quiesce)), but [`Pager::quiesce`] does not wait
-//! for a pass in flight.
+//! Fork: [`Pager::quiesce`](crate::Pager::quiesce) (the preload's atfork prepare handler)
+//! holds the process's passes off (`uswap::tier::zpool::hold_off`: a pass in flight stops at
+//! its next object) and waits until this thread is out of its pass (`recomp_busy`), so a fork
+//! never copies a pool lock or a zspage's draining mark held by a pass; no pass starts until
+//! [`Pager::resume`](crate::Pager::resume).
 //!
 //! Locking: none of its own. The thread sleeps on a futex word of the pager
 //! (`recomp_wake`, woken by `Drop`); the pass takes the pool's locks (compaction mutex with
@@ -102,13 +103,18 @@ pub(crate) fn recompressor(p: &Pager) {
             continue;
         }
         let swapins = p.counters.fault_swapin.load(Ordering::Relaxed);
+        // Busy before the pause is read (both SeqCst): a quiesce either sees us busy and waits,
+        // or we see its pause.
+        p.recomp_busy.store(true, Ordering::SeqCst);
         if p.pause.load(Ordering::SeqCst) || busy(p, last.1, swapins, now - last.0) {
+            p.recomp_busy.store(false, Ordering::SeqCst);
             inc(&p.counters.recomp_deferred, 1);
             last = (now, swapins);
             due = now + ms(period_ms);
             continue;
         }
         let (_, cpu) = pass(p);
+        p.recomp_busy.store(false, Ordering::SeqCst);
         last = (crate::stats::now_ns(), p.counters.fault_swapin.load(Ordering::Relaxed));
         due = last.0 + ms(period_ms).max(cpu * 100 / percent);
     }

@@ -26,6 +26,14 @@ fn check(page: &[u8], seed: u64, pg: usize) -> bool {
     page == want
 }
 
+/// One test at a time: `Pager::quiesce` holds off every recompression pass of the process
+/// (a fork copies all of it), so a quiesce in one test would stall another's passes.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn pager(recompress_ms: u64) -> Option<Arc<uswap_pager::Pager>> {
     common::pager(PagerConfig {
         limit_bytes: 8 << 20,
@@ -51,6 +59,7 @@ fn check_all(r: &Region, seeds: &dyn Fn(usize) -> u64) {
 
 #[test]
 fn a_pass_shrinks_the_pool_and_every_byte_reads_back() {
+    let _serial = serial();
     // No background thread: the passes are the test's.
     let Some(p) = pager(0) else { return };
     let mut r = p.map(16 << 20).unwrap();
@@ -78,6 +87,7 @@ fn a_pass_shrinks_the_pool_and_every_byte_reads_back() {
 
 #[test]
 fn the_background_thread_recompresses_idle_data() {
+    let _serial = serial();
     let Some(p) = pager(5) else { return };
     let mut r = p.map(16 << 20).unwrap();
     fill_all(&mut r, 3);
@@ -98,6 +108,7 @@ fn the_background_thread_recompresses_idle_data() {
 
 #[test]
 fn passes_racing_with_faults_lose_no_byte() {
+    let _serial = serial();
     // Background passes every millisecond, and passes from this thread too.
     let Some(p) = pager(1) else { return };
     const PAGES: usize = 4096; // 16 MiB, twice the limit
@@ -152,4 +163,30 @@ fn passes_racing_with_faults_lose_no_byte() {
     p.recompress_now();
     p.recompress_now();
     check_all(&r, &|pg| seeds[pg]);
+}
+
+/// Before a fork (`Pager::quiesce`, the preload's atfork prepare handler) the recompressor
+/// leaves its pass and starts none until `resume`: a fork must not copy a pool lock or a
+/// zspage's draining mark that a pass holds. Passes run again after.
+#[test]
+fn quiesce_holds_recompression_off_until_resume() {
+    let _serial = serial();
+    let Some(p) = pager(1) else { return };
+    let mut r = p.map(16 << 20).unwrap();
+    fill_all(&mut r, 5);
+    for round in 0..50 {
+        assert!(p.quiesce(), "round {round}: quiesce timed out: {:?}", p.stats());
+        let a = p.stats().recompress_passes;
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let b = p.stats().recompress_passes;
+        assert_eq!(a, b, "round {round}: a pass ran while quiesced");
+        p.resume();
+    }
+    let passes = p.stats().recompress_passes;
+    let t0 = std::time::Instant::now();
+    while p.stats().recompress_passes < passes + 2 {
+        assert!(t0.elapsed().as_secs() < 60, "no pass after resume: {:?}", p.stats());
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    check_all(&r, &|_| 5);
 }

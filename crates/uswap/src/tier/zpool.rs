@@ -62,6 +62,7 @@ use std::cell::RefCell;
 use std::ptr::NonNull;
 
 mod recompress;
+pub use recompress::{hold_off, release_hold_off};
 
 /// Compression algorithm.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]

@@ -40,6 +40,27 @@
 
 use super::*;
 
+/// While nonzero, every recompression pass of the process stops at its next object
+/// ([`hold_off`]).
+static HOLD_OFF: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Make the recompression passes of this process stop at their next object, and start no
+/// more, until [`release_hold_off`]. A pager calls it before a `fork`, with the wait for its
+/// recompression thread to leave its pass: a pass must not hold a pool lock or a zspage's
+/// draining mark when the address space is copied (the child would keep them forever).
+pub fn hold_off() {
+    HOLD_OFF.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// End of [`hold_off`].
+pub fn release_hold_off() {
+    HOLD_OFF.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+fn held_off() -> bool {
+    HOLD_OFF.load(std::sync::atomic::Ordering::SeqCst) > 0
+}
+
 /// Counters of recompression (see [`PoolStats`]).
 #[derive(Default)]
 pub(super) struct Counters {
@@ -105,6 +126,9 @@ impl ZPool {
     pub fn recompress(&self, idle_only: bool, relocate: Relocate<'_>) -> Recompressed {
         let mut done = Recompressed::default();
         let Some(comp) = self.cfg.recompress else { return done };
+        if held_off() {
+            return done;
+        }
         let Some(_g) = self.compacting.try_lock() else { return done };
         let t0 = thread_cpu_ns();
         let mut w = Work::default();
@@ -140,6 +164,9 @@ impl ZPool {
         };
         let target = codec_of(comp);
         for id in ids {
+            if held_off() {
+                return;
+            }
             let objs = {
                 let mut cl = lock(&self.classes[c]);
                 if !cl.zspages[id as usize].as_ref().is_some_and(eligible) {
@@ -156,8 +183,9 @@ impl ZPool {
                     let cl = lock(&self.classes[c]);
                     // Draining: the zspage stays until `undrain` below.
                     let zs = cl.zspages[id as usize].as_ref().expect("draining zspage");
-                    if idle_only && zs.touched {
-                        // Loaded since the pass began: leave the rest of it for a later pass.
+                    if (idle_only && zs.touched) || held_off() {
+                        // Loaded since the pass began (or a fork is coming): leave the rest
+                        // of it for a later pass.
                         whole = false;
                         break;
                     }
@@ -200,6 +228,9 @@ impl ZPool {
             la.slots.iter().enumerate().filter(|(_, l)| l.as_ref().is_some_and(eligible)).map(|(i, _)| i).collect()
         };
         for idx in idxs {
+            if held_off() {
+                return;
+            }
             let old = LARGE_CLASS << (ZS_BITS + OBJ_BITS) | idx as u64;
             let (hdr, old_bytes) = {
                 let mut la = lock(&self.large);
