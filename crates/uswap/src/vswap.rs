@@ -946,44 +946,19 @@ impl Engine {
     /// pass (REF set) gets its bit cleared and is skipped once; objects being swapped in are
     /// skipped. Resumes where the previous call stopped. Counts `zswpwb`. Returns pages moved.
     pub fn writeback(&self, from: usize, to: usize, max_pages: u64) -> Result<u64, SwapError> {
-        self.tier(from)?;
-        self.tier(to)?;
-        if from == to || max_pages == 0 {
-            return Ok(0);
-        }
         let mut moved = 0u64;
+        // Two passes: an object the first finds referenced loses its bit and may go in the
+        // second.
         for _pass in 0..2 {
-            let start = self.wb_cursor.load(Ordering::Relaxed);
-            let mut stopped_at = None;
-            self.for_each_used(start, &mut |e, w| {
-                if w.kind() != Kind::Stored || usize::from(w.tier()) != from {
-                    return Ok(true);
-                }
+            let mut second_chance = |e: SwapEntry, w: Word| {
                 if w.referenced() {
                     self.clear_ref(e, w)?;
-                    return Ok(true);
-                }
-                match self.move_object(e, Dest::Tier(to), Busy::Skip) {
-                    Ok(Moved::Pages(p)) => {
-                        moved += p;
-                        self.stats.add(Event::Zswpwb, p);
-                    }
-                    Ok(_) | Err(SwapError::NotInUse(_)) => {}
-                    // The target is full or over a group limit: writeback stops; nothing lost.
-                    Err(SwapError::Tier(TierError::Reject)) | Err(SwapError::GroupLimit(_)) => {
-                        stopped_at = Some(e.0);
-                        return Ok(false);
-                    }
-                    Err(err) => return Err(err),
-                }
-                if moved >= max_pages {
-                    stopped_at = Some(e.0 + 1);
                     return Ok(false);
                 }
                 Ok(true)
-            })?;
-            if let Some(s) = stopped_at {
-                self.wb_cursor.store(s % self.nr_slots, Ordering::Relaxed);
+            };
+            moved += self.scan_move(from, to, max_pages - moved, &self.wb_cursor, &mut second_chance, Event::Zswpwb)?;
+            if moved >= max_pages {
                 break;
             }
         }
