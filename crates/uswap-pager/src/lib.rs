@@ -187,6 +187,13 @@ pub struct PagerConfig {
     /// CPU budget of background recompression: at most this share of one core, on average,
     /// in percent (1..=100).
     pub recompress_cpu_percent: u8,
+    /// Tiers both ways, run by the same background thread every `recompress_ms` when the store
+    /// has a pool and a file: pool objects neither stored nor swapped in for this long are
+    /// written back to the file (proactive writeback by age, as the zswap proposal; 0 = off).
+    pub writeback_age_ms: u64,
+    /// ... and file objects swapped in since they got there (refaulted) are promoted back into
+    /// the pool while it is under its cap.
+    pub promote: bool,
 }
 
 impl Default for PagerConfig {
@@ -211,6 +218,8 @@ impl Default for PagerConfig {
             keep_clean: true,
             recompress_ms: 5000,
             recompress_cpu_percent: 5,
+            writeback_age_ms: 60_000,
+            promote: true,
         }
     }
 }
@@ -496,7 +505,8 @@ impl Pager {
                 reclaim::kswapd(unsafe { &*p.0 })
             })?);
         }
-        if self.cfg.recompress_ms > 0 && self.store.recompress_configured() {
+        let moves = self.store.tiers_movable() && (self.cfg.writeback_age_ms > 0 || self.cfg.promote);
+        if self.cfg.recompress_ms > 0 && (self.store.recompress_configured() || moves) {
             let p = PagerPtr(self as *const Pager);
             th.push(std::thread::Builder::new().name("uswap-recomp".into()).spawn(move || {
                 let p = p;

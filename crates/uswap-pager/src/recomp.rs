@@ -12,6 +12,14 @@
 //! faults only see objects move, as with compaction (the engine rewrites the slot's word
 //! under its cluster lock, and refuses a move while the folio is in its swap cache).
 //!
+//! The same thread moves data between tiers both ways when the store has a pool and a file
+//! ([`tier_moves`], seed 002's promotion/demotion): every period, pool objects neither stored
+//! nor swapped in for [`PagerConfig::writeback_age_ms`](crate::PagerConfig::writeback_age_ms)
+//! (60 s) are written back to the file (proactive writeback by age, counted `zswpwb_proactive`),
+//! and file objects swapped in since they got there (a refault: the rest of a large folio read
+//! one page at a time, or a clean page's kept copy) are promoted into the pool while it is
+//! under nine tenths of its cap (`swp_promote`), at most [`MOVE_PAGES`] each.
+//!
 //! CPU budget: after a pass that took `c` ns of this thread's CPU time, the next one starts no
 //! sooner than `c * 100 / recompress_cpu_percent` later (and never sooner than the period),
 //! so on average the thread takes at most that share of one core. A pass is put off (and
@@ -85,6 +93,21 @@ pub(crate) fn pass(p: &Pager) -> (RecompressPass, u64) {
     (r, cpu)
 }
 
+/// Pages each tier move (writeback by age, promotion) takes at most per period (16 MiB).
+pub(crate) const MOVE_PAGES: u64 = 4096;
+
+/// Tiers both ways, one step (see the module doc): the store writes back what stayed in the
+/// pool unused for `writeback_age_ms`, and promotes what was read back from the file since it
+/// got there while the pool is under its cap (nine tenths of it, so promotion does not refill
+/// what the reclaimer must empty).
+pub(crate) fn tier_moves(p: &Pager) {
+    if !p.store.tiers_movable() {
+        return;
+    }
+    let cap = if p.cfg.promote { p.pool_cap() / 10 * 9 } else { 0 };
+    p.store.move_by_use(p.cfg.writeback_age_ms, cap, MOVE_PAGES);
+}
+
 /// The recompressor thread's body (see the module doc). Returns when the pager stops.
 pub(crate) fn recompressor(p: &Pager) {
     crate::own::add_this_stack();
@@ -113,7 +136,12 @@ pub(crate) fn recompressor(p: &Pager) {
             due = now + ms(period_ms);
             continue;
         }
-        let (_, cpu) = pass(p);
+        let t0 = thread_cpu_ns();
+        if p.store.recompress_configured() {
+            pass(p);
+        }
+        tier_moves(p);
+        let cpu = thread_cpu_ns().saturating_sub(t0);
         p.recomp_busy.store(false, Ordering::SeqCst);
         last = (crate::stats::now_ns(), p.counters.fault_swapin.load(Ordering::Relaxed));
         due = last.0 + ms(period_ms).max(cpu * 100 / percent);

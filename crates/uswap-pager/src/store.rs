@@ -81,6 +81,20 @@ pub trait PageStore: Send + Sync {
         let _ = group;
         None
     }
+    /// True when data can move between a tier in RAM and one outside it (a pool and a file):
+    /// the pager then runs [`PageStore::move_by_use`] in the background.
+    fn tiers_movable(&self) -> bool {
+        false
+    }
+    /// Tiers both ways, up to `max_pages` each: write back to the tier outside RAM what stayed
+    /// in the pool unused for `age_ms` (0: none), and promote into the pool what was read back
+    /// from the outside tier since it got there, while the RAM the store holds is under
+    /// `ram_cap` (0: none). Returns (pages written back, pages promoted). Not on the fault
+    /// path: it does I/O. Default: nothing.
+    fn move_by_use(&self, age_ms: u64, ram_cap: u64, max_pages: u64) -> (u64, u64) {
+        let _ = (age_ms, ram_cap, max_pages);
+        (0, 0)
+    }
     /// True when some tier has a secondary algorithm to recompress idle data with (a pool
     /// tier's `recomp=`): the pager then runs its background recompressor (`recomp`).
     fn recompress_configured(&self) -> bool {
@@ -141,6 +155,12 @@ impl<T: PageStore + ?Sized> PageStore for std::sync::Arc<T> {
     }
     fn recompress_configured(&self) -> bool {
         (**self).recompress_configured()
+    }
+    fn tiers_movable(&self) -> bool {
+        (**self).tiers_movable()
+    }
+    fn move_by_use(&self, age_ms: u64, ram_cap: u64, max_pages: u64) -> (u64, u64) {
+        (**self).move_by_use(age_ms, ram_cap, max_pages)
     }
     fn recompress_idle(&self) -> RecompressPass {
         (**self).recompress_idle()
@@ -243,6 +263,18 @@ impl PageStore for EngineStore {
     }
     fn recompress_configured(&self) -> bool {
         !self.recomp_tiers.is_empty()
+    }
+    fn tiers_movable(&self) -> bool {
+        self.writeback.is_some()
+    }
+    fn move_by_use(&self, age_ms: u64, ram_cap: u64, max_pages: u64) -> (u64, u64) {
+        let Some((pool, file)) = self.writeback else { return (0, 0) };
+        let age = std::time::Duration::from_millis(age_ms);
+        let written =
+            if age_ms > 0 { self.engine.writeback_older_than(pool, file, age, max_pages).unwrap_or(0) } else { 0 };
+        let promoted =
+            if self.engine.ram_bytes() < ram_cap { self.engine.promote(file, pool, max_pages).unwrap_or(0) } else { 0 };
+        (written, promoted)
     }
     fn recompress_idle(&self) -> RecompressPass {
         let mut out = RecompressPass::default();

@@ -665,7 +665,9 @@ impl Engine {
                         // (it is not uptodate; the words go back to the stored object).
                         let res = self.fill_part(&mut lf, entry, out);
                         lf.set_partial();
-                        self.finish(lf, false, None)?;
+                        // A part read is a use of the object (REF: a second chance against
+                        // writeback in RAM, a refault to promote on a file tier).
+                        self.finish(lf, res.is_ok(), None)?;
                         res?;
                         self.stats.add_order(OrderEvent::Swpin, order, 1);
                         return Ok(false);

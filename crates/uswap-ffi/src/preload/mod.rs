@@ -9,7 +9,9 @@
 //! memory to reconcile, default 1 ms), `USWAP_ON_ERROR=warn` (run unmanaged, with a warning,
 //! if the pager cannot start; default: print why and exit 125), `USWAP_RECOMP_MS` and
 //! `USWAP_RECOMP_CPU_PERCENT` (period and CPU budget of background recompression, default
-//! 5000 ms and 5 %; it runs only for a pool tier with `recomp=`).
+//! 5000 ms and 5 %; it runs only for a pool tier with `recomp=`), `USWAP_WRITEBACK_AGE_MS`
+//! (pool objects unused this long are written back to the file by the same thread, default
+//! 60 000, 0 = off) and `USWAP_PROMOTE=0` (no promotion of refaulted file objects into the pool).
 //!
 //! The program keeps its own allocator (glibc malloc, jemalloc, pymalloc, a JVM's or V8's
 //! heap): nothing is replaced. Its anonymous private memory is found and adopted by the pager
@@ -261,6 +263,10 @@ fn start() -> Result<(), String> {
         // Background recompression (when a pool tier has `recomp=`): period and CPU budget.
         recompress_ms: parse_num(c"USWAP_RECOMP_MS", 5000)?,
         recompress_cpu_percent: parse_num(c"USWAP_RECOMP_CPU_PERCENT", 5)?.clamp(1, 100) as u8,
+        // Tiers both ways (same thread and period): writeback of pool objects unused this long
+        // (0 = off), promotion of refaulted file objects (`USWAP_PROMOTE=0` turns it off).
+        writeback_age_ms: parse_num(c"USWAP_WRITEBACK_AGE_MS", 60_000)?,
+        promote: env(c"USWAP_PROMOTE") != Some("0"),
         ..Default::default()
     };
     // glibc trims its heaps with its internal madvise(MADV_DONTNEED), which no interposed symbol
