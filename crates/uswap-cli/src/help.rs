@@ -92,6 +92,10 @@ Environment:
                      rest (default 8)
   USWAP_REPLACEMENT  `fifo`: evict first in, first out straight to the store instead of
                      through the active and inactive lists (for comparison)
+  USWAP_WRITEBACK_AGE_MS  pool objects unused this long are written back to the file in the
+                     background (default 60000; 0 = off)
+  USWAP_PROMOTE      `0`: do not move file objects read back since they got there into the
+                     pool (promotion is on by default, while the pool has room)
   USWAP_STATS_INTERVAL_MS  how often each process rewrites its statistics in USWAP_STATS_DIR
                      (the live view of `uswap status`; uswap run sets 500 unless it is set)
   Set by uswap run for the program (inherited by everything it starts): LD_PRELOAD,
