@@ -1021,7 +1021,6 @@ pub(crate) fn kswapd(p: &Pager) {
         while p.pool_capped
             && !p.pause.load(Ordering::SeqCst)
             && p.charged_bytes() > low(p.limit())
-            && p.store.pool_bytes() > p.pool_cap()
             && n < 128
             && p.store.shrink_ram(p.pool_cap(), 256) > 0
         {

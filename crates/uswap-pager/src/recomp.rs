@@ -101,9 +101,6 @@ pub(crate) const MOVE_PAGES: u64 = 4096;
 /// got there while the pool is under its cap (nine tenths of it, so promotion does not refill
 /// what the reclaimer must empty).
 pub(crate) fn tier_moves(p: &Pager) {
-    if !p.store.tiers_movable() {
-        return;
-    }
     let cap = if p.cfg.promote { p.pool_cap() / 10 * 9 } else { 0 };
     p.store.move_by_use(p.cfg.writeback_age_ms, cap, MOVE_PAGES);
 }

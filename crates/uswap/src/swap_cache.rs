@@ -240,6 +240,20 @@ pub enum Lookup<'a> {
     Mixed,
 }
 
+/// What a folio leaving the cache ([`SwapCache::delete_locked`]) does to the REF bit of the
+/// words that get its backing back. REF means "used since it got here": a swap-in sets it
+/// (a second chance against writeback in RAM, a refault to promote on a file tier), a move
+/// into a file tier clears it, and anything else leaves it as it was.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum RefBit {
+    /// As it was.
+    Keep,
+    /// Set.
+    Set,
+    /// Cleared.
+    Clear,
+}
+
 /// What [`SwapCache::delete_locked`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Deleted {
@@ -674,14 +688,9 @@ impl SwapCache {
     /// Take folio `f` out of the cache under its cluster lock `g` (`__swap_cache_del_folio`).
     /// If every slot's count is 0 the slots are freed and the backing (if any) is returned
     /// as dead, for the caller to free in its tier. Otherwise each word gets the backing
-    /// location back (keeping count and group; REF set if `set_ref`); a dirty folio (no
+    /// location back (keeping count and group; REF as `r` says); a dirty folio (no
     /// backing) with live counts cannot leave the cache and is refused.
-    pub fn delete_locked(
-        &self,
-        g: &mut ClusterGuard<'_>,
-        f: &FolioRef<'_>,
-        set_ref: bool,
-    ) -> Result<Deleted, SwapError> {
+    pub fn delete_locked(&self, g: &mut ClusterGuard<'_>, f: &FolioRef<'_>, r: RefBit) -> Result<Deleted, SwapError> {
         let (first, order) = f.swap();
         let start = first.offset();
         let n = 1usize << order;
@@ -704,7 +713,14 @@ impl SwapCache {
             for i in start..start + n {
                 let w = g.word(i);
                 let nw = w.with_location_of(backing);
-                g.set(i, if set_ref { nw.with_referenced(true) } else { nw })?;
+                g.set(
+                    i,
+                    match r {
+                        RefBit::Keep => nw,
+                        RefBit::Set => nw.with_referenced(true),
+                        RefBit::Clear => nw.with_referenced(false),
+                    },
+                )?;
             }
             Deleted { freed_slots: 0, dead_backing: None, group }
         };
@@ -715,8 +731,8 @@ impl SwapCache {
     }
 
     /// [`Self::delete_locked`] taking the cluster lock itself.
-    pub fn delete(&self, space: &SwapSpace, f: &FolioRef<'_>, set_ref: bool) -> Result<Deleted, SwapError> {
+    pub fn delete(&self, space: &SwapSpace, f: &FolioRef<'_>, r: RefBit) -> Result<Deleted, SwapError> {
         let mut g = space.lock_cluster(f.swap().0)?;
-        self.delete_locked(&mut g, f, set_ref)
+        self.delete_locked(&mut g, f, r)
     }
 }

@@ -47,11 +47,13 @@
 //! data leaves the tier).
 
 use crate::backend::{Backend, LoadReq, Stored, TierKind, Usage};
-use crate::cluster::{FragPolicy, SpaceConfig, SwapSpace};
+use crate::cluster::{ClusterGuard, FragPolicy, SpaceConfig, SwapSpace};
 use crate::error::{SwapError, TierError};
 use crate::group::Groups;
 use crate::stats::{Event, OrderEvent, Stats};
-use crate::swap_cache::{location, object_extent, AddMode, Deleted, LockedFolio, Lookup, SwapCache, FOLIO_INFLIGHT};
+use crate::swap_cache::{
+    location, object_extent, AddMode, Deleted, LockedFolio, Lookup, RefBit, SwapCache, FOLIO_INFLIGHT,
+};
 use crate::swap_table::{Kind, SwapEntry, Word, MAX_ORDER, PAGE_SIZE, PAYLOAD_MAX, SLOTS_PER_CLUSTER, TIER_MAX};
 use crate::sync::{AtomicBool, AtomicU64, Ordering};
 use std::sync::atomic::{AtomicU32 as StdAtomicU32, AtomicUsize as StdAtomicUsize};
@@ -176,21 +178,10 @@ unsafe impl Sync for Stamps {}
 impl Stamps {
     fn new(n: usize) -> Stamps {
         let bytes = (n.max(1) * 4).next_multiple_of(PAGE_SIZE);
-        // SAFETY: a fresh private anonymous mapping with no address hint.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        match std::ptr::NonNull::new(p.cast::<StdAtomicU32>()) {
-            Some(ptr) if p != libc::MAP_FAILED => Stamps { ptr, len: n },
+        match crate::tier::pages::map(bytes, true).and_then(|p| std::ptr::NonNull::new(p as *mut StdAtomicU32)) {
+            Some(ptr) => Stamps { ptr, len: n },
             // No address space: no stamps (every object then looks as old as the engine).
-            _ => Stamps { ptr: std::ptr::NonNull::dangling(), len: 0 },
+            None => Stamps { ptr: std::ptr::NonNull::dangling(), len: 0 },
         }
     }
     fn get(&self, r: std::ops::Range<usize>) -> Option<&[StdAtomicU32]> {
@@ -529,10 +520,9 @@ impl Engine {
     /// out of the cache (restoring its backing, or freeing the slots if no count is left),
     /// or keep it as the only copy if it has no backing and counts remain. Unlocks the folio
     /// in every case.
-    fn finish(&self, lf: LockedFolio<'_>, set_ref: bool, put: Option<(SwapEntry, usize)>) -> Result<bool, SwapError> {
+    fn finish(&self, lf: LockedFolio<'_>, r: RefBit, put: Option<(SwapEntry, usize)>) -> Result<bool, SwapError> {
         let (first, order) = lf.swap();
         let n = 1usize << order;
-        let start = first.offset();
         let mut g = match self.space.lock_cluster(first) {
             Ok(g) => g,
             Err(e) => {
@@ -551,23 +541,52 @@ impl Engine {
                 put_done = true;
             }
         }
-        let all_zero = (start..start + n).all(|i| g.count(i) == 0);
-        let res = if lf.backing().is_free() && !all_zero {
-            Ok(None)
-        } else {
-            self.cache.delete_locked(&mut g, &lf, set_ref).map(Some)
-        };
+        let res = self.leave_cache_locked(&mut g, &lf, r);
         let _ = lf.unlock();
         drop(g);
         if let Some(d) = res? {
-            if let Some(dead) = d.dead_backing {
-                self.free_data(d.group, dead, n as u64);
-            }
-            if d.freed_slots > 0 {
-                self.groups.sub_swapped(d.group, d.freed_slots as u64);
-            }
+            self.settle_deleted(d, n as u64);
         }
         Ok(put_done)
+    }
+
+    /// Take `lf` out of the cache under its cluster lock `g`, unless it must stay (no backing
+    /// while a slot is still referenced: its memory is the only copy). What the returned
+    /// [`Deleted`] names is freed by [`Self::settle_deleted`] once `g` is dropped.
+    fn leave_cache_locked(
+        &self,
+        g: &mut ClusterGuard<'_>,
+        lf: &LockedFolio<'_>,
+        r: RefBit,
+    ) -> Result<Option<Deleted>, SwapError> {
+        let (first, order) = lf.swap();
+        let s0 = first.offset();
+        let all_zero = (s0..s0 + (1usize << order)).all(|i| g.count(i) == 0);
+        if lf.backing().is_free() && !all_zero {
+            return Ok(None);
+        }
+        self.cache.delete_locked(g, lf, r).map(Some)
+    }
+
+    /// Free what a folio leaving the cache left unnamed: its dead backing of `pages` pages, and
+    /// the charge of the slots it freed.
+    fn settle_deleted(&self, d: Deleted, pages: u64) {
+        if let Some(dead) = d.dead_backing {
+            self.free_data(d.group, dead, pages);
+        }
+        if d.freed_slots > 0 {
+            self.groups.sub_swapped(d.group, d.freed_slots as u64);
+        }
+    }
+
+    /// How REF ends up when an object moves into tier `t`: cleared on a file tier (there it
+    /// means "refaulted since it got here", for promotion), as it was elsewhere.
+    fn ref_on_move_into(&self, t: usize) -> RefBit {
+        if self.tiers[t].kind == TierKind::File {
+            RefBit::Clear
+        } else {
+            RefBit::Keep
+        }
     }
 
     /// Load a folio just added to the cache from its backing.
@@ -667,14 +686,14 @@ impl Engine {
                         lf.set_partial();
                         // A part read is a use of the object (REF: a second chance against
                         // writeback in RAM, a refault to promote on a file tier).
-                        self.finish(lf, res.is_ok(), None)?;
+                        self.finish(lf, if res.is_ok() { RefBit::Set } else { RefBit::Keep }, None)?;
                         res?;
                         self.stats.add_order(OrderEvent::Swpin, order, 1);
                         return Ok(false);
                     }
                     if let Err(e) = self.fill(&mut lf) {
                         lf.set_error();
-                        self.finish(lf, false, None)?;
+                        self.finish(lf, RefBit::Keep, None)?;
                         return Err(e);
                     }
                     let first = lf.swap().0;
@@ -683,7 +702,7 @@ impl Engine {
                     }
                     self.stats.add_order(OrderEvent::Swpin, order, 1);
                     let put = free.then_some((entry, 1usize << order));
-                    return self.finish(lf, !free, put);
+                    return self.finish(lf, if free { RefBit::Keep } else { RefBit::Set }, put);
                 }
                 Lookup::Locked(lf) => {
                     // Not asked for; give it back.
@@ -789,7 +808,7 @@ impl Engine {
                     let (first, order) = f.swap();
                     let (s, n) = (first.offset(), 1usize << order);
                     if !f.is_locked() && (s..s + n).all(|j| g.count(j) == 0) {
-                        let d = self.cache.delete_locked(&mut g, &f, false)?;
+                        let d = self.cache.delete_locked(&mut g, &f, RefBit::Keep)?;
                         if let Some(dead) = d.dead_backing {
                             self.free_data(d.group, dead, n as u64);
                         }
@@ -828,12 +847,12 @@ impl Engine {
                         Dest::Drain(t) => usize::from(lf.backing().tier()) == t,
                     };
                     if !needed {
-                        self.finish(lf, false, None)?;
+                        self.finish(lf, RefBit::Keep, None)?;
                         return Ok(Moved::NotNeeded);
                     }
                     if let Err(e) = self.fill(&mut lf) {
                         lf.set_error();
-                        self.finish(lf, false, None)?;
+                        self.finish(lf, RefBit::Keep, None)?;
                         return Err(e);
                     }
                     break lf;
@@ -846,7 +865,7 @@ impl Engine {
             Dest::Drain(t) => !old.is_free() && usize::from(old.tier()) == t,
         };
         if !needed {
-            self.finish(lf, false, None)?;
+            self.finish(lf, RefBit::Keep, None)?;
             return Ok(Moved::NotNeeded);
         }
         let (first, order) = lf.swap();
@@ -854,13 +873,13 @@ impl Engine {
         let group = match self.space.load(first) {
             Ok(w) => w.group(),
             Err(e) => {
-                self.finish(lf, false, None)?;
+                self.finish(lf, RefBit::Keep, None)?;
                 return Err(e);
             }
         };
         let stored = {
             let Some(data) = lf.data() else {
-                self.finish(lf, false, None)?;
+                self.finish(lf, RefBit::Keep, None)?;
                 return Err(SwapError::Config("moving a folio that is not uptodate".into()));
             };
             match dest {
@@ -870,16 +889,11 @@ impl Engine {
         };
         match stored {
             Ok((t, s)) => {
-                let new = Word::stored(0, t as u8, s.handle, 0);
-                lf.set_backing(new);
-                let r = self.finish(lf, false, None);
+                lf.set_backing(Word::stored(0, t as u8, s.handle, 0));
+                let r = self.finish(lf, self.ref_on_move_into(t), None);
                 self.tiers[t].inflight.fetch_sub(1, Ordering::SeqCst);
                 r?;
                 self.free_data(group, old, pages);
-                if self.tiers[t].kind == TierKind::File {
-                    // On a file tier REF means "refaulted since it got here" (promotion).
-                    self.clear_ref(first, new)?;
-                }
                 Ok(Moved::Pages(pages))
             }
             Err(SwapError::Tier(TierError::Reject)) | Err(SwapError::GroupLimit(_))
@@ -887,12 +901,12 @@ impl Engine {
             {
                 // No tier takes it: keep it in memory, as the only copy.
                 lf.set_backing(Word::FREE);
-                self.finish(lf, false, None)?;
+                self.finish(lf, RefBit::Keep, None)?;
                 self.free_data(group, old, pages);
                 Ok(Moved::Pages(pages))
             }
             Err(e) => {
-                self.finish(lf, false, None)?;
+                self.finish(lf, RefBit::Keep, None)?;
                 Err(e)
             }
         }
@@ -1175,38 +1189,18 @@ impl Engine {
                 };
                 let Some(g) = g.as_mut() else {
                     // Cannot happen (the index was valid a moment ago): finish it alone.
-                    let r = self.finish(lf, false, None);
+                    let r = self.finish(lf, RefBit::Keep, None);
                     if let Err(e) = r {
                         err.get_or_insert(e);
                     }
                     after.push(DrainDone { group, del: None, old_dead, pages, stored_in });
                     continue;
                 };
-                let (first, order) = lf.swap();
-                let s0 = first.offset();
-                let all_zero = (s0..s0 + (1usize << order)).all(|i| g.count(i) == 0);
-                let del = if lf.backing().is_free() && !all_zero {
+                let r = stored_in.map_or(RefBit::Keep, |t2| self.ref_on_move_into(t2));
+                let del = self.leave_cache_locked(g, &lf, r).unwrap_or_else(|e| {
+                    err.get_or_insert(e);
                     None
-                } else {
-                    match self.cache.delete_locked(g, &lf, false) {
-                        Ok(d) => Some(d),
-                        Err(e) => {
-                            err.get_or_insert(e);
-                            None
-                        }
-                    }
-                };
-                if del.is_some_and(|d| d.freed_slots == 0)
-                    && stored_in.is_some_and(|t2| self.tiers[t2].kind == TierKind::File)
-                {
-                    // On a file tier REF means "refaulted since it got here" (promotion).
-                    for i in s0..s0 + (1usize << order) {
-                        let w = g.word(i);
-                        if let Err(e) = g.set(i, w.with_referenced(false)) {
-                            err.get_or_insert(e);
-                        }
-                    }
-                }
+                });
                 let _ = lf.unlock();
                 after.push(DrainDone { group, del, old_dead, pages, stored_in });
             }
@@ -1214,12 +1208,7 @@ impl Engine {
         // 4. Free what no word names any more, with no cluster lock held.
         for DrainDone { group, del, old_dead, pages, stored_in } in after {
             if let Some(d) = del {
-                if let Some(dead) = d.dead_backing {
-                    self.free_data(d.group, dead, pages);
-                }
-                if d.freed_slots > 0 {
-                    self.groups.sub_swapped(d.group, d.freed_slots as u64);
-                }
+                self.settle_deleted(d, pages);
             }
             if let Some(t2) = stored_in {
                 self.tiers[t2].inflight.fetch_sub(1, Ordering::SeqCst);

@@ -30,7 +30,7 @@ fn swapin(space: &SwapSpace, cache: &SwapCache, e: uswap::SwapEntry, delete: boo
                 lf.data_mut().unwrap().fill(0x5a);
                 lf.set_uptodate();
                 if delete {
-                    let d = cache.delete(space, &lf, false).unwrap();
+                    let d = cache.delete(space, &lf, uswap::swap_cache::RefBit::Keep).unwrap();
                     assert_eq!(d.freed_slots, 0);
                 }
                 let _ = lf.unlock();
@@ -66,7 +66,7 @@ fn add_or_get_races_add_or_get_one_loader() {
         let loaders: u32 = hs.into_iter().map(|h| h.join().unwrap()).sum();
         assert_eq!(loaders, 1);
         let f = cache.lookup(&space, e).unwrap().expect("folio stays cached");
-        cache.delete(&space, &f, false).unwrap();
+        cache.delete(&space, &f, uswap::swap_cache::RefBit::Keep).unwrap();
         drop(f);
         let w = space.load(e).unwrap();
         assert_eq!((w.kind(), w.payload()), (Kind::Stored, 7));

@@ -37,6 +37,11 @@ fn engine(tiers: &str) -> Engine {
     .unwrap()
 }
 
+/// Swap out every folio of `datas`, keeping each entry with its data.
+fn store_all(e: &Engine, datas: impl Iterator<Item = Vec<u8>>) -> Vec<(SwapEntry, Vec<u8>)> {
+    datas.map(|d| (e.swap_out(0, &d).unwrap(), d)).collect()
+}
+
 fn check(e: &Engine, kept: &[(SwapEntry, Vec<u8>)]) {
     for (ent, d) in kept {
         let mut out = vec![0u8; d.len()];
@@ -87,11 +92,7 @@ fn every_kind_through_every_tier_and_move() {
 fn full_pool_spills_to_the_file_and_writeback_moves_cold_pages() {
     // A pool of 1 MiB: stores beyond it go to the file; writeback then empties the pool.
     let e = engine("zero,lz4:pool=1M,file:TMP:size=64M");
-    let mut kept = Vec::new();
-    for i in 0..1500u64 {
-        let d = folio(0, 3, i);
-        kept.push((e.swap_out(0, &d).unwrap(), d));
-    }
+    let kept = store_all(&e, (0..1500u64).map(|i| folio(0, 3, i)));
     let in_file = kept.iter().filter(|(ent, _)| e.location(*ent).unwrap() == Location::Tier(1)).count();
     assert!(in_file > 0, "nothing spilled to the file");
     check(&e, &kept);
@@ -104,11 +105,7 @@ fn full_pool_spills_to_the_file_and_writeback_moves_cold_pages() {
 #[test]
 fn compaction_through_the_engine_keeps_entries() {
     let e = engine("lz4:pool=256M");
-    let mut kept = Vec::new();
-    for i in 0..3000u64 {
-        let d = folio(0, 3, i);
-        kept.push((e.swap_out(0, &d).unwrap(), d));
-    }
+    let kept = store_all(&e, (0..3000u64).map(|i| folio(0, 3, i)));
     // Free most, leaving sparse zspages.
     let mut rest = Vec::new();
     for (i, (ent, d)) in kept.into_iter().enumerate() {
@@ -182,12 +179,13 @@ fn tiers_move_both_ways_while_swap_ins_run() {
     // (batched, with 2 threads). Every read must be exact, and so must everything at the end.
     let e = Arc::new(engine("zero,lz4:pool=256M,file:TMP:size=64M"));
     e.set_drain_threads(2);
-    let mut kept = Vec::new();
-    for i in 0..1200u64 {
-        let order = [0u8, 0, 0, 2, 4][(i % 5) as usize];
-        let d = folio(order, (i % 4) as u8, i);
-        kept.push((e.swap_out(0, &d).unwrap(), d));
-    }
+    let kept = store_all(
+        &e,
+        (0..1200u64).map(|i| {
+            let order = [0u8, 0, 0, 2, 4][(i % 5) as usize];
+            folio(order, (i % 4) as u8, i)
+        }),
+    );
     let kept = Arc::new(kept);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let readers: Vec<_> = (0..2u64)
@@ -262,11 +260,7 @@ fn promotion_takes_only_refaulted_pages_and_stops_at_a_full_pool() {
 #[test]
 fn writeback_by_age_leaves_young_pages() {
     let e = engine("lz4:pool=256M,file:TMP:size=64M");
-    let mut kept = Vec::new();
-    for i in 0..100u64 {
-        let d = folio(0, 3, i);
-        kept.push((e.swap_out(0, &d).unwrap(), d));
-    }
+    let kept = store_all(&e, (0..100u64).map(|i| folio(0, 3, i)));
     // Nothing is an hour old; everything is at least 0 old.
     assert_eq!(e.writeback_older_than(0, 1, std::time::Duration::from_secs(3600), u64::MAX).unwrap(), 0);
     assert_eq!(e.writeback_older_than(0, 1, std::time::Duration::ZERO, 30).unwrap(), 30);

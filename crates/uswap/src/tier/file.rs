@@ -404,21 +404,9 @@ impl FileTier {
     /// read those pages and their records in one submission, open each, and copy them out only
     /// if every one authenticated.
     fn load_pages(&self, handle: u64, out: &mut [u8], first: usize, k: usize) -> Result<(), TierError> {
-        let (slot, order) = split(handle);
-        let n = 1usize << order.min(MAX_ORDER);
-        if order > MAX_ORDER || out.len() != PAGE_SIZE << order || !slot.is_multiple_of(n as u64) || first + k > n {
+        let (slot, n, owner) = self.live_folio(handle, out.len())?;
+        if first + k > n {
             return Err(TierError::BadHandle(handle));
-        }
-        let w = self.space.load(SwapEntry(slot)).map_err(|_| TierError::BadHandle(handle))?;
-        if w.kind() != Kind::Rmap {
-            return Err(TierError::BadHandle(handle));
-        }
-        let owner = w.payload();
-        for i in 1..n as u64 {
-            let w = self.space.load(SwapEntry(slot + i)).map_err(|_| TierError::BadHandle(handle))?;
-            if w.kind() != Kind::Rmap || w.payload() != owner + i {
-                return Err(TierError::BadHandle(handle));
-            }
         }
         let s0 = slot + first as u64;
         let len = k * PAGE_SIZE;
@@ -442,18 +430,8 @@ impl FileTier {
             (Some(b), Ok(())) => b,
             (None, Ok(())) => return Err(TierError::Io { op: "read", msg: "I/O buffer lost".into() }),
         };
-        let ok = match &self.cipher {
-            Some(c) => {
-                let (pages, rest) = buf.as_mut_slice().split_at_mut(len);
-                let meta = &rest[rec - len..rec - len + meta_len];
-                pages
-                    .chunks_exact_mut(PAGE_SIZE)
-                    .zip(meta.chunks_exact(META_BYTES))
-                    .enumerate()
-                    .all(|(i, (p, m))| c.open(s0 + i as u64, owner + (first + i) as u64, p, m))
-            }
-            None => true,
-        };
+        let (pages, rest) = buf.as_mut_slice().split_at_mut(len);
+        let ok = self.open_pages(s0, owner + first as u64, pages, &rest[rec - len..rec - len + meta_len]);
         if ok {
             out[first * PAGE_SIZE..first * PAGE_SIZE + len].copy_from_slice(&buf.as_slice()[..len]);
         }
@@ -463,6 +441,40 @@ impl FileTier {
         } else {
             Err(TierError::Corrupt { tier: self.name.clone(), handle })
         }
+    }
+
+    /// Check `handle` against the reverse map (every slot of the folio names the next page of
+    /// one owner, so the handle is live) and `out_len` against its size. Returns its first
+    /// slot, its pages and the owner (bound into each page's authentication).
+    fn live_folio(&self, handle: u64, out_len: usize) -> Result<(u64, usize, u64), TierError> {
+        let (slot, order) = split(handle);
+        let n = 1usize << order.min(MAX_ORDER);
+        if order > MAX_ORDER || out_len != PAGE_SIZE << order || !slot.is_multiple_of(n as u64) {
+            return Err(TierError::BadHandle(handle));
+        }
+        let owner = self.owner_of(handle)?.0;
+        for i in 1..n as u64 {
+            let w = self.space.load(SwapEntry(slot + i)).map_err(|_| TierError::BadHandle(handle))?;
+            if w.kind() != Kind::Rmap || w.payload() != owner + i {
+                return Err(TierError::BadHandle(handle));
+            }
+        }
+        Ok((slot, n, owner))
+    }
+
+    /// Authenticate and decrypt in place the pages read from the slots from `slot` (owned by
+    /// `owner` on), with their records `meta` (one per page): true if every one opened (at once
+    /// without encryption).
+    fn open_pages(&self, slot: u64, owner: u64, pages: &mut [u8], meta: &[u8]) -> bool {
+        let Some(c) = &self.cipher else { return true };
+        if meta.len() != pages.len() / PAGE_SIZE * META_BYTES {
+            return false;
+        }
+        pages
+            .chunks_exact_mut(PAGE_SIZE)
+            .zip(meta.chunks_exact(META_BYTES))
+            .enumerate()
+            .all(|(i, (p, m))| c.open(slot + i as u64, owner + i as u64, p, m))
     }
 
     fn release_slots(&self, slot: u64, n: usize) {
@@ -503,35 +515,13 @@ impl FileTier {
         let (data, meta) = buf.as_slice().split_at(len);
         for &k in idx {
             let r = &mut reqs[k];
-            let (slot, order) = split(r.handle);
-            let np = 1usize << order;
-            let at = (slot - first) as usize;
             r.result = (|| {
-                if r.out.len() != PAGE_SIZE << order || !slot.is_multiple_of(np as u64) {
-                    return Err(TierError::BadHandle(r.handle));
-                }
-                let owner = match self.space.load(SwapEntry(slot)) {
-                    Ok(w) if w.kind() == Kind::Rmap => w.payload(),
-                    _ => return Err(TierError::BadHandle(r.handle)),
-                };
-                for i in 1..np as u64 {
-                    match self.space.load(SwapEntry(slot + i)) {
-                        Ok(w) if w.kind() == Kind::Rmap && w.payload() == owner + i => {}
-                        _ => return Err(TierError::BadHandle(r.handle)),
-                    }
-                }
+                let (slot, np, owner) = self.live_folio(r.handle, r.out.len())?;
+                let at = (slot - first) as usize;
                 r.out.copy_from_slice(&data[at * PAGE_SIZE..(at + np) * PAGE_SIZE]);
-                if let Some(c) = &self.cipher {
-                    let m = &meta[at * META_BYTES..(at + np) * META_BYTES];
-                    let ok = r
-                        .out
-                        .chunks_exact_mut(PAGE_SIZE)
-                        .zip(m.chunks_exact(META_BYTES))
-                        .enumerate()
-                        .all(|(i, (p, m))| c.open(slot + i as u64, owner + i as u64, p, m));
-                    if !ok {
-                        return Err(TierError::Corrupt { tier: self.name.clone(), handle: r.handle });
-                    }
+                let records = meta.get(at * META_BYTES..(at + np) * META_BYTES).unwrap_or_default();
+                if !self.open_pages(slot, owner, r.out, records) {
+                    return Err(TierError::Corrupt { tier: self.name.clone(), handle: r.handle });
                 }
                 Ok(())
             })();

@@ -46,7 +46,9 @@ pub fn heap() -> &'static PageHeap {
     H.get_or_init(|| PageHeap::new(RESERVE))
 }
 
-fn map(len: usize, noreserve: bool) -> Option<usize> {
+/// A fresh private anonymous read-write mapping of `len` bytes (zero pages until written;
+/// `noreserve`: address space only, no commit charge), or None.
+pub(crate) fn map(len: usize, noreserve: bool) -> Option<usize> {
     let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | if noreserve { libc::MAP_NORESERVE } else { 0 };
     // SAFETY: a fresh anonymous mapping with no address hint.
     let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };

@@ -613,12 +613,9 @@ thread_local! {
 pub fn prepare_thread() {
     SCRATCH.with(|s| {
         let mut s = s.borrow_mut();
-        if s.zd.is_none() {
-            s.zd = zstd::bulk::Decompressor::new().ok();
-        }
         // The context allocates its workspace on its first frame: decode one now.
         let page = [7u8; 4096];
-        if let (Some(zd), Ok(frame)) = (s.zd.as_mut(), zstd::bulk::compress(&page, 3)) {
+        if let (Some(zd), Ok(frame)) = (zstd_ctx(&mut s.zd), zstd::bulk::compress(&page, 3)) {
             let mut out = [0u8; 4096];
             let _ = zd.decompress_to_buffer(&frame, &mut out);
         }
@@ -679,6 +676,16 @@ fn decode_pages(
     u1 < units || at == src.len()
 }
 
+/// This thread's zstd decompression context, made on first use (it allocates).
+fn zstd_ctx<'a>(
+    zd: &'a mut Option<zstd::bulk::Decompressor<'static>>,
+) -> Option<&'a mut zstd::bulk::Decompressor<'static>> {
+    if zd.is_none() {
+        *zd = zstd::bulk::Decompressor::new().ok();
+    }
+    zd.as_mut()
+}
+
 fn decompress_unit(zd: &mut Option<zstd::bulk::Decompressor<'static>>, codec: u64, src: &[u8], out: &mut [u8]) -> bool {
     match codec & 3 {
         CODEC_RAW => {
@@ -689,12 +696,7 @@ fn decompress_unit(zd: &mut Option<zstd::bulk::Decompressor<'static>>, codec: u6
             true
         }
         CODEC_LZ4 => super::lz4::decompress_exact(src, out),
-        CODEC_ZSTD => {
-            if zd.is_none() {
-                *zd = zstd::bulk::Decompressor::new().ok();
-            }
-            zd.as_mut().is_some_and(|d| d.decompress_to_buffer(src, out).is_ok_and(|n| n == out.len()))
-        }
+        CODEC_ZSTD => zstd_ctx(zd).is_some_and(|d| d.decompress_to_buffer(src, out).is_ok_and(|n| n == out.len())),
         _ => false,
     }
 }
@@ -780,9 +782,11 @@ pub struct ZPool {
 impl ZPool {
     /// A pool with this configuration.
     pub fn new(name: &str, cfg: PoolConfig) -> Self {
+        let zstd_loads = matches!(cfg.compressor, Compressor::Zstd { .. })
+            || matches!(cfg.recompress, Some(Compressor::Zstd { .. }));
         ZPool {
             name: name.to_string(),
-            cfg: cfg.clone(),
+            cfg,
             classes: (0..NR_CLASSES)
                 .map(|c| CachePadded::new(Mutex::new(LockClass::PoolClass, Class::new(c))))
                 .collect(),
@@ -799,8 +803,7 @@ impl ZPool {
             compacted_bytes: AtomicU64::new(0),
             decompress_fail: AtomicU64::new(0),
             merge: merged_classes(),
-            zstd_loads: matches!(cfg.compressor, Compressor::Zstd { .. })
-                || matches!(cfg.recompress, Some(Compressor::Zstd { .. })),
+            zstd_loads,
             recomp: recompress::Counters::default(),
         }
     }
@@ -1372,8 +1375,8 @@ impl Backend for ZPool {
         SCRATCH.with(|s| {
             let mut s = s.borrow_mut();
             let s = &mut *s;
-            if self.zstd_loads && s.zd.is_none() {
-                s.zd = zstd::bulk::Decompressor::new().ok();
+            if self.zstd_loads {
+                zstd_ctx(&mut s.zd);
             }
             // An object is decoded where it lies: a class object with its zspage pinned, a large
             // one as it is (large objects never move).
