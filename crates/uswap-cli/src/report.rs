@@ -208,6 +208,7 @@ pub fn pager(p: &Value, tiers: &str) -> Value {
         ("write_protect", "fault_wp"),
         ("spurious", "fault_spurious"),
         ("waits", "fault_waits"),
+        ("throttled", "fault_throttled"),
     ] {
         faults.insert(k.into(), json!(u(p, &format!("/{src}"))));
     }

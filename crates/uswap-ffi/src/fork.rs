@@ -343,6 +343,7 @@ extern "C" fn parent() {
             libc::close(r);
         }
         FORKS.fetch_add(1, Ordering::Relaxed);
+        uswap_pager::tree::note_fork();
     }
     // SAFETY: under BIG (taken in prepare); tracked pagers are alive.
     for t in unsafe { table() }.pagers.iter().filter(|t| t.used) {
@@ -366,6 +367,7 @@ extern "C" fn child() {
     crate::internal::HEAP.lock.force_unlock();
     if any_pager() {
         FORKS.store(0, Ordering::Relaxed);
+        uswap_pager::tree::note_fork();
         internal(|| {
             // SAFETY: single-threaded child, BIG is held by us (the forking thread).
             let tab = unsafe { table() };

@@ -18,7 +18,9 @@
 //! A process's charge counts pages it shares copy-on-write with its fork parent or children
 //! (a Redis BGSAVE child starts with all of its parent's resident memory) in proportion, as
 //! the kernel's Pss does: its charge minus `Rss_Anon - Pss_Anon` from `/proc/self/smaps_rollup`
-//! (read only while the tree has more than one live process). A process that ends through
+//! (read only while the tree has more than one live process, and only by a process that has
+//! forked or is a fork child: an exec'd program shares no anonymous page, and the read walks
+//! the page tables, 4 % of a CPU for a thrashing compiler). A process that ends through
 //! `exit(3)` frees its slot; one that is killed leaves it, and the next update of any process
 //! finds the pid gone (`kill(pid, 0)`) and frees it; a process image replaced by `exec`
 //! leaves its slot to its successor of the same pid, which takes it over.
@@ -71,6 +73,14 @@ static LAST_LIVE: AtomicU64 = AtomicU64::new(0);
 /// Updates so far, and the shared anonymous bytes at the last reading.
 static UPDATES: AtomicU64 = AtomicU64::new(0);
 static SHARED: AtomicU64 = AtomicU64::new(0);
+/// This process has forked, or is a fork child: it may share anonymous pages copy-on-write.
+static FORKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// This process has forked, or is a fork child (from the fork handlers): from now on its
+/// charge discounts the pages it shares copy-on-write.
+pub fn note_fork() {
+    FORKED.store(true, Ordering::Relaxed);
+}
 
 /// Write a new budget file at `path` for a tree limited to `limit` bytes (by `uswap run`).
 pub fn create(path: &std::path::Path, limit: u64) -> std::io::Result<()> {
@@ -245,7 +255,7 @@ pub fn update(p: &crate::Pager) {
     }
     // Shared pages are re-read every tenth update (smaps_rollup walks the page tables).
     let n = UPDATES.fetch_add(1, Ordering::Relaxed);
-    if live > 1 && n.is_multiple_of(10) {
+    if live > 1 && FORKED.load(Ordering::Relaxed) && n.is_multiple_of(10) {
         SHARED.store(shared_anon(), Ordering::Relaxed);
     }
     // The memory outside the pager is the process's too (as a cgroup charges it): the tree
