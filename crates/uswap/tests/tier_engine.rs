@@ -42,6 +42,33 @@ fn store_all(e: &Engine, datas: impl Iterator<Item = Vec<u8>>) -> Vec<(SwapEntry
     datas.map(|d| (e.swap_out(0, &d).unwrap(), d)).collect()
 }
 
+/// Threads that swap in random entries of `kept` and check every byte, until `stop` is set and
+/// each has done at least `min` reads.
+fn spawn_readers(
+    e: &Arc<Engine>,
+    kept: &Arc<Vec<(SwapEntry, Vec<u8>)>>,
+    stop: &Arc<std::sync::atomic::AtomicBool>,
+    seed: u64,
+    min: u64,
+) -> Vec<std::thread::JoinHandle<()>> {
+    (0..2u64)
+        .map(|t| {
+            let (e, kept, stop) = (e.clone(), kept.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut rng = rand::rngs::SmallRng::seed_from_u64(seed + t);
+                let mut n = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) || n < min {
+                    let (ent, d) = &kept[rng.random_range(0..kept.len())];
+                    let mut out = vec![0u8; d.len()];
+                    e.swap_in(*ent, &mut out, false).unwrap();
+                    assert!(&out == d, "entry {:#x} differs", ent.0);
+                    n += 1;
+                }
+            })
+        })
+        .collect()
+}
+
 fn check(e: &Engine, kept: &[(SwapEntry, Vec<u8>)]) {
     for (ent, d) in kept {
         let mut out = vec![0u8; d.len()];
@@ -135,22 +162,7 @@ fn drain_races_with_swap_in() {
         }
         let kept = Arc::new(kept);
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let readers: Vec<_> = (0..2u64)
-            .map(|t| {
-                let (e, kept, stop) = (e.clone(), kept.clone(), stop.clone());
-                std::thread::spawn(move || {
-                    let mut rng = rand::rngs::SmallRng::seed_from_u64(t);
-                    let mut n = 0;
-                    while !stop.load(std::sync::atomic::Ordering::Relaxed) || n < 200 {
-                        let (ent, d) = &kept[rng.random_range(0..kept.len())];
-                        let mut out = vec![0u8; d.len()];
-                        e.swap_in(*ent, &mut out, false).unwrap();
-                        assert!(&out == d);
-                        n += 1;
-                    }
-                })
-            })
-            .collect();
+        let readers = spawn_readers(&e, &kept, &stop, 0, 200);
         let moved = e.drain_tier(drain).unwrap();
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         for r in readers {
@@ -188,22 +200,7 @@ fn tiers_move_both_ways_while_swap_ins_run() {
     );
     let kept = Arc::new(kept);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let readers: Vec<_> = (0..2u64)
-        .map(|t| {
-            let (e, kept, stop) = (e.clone(), kept.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let mut rng = rand::rngs::SmallRng::seed_from_u64(t + 10);
-                let mut n = 0;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) || n < 300 {
-                    let (ent, d) = &kept[rng.random_range(0..kept.len())];
-                    let mut out = vec![0u8; d.len()];
-                    e.swap_in(*ent, &mut out, false).unwrap();
-                    assert!(&out == d, "entry {:#x} differs", ent.0);
-                    n += 1;
-                }
-            })
-        })
-        .collect();
+    let readers = spawn_readers(&e, &kept, &stop, 10, 300);
     let (mut wb, mut promoted, mut drained) = (0, 0, 0);
     for round in 0..6 {
         wb += e.writeback_older_than(0, 1, std::time::Duration::ZERO, 400).unwrap();
