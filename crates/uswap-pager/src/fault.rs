@@ -354,8 +354,11 @@ fn note_refaults(p: &Pager, r: &RegionInner, first: usize, swapped: impl Iterato
 /// a write-protect, a compression and a store. The price is a write-protect fault when the page
 /// is written later, and the entry's pool memory for as long as the page is mapped. So, like
 /// the kernel (which frees the slot of a folio mapped writable, or when swap is half full):
-/// - only read faults keep, and only in SIGBUS mode (a fault handed to a thread costs ~80 µs
-///   here, far more than the compression it saves);
+/// - only read faults keep. In both fault modes: in thread mode the later write costs a
+///   hand-off (~16 µs here), but evicting a page that was written costs more (a write-protect
+///   with its TLB-flush IPIs, a compression, a store and often a file write), and a program
+///   that thrashes mostly re-reads: Redis with a BGSAVE under `uswap run` evicted 2.6 M pages
+///   clean and took 19 k write-protect faults, 72.7 → 62.7 s (BENCHMARKS.md, 2026-11-25);
 /// - not while stored data takes more than half a page of RAM per page (it compresses
 ///   badly and lives in RAM): a kept copy would cost more than it saves;
 /// - and not while more than a third of the kept pages get written: re-decided every

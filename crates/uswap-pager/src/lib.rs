@@ -178,7 +178,7 @@ pub struct PagerConfig {
     /// thread (a cross-CPU round trip per range).
     pub event_remove: bool,
     /// Keep the swap entry of a page swapped in by a read fault and map it write-protected, so
-    /// that evicting it again writes nothing (see `fault::KeepClean`; SIGBUS mode only).
+    /// that evicting it again writes nothing (see `fault::KeepClean`; both fault modes).
     pub keep_clean: bool,
     /// Period of background recompression in ms (0 = off): every period, a low-priority
     /// thread recompresses the pool objects idle since the previous pass with the tier's
@@ -406,7 +406,7 @@ impl Pager {
             recomp_busy: AtomicBool::new(false),
             recomp_held: AtomicBool::new(false),
             ws: reclaim::Workingset::default(),
-            keep: fault::KeepClean::new(cfg.keep_clean && cfg.fault_mode == FaultMode::Sigbus),
+            keep: fault::KeepClean::new(cfg.keep_clean),
             batches: reclaim::BatchPool::new().map_err(os)?,
             ev_reads: std::sync::atomic::AtomicU64::new(0),
             ev_done: std::sync::atomic::AtomicU64::new(0),

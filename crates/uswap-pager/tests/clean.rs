@@ -1,20 +1,61 @@
 //! Clean pages: a page swapped in by a read keeps its swap entry and is mapped write-protected
 //! (`CLEAN`), so evicting it again writes nothing. These tests check that no write to such a
 //! page is ever lost (the write-protect fault frees the entry first), that a page the program
-//! drops is not brought back from its stale entry, and that no entry leaks.
+//! drops is not brought back from its stale entry, and that no entry leaks. Each runs in both
+//! fault modes: in thread mode (`uswap run`) the write-protect fault is a message to the event
+//! thread, which must free the entry before it lets the write through.
 
 mod common;
 
 use common::{check_page, fill_page, mix64, pager};
 use std::sync::atomic::{AtomicBool, Ordering};
-use uswap_pager::{PagerConfig, PAGE_SIZE};
+use uswap_pager::{FaultMode, PagerConfig, ReclaimMode, PAGE_SIZE};
 
-fn cfg(folio: usize) -> PagerConfig {
-    PagerConfig { limit_bytes: 4 << 20, folio_size: folio, tiers: "zero,lz4".into(), ..Default::default() }
+/// Every (fault mode, folio size) pair the tests run.
+const CASES: [(FaultMode, usize); 4] =
+    [(FaultMode::Sigbus, 4096), (FaultMode::Sigbus, 65536), (FaultMode::Thread, 4096), (FaultMode::Thread, 65536)];
+
+fn cfg(mode: FaultMode, folio: usize) -> PagerConfig {
+    // Thread mode reclaims in the background (its event thread never reclaims), as `uswap run`.
+    let reclaim = if mode == FaultMode::Thread { ReclaimMode::Background } else { ReclaimMode::Direct };
+    PagerConfig {
+        limit_bytes: 4 << 20,
+        folio_size: folio,
+        fault_mode: mode,
+        reclaim,
+        tiers: "zero,lz4".into(),
+        ..Default::default()
+    }
 }
 
 fn page(r: &mut uswap_pager::Region, pg: usize) -> &mut [u8] {
     &mut r.as_mut_slice()[pg * PAGE_SIZE..(pg + 1) * PAGE_SIZE]
+}
+
+/// Evict the whole region, again until nothing is resident: in thread mode the background
+/// reclaimer may hold a page (`BUSY`) while `evict_all` passes it.
+fn evict_everything(p: &uswap_pager::Pager, r: &uswap_pager::Region) {
+    for _ in 0..1000 {
+        r.evict_all();
+        let st = r.page_states();
+        if st[1] + st[2] + st[3] == 0 {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    panic!("pages stay resident after evict_all: {:?} {:?}", r.page_states(), p.stats());
+}
+
+/// Wait until no page of the region is `BUSY`: in thread mode the event thread's copy wakes
+/// the faulting thread before the event thread publishes the page's new word.
+fn settle(r: &uswap_pager::Region) {
+    for _ in 0..1000 {
+        if r.page_states()[2] == 0 {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    panic!("pages stay BUSY: {:?}", r.page_states());
 }
 
 fn stored_pages(p: &uswap_pager::Pager) -> u64 {
@@ -26,8 +67,8 @@ fn stored_pages(p: &uswap_pager::Pager) -> u64 {
 /// nothing in the store.
 #[test]
 fn reads_keep_entries_and_writes_after_reads_are_never_lost() {
-    for folio in [4096usize, 65536] {
-        let Some(p) = pager(cfg(folio)) else { return };
+    for (mode, folio) in CASES {
+        let Some(p) = pager(cfg(mode, folio)) else { return };
         let pages = (16 << 20) / PAGE_SIZE;
         let mut r = p.map(pages * PAGE_SIZE).unwrap();
         for pg in 0..pages {
@@ -37,19 +78,23 @@ fn reads_keep_entries_and_writes_after_reads_are_never_lost() {
         // Random reads: every page swapped in by a read, most evicted again.
         for k in 0..pages * 2 {
             let pg = (mix64(k as u64) % pages as u64) as usize;
-            assert_eq!(check_page(page(&mut r, pg), 1, pg, false), None, "folio {folio} page {pg}");
+            assert_eq!(check_page(page(&mut r, pg), 1, pg, false), None, "{mode:?} folio {folio} page {pg}");
         }
         let s = p.stats();
-        assert!(s.clean_kept > pages as u64 / 2, "folio {folio}: clean_kept {}", s.clean_kept);
-        assert!(s.clean_evicted > pages as u64 / 2, "folio {folio}: clean_evicted {}", s.clean_evicted);
+        assert!(s.clean_kept > pages as u64 / 2, "{mode:?} folio {folio}: clean_kept {}", s.clean_kept);
+        assert!(s.clean_evicted > pages as u64 / 2, "{mode:?} folio {folio}: clean_evicted {}", s.clean_evicted);
         // Only the pages dirty when the pass began (at most the limit's worth) are stored again;
         // without clean pages it would be nearly every read.
         assert!(
             s.evicted_pages - stored_before < pages as u64 / 2,
-            "folio {folio}: clean evictions stored again ({} pages)",
+            "{mode:?} folio {folio}: clean evictions stored again ({} pages)",
             s.evicted_pages - stored_before
         );
-        eprintln!("folio {folio}: {} entries for {pages} pages, pool {}", stored_pages(&p), p.stats().pool_bytes);
+        eprintln!(
+            "{mode:?} folio {folio}: {} entries for {pages} pages, pool {}",
+            stored_pages(&p),
+            p.stats().pool_bytes
+        );
         // Read then write each page (read-modify-write), in a scattered order.
         for k in 0..pages {
             let pg = (k * 7919) % pages;
@@ -59,12 +104,16 @@ fn reads_keep_entries_and_writes_after_reads_are_never_lost() {
         }
         for k in 0..pages * 2 {
             let pg = (mix64(k as u64 ^ 99) % pages as u64) as usize;
-            assert_eq!(check_page(page(&mut r, pg), 2, pg, false), None, "folio {folio} page {pg} after rewrite");
+            assert_eq!(
+                check_page(page(&mut r, pg), 2, pg, false),
+                None,
+                "{mode:?} folio {folio} page {pg} after rewrite"
+            );
         }
         assert!(p.stats().clean_dirtied > 0);
         drop(r);
-        assert_eq!(stored_pages(&p), 0, "folio {folio}: entries left after the region went");
-        assert_eq!(p.stats().resident_bytes, 0, "folio {folio}");
+        assert_eq!(stored_pages(&p), 0, "{mode:?} folio {folio}: entries left after the region went");
+        assert_eq!(p.stats().resident_bytes, 0, "{mode:?} folio {folio}");
     }
 }
 
@@ -72,43 +121,46 @@ fn reads_keep_entries_and_writes_after_reads_are_never_lost() {
 /// whether it is evicted before the next access or not.
 #[test]
 fn a_dropped_clean_page_reads_as_zero() {
-    let Some(p) = pager(cfg(4096)) else { return };
-    let pages = (16 << 20) / PAGE_SIZE;
-    let mut r = p.map(pages * PAGE_SIZE).unwrap();
-    for pg in 0..pages {
-        fill_page(page(&mut r, pg), 3, pg, false);
-    }
-    // Everything to the store (the first pages may still be in the swap cache), then read the
-    // first 64 pages back: CLEAN now.
-    r.evict_all();
-    for pg in 0..64 {
-        assert_eq!(check_page(page(&mut r, pg), 3, pg, false), None);
-    }
-    assert!(p.stats().clean_kept >= 64);
-    // SAFETY: dropping our own pages; they read as zero afterwards, as anonymous memory does.
-    unsafe { libc::madvise(r.as_ptr().cast(), 32 * PAGE_SIZE, libc::MADV_DONTNEED) };
-    // Push everything out: pages 0..32 are evicted as dropped, 32..64 as clean.
-    r.evict_all();
-    assert!(p.stats().clean_discarded >= 32, "clean_discarded {}", p.stats().clean_discarded);
-    for pg in 0..32 {
-        assert!(page(&mut r, pg).iter().all(|&b| b == 0), "page {pg} came back from a stale entry");
-    }
-    for pg in 32..64 {
-        assert_eq!(check_page(page(&mut r, pg), 3, pg, false), None);
-    }
-    // Dropped, then touched before any eviction: also zero.
-    for pg in 64..96 {
-        assert_eq!(check_page(page(&mut r, pg), 3, pg, false), None);
-    }
-    // SAFETY: as above.
-    unsafe { libc::madvise(r.as_ptr().add(64 * PAGE_SIZE).cast(), 32 * PAGE_SIZE, libc::MADV_DONTNEED) };
-    for pg in 64..96 {
-        assert!(page(&mut r, pg).iter().all(|&b| b == 0), "page {pg}");
-        fill_page(page(&mut r, pg), 4, pg, false);
-    }
-    r.evict_all();
-    for pg in 64..96 {
-        assert_eq!(check_page(page(&mut r, pg), 4, pg, false), None);
+    for mode in [FaultMode::Sigbus, FaultMode::Thread] {
+        let Some(p) = pager(cfg(mode, 4096)) else { return };
+        let pages = (16 << 20) / PAGE_SIZE;
+        let mut r = p.map(pages * PAGE_SIZE).unwrap();
+        for pg in 0..pages {
+            fill_page(page(&mut r, pg), 3, pg, false);
+        }
+        // Everything to the store (the first pages may still be in the swap cache), then read the
+        // first 64 pages back: CLEAN now.
+        evict_everything(&p, &r);
+        for pg in 0..64 {
+            assert_eq!(check_page(page(&mut r, pg), 3, pg, false), None);
+        }
+        settle(&r);
+        assert_eq!(r.clean_pages(), 64, "{mode:?}: {:?} {:?}", r.page_states(), p.stats());
+        // SAFETY: dropping our own pages; they read as zero afterwards, as anonymous memory does.
+        unsafe { libc::madvise(r.as_ptr().cast(), 32 * PAGE_SIZE, libc::MADV_DONTNEED) };
+        // Push everything out: pages 0..32 are evicted as dropped, 32..64 as clean.
+        evict_everything(&p, &r);
+        assert!(p.stats().clean_discarded >= 32, "clean_discarded {}", p.stats().clean_discarded);
+        for pg in 0..32 {
+            assert!(page(&mut r, pg).iter().all(|&b| b == 0), "page {pg} came back from a stale entry");
+        }
+        for pg in 32..64 {
+            assert_eq!(check_page(page(&mut r, pg), 3, pg, false), None);
+        }
+        // Dropped, then touched before any eviction: also zero.
+        for pg in 64..96 {
+            assert_eq!(check_page(page(&mut r, pg), 3, pg, false), None);
+        }
+        // SAFETY: as above.
+        unsafe { libc::madvise(r.as_ptr().add(64 * PAGE_SIZE).cast(), 32 * PAGE_SIZE, libc::MADV_DONTNEED) };
+        for pg in 64..96 {
+            assert!(page(&mut r, pg).iter().all(|&b| b == 0), "page {pg}");
+            fill_page(page(&mut r, pg), 4, pg, false);
+        }
+        evict_everything(&p, &r);
+        for pg in 64..96 {
+            assert_eq!(check_page(page(&mut r, pg), 4, pg, false), None);
+        }
     }
 }
 
@@ -116,8 +168,8 @@ fn a_dropped_clean_page_reads_as_zero() {
 /// threads: each page holds the number of writes it has had, and every write is checked.
 #[test]
 fn writers_racing_readers_and_eviction_of_clean_pages_lose_nothing() {
-    for folio in [4096usize, 65536] {
-        let Some(p) = pager(cfg(folio)) else { return };
+    for (mode, folio) in CASES {
+        let Some(p) = pager(cfg(mode, folio)) else { return };
         let pages = (24 << 20) / PAGE_SIZE;
         let r = p.map(pages * PAGE_SIZE).unwrap();
         let base = r.as_ptr() as usize;
@@ -137,7 +189,7 @@ fn writers_racing_readers_and_eviction_of_clean_pages_lose_nothing() {
                         let w = unsafe { ((base + pg * PAGE_SIZE) as *mut u64).add((k % 512) as usize) };
                         // SAFETY: as above.
                         let first = unsafe { ((base + pg * PAGE_SIZE) as *mut u64).read_volatile() };
-                        assert_eq!(first, counts[pg], "folio {folio} page {pg}: a write was lost");
+                        assert_eq!(first, counts[pg], "{mode:?} folio {folio} page {pg}: a write was lost");
                         if k % 3 == 0 {
                             counts[pg] += 1;
                             // SAFETY: as above.
@@ -167,12 +219,12 @@ fn writers_racing_readers_and_eviction_of_clean_pages_lose_nothing() {
             for pg in 0..pages {
                 // SAFETY: reading a word of the region; all threads are done.
                 let v = unsafe { ((base + pg * PAGE_SIZE) as *const u64).read_volatile() };
-                assert_eq!(v, counts[pg % threads][pg], "folio {folio} page {pg} after the run");
+                assert_eq!(v, counts[pg % threads][pg], "{mode:?} folio {folio} page {pg} after the run");
             }
         });
         let s = p.stats();
         assert!(s.clean_kept > 0 && s.clean_dirtied > 0 && s.clean_evicted > 0, "{s:?}");
         drop(r);
-        assert_eq!(stored_pages(&p), 0, "folio {folio}: entries leaked");
+        assert_eq!(stored_pages(&p), 0, "{mode:?} folio {folio}: entries leaked");
     }
 }
