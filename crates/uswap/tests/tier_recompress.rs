@@ -8,12 +8,14 @@ use rand::{Rng, SeedableRng};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use uswap::backend::Backend;
 use uswap::config::TiersConfig;
 use uswap::tier::zpool::{Compressor, FolioMode, PoolConfig, ZPool};
 use uswap::vswap::{Engine, EngineConfig};
 use uswap::{SwapEntry, PAGE_SIZE};
+
+mod pool_race;
 
 thread_local! {
     static ARMED: Cell<bool> = const { Cell::new(false) };
@@ -287,34 +289,22 @@ fn loading_recompressed_objects_allocates_nothing() {
 /// in their own threads against stores, loads and frees; every byte is checked.
 #[test]
 fn recompression_races_with_loads_frees_and_compaction() {
-    struct Entry {
-        handle: u64,
-        busy: bool,
+    /// An entry's bytes: `text(PAGE_SIZE << order, raw, seed)`.
+    #[derive(Clone, Copy)]
+    struct Meta {
         seed: u64,
         raw: usize,
         order: u8,
     }
     let pool = Arc::new(ZPool::new("zpool", recomp_cfg(FolioMode::Whole)));
-    let table: Arc<Mutex<HashMap<u64, Entry>>> = Arc::new(Mutex::new(HashMap::new()));
+    let table = pool_race::table::<Meta>();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let relocator = |table: Arc<Mutex<HashMap<u64, Entry>>>| {
-        move |owner: SwapEntry, old: u64, new: u64| {
-            let mut t = table.lock().unwrap();
-            match t.get_mut(&owner.0) {
-                Some(e) if !e.busy && e.handle == old => {
-                    e.handle = new;
-                    true
-                }
-                _ => false,
-            }
-        }
-    };
     let passes: Vec<_> = [true, false]
         .into_iter()
         .map(|recompress| {
             let (pool, table, stop) = (pool.clone(), table.clone(), stop.clone());
-            let mut relocate = relocator(table);
             std::thread::spawn(move || {
+                let mut relocate = |o, old, new| pool_race::relocate(&table, o, old, new);
                 let (mut n, mut pass) = (0u64, 0u64);
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     pass += 1;
@@ -330,68 +320,23 @@ fn recompression_races_with_loads_frees_and_compaction() {
             })
         })
         .collect();
-    let workers: Vec<_> = (0..2u64)
-        .map(|t| {
-            let (pool, table) = (pool.clone(), table.clone());
-            std::thread::spawn(move || {
-                let mut rng = rand::rngs::SmallRng::seed_from_u64(t);
-                let mut mine: Vec<u64> = Vec::new();
-                let mut next = t << 32;
-                let mut out = vec![0u8; 16 * PAGE_SIZE];
-                for _ in 0..4000 {
-                    match rng.random_range(0..4) {
-                        0 | 1 => {
-                            let (seed, raw) = (rng.random::<u64>(), [0, 0, 500, 4096][rng.random_range(0..4)]);
-                            let order = if rng.random_range(0..8) == 0 { 4 } else { 0 };
-                            let data = text(PAGE_SIZE << order, raw, seed);
-                            let st = pool.store(&data, SwapEntry(next)).unwrap();
-                            table
-                                .lock()
-                                .unwrap()
-                                .insert(next, Entry { handle: st.handle, busy: false, seed, raw, order });
-                            mine.push(next);
-                            next += 1;
-                        }
-                        2 if !mine.is_empty() => {
-                            let owner = mine[rng.random_range(0..mine.len())];
-                            let (h, seed, raw, order) = {
-                                let mut t = table.lock().unwrap();
-                                let e = t.get_mut(&owner).unwrap();
-                                e.busy = true;
-                                (e.handle, e.seed, e.raw, e.order)
-                            };
-                            let len = PAGE_SIZE << order;
-                            pool.load(h, &mut out[..len]).unwrap();
-                            assert!(out[..len] == text(len, raw, seed)[..], "owner {owner}");
-                            table.lock().unwrap().get_mut(&owner).unwrap().busy = false;
-                        }
-                        _ if !mine.is_empty() => {
-                            let owner = mine.swap_remove(rng.random_range(0..mine.len()));
-                            // Free under the "cluster lock" (the table lock), as the engine does.
-                            let mut t = table.lock().unwrap();
-                            let e = t.remove(&owner).unwrap();
-                            assert!(pool.free(e.handle) > 0);
-                        }
-                        _ => {}
-                    }
-                }
-            })
-        })
-        .collect();
-    for w in workers {
-        w.join().unwrap();
-    }
+    // Stores (half the steps; one in eight a 16-page folio, some with random heads), loads, frees.
+    let owner = |thread| pool_race::Owner {
+        thread,
+        steps: 4000,
+        stores: 2,
+        of: 4,
+        make: |rng: &mut rand::rngs::SmallRng| {
+            let (seed, raw) = (rng.random::<u64>(), [0, 0, 500, 4096][rng.random_range(0..4)]);
+            let order = if rng.random_range(0..8) == 0 { 4 } else { 0 };
+            (text(PAGE_SIZE << order, raw, seed), Meta { seed, raw, order })
+        },
+        expect: |m: &Meta| text(PAGE_SIZE << m.order, m.raw, m.seed),
+    };
+    pool_race::race(&pool, &table, 2, owner);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let moved: Vec<u64> = passes.into_iter().map(|p| p.join().unwrap()).collect();
-    let t = table.lock().unwrap();
-    pool.check_invariants().unwrap();
-    assert_eq!(pool.usage().stored_pages, t.values().map(|e| 1u64 << e.order).sum::<u64>());
-    for e in t.values() {
-        let len = PAGE_SIZE << e.order;
-        let mut out = vec![0u8; len];
-        pool.load(e.handle, &mut out).unwrap();
-        assert!(out == text(len, e.raw, e.seed));
-    }
+    owner(0).check_all(&pool, &table, |m| 1 << m.order);
     assert!(moved[0] > 0, "no object was recompressed during the race");
 }
 

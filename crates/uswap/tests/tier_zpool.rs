@@ -5,10 +5,12 @@
 use proptest::prelude::*;
 use rand::{Rng, RngCore, SeedableRng};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use uswap::backend::Backend;
 use uswap::tier::zpool::{Compressor, FolioMode, Incompressible, PoolConfig, ZPool};
 use uswap::{SwapEntry, TierError, PAGE_SIZE};
+
+mod pool_race;
 
 #[derive(Copy, Clone, Debug)]
 enum Fill {
@@ -309,101 +311,49 @@ fn compaction_frees_sparse_zspages_and_respects_refusals() {
     assert!(pool.stats().compacted_objects > 0);
 }
 
-/// The engine's protocol in miniature: a loader marks its entry busy (the swap cache's CACHED
-/// word), so a relocate of a busy entry is refused and the old handle stays valid.
+/// The engine's protocol in miniature (`pool_race`): a loader marks its entry busy (the swap
+/// cache's CACHED word), so a relocate of a busy entry is refused and the old handle stays
+/// valid; compaction runs in its own thread against stores, loads and frees.
 #[test]
 fn store_load_free_race_with_compaction() {
-    struct Entry {
-        handle: u64,
-        busy: bool,
+    /// An entry's bytes: one page of `Fill::Partial(n)` from `seed`.
+    #[derive(Clone, Copy)]
+    struct Meta {
         seed: u64,
         n: usize,
     }
     let pool = Arc::new(ZPool::new("zpool", PoolConfig::default()));
-    let table: Arc<Mutex<HashMap<u64, Entry>>> = Arc::new(Mutex::new(HashMap::new()));
+    let table = pool_race::table::<Meta>();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let compactor = {
         let (pool, table, stop) = (pool.clone(), table.clone(), stop.clone());
         std::thread::spawn(move || {
-            let mut moved = 0u64;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                pool.compact(&mut |owner, old, new| {
-                    let mut t = table.lock().unwrap();
-                    match t.get_mut(&owner.0) {
-                        Some(e) if !e.busy && e.handle == old => {
-                            e.handle = new;
-                            moved += 1;
-                            true
-                        }
-                        _ => false,
-                    }
-                });
+                pool.compact(&mut |o, old, new| pool_race::relocate(&table, o, old, new));
                 std::thread::yield_now();
             }
-            moved
         })
     };
-    let workers: Vec<_> = (0..3u64)
-        .map(|t| {
-            let (pool, table) = (pool.clone(), table.clone());
-            std::thread::spawn(move || {
-                let mut rng = rand::rngs::SmallRng::seed_from_u64(t);
-                let mut mine: Vec<u64> = Vec::new();
-                let mut next = t << 32;
-                let mut data = vec![0u8; PAGE_SIZE];
-                for _ in 0..3000 {
-                    match rng.random_range(0..3) {
-                        0 => {
-                            let (seed, n) = (rng.random::<u64>(), rng.random_range(0..4000));
-                            fill(&mut data, Fill::Partial(n), seed);
-                            // Store before the word exists, like swap-out.
-                            let st = pool.store(&data, SwapEntry(next)).unwrap();
-                            table.lock().unwrap().insert(next, Entry { handle: st.handle, busy: false, seed, n });
-                            mine.push(next);
-                            next += 1;
-                        }
-                        1 if !mine.is_empty() => {
-                            let owner = mine[rng.random_range(0..mine.len())];
-                            let (h, seed, n) = {
-                                let mut t = table.lock().unwrap();
-                                let e = t.get_mut(&owner).unwrap();
-                                e.busy = true;
-                                (e.handle, e.seed, e.n)
-                            };
-                            let mut out = vec![0u8; PAGE_SIZE];
-                            pool.load(h, &mut out).unwrap();
-                            fill(&mut data, Fill::Partial(n), seed);
-                            assert!(out == data, "owner {owner}");
-                            table.lock().unwrap().get_mut(&owner).unwrap().busy = false;
-                        }
-                        _ if !mine.is_empty() => {
-                            let owner = mine.swap_remove(rng.random_range(0..mine.len()));
-                            // Free under the "cluster lock" (the table lock), as the engine does.
-                            let mut t = table.lock().unwrap();
-                            let e = t.remove(&owner).unwrap();
-                            assert!(pool.free(e.handle) > 0);
-                        }
-                        _ => {}
-                    }
-                }
-            })
-        })
-        .collect();
-    for w in workers {
-        w.join().unwrap();
+    fn page(m: &Meta) -> Vec<u8> {
+        let mut data = vec![0u8; PAGE_SIZE];
+        fill(&mut data, Fill::Partial(m.n), m.seed);
+        data
     }
+    let owner = |thread| pool_race::Owner {
+        thread,
+        steps: 3000,
+        stores: 1,
+        of: 3,
+        make: |rng: &mut rand::rngs::SmallRng| {
+            let m = Meta { seed: rng.random::<u64>(), n: rng.random_range(0..4000) };
+            (page(&m), m)
+        },
+        expect: page,
+    };
+    pool_race::race(&pool, &table, 3, owner);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let _moved = compactor.join().unwrap();
-    let t = table.lock().unwrap();
-    pool.check_invariants().unwrap();
-    assert_eq!(pool.usage().stored_pages, t.len() as u64);
-    let mut data = vec![0u8; PAGE_SIZE];
-    for e in t.values() {
-        let mut out = vec![0u8; PAGE_SIZE];
-        pool.load(e.handle, &mut out).unwrap();
-        fill(&mut data, Fill::Partial(e.n), e.seed);
-        assert!(out == data);
-    }
+    compactor.join().unwrap();
+    owner(0).check_all(&pool, &table, |_| 1);
 }
 
 /// A part of a stored large folio (what a 4 KiB swap-in needs) reads back exactly, whether the
