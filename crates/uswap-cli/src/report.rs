@@ -212,6 +212,7 @@ pub fn pager(p: &Value, tiers: &str) -> Value {
     ] {
         faults.insert(k.into(), json!(u(p, &format!("/{src}"))));
     }
+    faults.insert("held_ms".into(), json!(u(p, "/fault_held_ns") / 1_000_000));
     insert_opt(&mut faults, "latency_p50_ns", opt(p, "/fault_p50_ns"));
     insert_opt(&mut faults, "latency_p99_ns", opt(p, "/fault_p99_ns"));
     let swpout_pages = u(p, "/evicted_pages");
@@ -251,6 +252,8 @@ pub fn pager(p: &Value, tiers: &str) -> Value {
             "clean_kept": u(p, "/clean_kept"),
             "clean_evicted": u(p, "/clean_evicted"),
             "store_errors": u(p, "/store_errors"),
+            "write_protect_calls": u(p, "/wp_calls"),
+            "madvise_calls": u(p, "/madvise_calls"),
         },
         // Background recompression of idle pool objects (zram's names where it has them).
         "recompression": {

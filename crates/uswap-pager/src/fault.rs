@@ -1103,7 +1103,10 @@ pub(crate) fn event_loop(p: &Pager) {
                 }
                 let force = now - f.since > THROTTLE_MAX_NS;
                 match try_fault(p, f.addr, f.write, f.wp, force) {
-                    Try::Done => false,
+                    Try::Done => {
+                        inc(&p.counters.fault_held_ns, now - f.since);
+                        false
+                    }
                     Try::Retry => true,
                     // Registered memory no region knows: its pages were never evicted (every
                     // evicted page has a word), so a missing page reads as zero. While a remap

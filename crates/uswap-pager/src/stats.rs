@@ -22,6 +22,7 @@ pub(crate) struct Counters {
     pub(crate) fault_wp: AtomicU64,
     pub(crate) fault_spurious: AtomicU64,
     pub(crate) fault_waits: AtomicU64,
+    pub(crate) fault_held_ns: AtomicU64,
     pub(crate) fault_throttled: AtomicU64,
     pub(crate) fault_unowned: AtomicU64,
     pub(crate) adopted_pages: AtomicU64,
@@ -148,6 +149,9 @@ pub struct PagerStats {
     /// Faults retried because the charge was over the limit while the reclaimer caught up
     /// (thread fault mode).
     pub fault_throttled: u64,
+    /// Total time faults were held by the event thread before it resolved them (thread fault
+    /// mode: a page another thread held, an event pending, or the charge over the limit).
+    pub fault_held_ns: u64,
     /// Faults on registered memory no region knew (resolved as zero-fill: never evicted).
     pub fault_unowned: u64,
     /// Pages found present in the program's mappings when they were adopted.
@@ -286,6 +290,7 @@ pub(crate) fn snapshot(p: &Pager, regions_live: usize) -> PagerStats {
         fault_wp: g(&c.fault_wp),
         fault_spurious: g(&c.fault_spurious),
         fault_waits: g(&c.fault_waits),
+        fault_held_ns: g(&c.fault_held_ns),
         fault_throttled: g(&c.fault_throttled),
         fault_unowned: g(&c.fault_unowned),
         adopted_pages: g(&c.adopted_pages),
