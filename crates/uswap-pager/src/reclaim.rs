@@ -550,8 +550,13 @@ fn select(p: &Pager, b: &mut Batch, to_cache: bool, max_pages: usize, next: &mut
 
 /// Phase 2, write-protect every block that will be copied (not the clean ones: protected
 /// since their swap-in), merging adjacent blocks of one region into one call. A block whose
-/// protection fails is [`Dest::Aborted`].
+/// protection fails is [`Dest::Aborted`]. The blocks are sorted by address first: the batch
+/// comes in LRU order, in which neighbours are rarely next to each other, and every call
+/// costs a TLB-flush IPI to each CPU the program runs on (a JVM under `uswap run`: 248 k calls
+/// in LRU order, 108 k sorted, for the same 283 k folios). Later phases take the sorted order
+/// too (`drop_pages` merges adjacent blocks the same way).
 fn write_protect(p: &Pager, b: &mut Batch) {
+    b.blocks[..b.nblocks].sort_unstable_by_key(|blk| (blk.r as usize, blk.page));
     let mut i = 0;
     while i < b.nblocks {
         if b.blocks[i].dest.is_clean() || b.blocks[i].clean {

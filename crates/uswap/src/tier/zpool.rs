@@ -603,6 +603,22 @@ struct Scratch {
     lz4: Option<Lz4Table>,
 }
 
+impl Scratch {
+    /// Reserve (once per thread, without touching it) room for compressing the largest folio
+    /// the engine stores, in any folio mode and with either codec: its growth later, when the
+    /// thread first stores a larger folio than before, would be an allocation on the fault
+    /// path (SIGBUS-mode direct reclaim), which the contract allows only on a thread's first
+    /// fault (`docs/design.md`, "Deadlock freedom", 3). Capacity only: the pages are touched
+    /// when a folio that large is compressed.
+    fn reserve_for_largest_folio(&mut self) {
+        if self.buf.capacity() == 0 {
+            let pages = 1usize << crate::swap_table::MAX_ORDER;
+            let per_page = bound(Compressor::Lz4, PAGE_SIZE).max(bound(Compressor::Zstd { level: 1 }, PAGE_SIZE));
+            self.buf.reserve_exact(HDR + 2 * pages + pages * per_page);
+        }
+    }
+}
+
 thread_local! {
     static SCRATCH: RefCell<Scratch> = const { RefCell::new(Scratch { buf: Vec::new(), zc: None, zd: None, lz4: None }) };
 }
@@ -905,6 +921,7 @@ impl ZPool {
         comp: Compressor,
         threshold_percent: u8,
     ) -> Option<(u64, usize)> {
+        s.reserve_for_largest_folio();
         let base = codec_of(comp);
         let limit = data.len() / 100 * usize::from(threshold_percent.min(100));
         let pages = data.len() / PAGE_SIZE;
