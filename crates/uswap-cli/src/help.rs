@@ -49,7 +49,8 @@ Tiers (--tiers, comma-separated, in order of preference; default zero,lz4:recomp
     accept=90%           refill the pool only below this share (accept_threshold_percent)
     threshold=75%        store a page compressed only below this share of its size
     incompressible=raw|reject
-    folio=whole|16k|page compression unit of a large folio (whole: one unit)
+    folio=16k|whole|page compression unit of a large folio (default 16k: 16 KiB units;
+                         whole: one unit, ~5 % denser, slower 4 KiB swap-ins)
     comp=lz4|zstd, level=1..19
     recomp=zstd|lz4|off  recompress objects idle for a whole period (USWAP_RECOMP_MS, default
                          5 s) in the background, within USWAP_RECOMP_CPU_PERCENT (default 5 %)

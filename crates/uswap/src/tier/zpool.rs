@@ -97,7 +97,7 @@ pub enum FolioMode {
     /// page; the ratio of 4 KiB compression).
     PerPage,
     /// Each 16 KiB of the folio is its own unit, packed into one object: a 4 KiB swap-in
-    /// decodes at most 16 KiB, at a ratio close to whole-folio compression.
+    /// decodes at most 16 KiB, at a ratio close to whole-folio compression (the default).
     Block16K,
 }
 
@@ -140,7 +140,9 @@ impl Default for PoolConfig {
             accept_percent: 90,
             threshold_percent: 75,
             incompressible: Incompressible::StoreRaw,
-            folio_mode: FolioMode::Whole,
+            // 16 KiB units: a 4 KiB swap-in decodes at most 4 pages instead of up to 16, for
+            // about 5 % more RAM per large folio than one unit (BENCHMARKS.md, 2026-11-25).
+            folio_mode: FolioMode::Block16K,
             recompress: None,
         }
     }
