@@ -252,6 +252,7 @@ pub fn pager(p: &Value, tiers: &str) -> Value {
             "clean_kept": u(p, "/clean_kept"),
             "clean_evicted": u(p, "/clean_evicted"),
             "store_errors": u(p, "/store_errors"),
+            "handed_back": u(p, "/reclaim_handed_back"),
             "write_protect_calls": u(p, "/wp_calls"),
             "madvise_calls": u(p, "/madvise_calls"),
         },

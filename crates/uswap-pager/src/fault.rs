@@ -237,7 +237,25 @@ pub(crate) fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool
                     return true;
                 }
                 if let Wait::NoWait { wp } = wait {
-                    if !wp && w == PageWord::BUSY_COPY {
+                    if wp && (w == PageWord::BUSY_COPY || w == PageWord::BUSY_WANTED) {
+                        // A write to a page an eviction is copying: take it back rather than
+                        // wait for the whole batch and then swap the page in again. Once the
+                        // word is BUSY_WANTED the eviction gives the block up (it turns a page
+                        // from BUSY_COPY to BUSY_DROP only by CAS), so the write may go
+                        // through now; if the eviction got there first the CAS fails and the
+                        // fault waits as before.
+                        let ours = w == PageWord::BUSY_WANTED
+                            || r.word(pg)
+                                .compare_exchange(w, PageWord::BUSY_WANTED, Ordering::AcqRel, Ordering::Relaxed)
+                                .is_ok();
+                        if ours && p.uffd.writeprotect(r.addr(pg), PAGE_SIZE, false, wake).is_ok() {
+                            inc(&p.counters.reclaim_handed_back, 1);
+                            return true;
+                        }
+                        inc(&p.counters.fault_waits, 1);
+                        return false;
+                    }
+                    if !wp && (w == PageWord::BUSY_COPY || w == PageWord::BUSY_WANTED) {
                         // A missing-page fault on a page an eviction is copying: the program
                         // dropped it (madvise) under the copy. It reads as zero now, and the
                         // eviction copies (and stores) those zeros.

@@ -85,6 +85,11 @@ impl PageWord {
     /// `BUSY` held by an eviction that is dropping the page (`MADV_DONTNEED`): a `REMOVE`
     /// event on it is the pager's own.
     pub const BUSY_DROP: PageWord = PageWord(kind::BUSY | (2 << 8));
+    /// `BUSY_COPY` that a write wants back (thread fault mode): the event thread lifted the
+    /// page's write protection and let the write through, so the eviction's copy may be stale;
+    /// the eviction sees this word instead of `BUSY_COPY` when it comes to drop the page, and
+    /// gives the page's block up (`reclaim::drop_pages`).
+    pub const BUSY_WANTED: PageWord = PageWord(kind::BUSY | (3 << 8));
     /// `UNMAPPED`: the program unmapped the page.
     pub const UNMAPPED: PageWord = PageWord(kind::UNMAPPED);
 
@@ -172,6 +177,7 @@ impl std::fmt::Debug for PageWord {
             kind::RESIDENT => write!(f, "RESIDENT(order {k})"),
             kind::BUSY if *self == PageWord::BUSY_COPY => write!(f, "BUSY_COPY"),
             kind::BUSY if *self == PageWord::BUSY_DROP => write!(f, "BUSY_DROP"),
+            kind::BUSY if *self == PageWord::BUSY_WANTED => write!(f, "BUSY_WANTED"),
             kind::BUSY if *self == PageWord::BUSY => write!(f, "BUSY"),
             kind::CACHED => write!(f, "CACHED(order {k}, obj {pl:#x})"),
             kind::SWAPPED => write!(f, "SWAPPED(order {k}, entry {pl:#x})"),

@@ -294,6 +294,9 @@ struct Block {
     dest: Dest,
     /// A clean folio on its way to the swap cache (its words hold the kept SWAPPED words).
     clean: bool,
+    /// Given up in [`drop_pages`] because a write wanted a page back (`BUSY_WANTED`): its
+    /// write protection is lifted once the read gate is released.
+    wanted: bool,
 }
 
 /// Store `data` (one folio of `order`) and write the pages' new SWAPPED words into `out`,
@@ -540,7 +543,7 @@ fn select(p: &Pager, b: &mut Batch, to_cache: bool, max_pages: usize, next: &mut
                     p.store.put(w.clean_entry(), 1);
                 }
             }
-            b.blocks[b.nblocks] = Block { r, page: pg, order: k, w: b.nwords, dest, clean };
+            b.blocks[b.nblocks] = Block { r, page: pg, order: k, w: b.nwords, dest, clean, wanted: false };
             b.nblocks += 1;
             b.nwords += 1 << k;
             pages += 1 << k;
@@ -694,28 +697,35 @@ fn gate_or_abort<'p>(p: &'p Pager, b: &mut Batch) -> Option<crate::sys::YieldGua
 /// kept, and lift the write protection of each block not already aborted.
 fn abort_all(p: &Pager, b: &mut Batch) {
     inc(&p.counters.reclaim_aborted, 1);
-    for blk in &mut b.blocks[..b.nblocks] {
-        let n = 1usize << blk.order;
-        // The block goes back to RESIDENT: free what the copy made of it, and the swap
-        // entries a clean block had kept (no word refers to them any more).
-        match blk.dest {
-            Dest::Store | Dest::CleanKept => release_words(p, &b.words[blk.w..blk.w + n]),
-            Dest::Cache => {
-                let o = region::cached_obj(b.words[blk.w], blk.order);
-                clean_tags(p, o, n, &mut b.kept);
-                clear_clean_tags(p, o, n);
-                release_words(p, &b.kept[..n]);
-                p.cache.free(o);
-            }
-            Dest::Aborted | Dest::CleanDropped => {}
-        }
-        if blk.dest != Dest::Aborted {
-            blk.dest = Dest::Aborted;
+    for bi in 0..b.nblocks {
+        if b.blocks[bi].dest != Dest::Aborted {
+            give_up(p, b, bi);
+            let blk = b.blocks[bi];
             // SAFETY: the block's region came from the registry inside enter()/leave().
             let r = unsafe { &*blk.r };
             let _ = p.uffd.writeprotect(r.addr(blk.page), PAGE_SIZE << blk.order, false, true);
         }
     }
+}
+
+/// Give block `bi` up (it goes back to RESIDENT in [`publish`]): free what the copy made of
+/// it, and the swap entries a clean block had kept (no word refers to them any more). The
+/// caller lifts its write protection.
+fn give_up(p: &Pager, b: &mut Batch, bi: usize) {
+    let blk = b.blocks[bi];
+    let n = 1usize << blk.order;
+    match blk.dest {
+        Dest::Store | Dest::CleanKept => release_words(p, &b.words[blk.w..blk.w + n]),
+        Dest::Cache => {
+            let o = region::cached_obj(b.words[blk.w], blk.order);
+            clean_tags(p, o, n, &mut b.kept);
+            clear_clean_tags(p, o, n);
+            release_words(p, &b.kept[..n]);
+            p.cache.free(o);
+        }
+        Dest::Aborted | Dest::CleanDropped => {}
+    }
+    b.blocks[bi].dest = Dest::Aborted;
 }
 
 /// Phase 5, drop the pages of every block not aborted with one batched `MADV_DONTNEED`
@@ -724,13 +734,26 @@ fn abort_all(p: &Pager, b: &mut Batch) {
 /// [`publish`]. Releases `gate` right after the madvise; with REMOVE events on, waits until
 /// the event thread has processed the events our madvise raised.
 fn drop_pages(p: &Pager, b: &mut Batch, gate: &mut Option<crate::sys::YieldGuard<'_>>) {
-    for blk in &b.blocks[..b.nblocks] {
-        if blk.dest != Dest::Aborted {
-            // SAFETY: the block's region came from the registry inside enter()/leave().
-            let r = unsafe { &*blk.r };
-            for i in 0..1usize << blk.order {
-                r.word(blk.page + i).store(PageWord::BUSY_DROP, Ordering::Release);
-            }
+    let mut wanted = false;
+    for bi in 0..b.nblocks {
+        let blk = b.blocks[bi];
+        if blk.dest == Dest::Aborted {
+            continue;
+        }
+        // SAFETY: the block's region came from the registry inside enter()/leave().
+        let r = unsafe { &*blk.r };
+        // By CAS: a page the event thread has turned BUSY_WANTED (a write let through, see
+        // `fault::resolve`) gives the whole block up; the pages already marked BUSY_DROP go
+        // back to RESIDENT with it in `publish`.
+        let dropping = (0..1usize << blk.order).all(|i| {
+            r.word(blk.page + i)
+                .compare_exchange(PageWord::BUSY_COPY, PageWord::BUSY_DROP, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        });
+        if !dropping {
+            give_up(p, b, bi);
+            b.blocks[bi].wanted = true;
+            wanted = true;
         }
     }
     let iov = &mut b.iov;
@@ -762,6 +785,18 @@ fn drop_pages(p: &Pager, b: &mut Batch, gate: &mut Option<crate::sys::YieldGuard
             while p.ev_done.load(Ordering::SeqCst) < target && !p.stop.load(Ordering::Relaxed) {
                 std::thread::yield_now();
             }
+        }
+    }
+    if wanted {
+        // Lift the protection of the blocks given up, with the read gate released (the ioctl
+        // retries on EAGAIN until the event thread has read the pending event) and waking the
+        // writers that wait on their other pages.
+        *gate = None;
+        inc(&p.counters.reclaim_aborted, 1);
+        for blk in b.blocks[..b.nblocks].iter().filter(|blk| blk.wanted) {
+            // SAFETY: as above.
+            let r = unsafe { &*blk.r };
+            let _ = p.uffd.writeprotect(r.addr(blk.page), PAGE_SIZE << blk.order, false, true);
         }
     }
 }

@@ -23,6 +23,7 @@ pub(crate) struct Counters {
     pub(crate) fault_spurious: AtomicU64,
     pub(crate) fault_waits: AtomicU64,
     pub(crate) fault_held_ns: AtomicU64,
+    pub(crate) reclaim_handed_back: AtomicU64,
     pub(crate) fault_throttled: AtomicU64,
     pub(crate) fault_unowned: AtomicU64,
     pub(crate) adopted_pages: AtomicU64,
@@ -152,6 +153,10 @@ pub struct PagerStats {
     /// Total time faults were held by the event thread before it resolved them (thread fault
     /// mode: a page another thread held, an event pending, or the charge over the limit).
     pub fault_held_ns: u64,
+    /// Pages an eviction gave back because the program wrote them while they were being
+    /// copied (thread fault mode; the write went through at once instead of waiting for the
+    /// batch and a swap-in).
+    pub reclaim_handed_back: u64,
     /// Faults on registered memory no region knew (resolved as zero-fill: never evicted).
     pub fault_unowned: u64,
     /// Pages found present in the program's mappings when they were adopted.
@@ -291,6 +296,7 @@ pub(crate) fn snapshot(p: &Pager, regions_live: usize) -> PagerStats {
         fault_spurious: g(&c.fault_spurious),
         fault_waits: g(&c.fault_waits),
         fault_held_ns: g(&c.fault_held_ns),
+        reclaim_handed_back: g(&c.reclaim_handed_back),
         fault_throttled: g(&c.fault_throttled),
         fault_unowned: g(&c.fault_unowned),
         adopted_pages: g(&c.adopted_pages),

@@ -224,6 +224,7 @@ fn writers_racing_readers_and_eviction_of_clean_pages_lose_nothing() {
         });
         let s = p.stats();
         assert!(s.clean_kept > 0 && s.clean_dirtied > 0 && s.clean_evicted > 0, "{s:?}");
+        eprintln!("{mode:?} folio {folio}: {} pages handed back to writers", s.reclaim_handed_back);
         drop(r);
         assert_eq!(stored_pages(&p), 0, "{mode:?} folio {folio}: entries leaked");
     }
