@@ -237,7 +237,8 @@ pub(crate) fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool
                     return true;
                 }
                 if let Wait::NoWait { wp } = wait {
-                    if wp && (w == PageWord::BUSY_COPY || w == PageWord::BUSY_WANTED) {
+                    let copying = w == PageWord::BUSY_COPY || w == PageWord::BUSY_WANTED;
+                    if wp && copying {
                         // A write to a page an eviction is copying: take it back rather than
                         // wait for the whole batch and then swap the page in again. Once the
                         // word is BUSY_WANTED the eviction gives the block up (it turns a page
@@ -255,7 +256,7 @@ pub(crate) fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool
                         inc(&p.counters.fault_waits, 1);
                         return false;
                     }
-                    if !wp && (w == PageWord::BUSY_COPY || w == PageWord::BUSY_WANTED) {
+                    if !wp && copying {
                         // A missing-page fault on a page an eviction is copying: the program
                         // dropped it (madvise) under the copy. It reads as zero now, and the
                         // eviction copies (and stores) those zeros.

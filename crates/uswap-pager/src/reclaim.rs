@@ -700,12 +700,16 @@ fn abort_all(p: &Pager, b: &mut Batch) {
     for bi in 0..b.nblocks {
         if b.blocks[bi].dest != Dest::Aborted {
             give_up(p, b, bi);
-            let blk = b.blocks[bi];
-            // SAFETY: the block's region came from the registry inside enter()/leave().
-            let r = unsafe { &*blk.r };
-            let _ = p.uffd.writeprotect(r.addr(blk.page), PAGE_SIZE << blk.order, false, true);
+            unprotect(p, &b.blocks[bi]);
         }
     }
+}
+
+/// Lift the write protection of a block given up, waking the writers that wait on it.
+fn unprotect(p: &Pager, blk: &Block) {
+    // SAFETY: the block's region came from the registry inside enter()/leave().
+    let r = unsafe { &*blk.r };
+    let _ = p.uffd.writeprotect(r.addr(blk.page), PAGE_SIZE << blk.order, false, true);
 }
 
 /// Give block `bi` up (it goes back to RESIDENT in [`publish`]): free what the copy made of
@@ -792,11 +796,8 @@ fn drop_pages(p: &Pager, b: &mut Batch, gate: &mut Option<crate::sys::YieldGuard
         // retries on EAGAIN until the event thread has read the pending event) and waking the
         // writers that wait on their other pages.
         *gate = None;
-        inc(&p.counters.reclaim_aborted, 1);
         for blk in b.blocks[..b.nblocks].iter().filter(|blk| blk.wanted) {
-            // SAFETY: as above.
-            let r = unsafe { &*blk.r };
-            let _ = p.uffd.writeprotect(r.addr(blk.page), PAGE_SIZE << blk.order, false, true);
+            unprotect(p, blk);
         }
     }
 }

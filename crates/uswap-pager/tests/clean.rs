@@ -9,20 +9,18 @@ mod common;
 
 use common::{check_page, fill_page, mix64, pager};
 use std::sync::atomic::{AtomicBool, Ordering};
-use uswap_pager::{FaultMode, PagerConfig, ReclaimMode, PAGE_SIZE};
+use uswap_pager::{FaultMode, PagerConfig, PAGE_SIZE};
 
 /// Every (fault mode, folio size) pair the tests run.
 const CASES: [(FaultMode, usize); 4] =
     [(FaultMode::Sigbus, 4096), (FaultMode::Sigbus, 65536), (FaultMode::Thread, 4096), (FaultMode::Thread, 65536)];
 
 fn cfg(mode: FaultMode, folio: usize) -> PagerConfig {
-    // Thread mode reclaims in the background (its event thread never reclaims), as `uswap run`.
-    let reclaim = if mode == FaultMode::Thread { ReclaimMode::Background } else { ReclaimMode::Direct };
     PagerConfig {
         limit_bytes: 4 << 20,
         folio_size: folio,
         fault_mode: mode,
-        reclaim,
+        reclaim: common::reclaim_for(mode),
         tiers: "zero,lz4".into(),
         ..Default::default()
     }
@@ -32,30 +30,32 @@ fn page(r: &mut uswap_pager::Region, pg: usize) -> &mut [u8] {
     &mut r.as_mut_slice()[pg * PAGE_SIZE..(pg + 1) * PAGE_SIZE]
 }
 
-/// Evict the whole region, again until nothing is resident: in thread mode the background
-/// reclaimer may hold a page (`BUSY`) while `evict_all` passes it.
-fn evict_everything(p: &uswap_pager::Pager, r: &uswap_pager::Region) {
+/// Poll `done` every millisecond for up to a second; panic with `what` and the region's page
+/// states if it never holds.
+fn wait_until(r: &uswap_pager::Region, what: &str, mut done: impl FnMut() -> bool) {
     for _ in 0..1000 {
-        r.evict_all();
-        let st = r.page_states();
-        if st[1] + st[2] + st[3] == 0 {
+        if done() {
             return;
         }
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
-    panic!("pages stay resident after evict_all: {:?} {:?}", r.page_states(), p.stats());
+    panic!("{what}: {:?}", r.page_states());
+}
+
+/// Evict the whole region, again until nothing is resident: in thread mode the background
+/// reclaimer may hold a page (`BUSY`) while `evict_all` passes it.
+fn evict_everything(r: &uswap_pager::Region) {
+    wait_until(r, "pages stay resident after evict_all", || {
+        r.evict_all();
+        let st = r.page_states();
+        st[1] + st[2] + st[3] == 0
+    });
 }
 
 /// Wait until no page of the region is `BUSY`: in thread mode the event thread's copy wakes
 /// the faulting thread before the event thread publishes the page's new word.
 fn settle(r: &uswap_pager::Region) {
-    for _ in 0..1000 {
-        if r.page_states()[2] == 0 {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
-    panic!("pages stay BUSY: {:?}", r.page_states());
+    wait_until(r, "pages stay BUSY", || r.page_states()[2] == 0);
 }
 
 fn stored_pages(p: &uswap_pager::Pager) -> u64 {
@@ -130,7 +130,7 @@ fn a_dropped_clean_page_reads_as_zero() {
         }
         // Everything to the store (the first pages may still be in the swap cache), then read the
         // first 64 pages back: CLEAN now.
-        evict_everything(&p, &r);
+        evict_everything(&r);
         for pg in 0..64 {
             assert_eq!(check_page(page(&mut r, pg), 3, pg, false), None);
         }
@@ -139,7 +139,7 @@ fn a_dropped_clean_page_reads_as_zero() {
         // SAFETY: dropping our own pages; they read as zero afterwards, as anonymous memory does.
         unsafe { libc::madvise(r.as_ptr().cast(), 32 * PAGE_SIZE, libc::MADV_DONTNEED) };
         // Push everything out: pages 0..32 are evicted as dropped, 32..64 as clean.
-        evict_everything(&p, &r);
+        evict_everything(&r);
         assert!(p.stats().clean_discarded >= 32, "clean_discarded {}", p.stats().clean_discarded);
         for pg in 0..32 {
             assert!(page(&mut r, pg).iter().all(|&b| b == 0), "page {pg} came back from a stale entry");
@@ -157,7 +157,7 @@ fn a_dropped_clean_page_reads_as_zero() {
             assert!(page(&mut r, pg).iter().all(|&b| b == 0), "page {pg}");
             fill_page(page(&mut r, pg), 4, pg, false);
         }
-        evict_everything(&p, &r);
+        evict_everything(&r);
         for pg in 64..96 {
             assert_eq!(check_page(page(&mut r, pg), 4, pg, false), None);
         }

@@ -13,7 +13,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use uswap::sync::{fault_entries_holding_locks, fault_lock_counts, in_fault_path, LockClass};
-use uswap_pager::{FaultMode, PagerConfig, ReclaimMode};
+use uswap_pager::{FaultMode, PagerConfig};
 
 /// The lock classes the fault path may take (`docs/design.md`, "Deadlock freedom"): engine
 /// locks that no holder keeps while it touches managed memory, calls the allocator, or waits
@@ -102,7 +102,7 @@ fn cycle_pass(r: &mut uswap_pager::Region, mib: usize, rounds: usize) -> u64 {
 }
 
 fn check_contract(mode: FaultMode, folio: usize, tiers: Option<&str>) {
-    let reclaim = if mode == FaultMode::Thread { ReclaimMode::Background } else { ReclaimMode::Direct };
+    let reclaim = common::reclaim_for(mode);
     let mut cfg =
         PagerConfig { limit_bytes: 4 << 20, folio_size: folio, fault_mode: mode, reclaim, ..Default::default() };
     if let Some(t) = tiers {

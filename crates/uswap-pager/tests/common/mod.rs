@@ -4,7 +4,17 @@
 pub mod lz4store;
 
 use std::sync::Arc;
-use uswap_pager::{Pager, PagerConfig, PagerError};
+use uswap_pager::{FaultMode, Pager, PagerConfig, PagerError, ReclaimMode};
+
+/// The reclaim mode a fault mode runs with in `uswap run` and the C API: thread mode reclaims
+/// in the background (its event thread never reclaims), SIGBUS mode directly.
+pub fn reclaim_for(mode: FaultMode) -> ReclaimMode {
+    if mode == FaultMode::Thread {
+        ReclaimMode::Background
+    } else {
+        ReclaimMode::Direct
+    }
+}
 
 /// A pager, or `None` with a printed reason when userfaultfd is not available here.
 pub fn pager(cfg: PagerConfig) -> Option<Arc<Pager>> {
