@@ -43,6 +43,7 @@ use crate::cluster::{ClusterGuard, SwapSpace};
 use crate::error::SwapError;
 use crate::swap_table::{Kind, SwapEntry, Word, MAX_ORDER, NR_ORDERS, PAGE_SIZE, PAYLOAD_MAX, SLOTS_PER_CLUSTER};
 use crate::sync::{lock, thread_shard, AtomicPtr, AtomicU32, AtomicU64, Condvar, LockClass, Mutex, Ordering};
+use crate::tier::pages::PageBuf;
 use crossbeam_utils::CachePadded;
 use std::cell::UnsafeCell;
 
@@ -82,7 +83,7 @@ pub struct Folio {
     swap: AtomicU64,
     /// The location word the slots had before the folio was added (FREE = none).
     backing: AtomicU64,
-    data: UnsafeCell<Box<[u8]>>,
+    data: UnsafeCell<PageBuf>,
     wait_lock: Mutex<()>,
     wait_cv: Condvar,
 }
@@ -92,7 +93,7 @@ pub struct Folio {
 // unique owner of a folio popped off a free list (refcount 0, unreachable by `try_get`), and
 // read only by reference holders after they observe UPTODATE with Acquire.
 unsafe impl Sync for Folio {}
-// SAFETY: as above; the buffer is an owned `Box<[u8]>`.
+// SAFETY: as above; the buffer is an owned `PageBuf`.
 unsafe impl Send for Folio {}
 
 impl Folio {
@@ -102,7 +103,7 @@ impl Folio {
             flags: AtomicU32::new(0),
             swap: AtomicU64::new(SWAP_NONE),
             backing: AtomicU64::new(0),
-            data: UnsafeCell::new(Box::default()),
+            data: UnsafeCell::new(PageBuf::EMPTY),
             wait_lock: Mutex::new(LockClass::FolioWait, ()),
             wait_cv: Condvar::new(),
         }
@@ -202,6 +203,11 @@ impl Default for FreeLists {
 }
 
 /// How many folios with a buffer of `order` a shard keeps.
+/// A zero-filled folio buffer from the page heap (see [`PageBuf`]).
+fn folio_buf(len: usize) -> Result<PageBuf, SwapError> {
+    PageBuf::zeroed(len).ok_or_else(|| SwapError::Config(format!("no memory for a {len}-byte swap-cache folio")))
+}
+
 fn keep_per_order(order: usize) -> usize {
     (64usize >> order).max(2)
 }
@@ -535,7 +541,7 @@ impl SwapCache {
                     let folio =
                         self.arena.get(id).ok_or_else(|| SwapError::Config("swap cache arena lost a folio".into()))?;
                     // SAFETY: a fresh folio: refcount 0, no reference reads `data`.
-                    unsafe { *folio.data.get() = vec![0u8; PAGE_SIZE << o].into_boxed_slice() };
+                    unsafe { *folio.data.get() = folio_buf(PAGE_SIZE << o)? };
                     lock(&self.shards[sh]).by_order[o].push(id);
                 }
             }
@@ -569,7 +575,7 @@ impl SwapCache {
         };
         let folio = self.arena.get(id).ok_or_else(|| SwapError::Config("swap cache arena lost a folio".into()))?;
         if !has_buf {
-            let buf = vec![0u8; PAGE_SIZE << order].into_boxed_slice();
+            let buf = folio_buf(PAGE_SIZE << order)?;
             // SAFETY: the folio came off a free list or is fresh: refcount 0, so `try_get`
             // cannot hand it out and no reference reads `data`; we are its only owner.
             unsafe { *folio.data.get() = buf };
@@ -589,9 +595,12 @@ impl SwapCache {
         if len >= PAGE_SIZE && order < NR_ORDERS && fl.by_order[order].len() < keep_per_order(order) {
             fl.by_order[order].push(id);
         } else {
-            // SAFETY: as above.
-            unsafe { *folio.data.get() = Box::default() };
+            // SAFETY: as above. The buffer is taken out before the folio goes on the bare list
+            // (where another thread may pop it) and freed once the shard lock is let go.
+            let buf = unsafe { std::mem::take(&mut *folio.data.get()) };
             fl.bare.push(id);
+            drop(fl);
+            drop(buf);
         }
     }
 

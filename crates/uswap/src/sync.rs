@@ -60,7 +60,7 @@ pub enum LockClass {
     PoolLarge,
     /// The compressed pool's compaction pass (taken with `try_lock` only).
     PoolCompact,
-    /// A free list of the page heap (one per block size).
+    /// A free list of the page heap (one per block size), or its release batch (one per heap).
     PageHeap,
     /// A file tier's I/O buffer shard.
     FileBufs,

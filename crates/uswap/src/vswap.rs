@@ -1123,6 +1123,13 @@ impl Engine {
             Vec::new()
         } else {
             let tier = &self.tiers[t];
+            // The folios' buffers are fresh memory: fault them in with a few system calls
+            // rather than one page fault per page while decoding.
+            let mut bufs: Vec<(usize, usize)> = batch
+                .iter_mut()
+                .filter_map(|(lf, _)| lf.data_mut().map(|d| (d.as_mut_ptr() as usize, d.len())))
+                .collect();
+            crate::tier::pages::populate(&mut bufs);
             let mut reqs: Vec<LoadReq<'_>> = batch
                 .iter_mut()
                 .map(|(lf, _)| {
