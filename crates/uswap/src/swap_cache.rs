@@ -575,7 +575,10 @@ impl SwapCache {
         };
         let folio = self.arena.get(id).ok_or_else(|| SwapError::Config("swap cache arena lost a folio".into()))?;
         if !has_buf {
-            let buf = folio_buf(PAGE_SIZE << order)?;
+            // Its data is written whole (a load) before anyone reads it, as for a recycled
+            // folio's: a block the page heap is about to release will do.
+            let buf = PageBuf::dirty(PAGE_SIZE << order)
+                .ok_or_else(|| SwapError::Config("no memory for a swap-cache folio".into()))?;
             // SAFETY: the folio came off a free list or is fresh: refcount 0, so `try_get`
             // cannot hand it out and no reference reads `data`; we are its only owner.
             unsafe { *folio.data.get() = buf };

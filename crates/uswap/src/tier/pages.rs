@@ -178,6 +178,35 @@ impl PageHeap {
         bytes.max(1).div_ceil(PAGE)
     }
 
+    /// A page-aligned block of at least `bytes` bytes whose contents are unspecified (the
+    /// caller overwrites all of it): a block freed earlier and still waiting in the release
+    /// batch if one is large enough (its pages are resident, so using them costs no page fault,
+    /// no zeroing and no release; a larger block is split), else [`PageHeap::alloc`]. A drain
+    /// into memory fills fresh folios while the pool it empties frees zspages: this hands
+    /// the one's pages to the other.
+    pub fn alloc_dirty(&self, bytes: usize) -> Option<NonNull<u8>> {
+        let n = Self::pages(bytes);
+        if n < RELEASE_PAGES {
+            let mut b = self.pending.lock();
+            let len = b.len;
+            if let Some(i) = b.blocks[..len].iter().rposition(|&(_, p)| p >= n) {
+                let (a, p) = b.blocks[i];
+                if p == n {
+                    b.blocks[i] = b.blocks[len - 1];
+                    b.len -= 1;
+                } else {
+                    // The rest stays a block of its own, released (and listed) by its size.
+                    b.blocks[i] = (a + n * PAGE, p - n);
+                }
+                b.pages -= n;
+                drop(b);
+                self.live.fetch_add((n * PAGE) as u64, Ordering::Relaxed);
+                return NonNull::new(a as *mut u8);
+            }
+        }
+        self.alloc(bytes)
+    }
+
     /// A zero-filled, page-aligned block of at least `bytes` bytes (rounded up to whole pages),
     /// or `None` when no memory or address space is left.
     pub fn alloc(&self, bytes: usize) -> Option<NonNull<u8>> {
@@ -311,7 +340,32 @@ impl PageBuf {
         if len == 0 {
             return Some(PageBuf::EMPTY);
         }
-        heap().alloc(len).map(|ptr| PageBuf { ptr, len })
+        Self::from_heap(len, false)
+    }
+
+    /// A buffer of `len` bytes (a multiple of the page size) whose contents are unspecified
+    /// (stale bytes of this process: see [`PageHeap::alloc_dirty`]), for a caller that writes
+    /// all of it before reading; None when no memory or address space is left.
+    pub fn dirty(len: usize) -> Option<PageBuf> {
+        debug_assert!(len.is_multiple_of(PAGE), "PageBuf of {len} bytes");
+        if len == 0 {
+            return Some(PageBuf::EMPTY);
+        }
+        Self::from_heap(len, true)
+    }
+
+    #[cfg(not(loom))]
+    fn from_heap(len: usize, dirty: bool) -> Option<PageBuf> {
+        let ptr = if dirty { heap().alloc_dirty(len) } else { heap().alloc(len) };
+        ptr.map(|ptr| PageBuf { ptr, len })
+    }
+
+    /// Under loom the process-wide heap (whose locks would be loom objects outliving the
+    /// model's execution) is not used: the buffer is an ordinary zeroed allocation.
+    #[cfg(loom)]
+    fn from_heap(len: usize, _dirty: bool) -> Option<PageBuf> {
+        let b: Box<[u8]> = vec![0u8; len].into_boxed_slice();
+        NonNull::new(Box::into_raw(b).cast::<u8>()).map(|ptr| PageBuf { ptr, len })
     }
 }
 
@@ -339,8 +393,14 @@ impl std::ops::DerefMut for PageBuf {
 impl Drop for PageBuf {
     fn drop(&mut self) {
         if self.len > 0 {
-            // SAFETY: allocated by `zeroed` from `heap()` with this length; dropped once.
-            unsafe { heap().free(self.ptr, self.len) };
+            #[cfg(not(loom))]
+            // SAFETY: allocated by `from_heap` from `heap()` with this length; dropped once.
+            unsafe {
+                heap().free(self.ptr, self.len)
+            };
+            #[cfg(loom)]
+            // SAFETY: a Box<[u8]> of this length leaked by `from_heap`; dropped once.
+            drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len)) });
         }
     }
 }
@@ -610,6 +670,58 @@ mod tests {
         assert!(heap().live_bytes() >= 4 * PAGE as u64);
         drop(b);
         assert!(PageBuf::EMPTY.is_empty() && PageBuf::default().is_empty());
+    }
+
+    #[test]
+    fn dirty_blocks_come_from_the_release_batch_and_leave_it() {
+        let h = PageHeap::new(1 << 30);
+        let a = h.alloc(4 * PAGE).unwrap();
+        let b = h.alloc(PAGE).unwrap();
+        // SAFETY: our blocks, written then freed once each.
+        unsafe {
+            std::ptr::write_bytes(a.as_ptr(), 0x11, 4 * PAGE);
+            std::ptr::write_bytes(b.as_ptr(), 0x22, PAGE);
+            h.free(a, 4 * PAGE);
+            h.free(b, PAGE);
+        }
+        assert_eq!(h.live_bytes(), 0);
+        let calls = h.release_calls();
+        // A one-page block: the last fitting one (b), resident, no system call.
+        let d1 = h.alloc_dirty(PAGE).unwrap();
+        assert_eq!(d1, b);
+        // Three pages out of a's four: a's first three; its last page stays in the batch.
+        let d3 = h.alloc_dirty(3 * PAGE).unwrap();
+        assert_eq!(d3, a);
+        assert_eq!(h.live_bytes(), 4 * PAGE as u64);
+        assert_eq!(h.release_calls(), calls);
+        assert_eq!(resident(d3, 3 * PAGE), 3 * PAGE);
+        // Nothing left that fits two pages: a fresh (zeroed) block.
+        let d2 = h.alloc_dirty(2 * PAGE).unwrap();
+        assert!(d2 != a && d2 != b);
+        // SAFETY: reading our fresh block.
+        assert!(unsafe { std::slice::from_raw_parts(d2.as_ptr(), 2 * PAGE) }.iter().all(|&x| x == 0));
+        // The flush releases only a's last page: the blocks handed out keep their memory.
+        h.flush();
+        assert_eq!(h.release_calls(), calls + 1);
+        // SAFETY: a + 3 pages is inside a's old block.
+        let tail = unsafe { NonNull::new_unchecked(a.as_ptr().add(3 * PAGE)) };
+        assert_eq!(resident(tail, PAGE), 0);
+        assert_eq!(resident(d3, 3 * PAGE), 3 * PAGE);
+        // SAFETY: reading our blocks (stale contents: they were not released).
+        assert_eq!(unsafe { *d3.as_ptr() }, 0x11);
+        // SAFETY: as above.
+        assert_eq!(unsafe { *d1.as_ptr() }, 0x22);
+        // And the split-off page is an ordinary one-page block now.
+        assert_eq!(h.alloc(PAGE).unwrap(), tail);
+        // SAFETY: every block freed once with the size it was handed out with.
+        unsafe {
+            h.free(d1, PAGE);
+            h.free(d3, 3 * PAGE);
+            h.free(d2, 2 * PAGE);
+            h.free(tail, PAGE);
+        }
+        h.flush();
+        assert_eq!(h.live_bytes(), 0);
     }
 
     #[test]
