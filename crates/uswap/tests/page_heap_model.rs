@@ -137,7 +137,7 @@ fn threads_share_the_release_batch_without_losing_a_block() {
                     x ^= x << 13;
                     x ^= x >> 17;
                     x ^= x << 5;
-                    if mine.len() < 32 && (x % 3 != 0 || mine.is_empty()) {
+                    if mine.len() < 32 && (!x.is_multiple_of(3) || mine.is_empty()) {
                         let n = 1 + (x as usize >> 8) % 4;
                         let p = if x & 16 == 0 { h.alloc_dirty(n * PAGE) } else { h.alloc(n * PAGE) };
                         let l = Live { ptr: p.expect("memory"), pages: n, tag: (t * 64 + (i % 63) as u8) | 1 };
