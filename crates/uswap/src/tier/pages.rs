@@ -103,20 +103,32 @@ fn release(blocks: &[(usize, usize)]) -> u64 {
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::syscall(libc::SYS_getpid) };
         let packed = PIDFD.load(Ordering::Relaxed);
+        let fd_of = |packed: i64| (packed & 0xffff_ffff) as libc::c_long;
         let fd = if packed >= 0 && packed >> 32 == pid {
-            (packed & 0xffff_ffff) as libc::c_long
+            fd_of(packed)
         } else {
             // SAFETY: pidfd_open(pid, 0) returns a new descriptor or -1.
             let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-            if fd >= 0 {
-                let old = PIDFD.swap((pid << 32) | fd, Ordering::Relaxed);
-                if old >= 0 && old >> 32 == pid {
-                    // Another thread of this process opened one too: keep one, close the other.
-                    // SAFETY: closing a pidfd this process opened and no longer names.
-                    unsafe { libc::syscall(libc::SYS_close, old & 0xffff_ffff) };
+            if fd < 0 {
+                // No pidfds here (an old kernel, or a seccomp filter): one madvise per block.
+                UNSUPPORTED.store(true, Ordering::Relaxed);
+                -1
+            } else if let Err(now) =
+                PIDFD.compare_exchange(packed, (pid << 32) | fd, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                // Another thread published one first: use it and close ours, which no one else
+                // has seen. (A parent's pidfd inherited through fork is never closed here: the
+                // program may have closed that number and reused it.)
+                // SAFETY: closing the descriptor this call opened and never published.
+                unsafe { libc::syscall(libc::SYS_close, fd) };
+                if now >= 0 && now >> 32 == pid {
+                    fd_of(now)
+                } else {
+                    -1
                 }
+            } else {
+                fd
             }
-            fd
         };
         if fd >= 0 {
             // SAFETY: process_madvise reads `n` iovecs naming blocks of this heap that no one
@@ -126,9 +138,13 @@ fn release(blocks: &[(usize, usize)]) -> u64 {
             if r >= 0 && r as usize == total {
                 return 1;
             }
-            if r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
-                // An older kernel: self-advice of MADV_DONTNEED through a pidfd is refused.
-                UNSUPPORTED.store(true, Ordering::Relaxed);
+            match (r < 0).then(|| std::io::Error::last_os_error().raw_os_error()).flatten() {
+                // The program closed our descriptor (a daemon closing every fd): open again.
+                Some(libc::EBADF) => PIDFD.store(-1, Ordering::Relaxed),
+                // A kernel before 6.13 (self-advice of MADV_DONTNEED through a pidfd is
+                // refused), no process_madvise, or a seccomp filter: one madvise per block.
+                Some(libc::EINVAL | libc::ENOSYS | libc::EPERM) => UNSUPPORTED.store(true, Ordering::Relaxed),
+                _ => {}
             }
         }
     }
