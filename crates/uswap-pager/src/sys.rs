@@ -3,74 +3,29 @@
 //! knows about regions (the system-call wrappers that prefault region memory are in
 //! [`crate::syscall`]).
 //!
-//! Locking: none. The madvise batcher is stateless apart from the pidfd opened once;
+//! Locking: none. The madvise batcher is the engine's (stateless apart from its pidfd);
 //! [`YieldLock`] is a spin-then-yield flag for callers' short critical sections.
 
-use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Batched `MADV_DONTNEED` on this process through `process_madvise(2)`.
-pub(crate) struct Madviser {
-    pidfd: AtomicI32,
-}
-
-impl Default for Madviser {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+/// Batched `MADV_DONTNEED` on this process: the engine's [`uswap::tier::pages::dontneed`]
+/// (one `process_madvise(2)` per 1024 ranges, its pidfd opened once per process).
+#[derive(Default)]
+pub(crate) struct Madviser;
 
 impl Madviser {
-    /// Open a pidfd for this process (falls back to plain madvise if that fails).
     pub(crate) fn new() -> Madviser {
-        // SAFETY: pidfd_open(getpid(), 0) returns a new fd or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) } as i32;
-        Madviser { pidfd: AtomicI32::new(fd) }
+        Madviser
     }
 
-    /// Drop the pages of every range in `iov` (`MADV_DONTNEED`). Returns the calls made.
+    /// Drop the pages of every range in `iov` (`MADV_DONTNEED`). Returns the calls made. The
+    /// ranges are managed memory that the eviction has copied out (or kept clean) and
+    /// claimed: the program's next access faults into the pager.
     pub(crate) fn dontneed(&self, iov: &[libc::iovec]) -> u64 {
-        let mut calls = 0;
-        let fd = self.pidfd.load(Ordering::Relaxed);
-        let mut rest = iov;
-        while fd >= 0 && !rest.is_empty() {
-            let n = rest.len().min(1024);
-            let total: usize = rest[..n].iter().map(|v| v.iov_len).sum();
-            // SAFETY: process_madvise reads n iovecs from rest; advice on our own memory.
-            let r = unsafe { libc::syscall(libc::SYS_process_madvise, fd, rest.as_ptr(), n, libc::MADV_DONTNEED, 0) };
-            calls += 1;
-            if r < 0 {
-                let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-                if e == libc::EINTR || e == libc::EAGAIN {
-                    continue;
-                }
-                break; // fall back to madvise for what is left
-            }
-            if r as usize != total {
-                // Partial: advise this chunk again range by range (DONTNEED is idempotent).
-                for v in &rest[..n] {
-                    // SAFETY: advice on our own memory.
-                    unsafe { libc::madvise(v.iov_base, v.iov_len, libc::MADV_DONTNEED) };
-                    calls += 1;
-                }
-            }
-            rest = &rest[n..];
-        }
-        for v in rest {
-            // SAFETY: advice on our own memory.
-            unsafe { libc::madvise(v.iov_base, v.iov_len, libc::MADV_DONTNEED) };
-            calls += 1;
-        }
-        calls
-    }
-}
-
-impl Drop for Madviser {
-    fn drop(&mut self) {
-        let fd = self.pidfd.load(Ordering::Relaxed);
-        if fd >= 0 {
-            // SAFETY: closing the pidfd we opened.
-            unsafe { libc::close(fd) };
-        }
+        // SAFETY: page-aligned private anonymous ranges of this process; the pager holds no
+        // reference into managed memory and the program's next touch faults and is resolved
+        // from the swap entry (the eviction's contract, see reclaim.rs).
+        unsafe { uswap::tier::pages::dontneed(iov) }
     }
 }
 

@@ -78,23 +78,32 @@ impl ReleaseBatch {
     }
 }
 
-/// Drop the pages of every block of `blocks` (`MADV_DONTNEED`), with one `process_madvise` on
-/// this process where the kernel allows it (Linux 6.13 lets a process advise itself so; 6.16
-/// batches the TLB flush over the whole vector), else one `madvise` per block. Returns the
-/// system calls made. Raw system calls: an `LD_PRELOAD` library embedding the engine
-/// interposes `madvise` (see `docs/design.md`, "Deadlock freedom").
-fn release(blocks: &[(usize, usize)]) -> u64 {
+/// Drop the pages of every range of `iov` (`MADV_DONTNEED`) in this process: one
+/// `process_madvise(2)` per 1024 ranges where the kernel allows it (Linux 6.13 lets a process
+/// advise itself so; 6.16 flushes the TLB once for the whole vector), else one `madvise` per
+/// range. Returns the system calls made. Raw system calls: an `LD_PRELOAD` library embedding
+/// the engine interposes `madvise` (see `docs/design.md`, "Deadlock freedom"). The pager's
+/// eviction uses it too.
+///
+/// # Safety
+/// - Every range of `iov` is page-aligned private anonymous memory of this process.
+/// - The caller gives up the contents of those ranges: afterwards they read as zeros (or fault
+///   into whoever manages them), so no reference into them may be alive and nothing may rely
+///   on the old bytes.
+pub unsafe fn dontneed(iov: &[libc::iovec]) -> u64 {
+    // SAFETY: the caller's contract, passed on range by range.
+    iov.chunks(1024).map(|c| unsafe { dontneed_chunk(c) }).sum()
+}
+
+/// [`dontneed`] of at most 1024 ranges (`UIO_MAXIOV`).
+///
+/// # Safety
+/// As for [`dontneed`].
+unsafe fn dontneed_chunk(iov: &[libc::iovec]) -> u64 {
     static PIDFD: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(-1);
     static UNSUPPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if blocks.is_empty() {
-        return 0;
-    }
-    let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; RELEASE_BATCH];
-    let n = blocks.len().min(RELEASE_BATCH);
-    for (v, &(a, pages)) in iov.iter_mut().zip(blocks) {
-        *v = libc::iovec { iov_base: a as *mut libc::c_void, iov_len: pages * PAGE };
-    }
-    let total: usize = blocks[..n].iter().map(|&(_, p)| p * PAGE).sum();
+    let n = iov.len();
+    let total: usize = iov.iter().map(|v| v.iov_len).sum();
     let mut calls = 0;
     if n > 1 && !UNSUPPORTED.load(Ordering::Relaxed) {
         // The pidfd names the process that opened it: a fork child opens its own (the packed
@@ -131,8 +140,8 @@ fn release(blocks: &[(usize, usize)]) -> u64 {
             }
         };
         if fd >= 0 {
-            // SAFETY: process_madvise reads `n` iovecs naming blocks of this heap that no one
-            // uses any more (the callers' contract); DONTNEED on private anonymous memory.
+            // SAFETY: process_madvise reads the `n` iovecs of `iov`; the caller gives up the
+            // contents of those ranges of its own memory (DONTNEED on private anonymous memory).
             let r = unsafe { libc::syscall(libc::SYS_process_madvise, fd, iov.as_ptr(), n, libc::MADV_DONTNEED, 0) };
             calls += 1;
             if r >= 0 && r as usize == total {
@@ -149,11 +158,27 @@ fn release(blocks: &[(usize, usize)]) -> u64 {
         }
     }
     // One by one (DONTNEED is idempotent, so a partial batch is simply advised again).
-    for v in &iov[..n] {
-        // SAFETY: as above, one block at a time.
+    for v in iov {
+        // SAFETY: as above, one range at a time.
         unsafe { libc::syscall(libc::SYS_madvise, v.iov_base, v.iov_len, libc::MADV_DONTNEED) };
     }
     calls + n as u64
+}
+
+/// Drop the pages of freed heap blocks (address, pages) with [`dontneed`].
+///
+/// # Safety
+/// - Every block is a block of a [`PageHeap`] that has been freed and is not handed out again
+///   before this returns.
+unsafe fn release(blocks: &[(usize, usize)]) -> u64 {
+    let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; RELEASE_BATCH];
+    let n = blocks.len().min(RELEASE_BATCH);
+    for (v, &(a, pages)) in iov.iter_mut().zip(blocks) {
+        *v = libc::iovec { iov_base: a as *mut libc::c_void, iov_len: pages * PAGE };
+    }
+    // SAFETY: freed heap blocks (this function's contract): anonymous pages of the heap's
+    // reservation that no one uses.
+    unsafe { dontneed(&iov[..n]) }
 }
 
 /// The process's page heap.
@@ -289,7 +314,9 @@ impl PageHeap {
         if blocks.is_empty() {
             return;
         }
-        self.release_calls.fetch_add(release(blocks), Ordering::Relaxed);
+        // SAFETY: `blocks` were freed by their owners (`free`'s contract) and are on no free
+        // list until the loop below: no one can be handed them meanwhile.
+        self.release_calls.fetch_add(unsafe { release(blocks) }, Ordering::Relaxed);
         for &(a, n) in blocks {
             self.free[n].lock().push(a);
         }
