@@ -575,7 +575,10 @@ impl Pager {
     /// then copies no page an eviction holds half-done and no pool lock a recompression pass
     /// holds (the child will not have those threads), and nothing made resident before the
     /// fork is evicted meanwhile. Faults and events are still served (the
-    /// kernel blocks `fork` until its event is read). Gives up after two seconds (false).
+    /// kernel blocks `fork` until its event is read). Both threads check the pause between
+    /// steps of bounded work (a reclaim batch, 256 pages of writeback or promotion, one object
+    /// of a recompression pass). Gives up after ten seconds (false): the fork then goes ahead
+    /// and its child may find a lock those threads held.
     pub fn quiesce(&self) -> bool {
         self.pause.store(true, Ordering::SeqCst);
         // A recompression pass in flight stops at its next object (none may hold a pool lock
@@ -589,7 +592,7 @@ impl Pager {
         // because the forking thread still runs glibc's own fork preparation after our handler
         // (it locks malloc arenas, whose state lives in memory the pager may have swapped out).
         while !self.kswapd_quiet.load(Ordering::SeqCst) || self.recomp_busy.load(Ordering::SeqCst) {
-            if t0.elapsed().as_secs() >= 2 {
+            if t0.elapsed().as_secs() >= 10 {
                 return false;
             }
             std::thread::yield_now();

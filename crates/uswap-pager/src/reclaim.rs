@@ -1052,7 +1052,9 @@ pub(crate) fn kswapd(p: &Pager) {
         let v = p.reclaim_wake.load(Ordering::Acquire);
         region::enter();
         let mut n = 0;
-        while p.charged_bytes() > low(p.limit()) && n < 64 && reclaim_batch(p) {
+        // A fork waits for this thread to be quiet (`Pager::quiesce`): stop between batches,
+        // not after 64 of them, or a busy machine can make the fork go ahead without us.
+        while !p.pause.load(Ordering::SeqCst) && p.charged_bytes() > low(p.limit()) && n < 64 && reclaim_batch(p) {
             n += 1;
         }
         region::leave();

@@ -102,7 +102,17 @@ pub(crate) const MOVE_PAGES: u64 = 4096;
 /// what the reclaimer must empty).
 pub(crate) fn tier_moves(p: &Pager) {
     let cap = if p.cfg.promote { p.pool_cap() / 10 * 9 } else { 0 };
-    p.store.move_by_use(p.cfg.writeback_age_ms, cap, MOVE_PAGES);
+    // In steps of 256 pages each way, stopping at a pause: a fork waits for this thread to
+    // leave its pass (`Pager::quiesce`), and 4096 pages of file I/O on a loaded machine can
+    // outlast the wait.
+    let mut left = MOVE_PAGES;
+    while left > 0 && !p.pause.load(Ordering::SeqCst) {
+        let (written, promoted) = p.store.move_by_use(p.cfg.writeback_age_ms, cap, left.min(256));
+        if written.max(promoted) == 0 {
+            break;
+        }
+        left = left.saturating_sub(written.max(promoted));
+    }
 }
 
 /// The recompressor thread's body (see the module doc). Returns when the pager stops.
