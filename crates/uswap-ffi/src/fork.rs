@@ -310,7 +310,7 @@ fn quiesce_with_tls_resident(p: &uswap_pager::Pager) {
                 x += 4096;
             }
         }
-        p.quiesce();
+        quiesce_or_warn(p);
         let resident = ranges.iter().all(|&(a, b)| {
             let mut x = a & !4095;
             while x < b {
@@ -329,7 +329,19 @@ fn quiesce_with_tls_resident(p: &uswap_pager::Pager) {
         }
         p.resume();
     }
-    p.quiesce();
+    quiesce_or_warn(p);
+}
+
+/// [`uswap_pager::Pager::quiesce`], saying on stderr when it gave up (the child may then find a
+/// lock the parent's background threads held: a hang to be reported, not hidden). A static
+/// message through write(2): nothing here may allocate.
+fn quiesce_or_warn(p: &uswap_pager::Pager) {
+    if !p.quiesce() {
+        let msg =
+            b"uswap: warning: fork while the pager's background threads stayed busy for 10 s; the child may hang\n";
+        // SAFETY: write(2) of a static buffer to stderr.
+        unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+    }
 }
 
 extern "C" fn parent() {
