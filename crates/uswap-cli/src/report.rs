@@ -222,7 +222,10 @@ pub fn pager(p: &Value, tiers: &str) -> Value {
         "swap": {
             "pswpout": swpout_pages,
             "stored_pages": u(&e, "/stored_pages"),
-            "pswpin": pages_of(p.get("swpin")) + pages_of(p.get("swpin_fallback")),
+            // Pages swapped in: every swap-in is counted once in `swpin`, at the order it was
+            // made; a fallback (`swpin_fallback`) is a large folio that was not, and its pages
+            // are in `swpin` at order 0 (adding both counted them twice).
+            "pswpin": pages_of(p.get("swpin")),
             "swpout": per_order(p.get("swpout")),
             "swpout_fallback": per_order(p.get("swpout_fallback")),
             "swpin": per_order(p.get("swpin")),
@@ -450,7 +453,7 @@ mod tests {
             "pager": {
                 "faults": 10, "fault_zero": 4, "fault_swapin": 6, "evicted_pages": 32, "evicted_folios": 2,
                 "swpout": [0, 0, 0, 0, 2, 0, 0, 0, 0, 0], "swpin": [3, 0, 0, 0, 1, 0, 0, 0, 0, 0],
-                "swpin_fallback": [0, 0, 0, 0, 0, 0, 0, 0, 0, 0], "resident_bytes": 1 << 20, "cache_bytes": 0, "pool_bytes": 8192 + 4096,
+                "swpin_fallback": [0, 0, 0, 0, 1, 0, 0, 0, 0, 0], "resident_bytes": 1 << 20, "cache_bytes": 0, "pool_bytes": 8192 + 4096,
                 "charged_bytes": (1 << 20) + 8192 + 4096, "limit_bytes": 64 << 20, "pool_capped": true,
                 "fault_p50_ns": null,
                 "engine": {
@@ -472,7 +475,9 @@ mod tests {
         assert_eq!(p["swap"]["swpout"]["4kB"], 0);
         assert_eq!(p["swap"]["swpout"]["2048kB"], 0);
         assert_eq!(p["swap"]["swpin"]["4kB"], 3);
+        // A fallback's pages are among the order-0 swap-ins, not counted again.
         assert_eq!(p["swap"]["pswpin"], 3 + 16);
+        assert_eq!(p["swap"]["swpin_fallback"]["64kB"], 1);
         assert_eq!(p["tiers"]["zpool:lz4"]["stored_pages"], 8);
         assert_eq!(p["tiers"]["zpool:lz4"]["compression_ratio"], 4.0);
         assert!(p["tiers"]["file:/var/tmp"].is_object());

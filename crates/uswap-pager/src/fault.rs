@@ -712,7 +712,10 @@ fn fill_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write
     if all {
         inc(&p.counters.swpin[k0 as usize], 1);
     } else {
+        // As the kernel's mTHP fallback: the folio was not swapped in whole; the pages that
+        // were are counted as order-0 swap-ins (so `swpin` alone adds up to pswpin).
         inc(&p.counters.swpin_fallback[k0 as usize], 1);
+        inc(&p.counters.swpin[0], (0..n).filter(|&i| c.held(i)).count() as u64);
     }
     inc(&p.counters.fault_swapin, 1);
     true
