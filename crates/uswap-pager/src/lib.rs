@@ -252,7 +252,6 @@ pub struct Pager {
     pub(crate) inactive: reclaim::Ring,
     pub(crate) counters: stats::Counters,
     pub(crate) bufs: bufs::BufPool,
-    pub(crate) madv: sys::Madviser,
     pub(crate) stop: AtomicBool,
     /// The store keeps its RAM under half the limit (see [`PageStore::limit_ram`]).
     pub(crate) pool_capped: bool,
@@ -397,7 +396,6 @@ impl Pager {
             resident_pages: AtomicI64::new(0),
             counters: stats::Counters::default(),
             bufs: bufs::BufPool::new().map_err(os)?,
-            madv: sys::Madviser::new(),
             stop: AtomicBool::new(false),
             pool_capped,
             stop_fd,

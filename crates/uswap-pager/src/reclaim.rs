@@ -778,7 +778,7 @@ fn drop_pages(p: &Pager, b: &mut Batch, gate: &mut Option<crate::sys::YieldGuard
         }
     }
     if niov > 0 {
-        let calls = p.madv.dontneed(&iov[..niov]);
+        let calls = crate::sys::dontneed(&iov[..niov]);
         inc(&p.counters.madvise_calls, calls);
         *gate = None;
         if p.cfg.event_remove {

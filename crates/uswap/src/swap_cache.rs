@@ -202,12 +202,14 @@ impl Default for FreeLists {
     }
 }
 
-/// How many folios with a buffer of `order` a shard keeps.
-/// A zero-filled folio buffer from the page heap (see [`PageBuf`]).
+/// A folio buffer from the page heap ([`PageBuf::dirty`]): its data is written whole (a load)
+/// before anyone reads it, as a recycled folio's is, so a block the heap is about to release
+/// will do.
 fn folio_buf(len: usize) -> Result<PageBuf, SwapError> {
-    PageBuf::zeroed(len).ok_or_else(|| SwapError::Config(format!("no memory for a {len}-byte swap-cache folio")))
+    PageBuf::dirty(len).ok_or_else(|| SwapError::Config("no memory for a swap-cache folio".into()))
 }
 
+/// How many folios with a buffer of `order` a shard keeps.
 fn keep_per_order(order: usize) -> usize {
     (64usize >> order).max(2)
 }
@@ -575,10 +577,7 @@ impl SwapCache {
         };
         let folio = self.arena.get(id).ok_or_else(|| SwapError::Config("swap cache arena lost a folio".into()))?;
         if !has_buf {
-            // Its data is written whole (a load) before anyone reads it, as for a recycled
-            // folio's: a block the page heap is about to release will do.
-            let buf = PageBuf::dirty(PAGE_SIZE << order)
-                .ok_or_else(|| SwapError::Config("no memory for a swap-cache folio".into()))?;
+            let buf = folio_buf(PAGE_SIZE << order)?;
             // SAFETY: the folio came off a free list or is fresh: refcount 0, so `try_get`
             // cannot hand it out and no reference reads `data`; we are its only owner.
             unsafe { *folio.data.get() = buf };

@@ -13,67 +13,52 @@
 //! (picked by [`thread_shard`](crate::sync::thread_shard)), each behind its own mutex held for
 //! one submit-and-reap; no other lock is taken inside an engine.
 
+use super::pages::PageBuf;
 use crate::error::TierError;
 use crate::sync::{lock, thread_shard, LockClass, Mutex};
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
-use std::ptr::NonNull;
 use std::sync::Arc;
 
 const ALIGN: usize = 4096;
 
-/// A 4 KiB-aligned, zero-initialised I/O buffer that grows on demand (never shrinks). Its
-/// memory comes from the page heap ([`super::pages::heap`]), not the process's allocator: a
-/// file tier's store and load run on the fault path.
+/// A 4 KiB-aligned, zero-initialised I/O buffer that grows on demand (never shrinks): a
+/// [`PageBuf`] (page-heap memory, not the process's allocator: a file tier's store and load
+/// run on the fault path).
 pub struct IoBuf {
-    ptr: NonNull<u8>,
-    cap: usize,
+    buf: PageBuf,
 }
-
-// SAFETY: IoBuf owns its allocation exclusively (like a Box<[u8]>).
-unsafe impl Send for IoBuf {}
-// SAFETY: shared access only hands out `&[u8]`.
-unsafe impl Sync for IoBuf {}
 
 impl IoBuf {
     /// A buffer of at least `cap` bytes (rounded up to 4 KiB).
     pub fn new(cap: usize) -> Self {
         let cap = cap.max(ALIGN).next_multiple_of(ALIGN);
-        let ptr = super::pages::heap().alloc(cap).unwrap_or_else(|| {
+        let buf = PageBuf::zeroed(cap).unwrap_or_else(|| {
             std::alloc::handle_alloc_error(std::alloc::Layout::from_size_align(cap, ALIGN).expect("I/O buffer layout"))
         });
-        IoBuf { ptr, cap }
+        IoBuf { buf }
     }
     /// Capacity in bytes.
     pub fn capacity(&self) -> usize {
-        self.cap
+        self.buf.len()
     }
     /// Grow to at least `n` bytes (contents are not kept).
     pub fn reserve(&mut self, n: usize) {
-        if n > self.cap {
+        if n > self.capacity() {
             *self = IoBuf::new(n);
         }
     }
     /// The bytes.
     pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: ptr is valid for cap initialised bytes (zeroed at allocation) and owned by self.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.cap) }
+        &self.buf
     }
     /// The bytes, mutable.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as above, and `&mut self` gives exclusive access.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.cap) }
+        &mut self.buf
     }
     fn raw(&self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
-}
-
-impl Drop for IoBuf {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new` from the page heap with this size and not freed before.
-        unsafe { super::pages::heap().free(self.ptr, self.cap) };
+        self.buf.as_raw()
     }
 }
 

@@ -28,8 +28,8 @@
 //! batch (held to add a block or to take the whole batch out, never across the release
 //! itself). Both are of class `PageHeap` and never nested: a full batch is taken out, released
 //! with no lock held, and only then are its blocks pushed on their free lists. The bump
-//! pointer is an atomic. Nothing here uses the process's allocator once the heap exists: the free lists are
-//! [`PageVec`]s, so the pool can grow and shrink on the fault path.
+//! pointer is an atomic. Nothing here uses the process's allocator once the heap exists: the
+//! free lists are [`PageVec`]s, so the pool can grow and shrink on the fault path.
 
 use crate::sync::{LockClass, Mutex};
 use std::ptr::NonNull;
@@ -359,8 +359,8 @@ pub fn populate(blocks: &mut [(usize, usize)]) -> u64 {
     calls
 }
 
-/// An owned, page-aligned, zero-filled buffer of whole pages from the process's [`heap`]
-/// (swap-cache folio data): no allocator lock, no heap growth by `mprotect` or `brk` per
+/// An owned, page-aligned buffer of whole pages from the process's [`heap`] (swap-cache folio
+/// data, the file tier's I/O buffers): no allocator lock, no heap growth by `mprotect` or `brk` per
 /// buffer, and its memory leaves the process (in the next release batch) when it is dropped.
 pub struct PageBuf {
     ptr: NonNull<u8>,
@@ -379,22 +379,27 @@ impl PageBuf {
     /// A zero-filled buffer of `len` bytes (a multiple of the page size), or None when no
     /// memory or address space is left.
     pub fn zeroed(len: usize) -> Option<PageBuf> {
-        debug_assert!(len.is_multiple_of(PAGE), "PageBuf of {len} bytes");
-        if len == 0 {
-            return Some(PageBuf::EMPTY);
-        }
-        Self::from_heap(len, false)
+        Self::new(len, false)
     }
 
     /// A buffer of `len` bytes (a multiple of the page size) whose contents are unspecified
     /// (stale bytes of this process: see [`PageHeap::alloc_dirty`]), for a caller that writes
     /// all of it before reading; None when no memory or address space is left.
     pub fn dirty(len: usize) -> Option<PageBuf> {
+        Self::new(len, true)
+    }
+
+    fn new(len: usize, dirty: bool) -> Option<PageBuf> {
         debug_assert!(len.is_multiple_of(PAGE), "PageBuf of {len} bytes");
         if len == 0 {
             return Some(PageBuf::EMPTY);
         }
-        Self::from_heap(len, true)
+        Self::from_heap(len, dirty)
+    }
+
+    /// The start of the buffer, for a system call that writes into it (I/O).
+    pub(crate) fn as_raw(&self) -> *mut u8 {
+        self.ptr.as_ptr()
     }
 
     #[cfg(not(loom))]
