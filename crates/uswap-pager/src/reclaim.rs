@@ -778,7 +778,11 @@ fn drop_pages(p: &Pager, b: &mut Batch, gate: &mut Option<crate::sys::YieldGuard
         }
     }
     if niov > 0 {
-        let calls = crate::sys::dontneed(&iov[..niov]);
+        // One `process_madvise` per 1024 ranges (the engine's batcher, raw system calls).
+        // SAFETY: page-aligned ranges of managed (private anonymous) memory of this process,
+        // claimed and copied out (or kept clean) by this batch: nothing holds a reference into
+        // them, and the program's next touch faults and is served from the swap entry.
+        let calls = unsafe { uswap::tier::pages::dontneed(&iov[..niov]) };
         inc(&p.counters.madvise_calls, calls);
         *gate = None;
         if p.cfg.event_remove {

@@ -1,23 +1,12 @@
-//! OS primitives: batched `MADV_DONTNEED` through `process_madvise`, futex wait/wake, a
-//! yielding lock, and copying from our own memory through `process_vm_readv`. Nothing here
-//! knows about regions (the system-call wrappers that prefault region memory are in
-//! [`crate::syscall`]).
+//! OS primitives: futex wait/wake, a yielding lock, and copying from our own memory through
+//! `process_vm_readv`. Nothing here knows about regions (the system-call wrappers that
+//! prefault region memory are in [`crate::syscall`]; batched `MADV_DONTNEED` is the engine's
+//! [`uswap::tier::pages::dontneed`]).
 //!
-//! Locking: none (the madvise batcher is the engine's);
-//! [`YieldLock`] is a spin-then-yield flag for callers' short critical sections.
+//! Locking: none; [`YieldLock`] is a spin-then-yield flag for callers' short critical
+//! sections.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-
-/// Drop the pages of every range in `iov` (`MADV_DONTNEED`) with the engine's batcher
-/// ([`uswap::tier::pages::dontneed`]: one `process_madvise(2)` per 1024 ranges). Returns the
-/// calls made. The ranges are managed memory that the eviction has copied out (or kept clean)
-/// and claimed: the program's next access faults into the pager.
-pub(crate) fn dontneed(iov: &[libc::iovec]) -> u64 {
-    // SAFETY: page-aligned private anonymous ranges of this process; the pager holds no
-    // reference into managed memory and the program's next touch faults and is resolved from
-    // the swap entry (the eviction's contract, see reclaim.rs).
-    unsafe { uswap::tier::pages::dontneed(iov) }
-}
 
 /// Wait on a futex word while it equals `val`, at most `timeout_ms`.
 pub(crate) fn futex_wait(w: &AtomicU32, val: u32, timeout_ms: u64) {
