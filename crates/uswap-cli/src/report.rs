@@ -301,6 +301,10 @@ pub fn process(v: &Value, tiers: &str) -> Value {
     m.insert("file_rss_growth_bytes".into(), json!(u(v, "/file_rss_growth_bytes")));
     m.insert("engine_meta_peak_bytes".into(), json!(u(v, "/engine_meta_peak_bytes")));
     m.insert("forks".into(), json!(u(v, "/forks")));
+    // Of the forks, per swap file: children sharing it (nothing copied) and children that got
+    // a copy (the parent could not share).
+    m.insert("forks_file_shared".into(), json!(u(v, "/forks_file_shared")));
+    m.insert("forks_file_copied".into(), json!(u(v, "/forks_file_copied")));
     if let Some(p) = v.get("pager") {
         if let Value::Object(pm) = pager(p, tiers) {
             m.extend(pm);

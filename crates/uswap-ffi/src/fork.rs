@@ -14,9 +14,14 @@
 //! - **the pidfd** the pager uses for batched `process_madvise`: it names the parent; the child
 //!   gets a pidfd of its own on the same number (else its evictions would drop the *parent's*
 //!   pages).
-//! - **swap files**: both processes would allocate the same free slots of one file. The child
-//!   copies the file's data extents into a new unlinked file in the same directory and `dup2`s
-//!   it onto the old number; the parent waits in its atfork handler until the copy is done.
+//! - **swap files**: both processes would allocate the same free slots of one file. They share
+//!   it through the engine's cluster holds (`uswap::tier::holds`): the prepare handler takes
+//!   the child's share once the pagers are quiet ([`uswap_pager::Pager::share_store_for_fork`]),
+//!   the child takes it over first thing and writes a byte on a pipe, and the parent's handler
+//!   confirms or gives the share up by what it reads (a byte, or end of file when the fork
+//!   failed or the child died). Only when sharing is impossible (the pagers did not go quiet,
+//!   no holds row free) does the child copy the file's data extents into a new unlinked file in
+//!   the same directory and `dup2` it onto the old number, the parent waiting meanwhile.
 //! - **threads**: the child has none of the pager's threads;
 //!   `Pager::restart_in_fork_child` starts the child's event thread on its new uffd (it serves
 //!   the child's faults in thread fault mode, and fork and unmap events, which would otherwise
@@ -215,6 +220,12 @@ pub static FORKING: AtomicBool = AtomicBool::new(false);
 /// Children this process forked with pagers to carry over, for statistics (a child starts
 /// again from zero).
 pub static FORKS: AtomicU64 = AtomicU64::new(0);
+/// Of those, per pager with a swap file: children that share the file (nothing copied) and
+/// children that got a copy of it (the parent could not share: no holds row, or its threads
+/// did not go quiet).
+pub static FORKS_FILE_SHARED: AtomicU64 = AtomicU64::new(0);
+/// See [`FORKS_FILE_SHARED`].
+pub static FORKS_FILE_COPIED: AtomicU64 = AtomicU64::new(0);
 /// Called in a fork child with each tracked pager once its threads run again (the preload
 /// library restarts its reconciler thread for its own pager).
 static CHILD_HOOK: std::sync::OnceLock<fn(*const uswap_pager::Pager)> = std::sync::OnceLock::new();
@@ -229,6 +240,9 @@ pub fn on_child_rebuilt(hook: fn(*const uswap_pager::Pager)) {
 // atfork
 
 static PIPE: [AtomicI32; 2] = [AtomicI32::new(-1), AtomicI32::new(-1)];
+/// Per tracked pager: whether the fork in progress shares its swap files with the child
+/// (set in the prepare handler, read by the child's).
+static SHARED: [AtomicBool; MAX_PAGERS] = [const { AtomicBool::new(false) }; MAX_PAGERS];
 
 /// Register the atfork handlers (once). Call as early as possible (library constructor), so our
 /// child handler runs before the program's and our prepare handler after theirs.
@@ -255,9 +269,13 @@ extern "C" fn prepare() {
         // and what the child's handler touches before its uffd is registered (this thread's TLS
         // and its DTV, which may live in the program's heap) is resident.
         // SAFETY: under BIG; tracked pagers are alive.
-        for t in unsafe { table() }.pagers.iter().filter(|t| t.used) {
+        for (i, t) in unsafe { table() }.pagers.iter().enumerate().filter(|(_, t)| t.used) {
             // SAFETY: as above.
-            quiesce_with_tls_resident(unsafe { &*t.pager });
+            let p = unsafe { &*t.pager };
+            let quiet = quiesce_with_tls_resident(p);
+            // The child shares the swap files (no store is in flight once quiet); if it cannot,
+            // it copies them.
+            SHARED[i].store(quiet && internal(|| p.share_store_for_fork()), Ordering::Relaxed);
         }
         // SAFETY: under BIG.
         let files = unsafe { table() }.pagers.iter().any(|p| p.used && p.files[0] >= 0);
@@ -297,8 +315,8 @@ fn tls_ranges() -> [(usize, usize); 2] {
 
 /// Make the pager's threads idle with this thread's TLS and DTV resident: touch them (faults
 /// are served), quiesce, and check with `mincore` that nothing was evicted meanwhile (retry a
-/// few times if it was).
-fn quiesce_with_tls_resident(p: &uswap_pager::Pager) {
+/// few times if it was). False if the pager's threads did not go quiet.
+fn quiesce_with_tls_resident(p: &uswap_pager::Pager) -> bool {
     let ranges = tls_ranges();
     let mut page = [0u8; 4096];
     for _ in 0..8 {
@@ -310,7 +328,9 @@ fn quiesce_with_tls_resident(p: &uswap_pager::Pager) {
                 x += 4096;
             }
         }
-        quiesce_or_warn(p);
+        if !quiesce_or_warn(p) {
+            return false;
+        }
         let resident = ranges.iter().all(|&(a, b)| {
             let mut x = a & !4095;
             while x < b {
@@ -325,42 +345,59 @@ fn quiesce_with_tls_resident(p: &uswap_pager::Pager) {
             true
         });
         if resident {
-            return;
+            return true;
         }
         p.resume();
     }
-    quiesce_or_warn(p);
+    quiesce_or_warn(p)
 }
 
 /// [`uswap_pager::Pager::quiesce`], saying on stderr when it gave up (the child may then find a
 /// lock the parent's background threads held: a hang to be reported, not hidden). A static
 /// message through write(2): nothing here may allocate.
-fn quiesce_or_warn(p: &uswap_pager::Pager) {
-    if !p.quiesce() {
+fn quiesce_or_warn(p: &uswap_pager::Pager) -> bool {
+    let quiet = p.quiesce();
+    if !quiet {
         let msg =
             b"uswap: warning: fork while the pager's background threads stayed busy for 10 s; the child may hang\n";
         // SAFETY: write(2) of a static buffer to stderr.
         unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
     }
+    quiet
 }
 
 extern "C" fn parent() {
     let (r, w) = (PIPE[0].swap(-1, Ordering::Relaxed), PIPE[1].swap(-1, Ordering::Relaxed));
+    // Whether a child took its share of the swap files (it writes one byte once it has; the
+    // read sees end of file if the fork failed or the child died first).
+    let mut child_took = false;
     if r >= 0 {
         // SAFETY: our pipe fds; the read returns when the child wrote or closed its end.
         unsafe {
             libc::close(w);
             let mut b = 0u8;
-            while libc::read(r, (&mut b as *mut u8).cast(), 1) < 0 && *libc::__errno_location() == libc::EINTR {}
+            let n = loop {
+                let n = libc::read(r, (&mut b as *mut u8).cast(), 1);
+                if n >= 0 || *libc::__errno_location() != libc::EINTR {
+                    break n;
+                }
+            };
+            child_took = n == 1;
             libc::close(r);
         }
         FORKS.fetch_add(1, Ordering::Relaxed);
         uswap_pager::tree::note_fork();
     }
     // SAFETY: under BIG (taken in prepare); tracked pagers are alive.
-    for t in unsafe { table() }.pagers.iter().filter(|t| t.used) {
+    for (i, t) in unsafe { table() }.pagers.iter().enumerate().filter(|(_, t)| t.used) {
         // SAFETY: as above.
-        unsafe { &*t.pager }.resume();
+        let p = unsafe { &*t.pager };
+        p.store_forked_parent(child_took);
+        if r >= 0 && t.files[0] >= 0 && child_took {
+            let c = if SHARED[i].load(Ordering::Relaxed) { &FORKS_FILE_SHARED } else { &FORKS_FILE_COPIED };
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+        p.resume();
     }
     crate::gate::open_after_fork();
     FORKING.store(false, Ordering::SeqCst);
@@ -379,6 +416,8 @@ extern "C" fn child() {
     crate::internal::HEAP.lock.force_unlock();
     if any_pager() {
         FORKS.store(0, Ordering::Relaxed);
+        FORKS_FILE_SHARED.store(0, Ordering::Relaxed);
+        FORKS_FILE_COPIED.store(0, Ordering::Relaxed);
         uswap_pager::tree::note_fork();
         internal(|| {
             // SAFETY: single-threaded child, BIG is held by us (the forking thread).
@@ -411,9 +450,18 @@ fn rebuild_child(idx: usize, t: &Tracked) -> Result<(), String> {
     if t.uring {
         return Err("the swap file uses io_uring, whose ring cannot be shared with a child".into());
     }
-    // 1. Swap files: private copies (the parent waits for us).
-    for &fd in t.files.iter().filter(|&&f| f >= 0) {
-        clone_file_onto(fd)?;
+    // 1. Swap files: shared with the parent through the store's cluster holds, or, if the
+    // parent could not share them, private copies (the parent waits for us either way).
+    // SAFETY: tracked pagers are alive while tracked (track_pager's contract).
+    let pager = unsafe { &*t.pager };
+    let shared = SHARED[idx].load(Ordering::Relaxed);
+    if !shared {
+        for &fd in t.files.iter().filter(|&&f| f >= 0) {
+            clone_file_onto(fd)?;
+        }
+    }
+    if !pager.store_forked_child(shared) {
+        return Err("cannot take the child's share of the swap file (its holds were released)".into());
     }
     // 2. pidfds: name ourselves.
     for &fd in t.pidfds.iter().filter(|&&f| f >= 0) {
@@ -434,8 +482,6 @@ fn rebuild_child(idx: usize, t: &Tracked) -> Result<(), String> {
         return Err(format!("dup2: {}", std::io::Error::last_os_error()));
     }
     let t0 = std::time::Instant::now();
-    // SAFETY: tracked pagers are alive while tracked (track_pager's contract).
-    let pager = unsafe { &*t.pager };
     let mut err = None;
     pager.registered_ranges(|start, len| {
         if err.is_some() {

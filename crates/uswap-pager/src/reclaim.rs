@@ -1044,6 +1044,7 @@ pub(crate) fn kswapd(p: &Pager) {
     // The low watermark follows the limit in force (Pager::set_limit).
     let low = |limit: u64| limit - (limit / 16).max((p.cfg.reclaim_batch * PAGE_SIZE * 2) as u64).min(limit / 2);
     p.kswapd_quiet.store(false, Ordering::SeqCst);
+    let mut refresh_at = 0;
     while !p.stop.load(Ordering::Acquire) {
         if p.pause.load(Ordering::SeqCst) {
             p.kswapd_quiet.store(true, Ordering::SeqCst);
@@ -1072,6 +1073,14 @@ pub(crate) fn kswapd(p: &Pager) {
             && p.store.shrink_ram(p.pool_cap(), 256) > 0
         {
             n += 1;
+        }
+        // Once a second: take back the swap-file clusters that processes sharing the file
+        // since a fork gave up (`PageStore::refresh_shared`; it reads /proc). Here, paused by
+        // a fork like every store of this thread.
+        let now = crate::stats::now_ns();
+        if now >= refresh_at && !p.pause.load(Ordering::SeqCst) {
+            p.store.refresh_shared();
+            refresh_at = now + 1_000_000_000;
         }
         // Over the low mark and no progress: faults must not wait for us.
         p.reclaim_stuck.store(n == 0 && p.charged_bytes() > low(p.limit()), Ordering::Relaxed);

@@ -140,6 +140,28 @@ pub trait Backend: Send + Sync {
     fn recompress(&self, _idle_only: bool, _relocate: Relocate<'_>) -> Recompressed {
         Recompressed::default()
     }
+    /// Before a `fork` whose child keeps using this tier (no store or free of this process is
+    /// in flight): make what the child will share safe to share. False if the child cannot
+    /// share the tier's storage and needs a copy of it (a file tier with no holds row free).
+    /// Default: true (memory is copied by the fork itself).
+    fn share_for_fork(&self) -> bool {
+        true
+    }
+    /// In the fork child, before anything else uses the tier: `shared` is what
+    /// [`Backend::share_for_fork`] returned for the fork (false: the storage was copied and is
+    /// the child's alone). False if the child cannot use the tier.
+    fn forked_child(&self, shared: bool) -> bool {
+        let _ = shared;
+        true
+    }
+    /// In the parent after the fork: whether the child took its share (false: the fork failed
+    /// or the child died first, and the share is given up).
+    fn forked_parent(&self, child_took: bool) {
+        let _ = child_took;
+    }
+    /// Take back what the processes sharing storage with this one gave up (they emptied,
+    /// exited, were killed or called `exec`). Not on the fault path (it reads `/proc`).
+    fn refresh_shared(&self) {}
 }
 
 /// An uncompressed in-memory backend: the reference implementation every path is tested with.

@@ -376,6 +376,8 @@ pub fn stats_json() -> Option<serde_json::Value> {
         "thrash": thrash::stats(),
         "tree": uswap_pager::tree::stats_json(),
         "forks": fork::FORKS.load(Ordering::Relaxed),
+        "forks_file_shared": fork::FORKS_FILE_SHARED.load(Ordering::Relaxed),
+        "forks_file_copied": fork::FORKS_FILE_COPIED.load(Ordering::Relaxed),
         "pager": p.stats(),
     }))
 }

@@ -101,7 +101,9 @@ pub fn skip_reason(maps: &[Map], i: usize, min_len: usize) -> Option<&'static st
     }
     if let Some(prev) = i.checked_sub(1).map(|j| &maps[j]) {
         if prev.end == m.start {
-            if prev.inode != 0 {
+            // A private file mapping's neighbour: an object's bss. (A shared mapping, such as
+            // the engine's `/dev/zero` pages shared with fork children, is no object's.)
+            if prev.inode != 0 && prev.perms[3] == b'p' {
                 return Some("bss of a loaded object");
             }
             if &prev.perms[..3] == b"---" && prev.path.is_empty() && prev.end - prev.start <= 1 << 20 {

@@ -59,6 +59,17 @@ impl Lists {
         self.next[c as usize]
     }
 
+    /// The clusters on list `id`, in order (allocates: not for the fault path).
+    pub(super) fn members(&self, id: u16) -> Vec<usize> {
+        let mut v = Vec::with_capacity(self.len(id));
+        let mut c = self.first(id);
+        while c != NIL {
+            v.push(c as usize);
+            c = self.next_of(c);
+        }
+        v
+    }
+
     /// The list id `c` is on: a real list, `OFF`, or a tag set by [`Lists::tag`].
     pub(super) fn on(&self, c: u32) -> u16 {
         self.on[c as usize]

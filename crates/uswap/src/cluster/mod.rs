@@ -25,9 +25,11 @@
 mod frag;
 mod list;
 mod lock;
+mod share;
 mod stats;
 
 pub use frag::{bucket_of, bucket_prior, bucket_range, success_probability, NR_BUCKETS};
+pub use share::ClusterHolds;
 pub use stats::{AllocStats, BucketStats};
 
 use crate::swap_table::{SwapEntry, SwapTable, Word, COUNT_MAX, MAX_ORDER, NR_ORDERS, SLOTS_PER_CLUSTER};
@@ -87,6 +89,11 @@ pub enum ClusterFlag {
     Frag,
     /// On the full list.
     Full,
+    /// On the shared list: used, and held by another process too since a `fork`, so no slot
+    /// of it is allocated until this process holds it alone again (`share.rs`).
+    Shared,
+    /// On the foreign list: free here, but held by another process sharing the file.
+    Foreign,
     /// On the discard list or being discarded.
     Discard,
 }
@@ -127,7 +134,9 @@ struct Shard {
 const L_FREE: u16 = 0;
 const L_FULL: u16 = 1;
 const L_DISCARD: u16 = 2;
-const L_NONFULL0: u16 = 3;
+const L_SHARED: u16 = 3;
+const L_FOREIGN: u16 = 4;
+const L_NONFULL0: u16 = 5;
 const L_FRAG0: u16 = L_NONFULL0 + NR_ORDERS as u16;
 const NR_LISTS: usize = L_FRAG0 as usize + NR_ORDERS * NR_BUCKETS;
 /// Tag of a cluster taken off the discard list by `process_discards`.
@@ -186,6 +195,9 @@ pub struct SwapSpace {
     used_slots: AtomicUsize,
     live_tables: AtomicUsize,
     live_extend: AtomicUsize,
+    /// Holds on clusters of a space shared with other processes (`share.rs`); `None` for a
+    /// space this process has to itself.
+    holds: Option<std::sync::Arc<dyn ClusterHolds>>,
     /// Under loom, retired tables are kept here until the space drops.
     #[cfg(loom)]
     retired: Mutex<Vec<usize>>,
@@ -248,6 +260,7 @@ impl SwapSpace {
             used_slots: AtomicUsize::new(0),
             live_tables: AtomicUsize::new(0),
             live_extend: AtomicUsize::new(0),
+            holds: None,
             #[cfg(loom)]
             retired: Mutex::new(LockClass::SpaceRetired, Vec::new()),
         })
@@ -587,6 +600,10 @@ impl SwapSpace {
         sh: &mut Shard,
         init: &mut dyn FnMut(usize) -> Word,
     ) -> Result<Option<SwapEntry>, SwapError> {
+        if st.count == 0 && !self.claim(ci, st) {
+            sh.next[order as usize] = INVALID;
+            return Ok(None);
+        }
         let n = 1usize << order;
         let mut off = start.next_multiple_of(n);
         let mut found = None;
@@ -699,11 +716,20 @@ impl SwapSpace {
         st.flag = flag;
     }
 
-    /// `free_cluster`: an empty cluster goes to the discard list or the free list.
+    /// `free_cluster`: an empty cluster goes to the discard list or the free list. In a shared
+    /// space only the last holder discards (its hold is released once the hole is punched);
+    /// any other releases its hold now.
     fn free_cluster(&self, ci: usize, st: &mut ClusterState) {
         debug_assert_eq!(st.count, 0);
         st.order = 0;
         st.bucket = 0;
+        if let Some(h) = &self.holds {
+            if !(self.cfg.discard && h.sole(ci)) {
+                h.release(ci);
+                self.move_cluster(ci, st, ClusterFlag::Free, L_FREE);
+                return;
+            }
+        }
         if self.cfg.discard {
             self.move_cluster(ci, st, ClusterFlag::Discard, L_DISCARD);
         } else {
@@ -739,7 +765,7 @@ impl SwapSpace {
             if st.flag != ClusterFlag::Free && st.flag != ClusterFlag::Discard {
                 self.free_cluster(ci, st);
             }
-        } else if st.flag != ClusterFlag::Nonfull {
+        } else if st.flag != ClusterFlag::Nonfull && st.flag != ClusterFlag::Shared {
             st.bucket = 0;
             self.move_cluster(ci, st, ClusterFlag::Nonfull, l_nonfull(st.order));
         }
@@ -764,6 +790,9 @@ impl SwapSpace {
             let mut st = self.clusters[ci].state.lock();
             debug_assert_eq!(st.flag, ClusterFlag::Discard);
             debug_assert_eq!(st.count, 0);
+            if let Some(h) = &self.holds {
+                h.release(ci);
+            }
             self.move_cluster(ci, &mut st, ClusterFlag::Free, L_FREE);
             done += 1;
         }
@@ -791,6 +820,8 @@ impl SwapSpace {
         s.free_clusters = l.len(L_FREE);
         s.full_clusters = l.len(L_FULL);
         s.discard_clusters = l.len(L_DISCARD);
+        s.shared_clusters = l.len(L_SHARED);
+        s.foreign_clusters = l.len(L_FOREIGN);
         for o in 0..NR_ORDERS as u8 {
             s.nonfull_clusters[o as usize] = l.len(l_nonfull(o));
             s.frag_clusters[o as usize] = (0..NR_BUCKETS as u8).map(|b| l.len(l_frag(o, b))).sum();
@@ -896,6 +927,8 @@ impl SwapSpace {
                     Some(l_frag(st.order, b))
                 }
                 ClusterFlag::Full if count == N => Some(L_FULL),
+                ClusterFlag::Shared if count > 0 => Some(L_SHARED),
+                ClusterFlag::Foreign if count == 0 && st.order == 0 => Some(L_FOREIGN),
                 f => return Err(format!("cluster {ci}: flag {f:?} with count {count} order {}", st.order)),
             };
             if let Some(want) = want {

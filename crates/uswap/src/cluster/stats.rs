@@ -100,6 +100,10 @@ pub struct AllocStats {
     pub full_clusters: usize,
     /// Clusters waiting for discard.
     pub discard_clusters: usize,
+    /// Clusters frozen because another process holds them too (`fork` shared the file).
+    pub shared_clusters: usize,
+    /// Free clusters another process sharing the file holds.
+    pub foreign_clusters: usize,
     /// Per (order, bucket) frag statistics for orders 0..=8 (`ScanOne` has one bucket).
     pub buckets: Vec<BucketStats>,
 }

@@ -26,6 +26,7 @@
 //! that become empty have their blocks released (`FALLOC_FL_PUNCH_HOLE`) before reuse.
 
 use super::crypt::{PageCipher, META_BYTES};
+use super::holds::FileHolds;
 use super::io_engine::{IoBuf, IoEngine, IoOp, PsyncEngine, UringEngine};
 use super::swapfile::{self, HEADER_BYTES};
 use crate::backend::{Backend, LoadReq, Stored, TierKind, Usage};
@@ -112,6 +113,8 @@ pub struct FileTier {
     direct: bool,
     /// Serialise read-modify-write of metadata blocks in direct mode (striped by cluster).
     meta_locks: Box<[Mutex<()>]>,
+    /// This process's holds on the clusters (the file is shared with `fork` children).
+    holds: Arc<FileHolds>,
     _file: Arc<File>,
 }
 
@@ -296,8 +299,10 @@ impl FileTier {
         if nr_slots == 0 || nr_slots > PAYLOAD_MAX >> ORDER_BITS {
             return Err(TierError::Io { op: "open swap file", msg: format!("{nr_slots} slots is out of range") });
         }
-        let space = SwapSpace::new(SpaceConfig { nr_slots, discard, ..SpaceConfig::default() })
+        let mut space = SwapSpace::new(SpaceConfig { nr_slots, discard, ..SpaceConfig::default() })
             .map_err(|e| TierError::Io { op: "swap space", msg: e.to_string() })?;
+        let holds = Arc::new(FileHolds::new(space.nr_clusters(), &file)?);
+        space.set_holds(holds.clone());
         let cipher = if encrypt { Some(PageCipher::new_random()?) } else { None };
         Ok(FileTier {
             name: name.to_string(),
@@ -311,6 +316,7 @@ impl FileTier {
             discard,
             direct: false,
             meta_locks: (0..64).map(|_| Mutex::new(LockClass::FileMeta, ())).collect(),
+            holds,
             _file: file,
         })
     }
@@ -318,6 +324,11 @@ impl FileTier {
     /// The physical swap space (its RMAP words name each slot's owner).
     pub fn space(&self) -> &SwapSpace {
         &self.space
+    }
+
+    /// This process's holds on the clusters of the file.
+    pub fn holds(&self) -> &FileHolds {
+        &self.holds
     }
 
     /// The I/O engine's name.
@@ -667,6 +678,31 @@ impl Backend for FileTier {
         }
         self.stored_pages.fetch_sub(n as u64, Ordering::Relaxed);
         (n * PAGE_SIZE) as u64
+    }
+
+    /// The child shares the file: what this process has stored is frozen where it lies (both
+    /// processes read it; neither writes a slot of it again until it holds the cluster alone).
+    fn share_for_fork(&self) -> bool {
+        if !self.holds.share_for_fork() {
+            return false;
+        }
+        self.space.freeze_held();
+        true
+    }
+    fn forked_child(&self, shared: bool) -> bool {
+        if shared {
+            self.holds.forked_child()
+        } else {
+            self.holds.go_private();
+            true
+        }
+    }
+    fn forked_parent(&self, child_took: bool) {
+        self.holds.forked_parent(child_took);
+    }
+    fn refresh_shared(&self) {
+        self.holds.reap();
+        self.space.refresh_holds();
     }
 
     fn usage(&self) -> Usage {

@@ -6,7 +6,8 @@
 //!   from [`pages`], which gives freed pages back to the kernel.
 //! - [`file`]: the swap file or block device, with the cluster allocator over its physical
 //!   slots, pluggable I/O engines ([`io_engine`]) and AES-256-GCM at rest ([`crypt`]); its
-//!   on-disk header and the checks that keep it off files and devices in use ([`swapfile`]).
+//!   on-disk header and the checks that keep it off files and devices in use ([`swapfile`]);
+//!   its clusters' holds across the processes of a tree that share it after `fork` ([`holds`]).
 //!
 //! Every tier locks only its own internal state (lock order: the engine's cluster lock, then
 //! a tier's internal locks); compression, encryption and I/O run outside any tier lock except
@@ -14,6 +15,7 @@
 
 pub mod crypt;
 pub mod file;
+pub mod holds;
 pub mod io_engine;
 pub mod lz4;
 pub mod pages;

@@ -166,6 +166,7 @@ pub fn run(a: &Args) -> CliResult {
                     rec["get_rps"] = json!(t.get_rps.round());
                     rec["bgsave_get_rps"] = json!(t.bgsave_get_rps.round());
                     rec["bgsave_s"] = json!(r3(t.bgsave_s));
+                    rec["fork_ms"] = json!(r3(t.fork_ms));
                     rec["tree_peak_pss_bytes"] = json!(t.tree_peak_pss);
                     rec["check"] = json!(t.detail);
                     let r = if side == Side::Kernel { &mut kern } else { &mut usw };
@@ -225,6 +226,8 @@ pub fn run(a: &Args) -> CliResult {
             "bgsave_get_ratio": ratio(ub, kb),
             "bgsave_seconds_uswap": usw.med(|t| t.bgsave_s),
             "bgsave_seconds_kernel": kern.med(|t| t.bgsave_s),
+            "fork_ms_uswap": usw.med(|t| t.fork_ms),
+            "fork_ms_kernel": kern.med(|t| t.fork_ms),
             "load_seconds_uswap": usw.med(|t| t.load_s),
             "load_seconds_kernel": kern.med(|t| t.load_s),
             "uswap_tree_peak_pss_bytes": upeak,
@@ -264,6 +267,7 @@ pub fn run(a: &Args) -> CliResult {
             f(&doc["bgsave_get_ratio"])
         );
         println!("{:<28} {:>12} {:>12}", "BGSAVE s", f(&doc["bgsave_seconds_kernel"]), f(&doc["bgsave_seconds_uswap"]));
+        println!("{:<28} {:>12} {:>12}", "fork ms (server)", f(&doc["fork_ms_kernel"]), f(&doc["fork_ms_uswap"]));
         println!(
             "uswap tree peak Pss {} (limit {} + fixed overhead {}); failures {failures}",
             upeak.map_or("-".into(), uswap::size::format),

@@ -295,6 +295,18 @@ fn load(c: &mut Conn, p: &Plan) -> Result<(), Stop> {
     Ok(())
 }
 
+/// Redis's `latest_fork_usec` (INFO stats): how long its last `fork` took.
+fn latest_fork_usec(c: &mut Conn) -> Result<u64, Stop> {
+    let info = match c.cmd(&[b"INFO", b"stats"]).map_err(|e| io_stop("INFO", e))? {
+        Reply::Bulk(Some(b)) => String::from_utf8_lossy(&b).into_owned(),
+        r => return Err(Stop::Error(format!("INFO stats answered {r:?}"))),
+    };
+    info.lines()
+        .find_map(|l| l.trim().strip_prefix("latest_fork_usec:"))
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| Stop::Error("INFO stats has no latest_fork_usec".into()))
+}
+
 /// Has the BGSAVE ended (an error if it failed)?
 fn bgsave_done(c: &mut Conn) -> Result<bool, Stop> {
     let info = match c.cmd(&[b"INFO", b"persistence"]).map_err(|e| io_stop("INFO", e))? {
@@ -473,6 +485,9 @@ pub struct Throughput {
     pub bgsave_get_rps: f64,
     /// Seconds from BGSAVE to `rdb_bgsave_in_progress:0`.
     pub bgsave_s: f64,
+    /// Milliseconds the BGSAVE's `fork` took in the server (Redis's `latest_fork_usec`): the
+    /// time the server stopped serving to fork, atfork handlers included.
+    pub fork_ms: f64,
     /// The largest sum of the proportional set sizes (Pss: a page shared copy-on-write by the
     /// server and its BGSAVE child counts half in each) of the tree's redis-server processes,
     /// sampled every 50 ms: the memory the tree holds.
@@ -644,6 +659,7 @@ fn throughput_steps(
     }
     t.bgsave_get_rps = rps.unwrap_or(0.0);
     t.bgsave_s = bgsave_s.unwrap_or(0.0);
+    t.fork_ms = latest_fork_usec(&mut c)? as f64 / 1000.0;
     let n = dbsize(&mut c)?;
     let (cnt, bad, _) = sample(&mut c, p)?;
     shutdown(&mut c);

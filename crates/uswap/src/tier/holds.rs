@@ -1,0 +1,383 @@
+//! Holds on the clusters of a swap file that the processes of a tree share across `fork`
+//! ([`FileHolds`], the [`ClusterHolds`] of a file tier; the allocator's side is
+//! `cluster/share.rs`).
+//!
+//! The holds live in an anonymous `MAP_SHARED` mapping made with the file tier, so every
+//! `fork` descendant that still has the tier sees the same memory: per cluster a count of
+//! holders, and a table of rows, one per process, each with a state word, the process's start
+//! time and a bitmap of the clusters it holds. A process holds a cluster while its copy of the
+//! tables may name a slot in it (the allocator claims a free cluster with one CAS of its count
+//! from 0 to 1, and releases it when its last slot here is freed). The count is the number of
+//! rows whose bit is set, plus at most one claim in flight per process (a process killed
+//! between the CAS and setting its bit leaks that cluster: the rows cannot tell).
+//!
+//! `fork` ([`FileHolds::share_for_fork`] in the parent's prepare handler, then
+//! [`FileHolds::forked_child`] / [`FileHolds::forked_parent`]): the parent takes a free row for
+//! the child (state `PENDING`, its own pid), copies its own bitmap into it and counts every
+//! hold once more; the child turns the row `LIVE` under its own pid; the parent, told by the
+//! child (the preload library's pipe) whether it did, gives the row up if not (the fork failed
+//! or the child died first). So the child's holds exist before the fork returns, and the
+//! parent cannot empty and reuse a cluster the child still reads.
+//!
+//! Killed processes ([`FileHolds::reap`]): a row whose process is gone (no such pid, another
+//! start time) or no longer has the file open on the tier's descriptor (it called `exec`,
+//! which closes it) is released by whichever process finds it, after a CAS of its state to
+//! `REAPING`, so exactly once; a `PENDING` row whose parent is gone is released after 30 s.
+//! Nothing here is a lock: a process killed at any instant leaves counts that are at worst too
+//! high (space kept, never data lost).
+//!
+//! A child that could not share (no free row) gets a private copy of the file from the
+//! preload library and switches its holds off ([`FileHolds::go_private`]): every cluster is
+//! then its own.
+//!
+//! Locking: none; atomics in the shared mapping, read and written with acquire/release.
+
+use crate::cluster::ClusterHolds;
+use crate::error::TierError;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+/// Rows: processes sharing one file at a time (a row is reused once its process is reaped).
+pub const NR_ROWS: usize = 1024;
+const TAG_SHIFT: u32 = 62;
+const LIVE: u64 = 1 << TAG_SHIFT;
+const PENDING: u64 = 2 << TAG_SHIFT;
+const REAPING: u64 = 3 << TAG_SHIFT;
+const PID_MASK: u64 = (1 << 32) - 1;
+const NONE: usize = usize::MAX;
+/// A `PENDING` row whose parent is gone is reaped after this long (its child, if any, would
+/// have taken it within milliseconds).
+const PENDING_GRACE_NS: u64 = 30_000_000_000;
+/// Bytes of a row's header (state, start time, stamp), one cache line.
+const ROW_HEAD: usize = 64;
+
+/// Holds of this process on the clusters of a swap file shared with its `fork` relatives.
+pub struct FileHolds {
+    map: *mut u8,
+    len: usize,
+    nr_clusters: usize,
+    /// Bitmap words per row.
+    words: usize,
+    /// Byte offset of row 0.
+    rows_at: usize,
+    /// Bytes per row.
+    row_len: usize,
+    /// This process's row (a fork child's copy names the parent's until `forked_child`).
+    me: AtomicUsize,
+    /// The row prepared for a fork child, or `NONE`.
+    pending: AtomicUsize,
+    /// No sharing any more (this process has a private copy of the file).
+    private: AtomicBool,
+    /// The file's descriptor number and identity (a live sharer has it open there).
+    fd: i32,
+    dev: u64,
+    ino: u64,
+}
+
+// SAFETY: the mapping is only reached as atomics (see `count`, `state`, `bits`), which are Sync.
+unsafe impl Send for FileHolds {}
+// SAFETY: as above.
+unsafe impl Sync for FileHolds {}
+
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The start time of process `pid` (field 22 of `/proc/PID/stat`, clock ticks since boot), or
+/// `None` if there is no such process.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces and parentheses) start at field 3.
+    let rest = &s[s.rfind(')')? + 1..];
+    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+}
+
+impl FileHolds {
+    /// Holds for `nr_clusters` clusters of `file` (open on the descriptor the tier keeps), with
+    /// this process holding none yet.
+    pub fn new(nr_clusters: usize, file: &File) -> Result<Self, TierError> {
+        use std::os::unix::fs::MetadataExt;
+        let md = file.metadata().map_err(|e| TierError::io("stat swap file", &e))?;
+        let words = nr_clusters.div_ceil(64);
+        let rows_at = (64 + nr_clusters * 4).next_multiple_of(64);
+        let row_len = (ROW_HEAD + words * 8).next_multiple_of(64);
+        let len = (rows_at + NR_ROWS * row_len).next_multiple_of(4096);
+        // SAFETY: an anonymous shared mapping at an address the kernel picks; no memory of ours
+        // is affected. The raw system call: no interposed `mmap` (the preload library's).
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_mmap,
+                std::ptr::null_mut::<libc::c_void>(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1 as libc::c_long,
+                0 as libc::c_long,
+            )
+        };
+        if r < 0 {
+            return Err(TierError::Io { op: "mmap cluster holds", msg: std::io::Error::last_os_error().to_string() });
+        }
+        let h = FileHolds {
+            map: r as *mut u8,
+            len,
+            nr_clusters,
+            words,
+            rows_at,
+            row_len,
+            me: AtomicUsize::new(0),
+            pending: AtomicUsize::new(NONE),
+            private: AtomicBool::new(false),
+            fd: file.as_raw_fd(),
+            dev: md.dev(),
+            ino: md.ino(),
+        };
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() } as u32;
+        h.row_start(0).store(start_time(pid).unwrap_or(0), Ordering::Relaxed);
+        h.state(0).store(LIVE | u64::from(pid), Ordering::Release);
+        Ok(h)
+    }
+
+    fn at<T>(&self, off: usize) -> *mut T {
+        debug_assert!(off + std::mem::size_of::<T>() <= self.len);
+        // SAFETY: in bounds of our mapping (callers compute offsets from the layout in `new`).
+        unsafe { self.map.add(off).cast() }
+    }
+    fn count(&self, ci: usize) -> &AtomicU32 {
+        assert!(ci < self.nr_clusters);
+        // SAFETY: 4-byte aligned, inside the live mapping, only used as this atomic.
+        unsafe { AtomicU32::from_ptr(self.at(64 + ci * 4)) }
+    }
+    fn state(&self, row: usize) -> &AtomicU64 {
+        assert!(row < NR_ROWS);
+        // SAFETY: 8-byte aligned, inside the live mapping, only used as this atomic.
+        unsafe { AtomicU64::from_ptr(self.at(self.rows_at + row * self.row_len)) }
+    }
+    fn row_start(&self, row: usize) -> &AtomicU64 {
+        assert!(row < NR_ROWS);
+        // SAFETY: as in `state`.
+        unsafe { AtomicU64::from_ptr(self.at(self.rows_at + row * self.row_len + 8)) }
+    }
+    fn stamp(&self, row: usize) -> &AtomicU64 {
+        assert!(row < NR_ROWS);
+        // SAFETY: as in `state`.
+        unsafe { AtomicU64::from_ptr(self.at(self.rows_at + row * self.row_len + 16)) }
+    }
+    fn bits(&self, row: usize, w: usize) -> &AtomicU64 {
+        assert!(row < NR_ROWS && w < self.words);
+        // SAFETY: as in `state`.
+        unsafe { AtomicU64::from_ptr(self.at(self.rows_at + row * self.row_len + ROW_HEAD + w * 8)) }
+    }
+    fn has(&self, row: usize, ci: usize) -> bool {
+        self.bits(row, ci / 64).load(Ordering::Acquire) >> (ci % 64) & 1 != 0
+    }
+
+    /// Clear every bit of `row` and drop its counts; then free the row.
+    fn release_row(&self, row: usize) {
+        for w in 0..self.words {
+            let b = self.bits(row, w).swap(0, Ordering::AcqRel);
+            for i in 0..64 {
+                if b >> i & 1 != 0 {
+                    self.count(w * 64 + i).fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+        }
+        self.row_start(row).store(0, Ordering::Relaxed);
+        self.state(row).store(0, Ordering::Release);
+    }
+
+    /// The number of processes holding cluster `ci`.
+    pub fn holders(&self, ci: usize) -> u32 {
+        self.count(ci).load(Ordering::Acquire)
+    }
+
+    /// Rows in use (processes sharing the file, fork children not yet taken included).
+    pub fn sharers(&self) -> usize {
+        (0..NR_ROWS).filter(|&r| self.state(r).load(Ordering::Acquire) != 0).count()
+    }
+
+    /// Whether this process has switched sharing off.
+    pub fn is_private(&self) -> bool {
+        self.private.load(Ordering::Acquire)
+    }
+
+    /// Parent, before `fork` (no allocation or freeing of clusters in flight in this process):
+    /// take a row for the child holding what this process holds. False if no row is free even
+    /// after reaping (the child must then get a copy of the file) or this process is private.
+    pub fn share_for_fork(&self) -> bool {
+        if self.is_private() {
+            return false;
+        }
+        // SAFETY: getpid has no preconditions.
+        let pid = u64::from(unsafe { libc::getpid() } as u32);
+        let take = || {
+            (0..NR_ROWS).find(|&r| {
+                self.state(r).compare_exchange(0, PENDING | pid, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+            })
+        };
+        let Some(row) = take().or_else(|| {
+            self.reap();
+            take()
+        }) else {
+            return false;
+        };
+        self.stamp(row).store(now_ns(), Ordering::Relaxed);
+        let me = self.me.load(Ordering::Relaxed);
+        for w in 0..self.words {
+            let b = self.bits(me, w).load(Ordering::Acquire);
+            // Counts first, then the bits: a reaper of this row (only after the grace period)
+            // never drops a count that was not added.
+            for i in 0..64 {
+                if b >> i & 1 != 0 {
+                    self.count(w * 64 + i).fetch_add(1, Ordering::AcqRel);
+                }
+            }
+            self.bits(row, w).store(b, Ordering::Release);
+        }
+        self.pending.store(row, Ordering::Release);
+        true
+    }
+
+    /// Child, right after `fork`: take the row the parent prepared. False if there was none or
+    /// it was reaped meanwhile (the child must not use the shared file then).
+    pub fn forked_child(&self) -> bool {
+        let row = self.pending.swap(NONE, Ordering::AcqRel);
+        if row == NONE {
+            return false;
+        }
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() } as u32;
+        let cur = self.state(row).load(Ordering::Acquire);
+        if cur >> TAG_SHIFT != PENDING >> TAG_SHIFT {
+            return false;
+        }
+        self.row_start(row).store(start_time(pid).unwrap_or(0), Ordering::Relaxed);
+        if self.state(row).compare_exchange(cur, LIVE | u64::from(pid), Ordering::AcqRel, Ordering::Relaxed).is_err() {
+            return false;
+        }
+        self.me.store(row, Ordering::Release);
+        true
+    }
+
+    /// Parent, after `fork`: `child_took` says whether the child took its row; if not, the row
+    /// is given up.
+    pub fn forked_parent(&self, child_took: bool) {
+        let row = self.pending.swap(NONE, Ordering::AcqRel);
+        if row != NONE && !child_took {
+            let cur = self.state(row).load(Ordering::Acquire);
+            if cur >> TAG_SHIFT == PENDING >> TAG_SHIFT
+                && self.state(row).compare_exchange(cur, REAPING, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+            {
+                self.release_row(row);
+            }
+        }
+    }
+
+    /// This process now has a file of its own (a copy): every cluster is its own from now on.
+    pub fn go_private(&self) {
+        self.pending.store(NONE, Ordering::Release);
+        self.private.store(true, Ordering::Release);
+    }
+
+    /// Whether process `pid`, started at `start`, still shares the file.
+    fn alive(&self, pid: u32, start: u64) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        if start_time(pid) != Some(start) {
+            return false;
+        }
+        match std::fs::metadata(format!("/proc/{pid}/fd/{}", self.fd)) {
+            Ok(m) => m.dev() == self.dev && m.ino() == self.ino,
+            // A process we may not inspect is kept (its holds only cost space).
+            Err(e) => e.kind() == std::io::ErrorKind::PermissionDenied,
+        }
+    }
+
+    /// Release the rows of processes gone (exited, killed, or replaced by `exec`). Returns the
+    /// number released. Reads `/proc`: not on the fault path.
+    pub fn reap(&self) -> usize {
+        if self.is_private() {
+            return 0;
+        }
+        let me = self.me.load(Ordering::Relaxed);
+        let mut n = 0;
+        for row in 0..NR_ROWS {
+            let s = self.state(row).load(Ordering::Acquire);
+            if row == me || s == 0 || s >> TAG_SHIFT == REAPING >> TAG_SHIFT {
+                continue;
+            }
+            let pid = (s & PID_MASK) as u32;
+            let gone = if s >> TAG_SHIFT == LIVE >> TAG_SHIFT {
+                !self.alive(pid, self.row_start(row).load(Ordering::Relaxed))
+            } else {
+                // PENDING: its parent is forking; reaped only if the parent is gone for long.
+                start_time(pid).is_none()
+                    && now_ns().saturating_sub(self.stamp(row).load(Ordering::Relaxed)) > PENDING_GRACE_NS
+            };
+            if gone && self.state(row).compare_exchange(s, REAPING, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                self.release_row(row);
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
+impl ClusterHolds for FileHolds {
+    fn claim(&self, ci: usize) -> bool {
+        if self.is_private() {
+            return true;
+        }
+        let me = self.me.load(Ordering::Relaxed);
+        if self.has(me, ci) {
+            return true;
+        }
+        if self.count(ci).compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+            return false;
+        }
+        self.bits(me, ci / 64).fetch_or(1 << (ci % 64), Ordering::AcqRel);
+        true
+    }
+
+    fn sole(&self, ci: usize) -> bool {
+        self.is_private()
+            || (self.count(ci).load(Ordering::Acquire) == 1 && self.has(self.me.load(Ordering::Relaxed), ci))
+    }
+
+    fn free(&self, ci: usize) -> bool {
+        self.is_private() || self.count(ci).load(Ordering::Acquire) == 0
+    }
+
+    fn release(&self, ci: usize) {
+        if self.is_private() {
+            return;
+        }
+        let me = self.me.load(Ordering::Relaxed);
+        let mask = 1u64 << (ci % 64);
+        if self.bits(me, ci / 64).fetch_and(!mask, Ordering::AcqRel) & mask != 0 {
+            self.count(ci).fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Drop for FileHolds {
+    fn drop(&mut self) {
+        // This process references no slot of the file any more.
+        if !self.is_private() {
+            let me = self.me.load(Ordering::Relaxed);
+            let s = self.state(me).load(Ordering::Acquire);
+            if s >> TAG_SHIFT == LIVE >> TAG_SHIFT
+                && self.state(me).compare_exchange(s, REAPING, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+            {
+                self.release_row(me);
+            }
+            self.forked_parent(false);
+        }
+        // SAFETY: our own mapping, unmapped once (other processes keep their views).
+        unsafe { libc::syscall(libc::SYS_munmap, self.map, self.len) };
+    }
+}
