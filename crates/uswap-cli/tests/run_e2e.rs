@@ -650,4 +650,7 @@ fn killed_children_leave_the_tree_correct_and_their_share_returns() {
         "alone again, the parent has the whole limit: {s:#}"
     );
     assert!(num(&s, "/main/swap/pswpout") > 0, "{s:#}");
+    // Every child shared the parent's swap file, killed ones included (their holds are
+    // released by the parent's reclaimer once it finds them gone).
+    assert_eq!(num(&s, "/main/forks_file_shared"), rounds, "forks that shared the swap file: {s:#}");
 }
