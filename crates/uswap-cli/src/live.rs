@@ -171,6 +171,13 @@ pub fn process_view(raw: &Value, tiers: &str) -> Value {
         .and_then(Value::as_object)
         .map(|t| t.iter().filter(|(k, _)| k.starts_with("file:")).map(|(_, v)| u(v, "/used_bytes")).sum())
         .unwrap_or(0);
+    // A swap file shared with fork relatives (their `file_bytes` then count the data stored
+    // before the fork in each of them): the clusters frozen for them.
+    let file_frozen_bytes: u64 = p
+        .get("tiers")
+        .and_then(Value::as_object)
+        .map(|t| t.iter().filter(|(k, _)| k.starts_with("file:")).map(|(_, v)| u(v, "/frozen_bytes")).sum())
+        .unwrap_or(0);
     json!({
         "pid": pid,
         "argv": raw.get("argv").cloned().unwrap_or(json!([])),
@@ -186,6 +193,7 @@ pub fn process_view(raw: &Value, tiers: &str) -> Value {
         "pool_used_bytes": u(&p, "/compression/pool_used_bytes"),
         "compression_ratio": p.pointer("/compression/ratio").cloned().unwrap_or(Value::Null),
         "file_bytes": file_bytes,
+        "file_frozen_bytes": file_frozen_bytes,
         "faults": u(&p, "/faults/total"),
         "swapin_pages": u(&p, "/swap/pswpin"),
         "swapout_pages": u(&p, "/swap/pswpout"),

@@ -173,6 +173,12 @@ pub fn pager(p: &Value, tiers: &str) -> Value {
             m.insert("stored_bytes".into(), json!(stored * 4096));
             m.insert("used_bytes".into(), json!(used));
             insert_opt(&mut m, "limit_bytes", opt(t, "/limit_bytes"));
+            // A swap file shared with fork relatives: how many processes, and what is frozen
+            // for them (design.md, "One swap file for a fork tree").
+            if u(t, "/sharers") > 1 || u(t, "/frozen_bytes") > 0 {
+                m.insert("sharers".into(), json!(u(t, "/sharers")));
+                m.insert("frozen_bytes".into(), json!(u(t, "/frozen_bytes")));
+            }
             if used > 0 && name.starts_with("zpool") {
                 m.insert("compression_ratio".into(), json!(ratio(stored * 4096, used)));
             }
@@ -438,7 +444,13 @@ pub fn human_lines(p: &Value) -> Vec<String> {
         let parts: Vec<String> = ts
             .iter()
             .filter(|(_, t)| u(t, "/stored_pages") > 0)
-            .map(|(n, t)| format!("{n} {} in {}", f(u(t, "/stored_bytes")), f(u(t, "/used_bytes"))))
+            .map(|(n, t)| {
+                let shared = match t.get("sharers").and_then(Value::as_u64) {
+                    Some(s) => format!(" (shared by {s} processes, {} frozen)", f(u(t, "/frozen_bytes"))),
+                    None => String::new(),
+                };
+                format!("{n} {} in {}{shared}", f(u(t, "/stored_bytes")), f(u(t, "/used_bytes")))
+            })
             .collect();
         if !parts.is_empty() {
             v.push(format!("tiers: {}", parts.join(", ")));

@@ -48,6 +48,11 @@ pub struct Usage {
     pub used_bytes: u64,
     /// Configured capacity in bytes (0 = unlimited).
     pub limit_bytes: u64,
+    /// Processes sharing the tier's storage since a `fork`, this one included (0: a tier
+    /// that is never shared, such as one in RAM, which the fork copies).
+    pub sharers: u64,
+    /// Bytes of the clusters frozen because another process may still read them.
+    pub frozen_bytes: u64,
 }
 
 /// One request of [`Backend::load_many`].
@@ -232,6 +237,7 @@ impl Backend for MemBackend {
             stored_pages: g.pages,
             used_bytes: g.pages * crate::PAGE_SIZE as u64,
             limit_bytes: self.limit_pages * crate::PAGE_SIZE as u64,
+            ..Usage::default()
         }
     }
     fn ram_bytes(&self) -> u64 {

@@ -132,6 +132,16 @@ fn share_case(end: &str) {
     t.forked_parent(took);
     assert!(took, "child did not take its holds");
     assert_eq!(t.holds().sharers(), 2);
+    let u = t.usage();
+    assert_eq!((u.sharers, u.frozen_bytes), (2, old_clusters.len() as u64 * 2 * 1024 * 1024), "usage after the fork");
+    // A live child is never reaped, nor its clusters thawed.
+    t.refresh_shared();
+    let u = t.usage();
+    assert_eq!(
+        (u.sharers, u.frozen_bytes),
+        (2, old_clusters.len() as u64 * 2 * 1024 * 1024),
+        "a live child was reaped"
+    );
     for &c in &old_clusters {
         assert_eq!(t.holds().holders(c), 2, "cluster {c} is not held by both");
     }
@@ -169,6 +179,7 @@ fn share_case(end: &str) {
     }
     let s = t.space().alloc_stats();
     assert_eq!((s.shared_clusters, s.foreign_clusters), (0, 0), "clusters not given back ({end})");
+    assert_eq!((t.usage().sharers, t.usage().frozen_bytes), (1, 0), "usage with the child gone ({end})");
     t.space().check_invariants().unwrap();
     check(&t, 9_000, &new).unwrap();
     // Every slot is allocatable again: the file fills up to the last slot.

@@ -50,6 +50,11 @@ impl SwapSpace {
         self.holds = Some(holds);
     }
 
+    /// Clusters on the `shared` list (frozen: another process may still read them).
+    pub fn shared_clusters(&self) -> usize {
+        lock(&self.lists).len(L_SHARED)
+    }
+
     /// Whether the space is shared through holds.
     pub fn holds(&self) -> Option<&dyn ClusterHolds> {
         self.holds.as_deref()

@@ -712,6 +712,8 @@ impl Backend for FileTier {
             stored_pages: pages,
             used_bytes: pages * (PAGE_SIZE as u64 + meta),
             limit_bytes: self.space.nr_slots() * PAGE_SIZE as u64,
+            sharers: if self.holds.is_private() { 1 } else { self.holds.sharers() as u64 },
+            frozen_bytes: self.space.shared_clusters() as u64 * DATA_BYTES,
         }
     }
 }

@@ -1452,6 +1452,7 @@ impl Backend for ZPool {
             stored_pages: self.stored_pages.load(Ordering::Relaxed),
             used_bytes: self.total.load(Ordering::Relaxed),
             limit_bytes: self.cfg.max_bytes,
+            ..Usage::default()
         }
     }
 

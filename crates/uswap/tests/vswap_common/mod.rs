@@ -101,6 +101,7 @@ impl Backend for TestBackend {
             stored_pages: g.pages,
             used_bytes: g.pages * PAGE_SIZE as u64,
             limit_bytes: self.limit_pages * PAGE_SIZE as u64,
+            ..Usage::default()
         }
     }
     fn compact(&self, relocate: Relocate<'_>) -> u64 {
