@@ -16,7 +16,7 @@
 //!   pages).
 //! - **swap files**: both processes would allocate the same free slots of one file. They share
 //!   it through the engine's cluster holds (`uswap::tier::holds`): the prepare handler takes
-//!   the child's share once the pagers are quiet ([`uswap_pager::Pager::share_store_for_fork`]),
+//!   the child's share once the pagers are quiet ([`uswap_pager::Pager::fork_share`]),
 //!   the child takes it over first thing and writes a byte on a pipe, and the parent's handler
 //!   confirms or gives the share up by what it reads (a byte, or end of file when the fork
 //!   failed or the child died). Only when sharing is impossible (the pagers did not go quiet,
@@ -49,6 +49,7 @@ use crate::reentry::internal;
 use crate::BIG;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use uswap::backend::ShareStep;
 use uswap_pager::uffd;
 
 const MAX_PAGERS: usize = 16;
@@ -275,7 +276,7 @@ extern "C" fn prepare() {
             let quiet = quiesce_with_tls_resident(p);
             // The child shares the swap files (no store is in flight once quiet); if it cannot,
             // it copies them.
-            SHARED[i].store(quiet && internal(|| p.share_store_for_fork()), Ordering::Relaxed);
+            SHARED[i].store(quiet && internal(|| p.fork_share(ShareStep::Prepare)), Ordering::Relaxed);
         }
         // SAFETY: under BIG.
         let files = unsafe { table() }.pagers.iter().any(|p| p.used && p.files[0] >= 0);
@@ -392,7 +393,7 @@ extern "C" fn parent() {
     for (i, t) in unsafe { table() }.pagers.iter().enumerate().filter(|(_, t)| t.used) {
         // SAFETY: as above.
         let p = unsafe { &*t.pager };
-        p.store_forked_parent(child_took);
+        p.fork_share(ShareStep::Parent { child_took });
         if r >= 0 && t.files[0] >= 0 && child_took {
             let c = if SHARED[i].load(Ordering::Relaxed) { &FORKS_FILE_SHARED } else { &FORKS_FILE_COPIED };
             c.fetch_add(1, Ordering::Relaxed);
@@ -460,7 +461,7 @@ fn rebuild_child(idx: usize, t: &Tracked) -> Result<(), String> {
             clone_file_onto(fd)?;
         }
     }
-    if !pager.store_forked_child(shared) {
+    if !pager.fork_share(ShareStep::Child { shared }) {
         return Err("cannot take the child's share of the swap file (its holds were released)".into());
     }
     // 2. pidfds: name ourselves.

@@ -607,24 +607,11 @@ impl Pager {
         sys::futex_wake(&self.reclaim_wake);
     }
 
-    /// Before a `fork` whose child keeps this pager, with the pager quiesced
-    /// ([`Pager::quiesce`] returned true: no store in flight): let the child share the store's
-    /// swap files instead of copying them ([`PageStore::share_for_fork`]). False if a file
-    /// must be copied for the child.
-    pub fn share_store_for_fork(&self) -> bool {
-        self.store.share_for_fork()
-    }
-
-    /// In the fork child, before its pager runs again: take the child's share of the store
-    /// (`shared`: what [`Pager::share_store_for_fork`] returned; false: the files were copied).
-    /// False if the child cannot use the store.
-    pub fn store_forked_child(&self, shared: bool) -> bool {
-        self.store.forked_child(shared)
-    }
-
-    /// In the parent after the fork: whether the child took its share of the store.
-    pub fn store_forked_parent(&self, child_took: bool) {
-        self.store.forked_parent(child_took)
+    /// One step of sharing the store's swap files with a `fork` child instead of copying them
+    /// ([`PageStore::fork_share`]); `Prepare` only with the pager quiesced ([`Pager::quiesce`]
+    /// returned true: no store in flight).
+    pub fn fork_share(&self, step: uswap::backend::ShareStep) -> bool {
+        self.store.fork_share(step)
     }
 
     /// The configuration.

@@ -1075,11 +1075,11 @@ pub(crate) fn kswapd(p: &Pager) {
             n += 1;
         }
         // Once a second: take back the swap-file clusters that processes sharing the file
-        // since a fork gave up (`PageStore::refresh_shared`; it reads /proc). Here, paused by
-        // a fork like every store of this thread.
+        // since a fork gave up (`ShareStep::Refresh`; it reads /proc). Here, paused by a fork
+        // like every store of this thread.
         let now = crate::stats::now_ns();
         if now >= refresh_at && !p.pause.load(Ordering::SeqCst) {
-            p.store.refresh_shared();
+            p.store.fork_share(uswap::backend::ShareStep::Refresh);
             refresh_at = now + 1_000_000_000;
         }
         // Over the low mark and no progress: faults must not wait for us.

@@ -108,25 +108,13 @@ pub trait PageStore: Send + Sync {
     fn recompress_idle(&self) -> RecompressPass {
         RecompressPass::default()
     }
-    /// Before a `fork` whose child keeps this store (no store or put of this process in
-    /// flight): make the child's share of the storage safe ([`uswap::vswap::Engine::share_for_fork`]).
-    /// False if the child needs a copy of the store's files. Default: true.
-    fn share_for_fork(&self) -> bool {
+    /// One step of sharing the store's storage with `fork` relatives
+    /// ([`uswap::vswap::Engine::fork_share`]: `Prepare` false means the child needs a copy of
+    /// the store's files, `Child` false that it cannot use the store). Default: true.
+    fn fork_share(&self, step: uswap::backend::ShareStep) -> bool {
+        let _ = step;
         true
     }
-    /// In the fork child, before anything else: `shared` is what `share_for_fork` returned.
-    /// False if the child cannot use the store.
-    fn forked_child(&self, shared: bool) -> bool {
-        let _ = shared;
-        true
-    }
-    /// In the parent after the fork: whether the child took its share.
-    fn forked_parent(&self, child_took: bool) {
-        let _ = child_took;
-    }
-    /// Take back storage the processes sharing it gave up. Not on the fault path. Default:
-    /// nothing.
-    fn refresh_shared(&self) {}
 }
 
 /// What one [`PageStore::recompress_idle`] pass did (summed over the tiers it went through).
@@ -184,17 +172,8 @@ impl<T: PageStore + ?Sized> PageStore for std::sync::Arc<T> {
     fn recompress_idle(&self) -> RecompressPass {
         (**self).recompress_idle()
     }
-    fn share_for_fork(&self) -> bool {
-        (**self).share_for_fork()
-    }
-    fn forked_child(&self, shared: bool) -> bool {
-        (**self).forked_child(shared)
-    }
-    fn forked_parent(&self, child_took: bool) {
-        (**self).forked_parent(child_took)
-    }
-    fn refresh_shared(&self) {
-        (**self).refresh_shared()
+    fn fork_share(&self, step: uswap::backend::ShareStep) -> bool {
+        (**self).fork_share(step)
     }
 }
 
@@ -295,17 +274,8 @@ impl PageStore for EngineStore {
     fn recompress_configured(&self) -> bool {
         !self.recomp_tiers.is_empty()
     }
-    fn share_for_fork(&self) -> bool {
-        self.engine.share_for_fork()
-    }
-    fn forked_child(&self, shared: bool) -> bool {
-        self.engine.forked_child(shared)
-    }
-    fn forked_parent(&self, child_took: bool) {
-        self.engine.forked_parent(child_took)
-    }
-    fn refresh_shared(&self) {
-        self.engine.refresh_shared()
+    fn fork_share(&self, step: uswap::backend::ShareStep) -> bool {
+        self.engine.fork_share(step)
     }
     fn tiers_movable(&self) -> bool {
         self.writeback.is_some()

@@ -55,6 +55,33 @@ pub struct Usage {
     pub frozen_bytes: u64,
 }
 
+/// A step of sharing a tier's storage with the process's `fork` relatives
+/// ([`Backend::fork_share`]), in the order the preload library's atfork handlers take them.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ShareStep {
+    /// Parent, before a `fork` whose child keeps using the tier (no store or free of this
+    /// process in flight): make what the child will share safe to share. False: the child
+    /// needs a copy of the storage (a file tier with no holds row free).
+    Prepare,
+    /// Child, before anything else uses the tier: take the child's share. `shared` is what
+    /// `Prepare` returned (false: the storage was copied and is the child's alone). False: the
+    /// child cannot use the tier.
+    Child {
+        /// What `Prepare` returned.
+        shared: bool,
+    },
+    /// Parent, after the fork: whether the child took its share (false: the fork failed or the
+    /// child died first, and the share is given up). Returns true.
+    Parent {
+        /// The child said it took its share.
+        child_took: bool,
+    },
+    /// Take back what the relatives sharing storage with this process gave up (they emptied,
+    /// exited, were killed or called `exec`). Not on the fault path (it reads `/proc`).
+    /// Returns true.
+    Refresh,
+}
+
 /// One request of [`Backend::load_many`].
 pub struct LoadReq<'a> {
     /// The object to load.
@@ -145,28 +172,13 @@ pub trait Backend: Send + Sync {
     fn recompress(&self, _idle_only: bool, _relocate: Relocate<'_>) -> Recompressed {
         Recompressed::default()
     }
-    /// Before a `fork` whose child keeps using this tier (no store or free of this process is
-    /// in flight): make what the child will share safe to share. False if the child cannot
-    /// share the tier's storage and needs a copy of it (a file tier with no holds row free).
-    /// Default: true (memory is copied by the fork itself).
-    fn share_for_fork(&self) -> bool {
+    /// One step of sharing the tier's storage with `fork` relatives ([`ShareStep`]; what the
+    /// result means depends on the step). Default: true, nothing to do (memory is copied by the
+    /// fork itself).
+    fn fork_share(&self, step: ShareStep) -> bool {
+        let _ = step;
         true
     }
-    /// In the fork child, before anything else uses the tier: `shared` is what
-    /// [`Backend::share_for_fork`] returned for the fork (false: the storage was copied and is
-    /// the child's alone). False if the child cannot use the tier.
-    fn forked_child(&self, shared: bool) -> bool {
-        let _ = shared;
-        true
-    }
-    /// In the parent after the fork: whether the child took its share (false: the fork failed
-    /// or the child died first, and the share is given up).
-    fn forked_parent(&self, child_took: bool) {
-        let _ = child_took;
-    }
-    /// Take back what the processes sharing storage with this one gave up (they emptied,
-    /// exited, were killed or called `exec`). Not on the fault path (it reads `/proc`).
-    fn refresh_shared(&self) {}
 }
 
 /// An uncompressed in-memory backend: the reference implementation every path is tested with.

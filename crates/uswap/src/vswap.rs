@@ -1368,31 +1368,11 @@ impl Engine {
         Ok(tier.backend.recompress(idle_only, &mut |owner, old, new| self.relocate(t, owner, old, new)))
     }
 
-    /// Before a `fork` whose child keeps the engine: every tier's [`Backend::share_for_fork`]
-    /// (all are asked). False if some tier needs its storage copied for the child.
-    pub fn share_for_fork(&self) -> bool {
-        // Every tier is asked (no short circuit): each takes its share or none.
-        self.tiers.iter().filter(|t| !t.backend.share_for_fork()).count() == 0
-    }
-
-    /// In the fork child: every tier's [`Backend::forked_child`]. False if some tier cannot
-    /// be used.
-    pub fn forked_child(&self, shared: bool) -> bool {
-        self.tiers.iter().filter(|t| !t.backend.forked_child(shared)).count() == 0
-    }
-
-    /// In the parent after the fork: every tier's [`Backend::forked_parent`].
-    pub fn forked_parent(&self, child_took: bool) {
-        for t in &self.tiers {
-            t.backend.forked_parent(child_took);
-        }
-    }
-
-    /// Every tier's [`Backend::refresh_shared`] (not on the fault path).
-    pub fn refresh_shared(&self) {
-        for t in &self.tiers {
-            t.backend.refresh_shared();
-        }
+    /// One step of sharing storage with `fork` relatives, taken by every tier
+    /// ([`Backend::fork_share`]; all are asked, no short circuit). False if some tier said
+    /// false.
+    pub fn fork_share(&self, step: crate::backend::ShareStep) -> bool {
+        self.tiers.iter().filter(|t| !t.backend.fork_share(step)).count() == 0
     }
 
     /// Mark everything in tier `t` idle (zram's `echo all > idle`, see [`Backend::mark_idle`]).

@@ -8,7 +8,7 @@
 
 use std::io::{Read, Write};
 use std::os::fd::FromRawFd;
-use uswap::backend::Backend;
+use uswap::backend::{Backend, ShareStep};
 use uswap::swap_table::{SwapEntry, SLOTS_PER_CLUSTER};
 use uswap::tier::file::{EngineKind, FileConfig, FileTarget, FileTier};
 
@@ -80,7 +80,7 @@ fn share_case(end: &str) {
     let t = tier();
     let old = store(&t, 1_000, 3 * SLOTS_PER_CLUSTER as u64 / 2);
     let old_clusters: std::collections::BTreeSet<usize> = old.iter().map(|&h| cluster_of(h)).collect();
-    assert!(t.share_for_fork(), "no holds row free for a child");
+    assert!(t.fork_share(ShareStep::Prepare), "no holds row free for a child");
     let (mut to_child_r, mut to_child_w) = pipe();
     let (mut to_parent_r, mut to_parent_w) = pipe();
     // SAFETY: fork; the child only uses the tier, pipes and _exit/exec.
@@ -88,7 +88,7 @@ fn share_case(end: &str) {
     assert!(pid >= 0);
     if pid == 0 {
         let code = (|| -> Result<(), String> {
-            if !t.forked_child(true) {
+            if !t.fork_share(ShareStep::Child { shared: true }) {
                 return Err("child could not take its holds".into());
             }
             to_parent_w.write_all(b"k").map_err(|e| e.to_string())?;
@@ -129,13 +129,13 @@ fn share_case(end: &str) {
     drop((to_parent_w, to_child_r));
     let mut b = [0u8; 1];
     let took = to_parent_r.read(&mut b).unwrap() == 1;
-    t.forked_parent(took);
+    t.fork_share(ShareStep::Parent { child_took: took });
     assert!(took, "child did not take its holds");
     assert_eq!(t.holds().sharers(), 2);
     let u = t.usage();
     assert_eq!((u.sharers, u.frozen_bytes), (2, old_clusters.len() as u64 * 2 * 1024 * 1024), "usage after the fork");
     // A live child is never reaped, nor its clusters thawed.
-    t.refresh_shared();
+    t.fork_share(ShareStep::Refresh);
     let u = t.usage();
     assert_eq!(
         (u.sharers, u.frozen_bytes),
@@ -172,7 +172,7 @@ fn share_case(end: &str) {
         }
         _ => assert_eq!(wait(pid), 0, "child failed"),
     }
-    t.refresh_shared();
+    t.fork_share(ShareStep::Refresh);
     assert_eq!(t.holds().sharers(), 1, "the child's row was not reaped ({end})");
     for &c in &old_clusters {
         assert_eq!(t.holds().holders(c), 0, "cluster {c} still held after the parent freed it ({end})");
@@ -196,10 +196,10 @@ fn share_case(end: &str) {
 fn failed_fork_case() {
     let t = tier();
     let old = store(&t, 1, 700);
-    assert!(t.share_for_fork());
-    t.forked_parent(false);
+    assert!(t.fork_share(ShareStep::Prepare));
+    t.fork_share(ShareStep::Parent { child_took: false });
     assert_eq!(t.holds().sharers(), 1);
-    t.refresh_shared();
+    t.fork_share(ShareStep::Refresh);
     assert_eq!(t.space().alloc_stats().shared_clusters, 0);
     check(&t, 1, &old).unwrap();
 }

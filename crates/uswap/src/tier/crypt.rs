@@ -21,6 +21,7 @@
 //! The cipher is immutable after creation and shared by all threads without a lock; the
 //! counter is one relaxed atomic. Encryption and decryption work in place: no allocation.
 
+use super::shared::SharedMap;
 use crate::error::TierError;
 use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, AES_256_GCM};
 
@@ -40,62 +41,9 @@ fn aad(slot: u64, owner: u64) -> [u8; 16] {
 /// A per-process AES-256-GCM key and nonce counter.
 pub struct PageCipher {
     aead: LessSafeKey,
-    counter: SharedCounter,
-}
-
-/// A 64-bit counter in an anonymous `MAP_SHARED` page: `fork` children share it with their
-/// parent (a private copy would repeat the parent's values). Mapped with the raw system call
-/// so that no interposed `mmap` (the LD_PRELOAD library's) is involved.
-struct SharedCounter {
-    page: *mut u8,
-}
-
-// SAFETY: the page is only reached as an `AtomicU64` (see `get`), which is Sync.
-unsafe impl Send for SharedCounter {}
-// SAFETY: as above.
-unsafe impl Sync for SharedCounter {}
-
-impl SharedCounter {
-    const LEN: usize = 4096;
-
-    fn new(start: u64) -> Result<SharedCounter, TierError> {
-        // SAFETY: an anonymous shared mapping at an address the kernel picks; no memory of
-        // ours is affected.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_mmap,
-                std::ptr::null_mut::<libc::c_void>(),
-                Self::LEN,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1 as libc::c_long,
-                0 as libc::c_long,
-            )
-        };
-        if r < 0 {
-            return Err(TierError::Io { op: "mmap", msg: std::io::Error::last_os_error().to_string() });
-        }
-        let c = SharedCounter { page: r as *mut u8 };
-        c.get().store(start, std::sync::atomic::Ordering::Relaxed);
-        Ok(c)
-    }
-
-    fn get(&self) -> &std::sync::atomic::AtomicU64 {
-        // SAFETY: `page` is a live, page-aligned (so 8-byte aligned) read-write mapping of
-        // `LEN` bytes owned by self; it is only ever used as this one atomic.
-        unsafe { std::sync::atomic::AtomicU64::from_ptr(self.page.cast()) }
-    }
-
-    fn next(&self) -> u64 {
-        self.get().fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    }
-}
-
-impl Drop for SharedCounter {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping, unmapped once (other processes keep their views).
-        unsafe { libc::syscall(libc::SYS_munmap, self.page, Self::LEN) };
-    }
+    /// The write counter: one `u64` of memory shared with `fork` descendants (a private copy
+    /// would repeat the parent's values).
+    counter: SharedMap,
 }
 
 impl PageCipher {
@@ -110,13 +58,15 @@ impl PageCipher {
         // Do not leave a copy of the key on the stack longer than needed.
         key.fill(0);
         std::hint::black_box(&key);
-        Ok(PageCipher { aead, counter: SharedCounter::new(1)? })
+        let counter = SharedMap::new(8)?;
+        counter.u64_at(0).store(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(PageCipher { aead, counter })
     }
 
     /// Encrypt one page in place for physical slot `slot` owned by virtual slot `owner`;
     /// writes nonce and tag into `meta` (`META_BYTES` long).
     pub fn seal(&self, slot: u64, owner: u64, page: &mut [u8], meta: &mut [u8]) -> Result<(), TierError> {
-        let ctr = self.counter.next();
+        let ctr = self.counter.u64_at(0).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut nonce = [0u8; NONCE_BYTES];
         nonce[..8].copy_from_slice(&ctr.to_le_bytes());
         nonce[8..].copy_from_slice(&(slot as u32).to_le_bytes());

@@ -29,7 +29,7 @@ use super::crypt::{PageCipher, META_BYTES};
 use super::holds::FileHolds;
 use super::io_engine::{IoBuf, IoEngine, IoOp, PsyncEngine, UringEngine};
 use super::swapfile::{self, HEADER_BYTES};
-use crate::backend::{Backend, LoadReq, Stored, TierKind, Usage};
+use crate::backend::{Backend, LoadReq, ShareStep, Stored, TierKind, Usage};
 use crate::cluster::{SpaceConfig, SwapSpace};
 use crate::error::TierError;
 use crate::swap_table::{Kind, SwapEntry, Word, MAX_ORDER, PAGE_SIZE, PAYLOAD_MAX, SLOTS_PER_CLUSTER};
@@ -680,29 +680,33 @@ impl Backend for FileTier {
         (n * PAGE_SIZE) as u64
     }
 
-    /// The child shares the file: what this process has stored is frozen where it lies (both
-    /// processes read it; neither writes a slot of it again until it holds the cluster alone).
-    fn share_for_fork(&self) -> bool {
-        if !self.holds.share_for_fork() {
-            return false;
+    /// The child shares the file: at `Prepare` what this process has stored is frozen where it
+    /// lies (both processes read it; neither writes a slot of it again until it holds the
+    /// cluster alone); the holds do the rest ([`FileHolds`]).
+    fn fork_share(&self, step: ShareStep) -> bool {
+        match step {
+            ShareStep::Prepare => {
+                if !self.holds.share_for_fork() {
+                    return false;
+                }
+                self.space.freeze_held();
+                true
+            }
+            ShareStep::Child { shared: true } => self.holds.forked_child(),
+            ShareStep::Child { shared: false } => {
+                self.holds.go_private();
+                true
+            }
+            ShareStep::Parent { child_took } => {
+                self.holds.forked_parent(child_took);
+                true
+            }
+            ShareStep::Refresh => {
+                self.holds.reap();
+                self.space.refresh_holds();
+                true
+            }
         }
-        self.space.freeze_held();
-        true
-    }
-    fn forked_child(&self, shared: bool) -> bool {
-        if shared {
-            self.holds.forked_child()
-        } else {
-            self.holds.go_private();
-            true
-        }
-    }
-    fn forked_parent(&self, child_took: bool) {
-        self.holds.forked_parent(child_took);
-    }
-    fn refresh_shared(&self) {
-        self.holds.reap();
-        self.space.refresh_holds();
     }
 
     fn usage(&self) -> Usage {

@@ -32,6 +32,7 @@
 //!
 //! Locking: none; atomics in the shared mapping, read and written with acquire/release.
 
+use super::shared::SharedMap;
 use crate::cluster::ClusterHolds;
 use crate::error::TierError;
 use std::fs::File;
@@ -51,11 +52,14 @@ const NONE: usize = usize::MAX;
 const PENDING_GRACE_NS: u64 = 30_000_000_000;
 /// Bytes of a row's header (state, start time, stamp), one cache line.
 const ROW_HEAD: usize = 64;
+/// The words of a row's header.
+const STATE: usize = 0;
+const START: usize = 1;
+const STAMP: usize = 2;
 
 /// Holds of this process on the clusters of a swap file shared with its `fork` relatives.
 pub struct FileHolds {
-    map: *mut u8,
-    len: usize,
+    map: SharedMap,
     nr_clusters: usize,
     /// Bitmap words per row.
     words: usize,
@@ -74,11 +78,6 @@ pub struct FileHolds {
     dev: u64,
     ino: u64,
 }
-
-// SAFETY: the mapping is only reached as atomics (see `count`, `state`, `bits`), which are Sync.
-unsafe impl Send for FileHolds {}
-// SAFETY: as above.
-unsafe impl Sync for FileHolds {}
 
 fn now_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -105,26 +104,8 @@ impl FileHolds {
         let words = nr_clusters.div_ceil(64);
         let rows_at = (64 + nr_clusters * 4).next_multiple_of(64);
         let row_len = (ROW_HEAD + words * 8).next_multiple_of(64);
-        let len = (rows_at + NR_ROWS * row_len).next_multiple_of(4096);
-        // SAFETY: an anonymous shared mapping at an address the kernel picks; no memory of ours
-        // is affected. The raw system call: no interposed `mmap` (the preload library's).
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_mmap,
-                std::ptr::null_mut::<libc::c_void>(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1 as libc::c_long,
-                0 as libc::c_long,
-            )
-        };
-        if r < 0 {
-            return Err(TierError::Io { op: "mmap cluster holds", msg: std::io::Error::last_os_error().to_string() });
-        }
         let h = FileHolds {
-            map: r as *mut u8,
-            len,
+            map: SharedMap::new(rows_at + NR_ROWS * row_len)?,
             nr_clusters,
             words,
             rows_at,
@@ -136,42 +117,27 @@ impl FileHolds {
             dev: md.dev(),
             ino: md.ino(),
         };
-        // SAFETY: getpid has no preconditions.
-        let pid = unsafe { libc::getpid() } as u32;
-        h.row_start(0).store(start_time(pid).unwrap_or(0), Ordering::Relaxed);
-        h.state(0).store(LIVE | u64::from(pid), Ordering::Release);
+        let pid = std::process::id();
+        h.head(0, START).store(start_time(pid).unwrap_or(0), Ordering::Relaxed);
+        h.head(0, STATE).store(LIVE | u64::from(pid), Ordering::Release);
         Ok(h)
     }
 
-    fn at<T>(&self, off: usize) -> *mut T {
-        debug_assert!(off + std::mem::size_of::<T>() <= self.len);
-        // SAFETY: in bounds of our mapping (callers compute offsets from the layout in `new`).
-        unsafe { self.map.add(off).cast() }
-    }
     fn count(&self, ci: usize) -> &AtomicU32 {
         assert!(ci < self.nr_clusters);
-        // SAFETY: 4-byte aligned, inside the live mapping, only used as this atomic.
-        unsafe { AtomicU32::from_ptr(self.at(64 + ci * 4)) }
+        self.map.u32_at(64 + ci * 4)
+    }
+    /// Word `i` of row `row`'s header (`STATE`, `START`, `STAMP`).
+    fn head(&self, row: usize, i: usize) -> &AtomicU64 {
+        assert!(row < NR_ROWS && i < ROW_HEAD / 8);
+        self.map.u64_at(self.rows_at + row * self.row_len + i * 8)
     }
     fn state(&self, row: usize) -> &AtomicU64 {
-        assert!(row < NR_ROWS);
-        // SAFETY: 8-byte aligned, inside the live mapping, only used as this atomic.
-        unsafe { AtomicU64::from_ptr(self.at(self.rows_at + row * self.row_len)) }
-    }
-    fn row_start(&self, row: usize) -> &AtomicU64 {
-        assert!(row < NR_ROWS);
-        // SAFETY: as in `state`.
-        unsafe { AtomicU64::from_ptr(self.at(self.rows_at + row * self.row_len + 8)) }
-    }
-    fn stamp(&self, row: usize) -> &AtomicU64 {
-        assert!(row < NR_ROWS);
-        // SAFETY: as in `state`.
-        unsafe { AtomicU64::from_ptr(self.at(self.rows_at + row * self.row_len + 16)) }
+        self.head(row, STATE)
     }
     fn bits(&self, row: usize, w: usize) -> &AtomicU64 {
         assert!(row < NR_ROWS && w < self.words);
-        // SAFETY: as in `state`.
-        unsafe { AtomicU64::from_ptr(self.at(self.rows_at + row * self.row_len + ROW_HEAD + w * 8)) }
+        self.map.u64_at(self.rows_at + row * self.row_len + ROW_HEAD + w * 8)
     }
     fn has(&self, row: usize, ci: usize) -> bool {
         self.bits(row, ci / 64).load(Ordering::Acquire) >> (ci % 64) & 1 != 0
@@ -187,8 +153,23 @@ impl FileHolds {
                 }
             }
         }
-        self.row_start(row).store(0, Ordering::Relaxed);
+        self.head(row, START).store(0, Ordering::Relaxed);
         self.state(row).store(0, Ordering::Release);
+    }
+
+    /// Release `row` if its state is still `seen` (one CAS to `REAPING` first: exactly one
+    /// process releases a row). True if this call released it.
+    fn retire(&self, row: usize, seen: u64) -> bool {
+        let won = self.state(row).compare_exchange(seen, REAPING, Ordering::AcqRel, Ordering::Relaxed).is_ok();
+        if won {
+            self.release_row(row);
+        }
+        won
+    }
+
+    /// The tag (`LIVE`, `PENDING`, `REAPING`) of a state word.
+    fn tag(state: u64) -> u64 {
+        state >> TAG_SHIFT << TAG_SHIFT
     }
 
     /// The number of processes holding cluster `ci`.
@@ -213,8 +194,7 @@ impl FileHolds {
         if self.is_private() {
             return false;
         }
-        // SAFETY: getpid has no preconditions.
-        let pid = u64::from(unsafe { libc::getpid() } as u32);
+        let pid = u64::from(std::process::id());
         let take = || {
             (0..NR_ROWS).find(|&r| {
                 self.state(r).compare_exchange(0, PENDING | pid, Ordering::AcqRel, Ordering::Relaxed).is_ok()
@@ -226,7 +206,7 @@ impl FileHolds {
         }) else {
             return false;
         };
-        self.stamp(row).store(now_ns(), Ordering::Relaxed);
+        self.head(row, STAMP).store(now_ns(), Ordering::Relaxed);
         let me = self.me.load(Ordering::Relaxed);
         for w in 0..self.words {
             let b = self.bits(me, w).load(Ordering::Acquire);
@@ -250,13 +230,12 @@ impl FileHolds {
         if row == NONE {
             return false;
         }
-        // SAFETY: getpid has no preconditions.
-        let pid = unsafe { libc::getpid() } as u32;
+        let pid = std::process::id();
         let cur = self.state(row).load(Ordering::Acquire);
-        if cur >> TAG_SHIFT != PENDING >> TAG_SHIFT {
+        if Self::tag(cur) != PENDING {
             return false;
         }
-        self.row_start(row).store(start_time(pid).unwrap_or(0), Ordering::Relaxed);
+        self.head(row, START).store(start_time(pid).unwrap_or(0), Ordering::Relaxed);
         if self.state(row).compare_exchange(cur, LIVE | u64::from(pid), Ordering::AcqRel, Ordering::Relaxed).is_err() {
             return false;
         }
@@ -270,10 +249,8 @@ impl FileHolds {
         let row = self.pending.swap(NONE, Ordering::AcqRel);
         if row != NONE && !child_took {
             let cur = self.state(row).load(Ordering::Acquire);
-            if cur >> TAG_SHIFT == PENDING >> TAG_SHIFT
-                && self.state(row).compare_exchange(cur, REAPING, Ordering::AcqRel, Ordering::Relaxed).is_ok()
-            {
-                self.release_row(row);
+            if Self::tag(cur) == PENDING {
+                self.retire(row, cur);
             }
         }
     }
@@ -307,19 +284,18 @@ impl FileHolds {
         let mut n = 0;
         for row in 0..NR_ROWS {
             let s = self.state(row).load(Ordering::Acquire);
-            if row == me || s == 0 || s >> TAG_SHIFT == REAPING >> TAG_SHIFT {
+            if row == me || s == 0 || Self::tag(s) == REAPING {
                 continue;
             }
             let pid = (s & PID_MASK) as u32;
-            let gone = if s >> TAG_SHIFT == LIVE >> TAG_SHIFT {
-                !self.alive(pid, self.row_start(row).load(Ordering::Relaxed))
+            let gone = if Self::tag(s) == LIVE {
+                !self.alive(pid, self.head(row, START).load(Ordering::Relaxed))
             } else {
                 // PENDING: its parent is forking; reaped only if the parent is gone for long.
                 start_time(pid).is_none()
-                    && now_ns().saturating_sub(self.stamp(row).load(Ordering::Relaxed)) > PENDING_GRACE_NS
+                    && now_ns().saturating_sub(self.head(row, STAMP).load(Ordering::Relaxed)) > PENDING_GRACE_NS
             };
-            if gone && self.state(row).compare_exchange(s, REAPING, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                self.release_row(row);
+            if gone && self.retire(row, s) {
                 n += 1;
             }
         }
@@ -370,14 +346,10 @@ impl Drop for FileHolds {
         if !self.is_private() {
             let me = self.me.load(Ordering::Relaxed);
             let s = self.state(me).load(Ordering::Acquire);
-            if s >> TAG_SHIFT == LIVE >> TAG_SHIFT
-                && self.state(me).compare_exchange(s, REAPING, Ordering::AcqRel, Ordering::Relaxed).is_ok()
-            {
-                self.release_row(me);
+            if Self::tag(s) == LIVE {
+                self.retire(me, s);
             }
             self.forked_parent(false);
         }
-        // SAFETY: our own mapping, unmapped once (other processes keep their views).
-        unsafe { libc::syscall(libc::SYS_munmap, self.map, self.len) };
     }
 }

@@ -8,6 +8,7 @@
 //!   slots, pluggable I/O engines ([`io_engine`]) and AES-256-GCM at rest ([`crypt`]); its
 //!   on-disk header and the checks that keep it off files and devices in use ([`swapfile`]);
 //!   its clusters' holds across the processes of a tree that share it after `fork` ([`holds`]).
+//! - [`shared`]: memory shared with `fork` descendants (the nonce counter, the holds).
 //!
 //! Every tier locks only its own internal state (lock order: the engine's cluster lock, then
 //! a tier's internal locks); compression, encryption and I/O run outside any tier lock except
@@ -19,6 +20,7 @@ pub mod holds;
 pub mod io_engine;
 pub mod lz4;
 pub mod pages;
+pub mod shared;
 pub mod swapfile;
 pub mod zero;
 pub mod zpool;
