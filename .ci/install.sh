@@ -19,6 +19,7 @@ done
 pkgs=()
 need() { command -v "$1" >/dev/null 2>&1 || pkgs+=("$2"); }
 need cc gcc
+need make make
 need gdb gdb
 need redis-server redis-server
 need redis-benchmark redis-tools

@@ -1,6 +1,6 @@
 //! End-to-end tests of `uswap run` on real runtimes (issue 10): every program of
-//! `uswap bench programs` (CPython, Node.js, the JVM, SQLite, GNU sort, Redis, GCC, xz, Perl, a
-//! shell pipeline) at a small size, run natively and under `uswap run` with a limit below its
+//! `uswap bench programs` (CPython, Node.js, the JVM, SQLite, GNU sort, Redis, GCC, make -j2, xz,
+//! Perl, a shell pipeline) at a small size, run natively and under `uswap run` with a limit below its
 //! native peak RSS (`--limit-fraction` of it), through the benchmark itself with
 //! `--compare none --json`. Each test checks that the program finished under uswap, that its
 //! output (stdout and output files) equals the native run's byte for byte, and that its peak
@@ -169,6 +169,13 @@ fn redis_bgsave_under_load() {
 #[test]
 fn gcc_compiles_a_large_file() {
     runtime("gcc", 0.1);
+}
+
+/// Two compilers at once under one limit for the tree (make, its shells, two gcc drivers, two
+/// cc1 and two as).
+#[test]
+fn make_j2_builds_two_files_at_once() {
+    runtime("make-j2", 0.1);
 }
 
 #[test]

@@ -627,6 +627,22 @@ impl Pager {
         r + self.cache.resident_bytes() + self.store.pool_bytes()
     }
 
+    /// Pages that entered the resident set since the pager started: mapped by faults, or
+    /// found present when the program's memory was adopted. Their rate is how fast the
+    /// process brings memory in (the tree's coldest-first shares, [`crate::tree`]).
+    pub fn inflow_pages(&self) -> u64 {
+        self.counters.pages_mapped.load(Ordering::Relaxed) + self.counters.adopted_pages.load(Ordering::Relaxed)
+    }
+
+    /// CPU time the pager's own threads have used (event thread, background reclaimer,
+    /// recompressor), in nanoseconds: what to take off the process's CPU time to see the
+    /// program's. 0 while the threads are being restarted after `fork`.
+    pub fn threads_cpu_ns(&self) -> u64 {
+        use std::os::unix::thread::JoinHandleExt;
+        let Ok(th) = self.threads.try_lock() else { return 0 };
+        th.iter().filter_map(|h| sys::thread_cpu_ns(h.as_pthread_t())).sum()
+    }
+
     /// Bytes the compressed pool holds in RAM (its part of [`Pager::charged_bytes`]).
     pub fn pool_bytes(&self) -> u64 {
         self.store.pool_bytes()

@@ -180,3 +180,20 @@ impl Drop for SignalsBlocked {
 pub(crate) fn block_async_signals_forever() {
     std::mem::forget(SignalsBlocked::new());
 }
+
+/// Nanoseconds on `clock` (`CLOCK_MONOTONIC`, `CLOCK_PROCESS_CPUTIME_ID`, `CLOCK_THREAD_CPUTIME_ID`
+/// or a thread's CPU clock), or None when the clock is gone (its thread exited).
+pub(crate) fn clock_ns(clock: libc::clockid_t) -> Option<u64> {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec we own.
+    (unsafe { libc::clock_gettime(clock, &mut ts) } == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
+/// Nanoseconds of CPU time the thread `t` has used (None once it exited).
+pub(crate) fn thread_cpu_ns(t: libc::pthread_t) -> Option<u64> {
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: `t` is the handle of a thread that was started and not joined (the caller holds
+    // its JoinHandle); pthread_getcpuclockid only computes the clock id from it.
+    (unsafe { libc::pthread_getcpuclockid(t, &mut clock) } == 0).then_some(())?;
+    clock_ns(clock)
+}

@@ -4,16 +4,26 @@
 //! `USWAP_TREE_BUDGET`, in the tree's statistics directory): a header with the limit and one
 //! slot per process of the tree. Every process that starts under the pager (after `exec`, and
 //! every `fork` child) maps it shared and claims a slot ([`attach`], [`in_fork_child`]); every
-//! [`UPDATE_MS`] it writes its charge there and sets its own pager's limit in force
-//! ([`crate::Pager::set_limit`]) from the tree's total ([`update`]):
-//! - under the limit, a process may grow into its part of what the tree leaves free: its
-//!   charge plus the free part divided by the number of processes (so the limits in force add
-//!   up to the limit, and two processes growing at once cannot both take all of it);
-//! - over it, every process shrinks in proportion to its charge (`charge × limit / total`),
-//!   so the tree comes back under the limit within a reclaim pass of each process. An idle
-//!   process shrinks with the others while an active one faults its pages back: the memory
-//!   moves to where it is used, though not coldest-page-first across the tree (each pager
-//!   sees only its own pages; a shared LRU is the shared swap space's work).
+//! [`UPDATE_MS`] it writes there its charge and how fast it uses memory, and sets its own
+//! pager's limit in force ([`crate::Pager::set_limit`]) to its share of the limit ([`share`],
+//! from every slot; [`update`]).
+//!
+//! *Coldest first across the tree.* Each pager sees only its own pages, and none sees access
+//! bits, so the tree cannot pick the coldest page of all as one kernel LRU would. It picks the
+//! coldest *process* instead, from what the kernel does tell: how fast a process brings pages
+//! in (pages its faults mapped, per second) and how much it runs (its program threads' CPU
+//! time, the pager's own threads left out: a running process touches its memory without
+//! faulting once it fits). Its *use rate* `r` (bytes per second) is that inflow plus the CPU
+//! fraction times its charge, averaged over [`RATE_TAU_MS`]. Read as a FIFO, which is what
+//! each pager's active list is, a process charged `c` holds memory `c / r` seconds old at most,
+//! and a tree-wide FIFO evicting everything older than `t` would keep `min(c, t · r)` of it.
+//! So over the limit the shares are those of a tree-wide FIFO: `t` is chosen so that the young
+//! memory fills the limit less a slack of 1/32, a process keeps `min(c, t · r)`, and an idle
+//! process (`r` = 0: asleep, waiting for its children or for a pipe) keeps only what the busy
+//! ones leave. The slack, and under the limit the free room, goes to the processes in
+//! proportion to their use rate (a quarter of it split evenly, so an idle process that wakes
+//! can start), so the memory moves to where it is used. With no use anywhere the shares are
+//! in proportion to the charges. Either way the shares add up to the limit.
 //!
 //! A process's charge counts pages it shares copy-on-write with its fork parent or children
 //! (a Redis BGSAVE child starts with all of its parent's resident memory) in proportion, as
@@ -39,6 +49,8 @@ pub const SLOTS: usize = 1022;
 pub const FILE_BYTES: usize = 16 + 16 + SLOTS * 16;
 /// How often a process publishes its charge and takes its limit from the tree's total.
 pub const UPDATE_MS: u64 = 10;
+/// Time constant of the use rate's moving average.
+pub const RATE_TAU_MS: u64 = 500;
 
 #[repr(C)]
 struct Header {
@@ -52,7 +64,8 @@ struct Header {
 #[repr(C)]
 struct Slot {
     pid: AtomicU32,
-    _pad: AtomicU32,
+    /// Use rate, KiB per second (see the module's paragraph).
+    rate_kib: AtomicU32,
     /// Bytes charged, shared copy-on-write pages counted in proportion.
     charged: AtomicU64,
 }
@@ -70,11 +83,19 @@ static MY_SLOT: AtomicUsize = AtomicUsize::new(usize::MAX);
 /// The tree's total charge and the processes in it at the last update (for the statistics).
 static LAST_TOTAL: AtomicU64 = AtomicU64::new(0);
 static LAST_LIVE: AtomicU64 = AtomicU64::new(0);
+/// This process's use rate at the last update (bytes/s).
+static LAST_RATE: AtomicU64 = AtomicU64::new(0);
 /// Updates so far, and the shared anonymous bytes at the last reading.
 static UPDATES: AtomicU64 = AtomicU64::new(0);
 static SHARED: AtomicU64 = AtomicU64::new(0);
 /// This process has forked, or is a fork child: it may share anonymous pages copy-on-write.
 static FORKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// The use rate's state (the scan thread's alone): when it was last updated (monotonic ns, 0:
+/// never), the pager's inflow and the program's CPU time then, and the rate (bytes/s, f64 bits).
+static RATE_AT: AtomicU64 = AtomicU64::new(0);
+static RATE_INFLOW: AtomicU64 = AtomicU64::new(0);
+static RATE_CPU: AtomicU64 = AtomicU64::new(0);
+static RATE: AtomicU64 = AtomicU64::new(0);
 
 /// This process has forked, or is a fork child (from the fork handlers): from now on its
 /// charge discounts the pages it shares copy-on-write.
@@ -178,6 +199,8 @@ fn claim() {
 /// In a fork child: a slot of its own (the parent keeps its slot).
 pub fn in_fork_child() {
     UPDATES.store(0, Ordering::Relaxed);
+    RATE_AT.store(0, Ordering::Relaxed);
+    RATE.store(0, Ordering::Relaxed);
     claim();
 }
 
@@ -206,15 +229,68 @@ fn free_dead(b: &Budget) {
     }
 }
 
-/// The limit in force for a process charged `own` bytes in a tree of `live` processes
-/// charged `total` bytes under `limit`: its charge plus its part of the free room, or, over the
-/// limit, its charge in proportion. Either way the shares add up to the limit.
-pub fn share(own: u64, total: u64, live: u64, limit: u64) -> u64 {
-    if total <= limit {
-        own + (limit - total) / live.max(1)
-    } else {
-        (own as u128 * limit as u128 / total.max(1) as u128) as u64
+/// A process of the tree as its share sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// Bytes charged (resident, swap cache, pool, memory outside the pager).
+    pub charge: u64,
+    /// Use rate, bytes per second: pages brought in plus CPU fraction × charge.
+    pub rate: u64,
+}
+
+/// The limit in force of `me` in a tree of `me` and `others` under `limit` (see the module's
+/// paragraph): under the limit, its charge plus a part of the free room; over it, what a
+/// tree-wide FIFO would keep of it, plus a part of a slack of `limit / 32`. The parts go by
+/// use rate (a quarter of them evenly); with no use anywhere, in proportion to the charges.
+/// The shares of all members add up to the limit (to rounding).
+pub fn share<I: Iterator<Item = Member> + Clone>(me: Member, others: I, limit: u64) -> u64 {
+    let all = || std::iter::once(me).chain(others.clone());
+    let (mut total, mut rates, mut live, mut busy) = (0u64, 0u64, 0u64, 0u64);
+    for m in all() {
+        total += m.charge;
+        rates += m.rate;
+        live += 1;
+        if m.rate > 0 {
+            busy += m.charge;
+        }
     }
+    let part = |room: u64| {
+        let w = if rates == 0 { 1.0 / live as f64 } else { 0.25 / live as f64 + 0.75 * me.rate as f64 / rates as f64 };
+        (room as f64 * w) as u64
+    };
+    if total <= limit {
+        return me.charge + part(limit - total);
+    }
+    if rates == 0 {
+        return (me.charge as u128 * limit as u128 / total as u128) as u64;
+    }
+    let slack = limit / 32;
+    let target = limit - slack;
+    let kept = if busy <= target {
+        // Every busy process keeps what it has; the idle ones share the rest by charge
+        // (`total > busy`: the tree is over the limit, the busy ones are not).
+        if me.rate > 0 {
+            me.charge
+        } else {
+            ((target - busy) as u128 * me.charge as u128 / (total - busy) as u128) as u64
+        }
+    } else {
+        // The age `t` at which the young memory of the tree fills `target`: the kept memory
+        // `sum(min(c, t * r))` grows with `t` from 0 to `busy`.
+        let young = |t: f64| all().map(|m| (m.charge as f64).min(t * m.rate as f64)).sum::<f64>();
+        let (mut lo, mut hi) =
+            (0.0f64, all().filter(|m| m.rate > 0).map(|m| m.charge as f64 / m.rate as f64).fold(0.0, f64::max));
+        for _ in 0..64 {
+            let mid = (lo + hi) / 2.0;
+            if young(mid) < target as f64 {
+                lo = mid
+            } else {
+                hi = mid
+            }
+        }
+        (me.charge as f64).min(lo * me.rate as f64) as u64
+    };
+    kept + part(slack)
 }
 
 /// Bytes of anonymous memory this process shares with others and is counted for in full
@@ -242,17 +318,35 @@ fn shared_anon() -> u64 {
     kb("Rss_Anon:").saturating_sub(kb("Pss_Anon:"))
 }
 
-/// Publish this process's charge and take its limit from the tree (from the scan thread,
-/// every [`UPDATE_MS`]).
+/// This process's use rate, bytes per second (from the scan thread: the caller's own CPU time
+/// is left out with the pager's threads').
+fn use_rate(p: &crate::Pager, charge: u64) -> u64 {
+    let now = crate::sys::clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0);
+    let inflow = p.inflow_pages() * crate::PAGE_SIZE as u64;
+    let process = crate::sys::clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID).unwrap_or(0);
+    let ours = p.threads_cpu_ns() + crate::sys::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0);
+    let cpu = process.saturating_sub(ours);
+    let then = RATE_AT.swap(now, Ordering::Relaxed);
+    let (inflow0, cpu0) = (RATE_INFLOW.swap(inflow, Ordering::Relaxed), RATE_CPU.swap(cpu, Ordering::Relaxed));
+    let mut rate = f64::from_bits(RATE.load(Ordering::Relaxed));
+    if then != 0 && now > then {
+        let dt = (now - then) as f64 / 1e9;
+        let busy = (cpu.saturating_sub(cpu0) as f64 / 1e9 / dt).min(1.0);
+        let now_rate = inflow.saturating_sub(inflow0) as f64 / dt + busy * charge as f64;
+        let a = 1.0 - (-dt * 1000.0 / RATE_TAU_MS as f64).exp();
+        rate += a * (now_rate - rate);
+        RATE.store(rate.to_bits(), Ordering::Relaxed);
+    }
+    rate as u64
+}
+
+/// Publish this process's charge and use rate and take its share of the tree's limit (from
+/// the scan thread, every [`UPDATE_MS`]).
 pub fn update(p: &crate::Pager) {
     let Some(b) = budget() else { return };
     let Some(mine) = b.slots.get(MY_SLOT.load(Ordering::Relaxed)) else { return };
-    // The other processes: one pass over the slots.
-    let (mut others, mut live) = (0u64, 1u64);
-    for s in b.slots.iter().filter(|s| !std::ptr::eq(*s, mine) && s.pid.load(Ordering::Relaxed) != 0) {
-        others += s.charged.load(Ordering::Relaxed);
-        live += 1;
-    }
+    let others = b.slots.iter().filter(|s| !std::ptr::eq(*s, mine) && s.pid.load(Ordering::Relaxed) != 0);
+    let live = 1 + others.clone().count() as u64;
     // Shared pages are re-read every tenth update (smaps_rollup walks the page tables).
     let n = UPDATES.fetch_add(1, Ordering::Relaxed);
     if live > 1 && FORKED.load(Ordering::Relaxed) && n.is_multiple_of(10) {
@@ -262,12 +356,19 @@ pub fn update(p: &crate::Pager) {
     // sees it, and the pager's limit in force is its share less it (`Pager::set_outside`).
     let charged = p.charged_bytes() + p.outside_bytes();
     let own = if live > 1 { charged.saturating_sub(SHARED.load(Ordering::Relaxed)) } else { charged };
+    let rate = use_rate(p, own);
     mine.charged.store(own, Ordering::Relaxed);
-    let total = others + own;
-    LAST_TOTAL.store(total, Ordering::Relaxed);
+    mine.rate_kib.store(u32::try_from(rate / 1024).unwrap_or(u32::MAX), Ordering::Relaxed);
+    let members = others.map(|s| Member {
+        charge: s.charged.load(Ordering::Relaxed),
+        rate: u64::from(s.rate_kib.load(Ordering::Relaxed)) * 1024,
+    });
+    let me = Member { charge: own, rate: rate / 1024 * 1024 };
+    LAST_TOTAL.store(own + members.clone().map(|m| m.charge).sum::<u64>(), Ordering::Relaxed);
     LAST_LIVE.store(live, Ordering::Relaxed);
+    LAST_RATE.store(me.rate, Ordering::Relaxed);
     let limit = b.header.limit.load(Ordering::Relaxed);
-    p.set_limit(share(own, total, live, limit));
+    p.set_limit(share(me, members, limit));
 }
 
 /// Look for dead processes' slots (from the scan thread, about once a second).
@@ -284,6 +385,7 @@ pub fn stats_json() -> Option<serde_json::Value> {
         "limit_bytes": b.header.limit.load(Ordering::Relaxed),
         "charged_bytes": LAST_TOTAL.load(Ordering::Relaxed),
         "processes": LAST_LIVE.load(Ordering::Relaxed),
+        "use_rate_bytes_per_s": LAST_RATE.load(Ordering::Relaxed),
         "overflow": b.header.overflow.load(Ordering::Relaxed),
         "slot": MY_SLOT.load(Ordering::Relaxed),
     }))
@@ -293,12 +395,86 @@ pub fn stats_json() -> Option<serde_json::Value> {
 mod tests {
     use super::*;
 
+    fn m(charge: u64, rate: u64) -> Member {
+        Member { charge, rate }
+    }
+
+    /// Every member's share in a tree of `ms`.
+    fn shares(ms: &[Member], limit: u64) -> Vec<u64> {
+        (0..ms.len())
+            .map(|i| {
+                let others = ms.iter().enumerate().filter(move |(j, _)| *j != i).map(|(_, m)| *m);
+                share(ms[i], others, limit)
+            })
+            .collect()
+    }
+
     #[test]
-    fn shares_grow_into_free_room_and_shrink_in_proportion() {
-        assert_eq!(share(10, 30, 1, 100), 80, "alone under the limit: own + what is free");
-        assert_eq!(share(10, 30, 2, 100) + share(20, 30, 2, 100), 100, "two: the free room split");
-        assert_eq!(share(0, 100, 3, 100), 0);
-        assert_eq!(share(60, 120, 2, 100), 50, "over it: in proportion");
-        assert_eq!(share(30, 120, 2, 100) + share(90, 120, 2, 100), 100, "the shares add up to the limit");
+    fn with_no_use_anywhere_the_free_room_is_split_and_the_excess_taken_in_proportion() {
+        assert_eq!(shares(&[m(10, 0)], 100), [100], "alone under the limit: all of it");
+        assert_eq!(shares(&[m(10, 0), m(20, 0)], 100), [45, 55], "two: the free room split evenly");
+        assert_eq!(shares(&[m(60, 0), m(60, 0)], 100), [50, 50], "over it: in proportion");
+        assert_eq!(shares(&[m(30, 0), m(90, 0)], 100), [25, 75]);
+    }
+
+    #[test]
+    fn the_free_room_goes_to_the_processes_that_use_memory() {
+        // One busy, one idle: the busy one gets 3/4 + 1/8 of the room, the idle one 1/8.
+        assert_eq!(
+            shares(&[m(10 << 20, 1 << 20), m(10 << 20, 0)], 90 << 20),
+            [(10 << 20) + (70 << 20) * 7 / 8, (10 << 20) + (70 << 20) / 8]
+        );
+    }
+
+    #[test]
+    fn over_the_limit_an_idle_process_gives_way_to_a_busy_one() {
+        let lim = 64u64 << 20;
+        // The holder (idle, 40 MiB) and the cycler (busy, 30 MiB): the cycler keeps all it has
+        // and gets most of the slack, the holder the rest.
+        let s = shares(&[m(40 << 20, 0), m(30 << 20, 100 << 20)], lim);
+        let slack = lim / 32;
+        assert_eq!(s[1], (30 << 20) + (slack as f64 * (0.125 + 0.75)) as u64);
+        assert_eq!(s[0], lim - slack - (30 << 20) + (slack as f64 * 0.125) as u64);
+        // Proportional would have given the cycler 30/70 of the limit, under its charge.
+        assert!(s[1] > (30u64 << 20) * lim / (70 << 20));
+    }
+
+    #[test]
+    fn busy_processes_over_the_limit_keep_their_young_memory() {
+        // Two busy processes of 64 MiB: one brings 64 MiB/s in (its memory is 1 s old), the
+        // other 16 MiB/s (4 s old); under 64 MiB a tree-wide FIFO keeps the young one whole.
+        let lim = 64u64 << 20;
+        let s = shares(&[m(64 << 20, 64 << 20), m(64 << 20, 16 << 20)], lim);
+        let young = lim - lim / 32;
+        // kept: min(64, t*64) + min(64, t*16) = young -> t < 1, so 80 t = young.
+        let t = young as f64 / (80 << 20) as f64;
+        let close = |a: u64, b: f64| (a as f64 - b).abs() < 4096.0;
+        assert!(close(s[0], t * (64 << 20) as f64 + (lim / 32) as f64 * (0.125 + 0.75 * 0.8)), "{s:?}");
+        assert!(close(s[1], t * (16 << 20) as f64 + (lim / 32) as f64 * (0.125 + 0.75 * 0.2)), "{s:?}");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn shares_add_up_to_the_limit_and_idle_ones_never_gain(
+            ms in proptest::collection::vec((0u64..1 << 32, proptest::prop_oneof![proptest::strategy::Just(0u64), 1u64..1 << 30]), 1..12),
+            limit in 1u64 << 20..1 << 33,
+        ) {
+            let ms: Vec<Member> = ms.into_iter().map(|(c, r)| m(c, r)).collect();
+            let s = shares(&ms, limit);
+            let sum: u64 = s.iter().sum();
+            let n = ms.len() as u64;
+            // Rounding: a few bytes per member.
+            proptest::prop_assert!(sum.abs_diff(limit) <= 16 * n, "sum {sum} limit {limit} {ms:?} {s:?}");
+            let total: u64 = ms.iter().map(|m| m.charge).sum();
+            if total > limit {
+                for (m, s) in ms.iter().zip(&s) {
+                    if m.rate == 0 {
+                        // An idle process shrinks at least as fast as in proportion.
+                        let prop = (m.charge as u128 * limit as u128 / total as u128) as u64;
+                        proptest::prop_assert!(*s <= prop + limit / 32 / n + 1, "{m:?}: {s} > {prop}");
+                    }
+                }
+            }
+        }
     }
 }

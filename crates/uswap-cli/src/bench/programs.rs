@@ -39,10 +39,11 @@ uswap's peak RSS stays within (limit + fixed overhead) + 10%; the geometric mean
 kernel_s / uswap_s over the programs both finished is at least 1.0.
 
 The limit of each program is --limit-fraction of its native peak RSS (measured by its first \
-native run) unless --limit is given. The kernel side charges everything the program touches \
+native run: the largest process's, counted twice for make-j2, which runs two compilers at \
+once) unless --limit is given. The kernel side charges everything the program touches \
 (page cache too) to a memory cgroup with that limit, shared by all its processes; uswap limits \
-each process's anonymous memory, and its fixed overhead (the RSS when the pager had started) \
-comes on top. Programs the kernel OOM-kills are reported as kernel_outcome \"oom\" and left \
+the anonymous memory of the whole tree (one budget shared by all its processes), and each \
+process's fixed overhead (the RSS when its pager had started) comes on top. Programs the kernel OOM-kills are reported as kernel_outcome \"oom\" and left \
 out of the geometric mean.
 
 JSON (--json), per program: limit_bytes; native_s, kernel_s, uswap_s (medians of the runs that \
@@ -790,7 +791,8 @@ pub fn run(a: &Args) -> CliResult {
                 if side == Side::Native && round == 1 && rec.outcome == "ok" {
                     have_reference = true;
                     if res.limit.is_none() {
-                        let l = ((rec.peak_rss as f64 * a.limit_fraction) as u64).max(MIN_LIMIT) >> 20 << 20;
+                        let peak = rec.peak_rss * u64::from(prog.at_once);
+                        let l = ((peak as f64 * a.limit_fraction) as u64).max(MIN_LIMIT) >> 20 << 20;
                         res.limit = Some(l);
                     }
                 } else if rec.outcome == "ok" && have_reference {

@@ -19,6 +19,9 @@ pub struct Program {
     pub about: &'static str,
     /// Executables it needs on PATH (a missing one skips the program).
     pub needs: &'static [&'static str],
+    /// How many processes about as large as its largest run at once: the native peak, which
+    /// is the largest process's (`wait4`), counts this many times toward the limit.
+    pub at_once: u32,
     prepare: fn(&Ctx) -> Result<Body, String>,
 }
 
@@ -95,6 +98,7 @@ pub fn all() -> Vec<Program> {
             name: "python-list",
             runtime: "CPython",
             about: "x = [i*3 for i in range(20M)], then a checksum over every element",
+            at_once: 1,
             needs: &["python3"],
             prepare: |c| {
                 Ok(Body::Cmd(CmdSpec {
@@ -109,6 +113,7 @@ pub fn all() -> Vec<Program> {
             name: "python-dict",
             runtime: "CPython",
             about: "a 3M-entry str -> str dict, every entry checked, SHA-256 over the items",
+            at_once: 1,
             needs: &["python3"],
             prepare: |c| {
                 Ok(Body::Cmd(CmdSpec {
@@ -123,6 +128,7 @@ pub fn all() -> Vec<Program> {
             name: "node-objects",
             runtime: "Node.js",
             about: "node --max-old-space-size=4096: 3M small objects in an array, a sum over all, SHA-256 of the JSON of every 97th",
+            at_once: 1,
             needs: &["node"],
             prepare: |c| {
                 Ok(Body::Cmd(CmdSpec {
@@ -146,6 +152,7 @@ pub fn all() -> Vec<Program> {
             name: "java-hashmap",
             runtime: "JVM",
             about: "java -Xmx1g (G1, container support off so every side runs the same JVM): a 2M-entry HashMap<String,String>",
+            at_once: 1,
             needs: &["java", "javac"],
             prepare: |c| {
                 let src = script(c, "HashMapBench.java", HASHMAP_JAVA)?;
@@ -170,6 +177,7 @@ pub fn all() -> Vec<Program> {
             name: "sqlite",
             runtime: "SQLite",
             about: "sqlite3 :memory:, 1.5M rows inserted by a recursive CTE, an index, aggregates",
+            at_once: 1,
             needs: &["sqlite3"],
             prepare: |c| {
                 let sql = TABLE_SQL.replace("@ROWS@", &c.n(1_500_000).to_string());
@@ -186,6 +194,7 @@ pub fn all() -> Vec<Program> {
             name: "sort",
             runtime: "GNU coreutils",
             about: "sort -S 400M of a 100 MB generated file",
+            at_once: 1,
             needs: &["sort"],
             prepare: |c| {
                 let input = c.dir.join("sort-input.txt");
@@ -205,6 +214,7 @@ pub fn all() -> Vec<Program> {
             name: "redis",
             runtime: "Redis",
             about: "redis-server loaded with 600k 1000-byte values, BGSAVE under a GET load, the dump reloaded natively",
+            at_once: 1,
             needs: &["redis-server", "redis-benchmark"],
             prepare: |c| {
                 Ok(Body::Redis(super::redis::Plan {
@@ -219,6 +229,7 @@ pub fn all() -> Vec<Program> {
             name: "gcc",
             runtime: "GCC",
             about: "gcc -O2 -c of a generated 24 MB C file (a 2M-entry table and 40 functions)",
+            at_once: 1,
             needs: &["gcc", "as"],
             prepare: |c| {
                 let src = c.dir.join("big.c");
@@ -235,9 +246,33 @@ pub fn all() -> Vec<Program> {
             },
         },
         Program {
+            name: "make-j2",
+            runtime: "make + GCC",
+            about: "make -j2 of two generated 12 MB C files (gcc -O2 -c each, two compilers at once)",
+            at_once: 2,
+            needs: &["make", "gcc", "as"],
+            prepare: |c| {
+                let gcc = need("gcc")?;
+                let mut mk = String::from("all: a.o b.o\n");
+                for (i, name) in ["a", "b"].iter().enumerate() {
+                    let src = c.dir.join(format!("{name}.c"));
+                    gen_c(&src, c.n(1_000_000) + i as u64, c.n(20))?;
+                    mk += &format!("{name}.o: {}\n\t{} -O2 -c $< -o $@\n", src.display(), gcc.display());
+                }
+                let makefile = script(c, "Makefile", &mk)?;
+                Ok(Body::Cmd(CmdSpec {
+                    argv: args(need("make")?, &["-s".into(), "-j2".into(), "-f".into(), makefile.into_os_string()]),
+                    env: vec![("LC_ALL", "C".into())],
+                    stdin: None,
+                    outputs: vec!["a.o", "b.o"],
+                }))
+            },
+        },
+        Program {
             name: "xz",
             runtime: "xz-utils",
             about: "xz -9 -T1 of 16 MB of generated text (64 MiB dictionary)",
+            at_once: 1,
             needs: &["xz"],
             prepare: |c| {
                 let input = c.dir.join("text.txt");
@@ -254,6 +289,7 @@ pub fn all() -> Vec<Program> {
             name: "perl-hash",
             runtime: "Perl",
             about: "a 3M-entry hash, every entry read back",
+            at_once: 1,
             needs: &["perl"],
             prepare: |c| {
                 Ok(Body::Cmd(CmdSpec {
@@ -271,6 +307,7 @@ pub fn all() -> Vec<Program> {
             name: "pipeline",
             runtime: "shell",
             about: "sh -c 'seq 3M lines | awk (holds them all, prints them reversed) | sha256sum'",
+            at_once: 1,
             needs: &["sh", "seq", "awk", "sha256sum"],
             prepare: |c| {
                 let awk = script(c, "reverse.awk", REVERSE_AWK)?;
