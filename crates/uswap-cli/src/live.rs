@@ -186,6 +186,9 @@ pub fn process_view(raw: &Value, tiers: &str) -> Value {
         "written_unix_ms": u(raw, "/written_unix_ms"),
         "rss_bytes": u(raw, "/vm_rss_bytes"),
         "charged_bytes": u(&p, "/memory/charged_bytes"),
+        // Its share of the tree's limit, and the use rate that decides it (`uswap_pager::tree`).
+        "share_bytes": u(&p, "/memory/limit_in_force_bytes"),
+        "use_rate_bytes_per_s": u(raw, "/tree/use_rate_bytes_per_s"),
         "resident_bytes": u(&p, "/memory/resident_bytes"),
         "swap_cache_bytes": u(&p, "/memory/swap_cache_bytes"),
         "pool_bytes": u(&p, "/memory/pool_bytes"),
@@ -368,8 +371,11 @@ pub fn render(doc: &Value, all: bool) -> String {
         );
         table_row(
             &mut s,
-            ["PID", "RSS", "RESIDENT", "CACHE", "POOL", "STORED", "RATIO", "FILE", "FAULTS/S", "IN/S", "OUT/S"]
-                .map(String::from),
+            [
+                "PID", "RSS", "SHARE", "USE/S", "RESIDENT", "CACHE", "POOL", "STORED", "RATIO", "FILE", "FAULTS/S",
+                "IN/S", "OUT/S",
+            ]
+            .map(String::from),
             "COMMAND",
         );
         let procs = t["processes"].as_array().cloned().unwrap_or_default();
@@ -388,6 +394,8 @@ pub fn render(doc: &Value, all: bool) -> String {
                 [
                     p["pid"].to_string(),
                     h(&p["rss_bytes"]),
+                    h(&p["share_bytes"]),
+                    rate(&p["use_rate_bytes_per_s"]),
                     h(&p["resident_bytes"]),
                     h(&p["swap_cache_bytes"]),
                     h(&p["pool_bytes"]),
@@ -408,13 +416,13 @@ pub fn render(doc: &Value, all: bool) -> String {
     s
 }
 
-/// One line of a tree's process table: the eleven figures right-aligned, then the command.
-fn table_row(s: &mut String, c: [String; 11], command: &str) {
+/// One line of a tree's process table: the thirteen figures right-aligned, then the command.
+fn table_row(s: &mut String, c: [String; 13], command: &str) {
     use std::fmt::Write;
     let _ = writeln!(
         s,
-        "  {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6} {:>10} {:>9} {:>11} {:>11}  {command}",
-        c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10]
+        "  {:>8} {:>10} {:>10} {:>11} {:>10} {:>10} {:>10} {:>10} {:>6} {:>10} {:>9} {:>11} {:>11}  {command}",
+        c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12]
     );
 }
 
@@ -444,6 +452,12 @@ pub fn prometheus(doc: &Value) -> String {
     let gauges = [
         ("rss_bytes", "Resident set size of the process", "rss_bytes"),
         ("charged_bytes", "Memory charged to the limit: resident + swap cache + pool", "charged_bytes"),
+        ("share_bytes", "The process's share of the tree's limit (its limit in force)", "share_bytes"),
+        (
+            "use_rate_bytes_per_second",
+            "Bytes its faults bring in per second plus its CPU fraction times its charge: over the limit, the lowest rates for their charge give memory first",
+            "use_rate_bytes_per_s",
+        ),
         ("resident_bytes", "Managed pages mapped in the process", "resident_bytes"),
         ("swap_cache_bytes", "Uncompressed swap cache (the inactive list)", "swap_cache_bytes"),
         ("pool_bytes", "Compressed pool memory", "pool_bytes"),
@@ -522,13 +536,15 @@ mod tests {
         let doc = json!({"trees": [{"runner_pid": 7, "limit_bytes": 1048576, "running_processes": 1, "processes": [
             {"pid": 8, "argv": ["/usr/bin/python3", "x.py"], "running": true, "rss_bytes": 5, "charged_bytes": 4,
              "resident_bytes": 3, "swap_cache_bytes": 0, "pool_bytes": 1, "pool_stored_bytes": 2, "file_bytes": 0,
-             "faults": 9, "swapin_pages": 1, "swapout_pages": 2},
+             "faults": 9, "swapin_pages": 1, "swapout_pages": 2, "share_bytes": 6, "use_rate_bytes_per_s": 7},
             {"pid": 9, "argv": ["sh"], "running": false, "rss_bytes": 99}
         ]}]});
         let s = prometheus(&doc);
         assert!(s.contains("uswap_limit_bytes{runner=\"7\"} 1048576"), "{s}");
         assert!(s.contains("uswap_rss_bytes{runner=\"7\",pid=\"8\",comm=\"python3\"} 5"), "{s}");
         assert!(s.contains("uswap_faults_total{runner=\"7\",pid=\"8\",comm=\"python3\"} 9"), "{s}");
+        assert!(s.contains("uswap_share_bytes{runner=\"7\",pid=\"8\",comm=\"python3\"} 6"), "{s}");
+        assert!(s.contains("uswap_use_rate_bytes_per_second{runner=\"7\",pid=\"8\",comm=\"python3\"} 7"), "{s}");
         assert!(
             s.contains("uswap_rss_bytes{runner=\"7\",pid=\"9\",comm=\"sh\"} 99"),
             "ended processes keep their figures: {s}"
