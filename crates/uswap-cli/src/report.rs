@@ -367,6 +367,38 @@ pub struct Run<'a> {
     pub tiers: &'a str,
     /// The program's peak RSS (wait4).
     pub peak_rss: u64,
+    /// The tree's memory, sampled from outside (`uswap run`'s sampler).
+    pub tree_peak: TreePeak,
+}
+
+/// The largest anonymous memory of the whole tree seen while it ran.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TreePeak {
+    /// The largest sum of `Pss_Anon` over the processes under the pager.
+    pub anon_pss_bytes: u64,
+    /// How many processes that sum was over.
+    pub processes: u64,
+    /// Samples taken.
+    pub samples: u64,
+    /// The sampling period, milliseconds.
+    pub every_ms: u64,
+}
+
+/// The anonymous memory the processes of a `run --stats` document hold that the limit does not
+/// cover, summed over the processes that wrote statistics: each one's anonymous RSS when its
+/// pager had started, its library heap's growth and the engine's tables (its part of
+/// `fixed_overhead_bytes` that is anonymous memory).
+pub fn tree_anon_overhead(doc: &Value) -> u64 {
+    doc.get("main")
+        .filter(|m| !m.is_null())
+        .into_iter()
+        .chain(doc["other_processes"].as_array().into_iter().flatten())
+        .map(|p| {
+            u(p, "/unmanaged/anon_at_start_bytes")
+                + u(p, "/preload/internal_heap_growth_bytes")
+                + u(p, "/engine_meta_peak_bytes")
+        })
+        .sum()
 }
 
 /// The whole `run --stats` document. `procs` are the preload's per-process files.
@@ -387,6 +419,12 @@ pub fn run_report(r: &Run, procs: &[Value]) -> Value {
         "folio_bytes": r.folio,
         "tiers": r.tiers,
         "peak_rss_bytes": r.peak_rss,
+        "tree_peak": {
+            "anon_pss_bytes": r.tree_peak.anon_pss_bytes,
+            "processes": r.tree_peak.processes,
+            "samples": r.tree_peak.samples,
+            "every_ms": r.tree_peak.every_ms,
+        },
         "main": main,
         "other_processes": others,
     })
@@ -526,6 +564,7 @@ mod tests {
             folio: 65536,
             tiers: "zero,lz4",
             peak_rss: 1,
+            tree_peak: TreePeak::default(),
         };
         let d = run_report(&r, &[sample(), json!({"pid": 8, "argv": ["b"]})]);
         assert_eq!(d["schema_version"], SCHEMA_VERSION);

@@ -111,6 +111,19 @@ pub fn create(path: &std::path::Path, limit: u64) -> std::io::Result<()> {
     std::fs::write(path, b)
 }
 
+/// The pids holding a slot in the budget file at `path` (read, not mapped: for `uswap run`,
+/// which samples the tree's memory). Empty if the file cannot be read.
+pub fn pids_in(path: &std::path::Path) -> Vec<u32> {
+    let Ok(b) = std::fs::read(path) else { return Vec::new() };
+    if b.len() != FILE_BYTES || b[..8] != MAGIC.to_ne_bytes() {
+        return Vec::new();
+    }
+    b[32..]
+        .chunks_exact(16)
+        .filter_map(|s| Some(u32::from_ne_bytes(s[..4].try_into().ok()?)).filter(|&p| p != 0))
+        .collect()
+}
+
 fn budget() -> Option<&'static Budget> {
     let p = MAP.load(Ordering::Acquire);
     // SAFETY: MAP is null or the shared mapping made by `attach`, which is never unmapped,

@@ -332,6 +332,42 @@ pub fn mib(b: u64) -> String {
     format!("{:.1} MiB", b as f64 / MIB as f64)
 }
 
+/// Check the whole tree's peak anonymous memory (`tree_peak.anon_pss_bytes`: the largest sum
+/// of `Pss_Anon` over the processes under the pager, sampled by `uswap run`) against `limit +
+/// slack + every process's own anonymous overhead` (its anonymous RSS when its pager had
+/// started, its library heap's growth and the engine's tables), so that processes sharing one
+/// limit are checked together, not one by one. Requires more than one sample.
+pub fn check_tree_peak(name: &str, st: &serde_json::Value, limit: u64) {
+    let procs: Vec<&serde_json::Value> = st
+        .get("main")
+        .filter(|m| !m.is_null())
+        .into_iter()
+        .chain(st["other_processes"].as_array().into_iter().flatten())
+        .collect();
+    let own: u64 = procs
+        .iter()
+        .map(|p| {
+            p.pointer("/unmanaged/anon_at_start_bytes").and_then(|v| v.as_u64()).unwrap_or(0)
+                + p.pointer("/preload/internal_heap_growth_bytes").and_then(|v| v.as_u64()).unwrap_or(0)
+                + p.pointer("/engine_meta_peak_bytes").and_then(|v| v.as_u64()).unwrap_or(0)
+        })
+        .sum();
+    let peak = num(st, "/tree_peak/anon_pss_bytes");
+    let samples = num(st, "/tree_peak/samples");
+    let bound = limit + own + slack(limit);
+    eprintln!(
+        "{name}: the tree's anonymous memory peaked at {} over {} processes ({samples} samples); bound {} = limit {} + own {} + slack {}",
+        mib(peak),
+        num(st, "/tree_peak/processes"),
+        mib(bound),
+        mib(limit),
+        mib(own),
+        mib(slack(limit))
+    );
+    assert!(samples > 1 && peak > 0, "{name}: the tree's memory was not sampled: {st:#}");
+    assert!(peak <= bound, "{name}: the tree's anonymous memory {} exceeds {}", mib(peak), mib(bound));
+}
+
 /// Check the peak RSS in the stats against `limit + fixed overhead + slack`, printing the
 /// figures. The fixed overhead is the largest `fixed_overhead_bytes` of the processes that wrote
 /// statistics (each process under uswap has its own pager and limit; a shell that leaves
