@@ -207,6 +207,33 @@ pub fn is_own(start: usize, end: usize) -> bool {
     entries().any(|(s, e)| s < end && e > start) || has_stack(start, end)
 }
 
+/// The parts of `[start, end)` that are not recorded as the pager's own, in address order
+/// (none if a pager thread's stack lies in it: a stack's extent is not recorded). For a
+/// mapping the kernel merged out of program memory and a small mapping of the pager's (a
+/// pager thread's signal stack next to a program's buffer: same flags, one VMA), read from a
+/// stable reading of the maps (no own mapping in flight, see [`quiet_generation`]): every own
+/// part is then recorded, and the rest is the program's.
+pub fn gaps(start: usize, end: usize) -> Vec<(usize, usize)> {
+    if has_stack(start, end) {
+        return Vec::new();
+    }
+    let mut own: Vec<(usize, usize)> =
+        entries().filter(|&(s, e)| s < end && e > start).map(|(s, e)| (s.max(start), e.min(end))).collect();
+    own.sort_unstable();
+    let mut out = Vec::new();
+    let mut at = start;
+    for (s, e) in own {
+        if s > at {
+            out.push((at, s));
+        }
+        at = at.max(e);
+    }
+    if at < end {
+        out.push((at, end));
+    }
+    out
+}
+
 /// True if a pager thread's stack pointer lies in `[start, end)` (the whole mapping is then a
 /// pager thread's stack: its extent is not recorded, only the pointer).
 fn has_stack(start: usize, end: usize) -> bool {
@@ -337,6 +364,27 @@ mod tests {
         assert!(!is_own(base + 0x8000, base + 0x9000));
         remove(base, 0x8000);
         assert!(!is_own(base, base + 0x10000));
+    }
+
+    #[test]
+    fn gaps_are_what_is_not_own() {
+        let base = 0x7100_0000_0000usize;
+        assert_eq!(gaps(base, base + 0x8000), [(base, base + 0x8000)], "nothing own");
+        add(base + 0x2000, 0x1000);
+        add(base + 0x5000, 0x2000);
+        assert_eq!(
+            gaps(base, base + 0x8000),
+            [(base, base + 0x2000), (base + 0x3000, base + 0x5000), (base + 0x7000, base + 0x8000)]
+        );
+        assert_eq!(gaps(base + 0x2000, base + 0x3000), [], "all own");
+        assert_eq!(gaps(base + 0x2800, base + 0x6000), [(base + 0x3000, base + 0x5000)], "own at both ends");
+        remove(base, 0x8000);
+        // A pager thread's stack in the range: its extent is unknown, nothing is a gap.
+        let probe = 0u8;
+        let sp = std::hint::black_box(&probe) as *const u8 as usize;
+        add_this_stack();
+        assert_eq!(gaps(sp & !0xfff, (sp & !0xfff) + 0x1000), []);
+        remove_this_stack();
     }
 
     #[test]

@@ -36,6 +36,8 @@ static PASSES: AtomicU64 = AtomicU64::new(0);
 static ADOPTED_BYTES: AtomicU64 = AtomicU64::new(0);
 static WARNED: AtomicBool = AtomicBool::new(false);
 static SCAN_MS: AtomicU64 = AtomicU64::new(20);
+/// Mappings found merged out of program memory and an own mapping (adopted around it).
+static MERGED_WITH_OWN: AtomicU64 = AtomicU64::new(0);
 
 /// One line of `/proc/self/maps`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,7 +84,7 @@ pub fn skip_reason(maps: &[Map], i: usize, min_len: usize) -> Option<&'static st
     // so its pages are managed from their first touch. Small ones are guard pages.
     let reserve = &m.perms == b"---p" && m.inode == 0 && m.path.is_empty() && m.end - m.start >= 1 << 20;
     if reserve {
-        return if uswap_pager::own::is_own(m.start, m.end) { Some("pager's own") } else { None };
+        return if own_whole(m) { Some("pager's own") } else { None };
     }
     if m.perms[0] != b'r' || m.perms[1] != b'w' || m.perms[3] != b'p' {
         return Some("not private writable");
@@ -93,7 +95,7 @@ pub fn skip_reason(maps: &[Map], i: usize, min_len: usize) -> Option<&'static st
     if m.inode != 0 || (!m.path.is_empty() && m.path != "[heap]") {
         return Some("file or special");
     }
-    if uswap_pager::own::is_own(m.start, m.end) {
+    if own_whole(m) {
         return Some("pager's own");
     }
     if m.path == "[heap]" {
@@ -115,6 +117,12 @@ pub fn skip_reason(maps: &[Map], i: usize, min_len: usize) -> Option<&'static st
         return Some("small");
     }
     None
+}
+
+/// No part of `m` can be adopted: all of it is the pager's own, or a pager thread's stack is in
+/// it. (A mapping only partly the pager's is a merge; [`adopt_mapping`] takes the rest.)
+fn own_whole(m: &Map) -> bool {
+    uswap_pager::own::is_own(m.start, m.end) && uswap_pager::own::gaps(m.start, m.end).is_empty()
 }
 
 fn read_maps() -> Vec<Map> {
@@ -188,6 +196,25 @@ fn is_loader_data(m: &Map) -> bool {
     m.path.is_empty() && m.perms[..2] == *b"rw" && m.end - m.start < LOADER_MAX
 }
 
+/// Adopt mapping `m` (found adoptable in a reading of the maps, `stable` if no own mapping
+/// was in flight during it). A mapping that overlaps the pager's own memory is the kernel's
+/// merge of program memory with a small own mapping of the same flags (a pager thread's
+/// signal stack beside a program's fresh buffer: `sort -S 100M` lost its whole 100 MiB buffer
+/// to the pager this way, one run in two, and ran 50 MiB over its limit): from a stable
+/// reading, its parts that are not the pager's are adopted; otherwise it is left alone, as
+/// [`Pager::adopt`] does.
+fn adopt_mapping(p: &Pager, m: &Map, stable: bool) -> Result<usize, uswap_pager::PagerError> {
+    if !stable || !uswap_pager::own::is_own(m.start, m.end) {
+        return p.adopt(m.start, m.end - m.start);
+    }
+    MERGED_WITH_OWN.fetch_add(1, Ordering::Relaxed);
+    let mut n = 0;
+    for (a, b) in uswap_pager::own::gaps(m.start, m.end) {
+        n += p.adopt(a, b - a)?;
+    }
+    Ok(n)
+}
+
 /// One reconciliation pass (see the module docs). `first`: the pass at start-up.
 pub fn scan_once(p: &Pager, first: bool) {
     crate::BIG.lock();
@@ -228,7 +255,7 @@ pub fn scan_once(p: &Pager, first: bool) {
                     let key = (m.start, m.end);
                     let mut retry = false;
                     if seen.binary_search(&key).is_err() {
-                        match p.adopt(m.start, m.end - m.start) {
+                        match adopt_mapping(p, m, stable) {
                             Ok(n) => {
                                 ADOPTED_BYTES.fetch_add(n as u64, Ordering::Relaxed);
                             }
@@ -415,6 +442,7 @@ pub fn unmanaged() -> serde_json::Value {
         "thread_stack_bytes": STACK_BYTES.load(Ordering::Relaxed),
         "small_or_exec_bytes": SKIPPED_BYTES.load(Ordering::Relaxed),
         "scan_passes": PASSES.load(Ordering::Relaxed),
+        "scan_merged_with_own": MERGED_WITH_OWN.load(Ordering::Relaxed),
         "scan_unstable_passes": UNSTABLE.load(Ordering::Relaxed),
         "scan_adopted_bytes": ADOPTED_BYTES.load(Ordering::Relaxed),
         "loader_bytes": LOADER_BYTES.load(Ordering::Relaxed),
