@@ -14,7 +14,13 @@
 //! The next allocator's symbols are looked up once with `dlsym(RTLD_NEXT)`, as uswap code (so
 //! an allocation inside `dlsym` is served from the internal heap).
 //!
-//! Locking: none here; glibc's and the internal heap's own locks. The internal heap's lock is
+//! A large block the program's allocator returns that no region covers yet (glibc maps it, or
+//! grows a heap for it, with its internal `mmap`, `mprotect` or `mremap`) is adopted before the
+//! program gets it: a reconciliation pass on the calling thread (`scan::note_block`), not a
+//! scan period later.
+//!
+//! Locking: none here; glibc's and the internal heap's own locks (and [`crate::BIG`], taken
+//! without waiting, for a pass started by a large block). The internal heap's lock is
 //! never held across a fault on managed memory (its memory is never managed).
 
 use super::{mode, ours, OFF};
@@ -39,6 +45,17 @@ static NEXT: Next = Next {
     memalign: AtomicUsize::new(0),
     usable: AtomicUsize::new(0),
 };
+
+/// A block of [`super::scan::NEW_MEMORY_MIN`] bytes or more from the program's allocator
+/// (returned as is): if no region covers it, its allocator just mapped or grew memory through
+/// calls no symbol sees, and it is adopted now ([`super::scan::note_block`]).
+#[inline]
+fn seen(r: *mut c_void, n: usize) -> *mut c_void {
+    if n >= super::scan::NEW_MEMORY_MIN && !r.is_null() {
+        super::scan::note_block(r as usize, n);
+    }
+    r
+}
 
 #[cold]
 fn resolve() {
@@ -108,7 +125,7 @@ pub unsafe extern "C" fn malloc(n: size_t) -> *mut c_void {
     }
     type F = unsafe extern "C" fn(size_t) -> *mut c_void;
     // SAFETY: the next allocator's malloc, as the program asked.
-    unsafe { std::mem::transmute::<usize, F>(next(&NEXT.malloc))(n) }
+    seen(unsafe { std::mem::transmute::<usize, F>(next(&NEXT.malloc))(n) }, n)
 }
 
 /// `free(3)`.
@@ -143,7 +160,7 @@ pub unsafe extern "C" fn calloc(n: size_t, s: size_t) -> *mut c_void {
     }
     type F = unsafe extern "C" fn(size_t, size_t) -> *mut c_void;
     // SAFETY: the next allocator.
-    unsafe { std::mem::transmute::<usize, F>(next(&NEXT.calloc))(n, s) }
+    seen(unsafe { std::mem::transmute::<usize, F>(next(&NEXT.calloc))(n, s) }, n.saturating_mul(s))
 }
 
 /// `realloc(3)`.
@@ -167,7 +184,7 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, n: size_t) -> *mut c_void {
     }
     type F = unsafe extern "C" fn(*mut c_void, size_t) -> *mut c_void;
     // SAFETY: a block of the next allocator.
-    unsafe { std::mem::transmute::<usize, F>(next(&NEXT.realloc))(p, n) }
+    seen(unsafe { std::mem::transmute::<usize, F>(next(&NEXT.realloc))(p, n) }, n)
 }
 
 /// `reallocarray(3)`.
@@ -190,7 +207,7 @@ unsafe fn alloc_aligned(align: usize, n: usize) -> *mut c_void {
     }
     type F = unsafe extern "C" fn(size_t, size_t) -> *mut c_void;
     // SAFETY: the next allocator.
-    unsafe { std::mem::transmute::<usize, F>(next(&NEXT.memalign))(align, n) }
+    seen(unsafe { std::mem::transmute::<usize, F>(next(&NEXT.memalign))(align, n) }, n)
 }
 
 /// `posix_memalign(3)`.

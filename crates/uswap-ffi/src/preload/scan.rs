@@ -18,6 +18,13 @@
 //! exceeds a quarter of the limit (and 32 MiB), it warns once on stderr: past a quarter the
 //! pager cannot make room for it.
 //!
+//! A program thread that gets a block of [`NEW_MEMORY_MIN`] bytes or more from its allocator
+//! which no region covers ([`note_block`], from the interposed malloc family) runs a pass
+//! itself, before the program writes the block, unless a pass is running or one ran less than
+//! [`SYNC_GAP_MS`] ago (then the scan thread's next pass takes it). The scan thread alone is
+//! not enough: four threads filling new arenas on two CPUs left it 3 passes in a 0.5 s run
+//! and the program 40-80 MiB over its limit one run in ten.
+//!
 //! Locking: a pass runs under [`crate::BIG`] (so a fork never copies a half-adopted mapping);
 //! the counters are atomics. The thread allocates from the library's internal heap.
 
@@ -36,6 +43,49 @@ static PASSES: AtomicU64 = AtomicU64::new(0);
 static ADOPTED_BYTES: AtomicU64 = AtomicU64::new(0);
 static WARNED: AtomicBool = AtomicBool::new(false);
 static SCAN_MS: AtomicU64 = AtomicU64::new(20);
+/// Passes run by program threads for a new block ([`note_block`]), and when the last began
+/// (monotonic ms).
+static SYNC_PASSES: AtomicU64 = AtomicU64::new(0);
+static LAST_SYNC_MS: AtomicU64 = AtomicU64::new(0);
+/// Smallest block that makes a program thread run a pass (glibc maps blocks of 128 KiB or more
+/// by itself, and grows its heaps by at least 128 KiB).
+pub const NEW_MEMORY_MIN: usize = 64 << 10;
+/// Least time between two passes run by program threads (a program that maps and frees large
+/// blocks in a loop must not spend its time reading the maps).
+pub const SYNC_GAP_MS: u64 = 1;
+
+fn now_ms() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+}
+
+/// A block `[a, a + n)` the program's allocator returned: if no region covers its first or
+/// last page, run a pass now on this thread (see the module's paragraph). Never waits: a pass
+/// in progress (the lock taken, by another thread or by this one under a signal handler), or
+/// one begun less than [`SYNC_GAP_MS`] ago, leaves the block to the scan thread.
+pub fn note_block(a: usize, n: usize) {
+    if !super::ready() {
+        return;
+    }
+    let end = a.saturating_add(n);
+    if uswap_pager::overlaps_region(a, a + 1) && uswap_pager::overlaps_region(end - 1, end) {
+        return;
+    }
+    let (now, last) = (now_ms(), LAST_SYNC_MS.load(Ordering::Relaxed));
+    if now < last + SYNC_GAP_MS
+        || LAST_SYNC_MS.compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed).is_err()
+    {
+        return;
+    }
+    let Some(p) = super::pager() else { return };
+    if crate::BIG.try_lock() {
+        SYNC_PASSES.fetch_add(1, Ordering::Relaxed);
+        pass_locked(p, false);
+        crate::BIG.unlock();
+    }
+}
 /// Mappings found merged out of program memory and an own mapping (adopted around it).
 static MERGED_WITH_OWN: AtomicU64 = AtomicU64::new(0);
 
@@ -218,6 +268,12 @@ fn adopt_mapping(p: &Pager, m: &Map, stable: bool) -> Result<usize, uswap_pager:
 /// One reconciliation pass (see the module docs). `first`: the pass at start-up.
 pub fn scan_once(p: &Pager, first: bool) {
     crate::BIG.lock();
+    pass_locked(p, first);
+    crate::BIG.unlock();
+}
+
+/// The pass itself, [`crate::BIG`] held.
+fn pass_locked(p: &Pager, first: bool) {
     crate::reentry::internal(|| {
         let min_len = super::MMAP_MIN.load(Ordering::Relaxed);
         // A reading of the maps in which every pager mapping is recorded as its own: no own
@@ -286,7 +342,6 @@ pub fn scan_once(p: &Pager, first: bool) {
         PASSES.fetch_add(1, Ordering::Relaxed);
         measure(p, first);
     });
-    crate::BIG.unlock();
 }
 
 fn measure(p: &Pager, first: bool) {
@@ -442,6 +497,7 @@ pub fn unmanaged() -> serde_json::Value {
         "thread_stack_bytes": STACK_BYTES.load(Ordering::Relaxed),
         "small_or_exec_bytes": SKIPPED_BYTES.load(Ordering::Relaxed),
         "scan_passes": PASSES.load(Ordering::Relaxed),
+        "scan_sync_passes": SYNC_PASSES.load(Ordering::Relaxed),
         "scan_merged_with_own": MERGED_WITH_OWN.load(Ordering::Relaxed),
         "scan_unstable_passes": UNSTABLE.load(Ordering::Relaxed),
         "scan_adopted_bytes": ADOPTED_BYTES.load(Ordering::Relaxed),
