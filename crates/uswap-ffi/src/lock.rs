@@ -48,11 +48,6 @@ impl RawLock {
         }
     }
 
-    /// Take the lock if it is free (true), without waiting.
-    pub fn try_lock(&self) -> bool {
-        self.state.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_ok()
-    }
-
     /// Take the lock unless `bail` becomes true while waiting (then return false without it).
     /// Waiters re-check `bail` every millisecond.
     pub fn lock_or_bail(&self, bail: impl Fn() -> bool) -> bool {

@@ -19,8 +19,8 @@
 //! program gets it: a reconciliation pass on the calling thread (`scan::note_block`), not a
 //! scan period later.
 //!
-//! Locking: none here; glibc's and the internal heap's own locks (and [`crate::BIG`], taken
-//! without waiting, for a pass started by a large block). The internal heap's lock is
+//! Locking: none here; glibc's and the internal heap's own locks (and [`crate::BIG`] for a
+//! pass started by a large block, after the allocator returned, signals blocked). The internal heap's lock is
 //! never held across a fault on managed memory (its memory is never managed).
 
 use super::{mode, ours, OFF};

@@ -20,10 +20,11 @@
 //!
 //! A program thread that gets a block of [`NEW_MEMORY_MIN`] bytes or more from its allocator
 //! which no region covers ([`note_block`], from the interposed malloc family) runs a pass
-//! itself, before the program writes the block, unless a pass is running or one ran less than
-//! [`SYNC_GAP_MS`] ago (then the scan thread's next pass takes it). The scan thread alone is
-//! not enough: four threads filling new arenas on two CPUs left it 3 passes in a 0.5 s run
-//! and the program 40-80 MiB over its limit one run in ten.
+//! itself, before the program writes the block, unless one began less than [`SYNC_GAP_MS`]
+//! ago (then the next pass takes it). It waits for a pass in progress rather than skip it:
+//! the scan thread alone is not enough, and four threads filling new memory on two CPUs left
+//! it 3 passes in a 0.5 s run, holding the lock off the CPU, and the program 40-80 MiB over
+//! its limit one run in ten (1 run in 50 after this, 2026-11-25).
 //!
 //! Locking: a pass runs under [`crate::BIG`] (so a fork never copies a half-adopted mapping);
 //! the counters are atomics. The thread allocates from the library's internal heap.
@@ -61,10 +62,12 @@ fn now_ms() -> u64 {
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
 
-/// A block `[a, a + n)` the program's allocator returned: if no region covers its first or
-/// last page, run a pass now on this thread (see the module's paragraph). Never waits: a pass
-/// in progress (the lock taken, by another thread or by this one under a signal handler), or
-/// one begun less than [`SYNC_GAP_MS`] ago, leaves the block to the scan thread.
+/// A block `[a, a + n)` the program's allocator returned (no allocator lock held): if no
+/// region covers its first or last page, run a pass now on this thread (see the module's
+/// paragraph), unless one began less than [`SYNC_GAP_MS`] ago. Waits for [`crate::BIG`] with
+/// the asynchronous signals blocked, so a handler cannot allocate on top of a pass its own
+/// thread runs; the holder (the scan thread, another program thread's pass, a `fork`'s
+/// prepare handler until the fork returns) never waits for a program thread.
 pub fn note_block(a: usize, n: usize) {
     if !super::ready() {
         return;
@@ -80,11 +83,31 @@ pub fn note_block(a: usize, n: usize) {
         return;
     }
     let Some(p) = super::pager() else { return };
-    if crate::BIG.try_lock() {
-        SYNC_PASSES.fetch_add(1, Ordering::Relaxed);
-        pass_locked(p, false);
-        crate::BIG.unlock();
-    }
+    // Asynchronous signals blocked from before the lock to after the unlock: a handler that
+    // allocated a large block would otherwise wait for the lock its own thread holds.
+    // SAFETY: zeroed sigsets are valid storage; rt_sigprocmask with the kernel's set size (a
+    // raw call: the interposed one is for the program's masks).
+    let old = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        for s in [libc::SIGBUS, libc::SIGSEGV, libc::SIGILL, libc::SIGFPE, libc::SIGTRAP] {
+            libc::sigdelset(&mut set, s);
+        }
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_BLOCK, &set, &mut old, 8usize);
+        old
+    };
+    // Waiting is what makes this work: a scan pass in progress may hold the lock with its
+    // thread off the CPU (four writers on two CPUs), and this thread's block must not be
+    // filled before the pass that adopts it.
+    crate::BIG.lock();
+    SYNC_PASSES.fetch_add(1, Ordering::Relaxed);
+    pass_locked(p, false);
+    crate::BIG.unlock();
+    // SAFETY: restores the mask saved above.
+    unsafe {
+        libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK, &old, std::ptr::null_mut::<libc::sigset_t>(), 8usize)
+    };
 }
 /// Mappings found merged out of program memory and an own mapping (adopted around it).
 static MERGED_WITH_OWN: AtomicU64 = AtomicU64::new(0);
