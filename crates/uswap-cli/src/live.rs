@@ -52,7 +52,7 @@ pub fn run_dir() -> Result<PathBuf, String> {
 /// A process's start time in clock ticks since boot (`/proc/PID/stat` field 22): with the pid,
 /// it names a process even after its pid is reused.
 pub fn start_ticks(pid: i32) -> Option<u64> {
-    stat_fields(i64::from(pid))?.split_ascii_whitespace().nth(19)?.parse().ok()
+    u32::try_from(pid).ok().and_then(uswap::tier::holds::start_time)
 }
 
 /// `/proc/PID/stat` from its third field (the state) on: the command name before it may hold
@@ -122,6 +122,61 @@ impl Drop for TreeDir {
     }
 }
 
+/// The sum of one `smaps_rollup` field (`Pss:`, `Pss_Anon:`, in bytes) over processes `pids`
+/// (those gone meanwhile count 0). Each read walks the process's page tables.
+pub fn smaps_sum<P: std::fmt::Display>(pids: impl IntoIterator<Item = P>, key: &str) -> u64 {
+    pids.into_iter()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/smaps_rollup")).ok())
+        .filter_map(|st| crate::kernel::kb_field(&st, key))
+        .sum::<u64>()
+        * 1024
+}
+
+/// The largest reading a [`PeakSampler`] saw.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Peak {
+    /// The largest reading's value.
+    pub value: u64,
+    /// What came with it (e.g. the processes it was summed over).
+    pub with: u64,
+    /// Readings taken.
+    pub samples: u64,
+}
+
+/// A thread that takes a reading (a value and what came with it) right away and then every
+/// `every`, until [`PeakSampler::finish`], keeping the largest.
+pub struct PeakSampler {
+    stop: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<Peak>,
+}
+
+impl PeakSampler {
+    /// Start sampling with `read`.
+    pub fn start(every: std::time::Duration, mut read: impl FnMut() -> (u64, u64) + Send + 'static) -> PeakSampler {
+        let (stop, rx) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let mut peak = Peak::default();
+            loop {
+                let (value, with) = read();
+                if value > peak.value {
+                    (peak.value, peak.with) = (value, with);
+                }
+                peak.samples += 1;
+                if !matches!(rx.recv_timeout(every), Err(std::sync::mpsc::RecvTimeoutError::Timeout)) {
+                    return peak;
+                }
+            }
+        });
+        PeakSampler { stop, thread }
+    }
+
+    /// Stop, and the largest reading.
+    pub fn finish(self) -> Peak {
+        let _ = self.stop.send(());
+        self.thread.join().unwrap_or_default()
+    }
+}
+
 /// Write `bytes` to `path` through a temporary name in the same directory and a rename.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> bool {
     let mut tmp = path.as_os_str().to_owned();
@@ -166,18 +221,15 @@ pub fn process_view(raw: &Value, tiers: &str) -> Value {
     let p = report::process(raw, tiers);
     let pid = u(raw, "/pid");
     let is_final = raw.get("final").and_then(Value::as_bool).unwrap_or(true);
-    let file_bytes: u64 = p
-        .get("tiers")
-        .and_then(Value::as_object)
-        .map(|t| t.iter().filter(|(k, _)| k.starts_with("file:")).map(|(_, v)| u(v, "/used_bytes")).sum())
-        .unwrap_or(0);
-    // A swap file shared with fork relatives (their `file_bytes` then count the data stored
-    // before the fork in each of them): the clusters frozen for them.
-    let file_frozen_bytes: u64 = p
-        .get("tiers")
-        .and_then(Value::as_object)
-        .map(|t| t.iter().filter(|(k, _)| k.starts_with("file:")).map(|(_, v)| u(v, "/frozen_bytes")).sum())
-        .unwrap_or(0);
+    // Summed over the file tiers. A swap file shared with fork relatives (their `used_bytes`
+    // then count the data stored before the fork in each of them) has clusters frozen for them.
+    let files = |key: &str| -> u64 {
+        p.get("tiers")
+            .and_then(Value::as_object)
+            .map(|t| t.iter().filter(|(k, _)| k.starts_with("file:")).map(|(_, v)| u(v, key)).sum())
+            .unwrap_or(0)
+    };
+    let (file_bytes, file_frozen_bytes) = (files("/used_bytes"), files("/frozen_bytes"));
     json!({
         "pid": pid,
         "argv": raw.get("argv").cloned().unwrap_or(json!([])),

@@ -328,7 +328,7 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
     let command: Vec<String> = a.command.iter().map(|s| s.to_string_lossy().into_owned()).collect();
     tree.describe(&command, pid, limit, folio as u64, &tiers);
     let metrics = a.metrics_file.clone().map(|m| MetricsWriter::start(m, statsdir.clone()));
-    let sampler = TreeSampler::start(budget.clone());
+    let sampler = sample_tree(budget.clone());
     let mut status = 0;
     // SAFETY: zeroed rusage is valid storage.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -354,7 +354,13 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
     if let Some(m) = metrics {
         m.finish();
     }
-    let tree_peak = sampler.finish();
+    let tp = sampler.finish();
+    let tree_peak = crate::report::TreePeak {
+        anon_pss_bytes: tp.value,
+        processes: tp.with,
+        samples: tp.samples,
+        every_ms: TREE_SAMPLE_MS,
+    };
     let procs = live::read_procs(&statsdir);
     drop(tree);
     let r = crate::report::Run {
@@ -389,51 +395,20 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
     Ok(code)
 }
 
-/// The memory the whole tree holds: every [`TreeSampler::EVERY_MS`] the sum of the anonymous
-/// proportional set sizes (`Pss_Anon` of `smaps_rollup`: a page shared copy-on-write by a fork
-/// parent and child counts half in each) of the processes in the tree's budget file (every
-/// process under the pager), keeping the largest sum and the processes it was taken over. The
-/// limit covers the tree's charges; this is what checks it from outside, across processes.
-struct TreeSampler {
-    stop: std::sync::mpsc::Sender<()>,
-    thread: std::thread::JoinHandle<crate::report::TreePeak>,
+/// The memory the whole tree holds, sampled every [`TREE_SAMPLE_MS`]: the sum of the anonymous
+/// proportional set sizes (`Pss_Anon`: a page shared copy-on-write by a fork parent and child
+/// counts half in each) of the processes in the tree's budget file (every process under the
+/// pager), the largest sum kept with the processes it was taken over. The limit covers the
+/// tree's charges; this is what checks it from outside, across processes.
+fn sample_tree(budget: PathBuf) -> live::PeakSampler {
+    live::PeakSampler::start(std::time::Duration::from_millis(TREE_SAMPLE_MS), move || {
+        let pids = uswap_pager::tree::pids_in(&budget);
+        (live::smaps_sum(&pids, "Pss_Anon:"), pids.len() as u64)
+    })
 }
 
-impl TreeSampler {
-    /// Sampling period (each read walks a process's page tables: not much more often).
-    const EVERY_MS: u64 = 200;
-
-    fn start(budget: PathBuf) -> TreeSampler {
-        let (stop, rx) = std::sync::mpsc::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let mut peak = crate::report::TreePeak { every_ms: Self::EVERY_MS, ..Default::default() };
-            loop {
-                let pids = uswap_pager::tree::pids_in(&budget);
-                let sum: u64 = pids
-                    .iter()
-                    .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/smaps_rollup")).ok())
-                    .filter_map(|st| crate::kernel::kb_field(&st, "Pss_Anon:"))
-                    .sum::<u64>()
-                    * 1024;
-                if sum > peak.anon_pss_bytes {
-                    peak.anon_pss_bytes = sum;
-                    peak.processes = pids.len() as u64;
-                }
-                peak.samples += 1;
-                match rx.recv_timeout(std::time::Duration::from_millis(Self::EVERY_MS)) {
-                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-                    _ => return peak,
-                }
-            }
-        });
-        TreeSampler { stop, thread }
-    }
-
-    fn finish(self) -> crate::report::TreePeak {
-        let _ = self.stop.send(());
-        self.thread.join().unwrap_or_default()
-    }
-}
+/// Period of [`sample_tree`] (each reading walks the processes' page tables).
+const TREE_SAMPLE_MS: u64 = 200;
 
 /// `--metrics-file`: a thread that rewrites the file every second from the tree's statistics,
 /// and once more when told to finish (the final figures of the processes that exited).

@@ -88,7 +88,7 @@ pub use handle::Region;
 pub use region::overlaps as overlaps_region;
 pub use stats::PagerStats;
 pub use store::{PageStore, RecompressPass, StoreError};
-pub use sys::copy_from_self;
+pub use sys::{copy_from_self, SignalsBlocked};
 pub use syscall::prefault;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};

@@ -138,13 +138,16 @@ pub(crate) fn fault_handler_mask(set: &mut libc::sigset_t) {
 /// claims pages or calls the store (`discard_range`, `adopt`, a region's discard, eviction or
 /// retirement): a signal handler run in the middle could fault on memory the operation holds
 /// (a `BUSY` page, a locked cluster), and the fault path would wait for this very thread.
-pub(crate) struct SignalsBlocked {
+/// Public for the LD_PRELOAD library's own such sections (a reconciliation pass on a program
+/// thread).
+pub struct SignalsBlocked {
     old: libc::sigset_t,
 }
 
 impl SignalsBlocked {
     /// Block the asynchronous signals.
-    pub(crate) fn new() -> SignalsBlocked {
+    #[expect(clippy::new_without_default, reason = "blocking signals is an action, not a default value")]
+    pub fn new() -> SignalsBlocked {
         // SAFETY: a zeroed sigset is valid storage; rt_sigprocmask with valid pointers and the
         // kernel's sigset size (a raw call: the LD_PRELOAD library's interposer is for the
         // program's masks).
@@ -181,9 +184,10 @@ pub(crate) fn block_async_signals_forever() {
     std::mem::forget(SignalsBlocked::new());
 }
 
-/// Nanoseconds on `clock` (`CLOCK_MONOTONIC`, `CLOCK_PROCESS_CPUTIME_ID`, `CLOCK_THREAD_CPUTIME_ID`
-/// or a thread's CPU clock), or None when the clock is gone (its thread exited).
-pub(crate) fn clock_ns(clock: libc::clockid_t) -> Option<u64> {
+/// Nanoseconds of CPU time on `clock` (`CLOCK_PROCESS_CPUTIME_ID`, `CLOCK_THREAD_CPUTIME_ID` or
+/// a thread's CPU clock), or None when the clock is gone (its thread exited). (Wall time is
+/// `stats::now_ns`.)
+pub(crate) fn cpu_ns(clock: libc::clockid_t) -> Option<u64> {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes one timespec we own.
     (unsafe { libc::clock_gettime(clock, &mut ts) } == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
@@ -195,5 +199,5 @@ pub(crate) fn thread_cpu_ns(t: libc::pthread_t) -> Option<u64> {
     // SAFETY: `t` is the handle of a thread that was started and not joined (the caller holds
     // its JoinHandle); pthread_getcpuclockid only computes the clock id from it.
     (unsafe { libc::pthread_getcpuclockid(t, &mut clock) } == 0).then_some(())?;
-    clock_ns(clock)
+    cpu_ns(clock)
 }

@@ -118,8 +118,8 @@ pub fn pids_in(path: &std::path::Path) -> Vec<u32> {
     if b.len() != FILE_BYTES || b[..8] != MAGIC.to_ne_bytes() {
         return Vec::new();
     }
-    b[32..]
-        .chunks_exact(16)
+    b[std::mem::size_of::<Header>()..]
+        .chunks_exact(std::mem::size_of::<Slot>())
         .filter_map(|s| Some(u32::from_ne_bytes(s[..4].try_into().ok()?)).filter(|&p| p != 0))
         .collect()
 }
@@ -334,10 +334,10 @@ fn shared_anon() -> u64 {
 /// This process's use rate, bytes per second (from the scan thread: the caller's own CPU time
 /// is left out with the pager's threads').
 fn use_rate(p: &crate::Pager, charge: u64) -> u64 {
-    let now = crate::sys::clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0);
+    let now = crate::stats::now_ns();
     let inflow = p.inflow_pages() * crate::PAGE_SIZE as u64;
-    let process = crate::sys::clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID).unwrap_or(0);
-    let ours = p.threads_cpu_ns() + crate::sys::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0);
+    let process = crate::sys::cpu_ns(libc::CLOCK_PROCESS_CPUTIME_ID).unwrap_or(0);
+    let ours = p.threads_cpu_ns() + crate::sys::cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0);
     let cpu = process.saturating_sub(ours);
     let then = RATE_AT.swap(now, Ordering::Relaxed);
     let (inflow0, cpu0) = (RATE_INFLOW.swap(inflow, Ordering::Relaxed), RATE_CPU.swap(cpu, Ordering::Relaxed));

@@ -332,18 +332,23 @@ pub fn mib(b: u64) -> String {
     format!("{:.1} MiB", b as f64 / MIB as f64)
 }
 
+/// The process records of a `run --stats` document: the program's, if it wrote one, then every
+/// other process's.
+pub fn records(st: &serde_json::Value) -> Vec<&serde_json::Value> {
+    st.get("main")
+        .filter(|m| !m.is_null())
+        .into_iter()
+        .chain(st["other_processes"].as_array().into_iter().flatten())
+        .collect()
+}
+
 /// Check the whole tree's peak anonymous memory (`tree_peak.anon_pss_bytes`: the largest sum
 /// of `Pss_Anon` over the processes under the pager, sampled by `uswap run`) against `limit +
 /// slack + every process's own anonymous overhead` (its anonymous RSS when its pager had
 /// started, its library heap's growth and the engine's tables), so that processes sharing one
 /// limit are checked together, not one by one. Requires more than one sample.
 pub fn check_tree_peak(name: &str, st: &serde_json::Value, limit: u64) {
-    let procs: Vec<&serde_json::Value> = st
-        .get("main")
-        .filter(|m| !m.is_null())
-        .into_iter()
-        .chain(st["other_processes"].as_array().into_iter().flatten())
-        .collect();
+    let procs = records(st);
     let own: u64 = procs
         .iter()
         .map(|p| {
@@ -381,12 +386,7 @@ pub fn check_peak(name: &str, st: &serde_json::Value, limit: u64, secs: f64) {
 /// process's figures.
 pub fn peak_and_bound(name: &str, st: &serde_json::Value, limit: u64, secs: f64) -> (u64, u64) {
     assert_eq!(num(st, "/limit_bytes"), limit, "{name}: limit in the stats");
-    let procs: Vec<&serde_json::Value> = st
-        .get("main")
-        .filter(|m| !m.is_null())
-        .into_iter()
-        .chain(st["other_processes"].as_array().into_iter().flatten())
-        .collect();
+    let procs = records(st);
     assert!(!procs.is_empty(), "{name}: no process wrote statistics: {st:#}");
     let fixed = procs.iter().map(|p| num(p, "/fixed_overhead_bytes")).max().unwrap_or(0);
     let peak = num(st, "/peak_rss_bytes");

@@ -85,18 +85,7 @@ pub fn note_block(a: usize, n: usize) {
     let Some(p) = super::pager() else { return };
     // Asynchronous signals blocked from before the lock to after the unlock: a handler that
     // allocated a large block would otherwise wait for the lock its own thread holds.
-    // SAFETY: zeroed sigsets are valid storage; rt_sigprocmask with the kernel's set size (a
-    // raw call: the interposed one is for the program's masks).
-    let old = unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut set);
-        for s in [libc::SIGBUS, libc::SIGSEGV, libc::SIGILL, libc::SIGFPE, libc::SIGTRAP] {
-            libc::sigdelset(&mut set, s);
-        }
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_BLOCK, &set, &mut old, 8usize);
-        old
-    };
+    let _signals = uswap_pager::SignalsBlocked::new();
     // Waiting is what makes this work: a scan pass in progress may hold the lock with its
     // thread off the CPU (four writers on two CPUs), and this thread's block must not be
     // filled before the pass that adopts it.
@@ -104,11 +93,8 @@ pub fn note_block(a: usize, n: usize) {
     SYNC_PASSES.fetch_add(1, Ordering::Relaxed);
     pass_locked(p, false);
     crate::BIG.unlock();
-    // SAFETY: restores the mask saved above.
-    unsafe {
-        libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK, &old, std::ptr::null_mut::<libc::sigset_t>(), 8usize)
-    };
 }
+
 /// Mappings found merged out of program memory and an own mapping (adopted around it).
 static MERGED_WITH_OWN: AtomicU64 = AtomicU64::new(0);
 

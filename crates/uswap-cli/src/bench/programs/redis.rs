@@ -499,43 +499,13 @@ pub struct Throughput {
 }
 
 /// Sums the Pss of a tree's `redis-server` processes every 50 ms, keeping the largest.
-struct RssSampler {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: std::thread::JoinHandle<u64>,
-}
-
-impl RssSampler {
-    fn start(pgid: i32, root: i32) -> RssSampler {
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let s = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let mut peak = 0u64;
-            while !s.load(std::sync::atomic::Ordering::Relaxed) {
-                let sum: u64 = runner::tree(pgid, root)
-                    .into_iter()
-                    .filter(|p| {
-                        std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "redis-server")
-                    })
-                    .map(|p| {
-                        std::fs::read_to_string(format!("/proc/{p}/smaps_rollup"))
-                            .ok()
-                            .and_then(|st| crate::kernel::kb_field(&st, "Pss:"))
-                            .unwrap_or(0)
-                            * 1024
-                    })
-                    .sum();
-                peak = peak.max(sum);
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            peak
-        });
-        RssSampler { stop, thread }
-    }
-
-    fn finish(self) -> u64 {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.thread.join().unwrap_or(0)
-    }
+fn sample_servers(pgid: i32, root: i32) -> crate::live::PeakSampler {
+    crate::live::PeakSampler::start(Duration::from_millis(50), move || {
+        let servers = runner::tree(pgid, root)
+            .into_iter()
+            .filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "redis-server"));
+        (crate::live::smaps_sum(servers, "Pss:"), 0)
+    })
 }
 
 /// `redis-benchmark -q`'s figure: the last "GET: N requests per second".
@@ -580,9 +550,9 @@ pub fn throughput(
     deadline: Instant,
 ) -> (Result<Throughput, String>, Option<Waited>) {
     let mut server: Option<Proc> = None;
-    let mut sampler: Option<RssSampler> = None;
+    let mut sampler: Option<crate::live::PeakSampler> = None;
     let res = throughput_steps(p, dir, wrap, requests, deadline, &mut server, &mut sampler);
-    let peak = sampler.map_or(0, RssSampler::finish);
+    let peak = sampler.map_or(0, |s| s.finish().value);
     let _ = std::fs::remove_file(dir.join("dump.rdb"));
     let waited = server.map(|mut srv| match &res {
         Ok(_) => srv.wait(deadline, &mut |_| {}),
@@ -610,7 +580,7 @@ fn throughput_steps(
     requests: u64,
     deadline: Instant,
     server: &mut Option<Proc>,
-    sampler: &mut Option<RssSampler>,
+    sampler: &mut Option<crate::live::PeakSampler>,
 ) -> Result<Throughput, Stop> {
     let port = free_port()?;
     let mut cmd = wrap(&server_argv(p, port, dir)).map_err(Stop::Error)?;
@@ -618,7 +588,7 @@ fn throughput_steps(
     log_to(&mut cmd, &log)?;
     let srv = server.insert(runner::spawn(&mut cmd, None).map_err(Stop::Error)?);
     let (pgid, root) = (srv.pgid, srv.pid);
-    *sampler = Some(RssSampler::start(pgid, root));
+    *sampler = Some(sample_servers(pgid, root));
     let mut c = ready(srv, port, deadline, &log)?;
     let mut t = Throughput::default();
     let t0 = Instant::now();
