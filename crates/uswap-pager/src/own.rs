@@ -24,6 +24,9 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+/// The kernel's page: what `mmap` and `munmap` work in.
+const PAGE: usize = crate::PAGE_SIZE;
+
 /// Entries of the table. The engine maps many small areas of its own (each `PageVec` of the
 /// pool and the page heap is a mapping), so a JVM or V8 under the pager has thousands: with
 /// 2048 the table overflowed in node (1100 mappings unrecorded), the reconciler adopted the
@@ -119,8 +122,12 @@ pub fn quiet_generation() -> Option<usize> {
     (IN_FLIGHT.load(Ordering::SeqCst) == 0).then_some(g)
 }
 
-/// Record `[start, start + len)` as the pager's own memory.
+/// Record `[start, start + len)` as the pager's own memory (rounded out to whole pages: the
+/// kernel maps pages, so the rest of a partly used last page is the mapping's too).
 pub fn add(start: usize, len: usize) {
+    let end = (start + len).div_ceil(PAGE) * PAGE;
+    let start = start & !(PAGE - 1);
+    let len = end - start;
     let covered = entries().any(|(s, e)| s <= start && e >= start + len);
     if len == 0 || covered {
         return;
@@ -137,11 +144,20 @@ pub fn add(start: usize, len: usize) {
     OVERFLOW.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Forget `[start, start + len)` (the mapping was unmapped). Entries overlapping the range
-/// are trimmed to what is left of them; an entry split in two keeps its lower part and its
-/// upper part gets an entry of its own.
+/// Forget `[start, start + len)` (whole pages: the mapping is about to be unmapped). Entries
+/// overlapping the range are trimmed to what is left of them; an entry split in two keeps its
+/// lower part and its upper part gets an entry of its own.
+///
+/// Call it *before* the `munmap` (or the `mremap` that moves the range away), holding a
+/// [`Making`] guard across both: entries are address ranges, not owners, so a `remove` after
+/// the unmap can erase the entry of another thread's new mapping that the kernel put in the
+/// freed range meanwhile (or that new mapping's [`add`] finds the old entry still covering it
+/// and records nothing). That left the pager's page words unrecorded, and a reconciler
+/// adopted them: the event thread faulted on its own memory (a hang). Forgotten first, the
+/// range is unrecorded only while it is still mapped and the guard holds adopters off.
 pub fn remove(start: usize, len: usize) {
-    let end = start + len;
+    let end = (start + len).div_ceil(PAGE) * PAGE;
+    let start = start & !(PAGE - 1);
     let n = HIGH.load(Ordering::Acquire);
     for r in &OWN[..n] {
         let (s, e) = (r.start.load(Ordering::Acquire), r.end.load(Ordering::Acquire));
@@ -336,12 +352,13 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        // Forgotten *before* the unmap, with adopters held off meanwhile (see [`remove`]).
+        let _making = making();
+        remove(self.ptr.as_ptr() as usize, self.len);
         // SAFETY: the mapping made in new, owned by self; nothing borrows it any more (borrows
         // of `atomic_words` end with &self; raw pointers from `as_ptr` are their users' to drop
         // first).
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
-        // After the unmap: a stale entry in between only makes adoption more careful.
-        remove(self.ptr.as_ptr() as usize, self.len);
     }
 }
 
@@ -385,6 +402,36 @@ mod tests {
         add_this_stack();
         assert_eq!(gaps(sp & !0xfff, (sp & !0xfff) + 0x1000), []);
         remove_this_stack();
+    }
+
+    /// A mapping freed by one thread and one made by another at the same address: the new one
+    /// stays recorded for as long as it lives. (With the entry forgotten after the unmap, the
+    /// new mapping's `add` found the old entry still covering its range and skipped, or the
+    /// old owner's late `remove` erased it; the reconciler then adopted the pager's own page
+    /// words and node's event thread faulted on them, a hang, 1 run in 50.)
+    #[test]
+    fn a_mapping_made_where_another_was_just_freed_stays_own() {
+        const LEN: usize = 3 * 4096 + 100;
+        let churn = || {
+            let mut lost = 0u64;
+            let t0 = std::time::Instant::now();
+            while t0.elapsed() < std::time::Duration::from_secs(2) {
+                let m = Mapping::new(LEN).unwrap();
+                let a = m.as_ptr() as usize;
+                for _ in 0..8 {
+                    if !is_own(a, a + 1) || !is_own(a + LEN - 1, a + LEN) {
+                        lost += 1;
+                        break;
+                    }
+                    std::hint::spin_loop();
+                }
+                drop(m);
+            }
+            lost
+        };
+        let threads: Vec<_> = (0..3).map(|_| std::thread::spawn(churn)).collect();
+        let lost: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        assert_eq!(lost, 0, "live own mappings found unrecorded");
     }
 
     #[test]
