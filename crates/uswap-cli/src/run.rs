@@ -401,13 +401,15 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
 /// pager), the largest sum kept with the processes it was taken over. The limit covers the
 /// tree's charges; this is what checks it from outside, across processes.
 fn sample_tree(budget: PathBuf) -> live::PeakSampler {
-    live::PeakSampler::start(std::time::Duration::from_millis(TREE_SAMPLE_MS), move || {
+    live::PeakSampler::start(std::time::Duration::from_millis(TREE_SAMPLE_MS), move |peak| {
         let pids = uswap_pager::tree::pids_in(&budget);
-        (live::smaps_sum(&pids, "Pss_Anon:"), pids.len() as u64)
+        // Walk the page tables only when the counters allow a new peak.
+        live::may_exceed(live::status_sum(&pids, "RssAnon:"), pids.len(), peak)
+            .then(|| (live::smaps_sum(&pids, "Pss_Anon:"), pids.len() as u64))
     })
 }
 
-/// Period of [`sample_tree`] (each reading walks the processes' page tables).
+/// Period of [`sample_tree`] (a reading that may be a new peak walks the processes' page tables).
 const TREE_SAMPLE_MS: u64 = 200;
 
 /// `--metrics-file`: a thread that rewrites the file every second from the tree's statistics,

@@ -500,11 +500,14 @@ pub struct Throughput {
 
 /// Sums the Pss of a tree's `redis-server` processes every 50 ms, keeping the largest.
 fn sample_servers(pgid: i32, root: i32) -> crate::live::PeakSampler {
-    crate::live::PeakSampler::start(Duration::from_millis(50), move || {
-        let servers = runner::tree(pgid, root)
+    crate::live::PeakSampler::start(Duration::from_millis(50), move |peak| {
+        let servers: Vec<i32> = runner::tree(pgid, root)
             .into_iter()
-            .filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "redis-server"));
-        (crate::live::smaps_sum(servers, "Pss:"), 0)
+            .filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "redis-server"))
+            .collect();
+        // Walk the page tables only when the summed RSS allows a new peak.
+        crate::live::may_exceed(crate::live::status_sum(&servers, "VmRSS:"), servers.len(), peak)
+            .then(|| (crate::live::smaps_sum(&servers, "Pss:"), 0))
     })
 }
 
