@@ -85,6 +85,7 @@ pub mod loom_api {
 }
 
 pub use handle::Region;
+pub use region::manages as manages_page;
 pub use region::overlaps as overlaps_region;
 pub use stats::PagerStats;
 pub use store::{PageStore, RecompressPass, StoreError};

@@ -120,6 +120,17 @@ pub(crate) unsafe fn lookup(addr: usize) -> Option<&'static RegionInner> {
     None
 }
 
+/// True if a live region holds the page at `addr` (its word is not `UNMAPPED`): unlike
+/// [`overlaps`], false for a region whose range the program unmapped and that is not reaped
+/// yet, and false for addresses reused by a new mapping meanwhile.
+pub fn manages(addr: usize) -> bool {
+    enter();
+    // SAFETY: between enter and leave; the reference is not kept.
+    let hit = unsafe { lookup(addr) }.is_some();
+    leave();
+    hit
+}
+
 /// True if `[a, b)` overlaps a live region (no dereference: safe outside `enter`).
 pub fn overlaps(a: usize, b: usize) -> bool {
     let n = HIGH.load(Ordering::Acquire);

@@ -20,8 +20,10 @@
 //!
 //! A program thread that gets a block of [`NEW_MEMORY_MIN`] bytes or more from its allocator
 //! which no region covers ([`note_block`], from the interposed malloc family) runs a pass
-//! itself, before the program writes the block, unless one began less than [`SYNC_GAP_MS`]
-//! ago (then the next pass takes it). It waits for a pass in progress rather than skip it:
+//! itself, before the program writes the block, unless a pass read the maps after the block
+//! was mapped, or the block is under [`ALWAYS_PASS_MIN`] and a pass began less than
+//! [`SYNC_GAP_MS`] ago (then the next pass takes it). It waits for a pass in progress rather
+//! than skip it:
 //! the scan thread alone is not enough, and four threads filling new memory on two CPUs left
 //! it 3 passes in a 0.5 s run, holding the lock off the CPU, and the program 40-80 MiB over
 //! its limit one run in ten (1 run in 50 after this, 2026-11-25).
@@ -55,16 +57,26 @@ pub const NEW_MEMORY_MIN: usize = 64 << 10;
 /// blocks in a loop must not spend its time reading the maps).
 pub const SYNC_GAP_MS: u64 = 1;
 
-fn now_ms() -> u64 {
+fn now_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes one timespec we own.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
+
+/// When the last pass began reading the maps (monotonic ns): a block mapped before that is in
+/// its reading.
+static READ_AT_NS: AtomicU64 = AtomicU64::new(0);
+/// Blocks at least this large always get a pass of their own, however recent the last one
+/// (unless a pass read the maps after the block was mapped): skipping one left churn's
+/// 32 MiB `malloc` to the scan thread, which came after the program had filled it, 14 MiB
+/// over its bound one run in ten. Smaller ones in a burst wait for the next pass.
+pub const ALWAYS_PASS_MIN: usize = 1 << 20;
 
 /// A block `[a, a + n)` the program's allocator returned (no allocator lock held): if no
 /// region covers its first or last page, run a pass now on this thread (see the module's
-/// paragraph), unless one began less than [`SYNC_GAP_MS`] ago. Waits for [`crate::BIG`] with
+/// paragraph), unless one read the maps after the block was mapped, or the block is smaller
+/// than [`ALWAYS_PASS_MIN`] and a pass began less than [`SYNC_GAP_MS`] ago. Waits for [`crate::BIG`] with
 /// the asynchronous signals blocked, so a handler cannot allocate on top of a pass its own
 /// thread runs; the holder (the scan thread, another program thread's pass, a `fork`'s
 /// prepare handler until the fork returns) never waits for a program thread.
@@ -73,13 +85,23 @@ pub fn note_block(a: usize, n: usize) {
         return;
     }
     let end = a.saturating_add(n);
-    if uswap_pager::overlaps_region(a, a + 1) && uswap_pager::overlaps_region(end - 1, end) {
-        return;
+    // Held by live regions? (Not merely inside one's range: the region of a block freed at
+    // these addresses stays in the registry, its pages UNMAPPED, until a pass reaps it, and
+    // glibc gives a freed block's addresses to the next `malloc` of its size. Checked by
+    // range, churn's 32 MiB `malloc` waited 10 ms for the scan thread, one run in ten, and
+    // the program went 14 MiB over its bound.)
+    let covered = || uswap_pager::manages_page(a) && uswap_pager::manages_page(end - 1);
+    if covered() {
+        // Maybe the unmap of the old block is read but not applied yet: apply it, look again.
+        let Some(p) = super::pager() else { return };
+        p.sync_events();
+        if covered() {
+            return;
+        }
     }
-    let (now, last) = (now_ms(), LAST_SYNC_MS.load(Ordering::Relaxed));
-    if now < last + SYNC_GAP_MS
-        || LAST_SYNC_MS.compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed).is_err()
-    {
+    let mapped_by = now_ns();
+    let now = mapped_by / 1_000_000;
+    if n < ALWAYS_PASS_MIN && now < LAST_SYNC_MS.load(Ordering::Relaxed) + SYNC_GAP_MS {
         return;
     }
     let Some(p) = super::pager() else { return };
@@ -90,8 +112,12 @@ pub fn note_block(a: usize, n: usize) {
     // thread off the CPU (four writers on two CPUs), and this thread's block must not be
     // filled before the pass that adopts it.
     crate::BIG.lock();
-    SYNC_PASSES.fetch_add(1, Ordering::Relaxed);
-    pass_locked(p, false);
+    // A pass that ran while this thread waited may have read the maps with the block in them.
+    if READ_AT_NS.load(Ordering::Acquire) <= mapped_by {
+        LAST_SYNC_MS.store(now, Ordering::Relaxed);
+        SYNC_PASSES.fetch_add(1, Ordering::Relaxed);
+        pass_locked(p, false);
+    }
     crate::BIG.unlock();
 }
 
@@ -228,12 +254,22 @@ fn unsafe_zeroed() -> libc::Dl_info {
     unsafe { std::mem::zeroed() }
 }
 
-/// The previous pass's adopted mappings (unchanged lines are not adopted again).
+/// The previous pass's mappings (an unchanged line is not adopted again while regions still
+/// cover it: see [`covered`]).
 static SEEN: crate::lock::RawLock = crate::lock::RawLock::new();
 struct SeenCell(std::cell::UnsafeCell<Vec<(usize, usize)>>);
 // SAFETY: only touched under SEEN.
 unsafe impl Sync for SeenCell {}
 static SEEN_SET: SeenCell = SeenCell(std::cell::UnsafeCell::new(Vec::new()));
+
+/// Whether live regions hold the first and last page of `m`. A line of the maps equal to one
+/// the previous pass saw is not necessarily the same mapping: a program that frees a large
+/// block and allocates another of the same size gets the same addresses back (glibc's
+/// `munmap` then `mmap`), and the old block's pages went UNMAPPED on the unmap. Keyed by the
+/// addresses alone, such a block was left to a later pass.
+fn covered(m: &Map) -> bool {
+    uswap_pager::manages_page(m.start) && uswap_pager::manages_page(m.end - 1)
+}
 
 /// Anonymous mappings present at start and smaller than this are the dynamic loader's.
 const LOADER_MAX: usize = 1 << 20;
@@ -286,14 +322,22 @@ fn pass_locked(p: &Pager, first: bool) {
     crate::reentry::internal(|| {
         let min_len = super::MMAP_MIN.load(Ordering::Relaxed);
         // A reading of the maps in which every pager mapping is recorded as its own: no own
-        // mapping in flight, and none recorded, between the two tokens (see
-        // `own::Making`). The window is a system call long; after 100 tries the pass
-        // adopts nothing (a later pass will), except the first, which must record the
-        // loader's data.
+        // mapping in flight, and none recorded or forgotten, between the two tokens (see
+        // `own::Making`). The window is a system call long; after 100 tries the pass goes on
+        // with an unstable reading, in which only mappings that overlap no own memory are
+        // adopted (`vma::adopt` checks again under its guard, so one that became own since is
+        // refused); one that overlaps own memory may hold an own part not recorded yet, so it
+        // waits for a stable reading (a later pass) instead of being taken as seen. (Passes
+        // that gave up whole left a program's fresh blocks unmanaged while the pager kept
+        // unmapping its own memory: the churn test 14 MiB over its bound one run in two.)
         let mut maps = Vec::new();
         let mut stable = false;
+        // Unmaps read so far are applied first, so [`covered`] sees no region of a mapping
+        // that is gone.
+        p.sync_events();
         for _ in 0..100 {
             let g0 = uswap_pager::own::quiet_generation();
+            READ_AT_NS.store(now_ns(), Ordering::Release);
             maps = read_maps();
             if g0.is_some() && g0 == uswap_pager::own::quiet_generation() {
                 stable = true;
@@ -301,9 +345,8 @@ fn pass_locked(p: &Pager, first: bool) {
             }
             std::thread::yield_now();
         }
-        if !stable && !first {
+        if !stable {
             UNSTABLE.fetch_add(1, Ordering::Relaxed);
-            return;
         }
         SEEN.lock();
         // SAFETY: under SEEN.
@@ -319,7 +362,12 @@ fn pass_locked(p: &Pager, first: bool) {
                 None => {
                     let key = (m.start, m.end);
                     let mut retry = false;
-                    if seen.binary_search(&key).is_err() {
+                    // From an unstable reading: overlapping own memory (before, or after
+                    // adopting: an own part in flight at the reading is recorded by then).
+                    let own_part = || !stable && uswap_pager::own::is_own(m.start, m.end);
+                    if own_part() {
+                        retry = true;
+                    } else if seen.binary_search(&key).is_err() || !covered(m) {
                         match adopt_mapping(p, m, stable) {
                             Ok(n) => {
                                 ADOPTED_BYTES.fetch_add(n as u64, Ordering::Relaxed);
@@ -332,6 +380,7 @@ fn pass_locked(p: &Pager, first: bool) {
                             }
                             Err(_) => {}
                         }
+                        retry |= own_part();
                     }
                     if !retry {
                         now.push(key);
