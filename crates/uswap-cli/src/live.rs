@@ -124,22 +124,30 @@ impl Drop for TreeDir {
 
 /// The sum of one `smaps_rollup` field (`Pss:`, `Pss_Anon:`, in bytes) over processes `pids`
 /// (those gone meanwhile count 0). Each read walks the process's page tables.
-pub fn smaps_sum<P: std::fmt::Display>(pids: impl IntoIterator<Item = P>, key: &str) -> u64 {
+fn smaps_sum<P: std::fmt::Display>(pids: impl IntoIterator<Item = P>, key: &str) -> u64 {
     proc_sum(pids, "smaps_rollup", key)
 }
 
 /// The sum of one `/proc/PID/status` field (`VmRSS:`, `RssAnon:`, in bytes) over processes
 /// `pids`: the kernel's counters, read without walking page tables. `RssAnon` bounds
 /// `Pss_Anon` from above, and `VmRSS` bounds `Pss` (a proportional share is at most the page).
-pub fn status_sum<P: std::fmt::Display>(pids: impl IntoIterator<Item = P>, key: &str) -> u64 {
+fn status_sum<P: std::fmt::Display>(pids: impl IntoIterator<Item = P>, key: &str) -> u64 {
     proc_sum(pids, "status", key)
 }
 
 /// Whether a sum of [`status_sum`] counters over `procs` processes may hide a proportional
 /// size above `peak`. The counters are per-CPU batched in the kernel and may lag the page
 /// tables by 32 pages per CPU; 512 KiB per process covers that on the machines we run on.
-pub fn may_exceed(counters: u64, procs: usize, peak: u64) -> bool {
+fn may_exceed(counters: u64, procs: usize, peak: u64) -> bool {
     counters + procs as u64 * (512 << 10) > peak
+}
+
+/// The sum of `pss_key` (`Pss:` or `Pss_Anon:`) over `pids` if it may be above `peak`: the
+/// page tables are walked only when the counters that bound it (`VmRSS:`, `RssAnon:`) allow
+/// a new peak.
+pub fn pss_if_above<P: std::fmt::Display>(pids: &[P], pss_key: &str, peak: u64) -> Option<u64> {
+    let bound = if pss_key == "Pss_Anon:" { "RssAnon:" } else { "VmRSS:" };
+    may_exceed(status_sum(pids, bound), pids.len(), peak).then(|| smaps_sum(pids, pss_key))
 }
 
 fn proc_sum<P: std::fmt::Display>(pids: impl IntoIterator<Item = P>, file: &str, key: &str) -> u64 {

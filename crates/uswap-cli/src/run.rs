@@ -403,9 +403,7 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
 fn sample_tree(budget: PathBuf) -> live::PeakSampler {
     live::PeakSampler::start(std::time::Duration::from_millis(TREE_SAMPLE_MS), move |peak| {
         let pids = uswap_pager::tree::pids_in(&budget);
-        // Walk the page tables only when the counters allow a new peak.
-        live::may_exceed(live::status_sum(&pids, "RssAnon:"), pids.len(), peak)
-            .then(|| (live::smaps_sum(&pids, "Pss_Anon:"), pids.len() as u64))
+        live::pss_if_above(&pids, "Pss_Anon:", peak).map(|v| (v, pids.len() as u64))
     })
 }
 

@@ -87,7 +87,7 @@ pub mod loom_api {
 pub use handle::Region;
 pub use region::manages as manages_page;
 pub use region::overlaps as overlaps_region;
-pub use stats::PagerStats;
+pub use stats::{now_ns, PagerStats};
 pub use store::{PageStore, RecompressPass, StoreError};
 pub use sys::{copy_from_self, SignalsBlocked};
 pub use syscall::prefault;

@@ -144,17 +144,37 @@ pub fn add(start: usize, len: usize) {
     OVERFLOW.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Forget `[start, start + len)` (whole pages: the mapping is about to be unmapped). Entries
-/// overlapping the range are trimmed to what is left of them; an entry split in two keeps its
-/// lower part and its upper part gets an entry of its own.
-///
-/// Call it *before* the `munmap` (or the `mremap` that moves the range away), holding a
-/// [`Making`] guard across both: entries are address ranges, not owners, so a `remove` after
-/// the unmap can erase the entry of another thread's new mapping that the kernel put in the
-/// freed range meanwhile (or that new mapping's [`add`] finds the old entry still covering it
-/// and records nothing). That left the pager's page words unrecorded, and a reconciler
-/// adopted them: the event thread faulted on its own memory (a hang). Forgotten first, the
-/// range is unrecorded only while it is still mapped and the guard holds adopters off.
+/// Held around the `munmap` of an own range (or the `mremap` that moves it away): the range
+/// is forgotten when the guard is taken, *before* the call, and adopters are held off (a
+/// [`Making`] guard) until it is dropped. Entries are address ranges, not owners, so a
+/// [`remove`] after the unmap could erase the entry of another thread's new mapping that the
+/// kernel put in the freed range meanwhile (or that mapping's [`add`] found the old entry
+/// still covering it and recorded nothing). That left the pager's page words unrecorded, and a
+/// reconciler adopted them: the event thread faulted on its own memory (a hang). Forgotten
+/// first, the range is unrecorded only while it is still mapped and adopters are held off.
+#[must_use = "adopters are held off only while the guard lives"]
+pub struct Unmapping {
+    range: (usize, usize),
+    _making: Making,
+}
+
+impl Unmapping {
+    /// Forget `[start, start + len)`, about to be unmapped.
+    pub fn begin(start: usize, len: usize) -> Unmapping {
+        let making = making();
+        remove(start, len);
+        Unmapping { range: (start, len), _making: making }
+    }
+
+    /// The call failed: the range is still mapped, record it again.
+    pub fn failed(self) {
+        add(self.range.0, self.range.1);
+    }
+}
+
+/// Forget `[start, start + len)` (whole pages). Entries overlapping the range are trimmed to
+/// what is left of them; an entry split in two keeps its lower part and its upper part gets
+/// an entry of its own. Around an unmap, use [`Unmapping`] instead.
 pub fn remove(start: usize, len: usize) {
     let end = (start + len).div_ceil(PAGE) * PAGE;
     let start = start & !(PAGE - 1);
@@ -352,9 +372,7 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        // Forgotten *before* the unmap, with adopters held off meanwhile (see [`remove`]).
-        let _making = making();
-        remove(self.ptr.as_ptr() as usize, self.len);
+        let _unmapping = Unmapping::begin(self.ptr.as_ptr() as usize, self.len);
         // SAFETY: the mapping made in new, owned by self; nothing borrows it any more (borrows
         // of `atomic_words` end with &self; raw pointers from `as_ptr` are their users' to drop
         // first).

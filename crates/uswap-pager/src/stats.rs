@@ -82,7 +82,7 @@ pub(crate) fn inc(c: &AtomicU64, n: u64) {
 
 /// Monotonic nanoseconds (vDSO `clock_gettime`, signal-safe).
 #[inline]
-pub(crate) fn now_ns() -> u64 {
+pub fn now_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes the timespec we pass.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };

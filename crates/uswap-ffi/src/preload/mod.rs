@@ -519,14 +519,12 @@ pub unsafe extern "C" fn mmap64(
 #[no_mangle]
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
     if ours() && mode() != OFF {
-        // The pager's own memory: forgotten before the unmap, adopters held off meanwhile
-        // (`uswap_pager::own::remove` says why), and recorded again if the unmap failed.
-        let _making = uswap_pager::own::making();
-        uswap_pager::own::remove(addr as usize, len);
+        // The pager's own memory: forgotten before the unmap (`own::Unmapping` says why).
+        let unmapping = uswap_pager::own::Unmapping::begin(addr as usize, len);
         // SAFETY: forwarded.
         let r = unsafe { crate::internal::sys_munmap(addr, len) };
         if r != 0 {
-            uswap_pager::own::add(addr as usize, len);
+            unmapping.failed();
         }
         return r;
     }
@@ -592,15 +590,15 @@ pub unsafe extern "C" fn mremap(
     new_addr: *mut c_void,
 ) -> *mut c_void {
     if ours() {
-        // As for munmap: the old range is forgotten before it may be freed.
-        let _making = uswap_pager::own::making();
-        uswap_pager::own::remove(old as usize, old_len);
+        // As for munmap: the old range is forgotten before it may be freed, and the new one
+        // recorded before adopters may look again.
+        let unmapping = uswap_pager::own::Unmapping::begin(old as usize, old_len);
         // SAFETY: forwarded.
         let r = unsafe { libc::syscall(libc::SYS_mremap, old, old_len, new_len, flags, new_addr) } as *mut c_void;
-        if r != libc::MAP_FAILED {
-            uswap_pager::own::add(r as usize, new_len);
+        if r == libc::MAP_FAILED {
+            unmapping.failed();
         } else {
-            uswap_pager::own::add(old as usize, old_len);
+            uswap_pager::own::add(r as usize, new_len);
         }
         return r;
     }

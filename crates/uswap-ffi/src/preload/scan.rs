@@ -33,7 +33,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use uswap_pager::Pager;
+use uswap_pager::{now_ns, Pager};
 
 static UNMANAGED_NOW: AtomicU64 = AtomicU64::new(0);
 static UNMANAGED_PEAK: AtomicU64 = AtomicU64::new(0);
@@ -57,13 +57,6 @@ pub const NEW_MEMORY_MIN: usize = 64 << 10;
 /// blocks in a loop must not spend its time reading the maps).
 pub const SYNC_GAP_MS: u64 = 1;
 
-fn now_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// When the last pass began reading the maps (monotonic ns): a block mapped before that is in
 /// its reading.
 static READ_AT_NS: AtomicU64 = AtomicU64::new(0);
@@ -84,18 +77,14 @@ pub fn note_block(a: usize, n: usize) {
     if !super::ready() {
         return;
     }
+    let Some(p) = super::pager() else { return };
     let end = a.saturating_add(n);
-    // Held by live regions? (Not merely inside one's range: the region of a block freed at
-    // these addresses stays in the registry, its pages UNMAPPED, until a pass reaps it, and
-    // glibc gives a freed block's addresses to the next `malloc` of its size. Checked by
-    // range, churn's 32 MiB `malloc` waited 10 ms for the scan thread, one run in ten, and
-    // the program went 14 MiB over its bound.)
-    let covered = || uswap_pager::manages_page(a) && uswap_pager::manages_page(end - 1);
-    if covered() {
-        // Maybe the unmap of the old block is read but not applied yet: apply it, look again.
-        let Some(p) = super::pager() else { return };
+    if covered(a, end) {
+        // Maybe by a block freed at these addresses whose unmap is read but not applied yet
+        // (glibc gives a freed block's addresses to the next `malloc` of its size): apply
+        // it, look again.
         p.sync_events();
-        if covered() {
+        if covered(a, end) {
             return;
         }
     }
@@ -104,7 +93,6 @@ pub fn note_block(a: usize, n: usize) {
     if n < ALWAYS_PASS_MIN && now < LAST_SYNC_MS.load(Ordering::Relaxed) + SYNC_GAP_MS {
         return;
     }
-    let Some(p) = super::pager() else { return };
     // Asynchronous signals blocked from before the lock to after the unlock: a handler that
     // allocated a large block would otherwise wait for the lock its own thread holds.
     let _signals = uswap_pager::SignalsBlocked::new();
@@ -255,20 +243,21 @@ fn unsafe_zeroed() -> libc::Dl_info {
 }
 
 /// The previous pass's mappings (an unchanged line is not adopted again while regions still
-/// cover it: see [`covered`]).
+/// hold it: see [`covered`]).
 static SEEN: crate::lock::RawLock = crate::lock::RawLock::new();
 struct SeenCell(std::cell::UnsafeCell<Vec<(usize, usize)>>);
 // SAFETY: only touched under SEEN.
 unsafe impl Sync for SeenCell {}
 static SEEN_SET: SeenCell = SeenCell(std::cell::UnsafeCell::new(Vec::new()));
 
-/// Whether live regions hold the first and last page of `m`. A line of the maps equal to one
-/// the previous pass saw is not necessarily the same mapping: a program that frees a large
-/// block and allocates another of the same size gets the same addresses back (glibc's
-/// `munmap` then `mmap`), and the old block's pages went UNMAPPED on the unmap. Keyed by the
-/// addresses alone, such a block was left to a later pass.
-fn covered(m: &Map) -> bool {
-    uswap_pager::manages_page(m.start) && uswap_pager::manages_page(m.end - 1)
+/// Whether live regions hold the first and last page of `[start, end)`: not merely whether a
+/// region's range lies there. A freed block's region stays in the registry, its pages
+/// UNMAPPED, until a pass reaps it, and a program that frees a large block and allocates
+/// another of the same size gets the same addresses back (glibc's `munmap` then `mmap`), so
+/// its maps line is also the one the previous pass saw. Judged by range, churn's 32 MiB
+/// `malloc` waited 10 ms for the scan thread, one run in ten, and went 14 MiB over its bound.
+fn covered(start: usize, end: usize) -> bool {
+    uswap_pager::manages_page(start) && uswap_pager::manages_page(end - 1)
 }
 
 /// Anonymous mappings present at start and smaller than this are the dynamic loader's.
@@ -367,7 +356,7 @@ fn pass_locked(p: &Pager, first: bool) {
                     let own_part = || !stable && uswap_pager::own::is_own(m.start, m.end);
                     if own_part() {
                         retry = true;
-                    } else if seen.binary_search(&key).is_err() || !covered(m) {
+                    } else if seen.binary_search(&key).is_err() || !covered(m.start, m.end) {
                         match adopt_mapping(p, m, stable) {
                             Ok(n) => {
                                 ADOPTED_BYTES.fetch_add(n as u64, Ordering::Relaxed);

@@ -505,9 +505,7 @@ fn sample_servers(pgid: i32, root: i32) -> crate::live::PeakSampler {
             .into_iter()
             .filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "redis-server"))
             .collect();
-        // Walk the page tables only when the summed RSS allows a new peak.
-        crate::live::may_exceed(crate::live::status_sum(&servers, "VmRSS:"), servers.len(), peak)
-            .then(|| (crate::live::smaps_sum(&servers, "Pss:"), 0))
+        crate::live::pss_if_above(&servers, "Pss:", peak).map(|v| (v, 0))
     })
 }
 
