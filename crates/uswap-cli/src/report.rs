@@ -257,6 +257,8 @@ pub fn pager(p: &Value, tiers: &str) -> Value {
             "batches": u(p, "/reclaim_batches"),
             "failed": u(p, "/reclaim_fail"),
             "demoted_pages": u(p, "/demoted_pages"),
+            "workingset_activate": u(p, "/workingset_activate"),
+            "pgdeactivate": u(p, "/pgdeactivate"),
             "evicted_folios": u(p, "/evicted_folios"),
             "clean_kept": u(p, "/clean_kept"),
             "clean_evicted": u(p, "/clean_evicted"),

@@ -328,8 +328,9 @@ enum Mapped<'k> {
 }
 
 /// Publish the held pages of `c` (on `[first, first + c.len())`) as mapped, in aligned blocks,
-/// and queue them on the active list, as `how` says.
-fn publish(p: &Pager, r: &RegionInner, first: usize, c: &mut Claim<'_>, how: Mapped<'_>) -> usize {
+/// as `how` says, and queue them on the protected list when `hot` (a swap-in that came back
+/// soon: [`reclaim::refault_is_hot`]), else on the active list.
+fn publish(p: &Pager, r: &RegionInner, first: usize, c: &mut Claim<'_>, how: Mapped<'_>, hot: bool) -> usize {
     let mut count = 0;
     let held = c.held_set();
     reclaim::blocks(first, c.len(), &|i| held.contains(i), |pg, k| {
@@ -341,7 +342,7 @@ fn publish(p: &Pager, r: &RegionInner, first: usize, c: &mut Claim<'_>, how: Map
             };
             c.set(i, w);
         }
-        p.active.push(entry(r, pg, k));
+        reclaim::queue_mapped(p, r, pg, k, hot);
         count += 1 << k;
     });
     p.resident_pages.fetch_add(count as i64, Ordering::AcqRel);
@@ -631,13 +632,14 @@ fn fill_cached(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, writ
     }
     // Publish, put.
     reclaim::clear_clean_tags(p, o, n);
+    let hot = reclaim::refault_is_hot(p, r, pg);
     if clean {
-        publish(p, r, head, &mut c, Mapped::CleanKept(&kept[..n]));
+        publish(p, r, head, &mut c, Mapped::CleanKept(&kept[..n]), hot);
     } else {
         for &w in kept[..n].iter().filter(|&&w| w != PageWord::NONE) {
             p.store.put(w.payload(), 1);
         }
-        publish(p, r, head, &mut c, Mapped::Resident);
+        publish(p, r, head, &mut c, Mapped::Resident, hot);
     }
     p.cache.free(o);
     inc(&p.counters.fault_cache, 1);
@@ -698,15 +700,16 @@ fn fill_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write
         wake_page(p, r, pg, wake);
     }
     // Publish, put.
+    let hot = reclaim::refault_is_hot(p, r, pg);
     if clean {
-        publish(p, r, head, &mut c, Mapped::CleanOld);
+        publish(p, r, head, &mut c, Mapped::CleanOld, hot);
     } else {
         for i in 0..n {
             if c.held(i) {
                 p.store.put(e_head + i as u64, 1);
             }
         }
-        publish(p, r, head, &mut c, Mapped::Resident);
+        publish(p, r, head, &mut c, Mapped::Resident, hot);
     }
     note_refaults(p, r, head, (0..n).map(|i| c.held(i)));
     if all {
@@ -753,11 +756,12 @@ fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord
         return true;
     }
     // Publish, put.
+    let hot = reclaim::refault_is_hot(p, r, pg);
     if clean {
-        publish(p, r, pg, &mut c, Mapped::CleanOld);
+        publish(p, r, pg, &mut c, Mapped::CleanOld, hot);
     } else {
         p.store.put(e, 1);
-        publish(p, r, pg, &mut c, Mapped::Resident);
+        publish(p, r, pg, &mut c, Mapped::Resident, hot);
     }
     note_refaults(p, r, pg, std::iter::once(true));
     inc(&p.counters.swpin_fallback[k0 as usize], 1);
@@ -817,7 +821,7 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write
             wake_page(p, r, pg, wake);
             return true;
         }
-        publish(p, r, first, &mut c, Mapped::Resident);
+        publish(p, r, first, &mut c, Mapped::Resident, false);
         inc(&p.counters.fault_zero, 1);
         return true;
     }
@@ -866,7 +870,8 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write
             swapped += 1;
         }
     }
-    publish(p, r, first, &mut c, if clean { Mapped::CleanOld } else { Mapped::Resident });
+    let hot = w0.kind() == kind::SWAPPED && reclaim::refault_is_hot(p, r, pg);
+    publish(p, r, first, &mut c, if clean { Mapped::CleanOld } else { Mapped::Resident }, hot);
     if swapped > 0 {
         note_refaults(p, r, first, (0..n).map(|i| swapped_at(&c, i)));
     }

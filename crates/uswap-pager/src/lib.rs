@@ -23,7 +23,10 @@
 //! - **Replacement**: kernel-style active and inactive lists. An evicted folio first goes to
 //!   the inactive list, unmapped but kept uncompressed in the swap cache; a refault there is
 //!   cheap and promotes it back (workingset detection). Only folios that age out of the
-//!   inactive list are compressed.
+//!   inactive list are compressed. A folio that comes back soon after it left (a short
+//!   refault distance) is mapped onto a protected list, which gives its oldest folios back to
+//!   the active list only when it holds most of the resident pages: user space sees no
+//!   accessed bits, so a page's refaults are what tell a hot page from a cold one.
 //! - **Clean pages keep their swap entry**: a page swapped in by a read is mapped
 //!   write-protected and keeps its entry, as the kernel's swap cache keeps a clean folio's slot;
 //!   evicting it again is just the `MADV_DONTNEED`, and the first write frees the entry. An
@@ -250,6 +253,8 @@ pub struct Pager {
     pub(crate) cache: arena::Arena,
     pub(crate) resident_pages: AtomicI64,
     pub(crate) active: reclaim::Ring,
+    /// Mapped folios that came back soon after they were evicted (see [`reclaim::Protect`]).
+    pub(crate) protected: reclaim::Protect,
     pub(crate) inactive: reclaim::Ring,
     pub(crate) counters: stats::Counters,
     pub(crate) bufs: bufs::BufPool,
@@ -393,6 +398,7 @@ impl Pager {
         let pager = Arc::new(Pager {
             cache: arena::Arena::new(64 << 30).map_err(os)?,
             active: reclaim::Ring::new(ring_cap).map_err(os)?,
+            protected: reclaim::Protect::new(ring_cap).map_err(os)?,
             inactive: reclaim::Ring::new(ring_cap).map_err(os)?,
             resident_pages: AtomicI64::new(0),
             counters: stats::Counters::default(),

@@ -34,6 +34,8 @@ pub(crate) struct Counters {
     pub(crate) reclaim_aborted: AtomicU64,
     pub(crate) pages_mapped: AtomicU64,
     pub(crate) demoted_pages: AtomicU64,
+    pub(crate) workingset_activate: AtomicU64,
+    pub(crate) pgdeactivate: AtomicU64,
     pub(crate) evicted_pages: AtomicU64,
     pub(crate) evicted_folios: AtomicU64,
     pub(crate) reclaim_batches: AtomicU64,
@@ -177,6 +179,11 @@ pub struct PagerStats {
     pub pages_mapped: u64,
     /// Pages moved from the active to the inactive list (unmapped, kept uncompressed).
     pub demoted_pages: u64,
+    /// Pages swapped back in soon after their eviction and mapped onto the protected list
+    /// (the kernel's `workingset_activate_anon`).
+    pub workingset_activate: u64,
+    /// Pages moved from the protected list to the active list's tail (`pgdeactivate`).
+    pub pgdeactivate: u64,
     /// Pages written to the store.
     pub evicted_pages: u64,
     /// Folios (units) written to the store.
@@ -308,6 +315,8 @@ pub(crate) fn snapshot(p: &Pager, regions_live: usize) -> PagerStats {
         regions_live: regions_live as u64,
         pages_mapped: g(&c.pages_mapped),
         demoted_pages: g(&c.demoted_pages),
+        workingset_activate: g(&c.workingset_activate),
+        pgdeactivate: g(&c.pgdeactivate),
         evicted_pages: g(&c.evicted_pages),
         evicted_folios: g(&c.evicted_folios),
         reclaim_batches: g(&c.reclaim_batches),

@@ -50,7 +50,8 @@ JSON (--json), per program: limit_bytes; native_s, kernel_s, uswap_s (medians of
 finished); speed_ratio = kernel_s / uswap_s; native_peak_rss_bytes, kernel_peak_bytes, \
 uswap_peak_rss_bytes (wait4's ru_maxrss: the largest process of the tree); \
 kernel_cgroup_peak_bytes (the cgroup's memory.max_usage_in_bytes, page cache included); \
-uswap_fixed_overhead_bytes (from uswap run --stats); uswap_evicted_bytes; correct and \
+uswap_fixed_overhead_bytes (from uswap run --stats); uswap_evicted_bytes; kernel_swapped_out_bytes, \
+kernel_swapped_in_bytes, uswap_swapped_in_bytes; correct and \
 kernel_correct (output == native output); native_outcome, kernel_outcome, uswap_outcome \
 (ok | oom | timeout | error); *_stacks (the stacks printed at a timeout); runs (every run). \
 Top level: geomean_speed_ratio with geomean_over and geomean_excluded (and why), failures, \
@@ -140,6 +141,8 @@ struct RunRec {
     fixed_overhead: Option<u64>,
     evicted_bytes: Option<u64>,
     swapped_out_bytes: Option<u64>,
+    /// Bytes swapped in (kernel: `pswpin`; uswap: every process's `swap.pswpin`).
+    swapped_in_bytes: Option<u64>,
     processes: Option<u64>,
 }
 
@@ -150,7 +153,7 @@ impl RunRec {
             "peak_rss_bytes": self.peak_rss, "cgroup_peak_bytes": self.cgroup_peak, "correct": self.correct,
             "diff": self.diff, "error": self.error, "fixed_overhead_bytes": self.fixed_overhead,
             "evicted_bytes": self.evicted_bytes, "swapped_out_bytes": self.swapped_out_bytes,
-            "processes_with_stats": self.processes,
+            "swapped_in_bytes": self.swapped_in_bytes, "processes_with_stats": self.processes,
         })
     }
 }
@@ -289,7 +292,7 @@ impl SideCtx<'_> {
 
 /// Read `uswap run --stats` (docs/stats.md): (fixed overhead, swapped-out bytes, processes).
 /// None when absent (killed before writing it, or empty).
-fn uswap_stats(p: &Path) -> Option<(u64, u64, u64)> {
+fn uswap_stats(p: &Path) -> Option<UswapStats> {
     let v: Value = serde_json::from_slice(&std::fs::read(p).ok()?).ok()?;
     let procs: Vec<&Value> = v
         .get("main")
@@ -301,7 +304,19 @@ fn uswap_stats(p: &Path) -> Option<(u64, u64, u64)> {
     let u = |x: &Value, p: &[&str]| p.iter().find_map(|p| x.pointer(p).and_then(Value::as_u64)).unwrap_or(0);
     let fixed = procs.iter().map(|x| u(x, &["/fixed_overhead_bytes", "/rss_at_start_bytes"])).max().unwrap_or(0);
     let evicted = procs.iter().map(|x| u(x, &["/swap/pswpout", "/pager/evicted_pages"]) * 4096).sum();
-    (!procs.is_empty()).then_some((fixed, evicted, procs.len() as u64))
+    let swapped_in = procs.iter().map(|x| u(x, &["/swap/pswpin"]) * 4096).sum();
+    (!procs.is_empty()).then_some(UswapStats { fixed, evicted, swapped_in, processes: procs.len() as u64 })
+}
+
+/// What [`uswap_stats`] reads from `uswap run --stats`.
+struct UswapStats {
+    /// The largest process's fixed overhead.
+    fixed: u64,
+    /// Bytes swapped out and in, every process.
+    evicted: u64,
+    swapped_in: u64,
+    /// Processes with statistics.
+    processes: u64,
 }
 
 /// Compare two files byte for byte: None when equal, else where they differ.
@@ -389,11 +404,28 @@ fn kernel_begin(k: &mut KernelSide, limit: u64) -> Result<KernelRun, String> {
     Ok(KernelRun { cg, dev: z.dev, before })
 }
 
-/// (cgroup peak, OOM kills, swapped-out bytes); swapoff and remove the cgroup.
-fn kernel_end(k: &mut KernelSide, kr: KernelRun) -> (Option<u64>, u64, u64, Vec<String>) {
+/// What the kernel side measured around one run.
+struct KernelEnd {
+    /// The cgroup's peak usage.
+    peak: Option<u64>,
+    /// OOM kills in the cgroup.
+    ooms: u64,
+    /// Bytes swapped out and in (`/proc/vmstat` `pswpout`, `pswpin`: the cgroup's zram device
+    /// is the machine's only swap while it runs).
+    out_bytes: u64,
+    in_bytes: u64,
+    /// What failed while restoring the machine.
+    errs: Vec<String>,
+}
+
+/// Measure the run's end; swapoff and remove the cgroup.
+fn kernel_end(k: &mut KernelSide, kr: KernelRun) -> KernelEnd {
     let ops = k.guard.ops();
     let after = kernel::vmstat(ops);
-    let out = after.get("pswpout").copied().unwrap_or(0).saturating_sub(kr.before.get("pswpout").copied().unwrap_or(0));
+    let diff = |key: &str| {
+        after.get(key).copied().unwrap_or(0).saturating_sub(kr.before.get(key).copied().unwrap_or(0)) * 4096
+    };
+    let (out_bytes, in_bytes) = (diff("pswpout"), diff("pswpin"));
     let (peak_file, events) = if kr.cg.version == 1 {
         ("memory.max_usage_in_bytes", "memory.oom_control")
     } else {
@@ -413,7 +445,7 @@ fn kernel_end(k: &mut KernelSide, kr: KernelRun) -> (Option<u64>, u64, u64, Vec<
     if let Err(e) = k.guard.undo_now(&Undo::Rmdir(kr.cg.dir.clone())) {
         errs.push(e);
     }
-    (peak, ooms, out * 4096, errs)
+    KernelEnd { peak, ooms, out_bytes, in_bytes, errs }
 }
 
 /// Run `body` once on `sc.side` in `dir`.
@@ -466,19 +498,21 @@ fn run_once(
     let mut rec = RunRec { side: sc.side.key(), ..Default::default() };
     let mut oom = false;
     if let Some(kr) = kr {
-        let (peak, ooms, out, errs) = kernel_end(k, kr);
-        rec.cgroup_peak = peak;
-        rec.swapped_out_bytes = Some(out);
-        oom = ooms > 0;
-        if !errs.is_empty() {
-            return Err(format!("kernel side: {}", errs.join("; ")));
+        let e = kernel_end(k, kr);
+        rec.cgroup_peak = e.peak;
+        rec.swapped_out_bytes = Some(e.out_bytes);
+        rec.swapped_in_bytes = Some(e.in_bytes);
+        oom = e.ooms > 0;
+        if !e.errs.is_empty() {
+            return Err(format!("kernel side: {}", e.errs.join("; ")));
         }
     }
     if sc.side == Side::Uswap {
-        if let Some((fixed, evicted, n)) = uswap_stats(&sc.stats) {
-            rec.fixed_overhead = Some(fixed);
-            rec.evicted_bytes = Some(evicted);
-            rec.processes = Some(n);
+        if let Some(u) = uswap_stats(&sc.stats) {
+            rec.fixed_overhead = Some(u.fixed);
+            rec.evicted_bytes = Some(u.evicted);
+            rec.swapped_in_bytes = Some(u.swapped_in);
+            rec.processes = Some(u.processes);
         }
     }
     match waited {
@@ -586,9 +620,11 @@ impl ProgRes {
             "kernel_peak_bytes": self.peak(Side::Kernel),
             "kernel_cgroup_peak_bytes": self.opt(Side::Kernel, |r| r.cgroup_peak),
             "kernel_swapped_out_bytes": self.opt(Side::Kernel, |r| r.swapped_out_bytes),
+            "kernel_swapped_in_bytes": self.opt(Side::Kernel, |r| r.swapped_in_bytes),
             "uswap_peak_rss_bytes": self.peak(Side::Uswap),
             "uswap_fixed_overhead_bytes": self.opt(Side::Uswap, |r| r.fixed_overhead),
             "uswap_evicted_bytes": self.opt(Side::Uswap, |r| r.evicted_bytes),
+            "uswap_swapped_in_bytes": self.opt(Side::Uswap, |r| r.swapped_in_bytes),
             "uswap_rss_target_bytes": self.rss_bound(),
             "uswap_rss_within_target": self.rss_bound().zip(self.peak(Side::Uswap)).map(|(b, p)| p <= b),
             "correct": self.correct(Side::Uswap),

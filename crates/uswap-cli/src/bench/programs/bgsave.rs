@@ -138,12 +138,13 @@ pub fn run(a: &Args) -> CliResult {
             kernel::set_child(0);
             let mut rec = json!({ "side": side.key(), "round": round });
             if let Some(kr) = kr {
-                let (peak, ooms, out, errs) = kernel_end(&mut k, kr);
-                rec["cgroup_peak_bytes"] = json!(peak);
-                rec["oom_kills"] = json!(ooms);
-                rec["swapped_out_bytes"] = json!(out);
-                if !errs.is_empty() {
-                    return Err(CliError::fail(format!("kernel side: {}", errs.join("; "))));
+                let e = kernel_end(&mut k, kr);
+                rec["cgroup_peak_bytes"] = json!(e.peak);
+                rec["oom_kills"] = json!(e.ooms);
+                rec["swapped_out_bytes"] = json!(e.out_bytes);
+                rec["swapped_in_bytes"] = json!(e.in_bytes);
+                if !e.errs.is_empty() {
+                    return Err(CliError::fail(format!("kernel side: {}", e.errs.join("; "))));
                 }
             }
             if side == Side::Uswap {
@@ -152,6 +153,9 @@ pub fn run(a: &Args) -> CliResult {
                     rec["fixed_overhead_bytes"] = json!(f);
                     fixed.extend(f);
                     rec["processes"] = json!(1 + v["other_processes"].as_array().map_or(0, Vec::len));
+                    let procs = v.get("main").into_iter().chain(v["other_processes"].as_array().into_iter().flatten());
+                    let pages: u64 = procs.filter_map(|x| x.pointer("/swap/pswpin").and_then(Value::as_u64)).sum();
+                    rec["swapped_in_bytes"] = json!(pages * 4096);
                 }
             }
             if let Some(w) = &waited {
