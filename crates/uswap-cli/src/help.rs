@@ -114,7 +114,9 @@ JSON keys: get_rps_uswap, get_rps_kernel, nobgsave_get_ratio, bgsave_get_rps_usw
 bgsave_get_rps_kernel, bgsave_get_ratio, bgsave_seconds_uswap, bgsave_seconds_kernel,
 fork_ms_uswap, fork_ms_kernel (Redis's latest_fork_usec: how long the server stopped to fork),
 uswap_tree_peak_pss_bytes (the largest sum of the Pss of the server and its BGSAVE child),
-uswap_fixed_overhead_bytes, failures, and every run. Ratios are uswap / kernel.";
+uswap_fixed_overhead_bytes, get_swapin_pages_per_get_{uswap,kernel} (pages swapped in per GET
+with no BGSAVE: the tree's swap.pswpin, the kernel's pswpin), bgsave_swapin_pages_{uswap,kernel}
+(pages swapped in during the BGSAVE phase), failures, and every run. Ratios are uswap / kernel.";
 
 /// `uswap status --help`.
 pub const STATUS: &str = "\

@@ -69,6 +69,10 @@ impl SideRes {
     fn med(&self, f: impl Fn(&Throughput) -> f64) -> Option<f64> {
         median(&self.ok.iter().map(f).collect::<Vec<_>>()).map(r3)
     }
+    /// The median of a figure some runs may lack.
+    fn med_some(&self, f: impl Fn(&Throughput) -> Option<f64>) -> Option<f64> {
+        median(&self.ok.iter().filter_map(f).collect::<Vec<_>>()).map(r3)
+    }
 }
 
 /// Run the benchmark.
@@ -134,7 +138,18 @@ pub fn run(a: &Args) -> CliResult {
             };
             let _ = std::fs::remove_file(&stats);
             let deadline = Instant::now() + Duration::from_secs(a.timeout);
-            let (res, waited) = redis::throughput(&plan, &dir, &|argv| sc.command(argv), a.requests, deadline);
+            // Pages swapped in so far: the kernel's `pswpin` (the cgroup's zram device is the
+            // machine's only swap), or the sum over the `uswap run` tree's processes.
+            let swapins = |pid: i32| -> Option<u64> {
+                if side == Side::Kernel {
+                    kernel::vmstat(&RealOps::default()).get("pswpin").copied()
+                } else {
+                    let tree = crate::live::tree_at(&crate::live::run_dir().ok()?.join(pid.to_string()))?;
+                    Some(tree.procs.iter().filter_map(|v| v["swapin_pages"].as_u64()).sum())
+                }
+            };
+            let (res, waited) =
+                redis::throughput(&plan, &dir, &|argv| sc.command(argv), &swapins, a.requests, deadline);
             kernel::set_child(0);
             let mut rec = json!({ "side": side.key(), "round": round });
             if let Some(kr) = kr {
@@ -171,6 +186,8 @@ pub fn run(a: &Args) -> CliResult {
                     rec["bgsave_get_rps"] = json!(t.bgsave_get_rps.round());
                     rec["bgsave_s"] = json!(r3(t.bgsave_s));
                     rec["fork_ms"] = json!(r3(t.fork_ms));
+                    rec["get_swapin_pages_per_get"] = json!(t.get_swapin_pages_per_get.map(r3));
+                    rec["bgsave_swapin_pages"] = json!(t.bgsave_swapin_pages);
                     rec["tree_peak_pss_bytes"] = json!(t.tree_peak_pss);
                     rec["check"] = json!(t.detail);
                     let r = if side == Side::Kernel { &mut kern } else { &mut usw };
@@ -233,6 +250,10 @@ pub fn run(a: &Args) -> CliResult {
             "fork_ms_uswap": usw.med(|t| t.fork_ms),
             "fork_ms_kernel": kern.med(|t| t.fork_ms),
             "load_seconds_uswap": usw.med(|t| t.load_s),
+            "get_swapin_pages_per_get_uswap": usw.med_some(|t| t.get_swapin_pages_per_get),
+            "get_swapin_pages_per_get_kernel": kern.med_some(|t| t.get_swapin_pages_per_get),
+            "bgsave_swapin_pages_uswap": usw.med_some(|t| t.bgsave_swapin_pages.map(|n| n as f64)),
+            "bgsave_swapin_pages_kernel": kern.med_some(|t| t.bgsave_swapin_pages.map(|n| n as f64)),
             "load_seconds_kernel": kern.med(|t| t.load_s),
             "uswap_tree_peak_pss_bytes": upeak,
             "kernel_tree_peak_pss_bytes": kern.ok.iter().map(|t| t.tree_peak_pss).max(),
@@ -272,6 +293,18 @@ pub fn run(a: &Args) -> CliResult {
         );
         println!("{:<28} {:>12} {:>12}", "BGSAVE s", f(&doc["bgsave_seconds_kernel"]), f(&doc["bgsave_seconds_uswap"]));
         println!("{:<28} {:>12} {:>12}", "fork ms (server)", f(&doc["fork_ms_kernel"]), f(&doc["fork_ms_uswap"]));
+        println!(
+            "{:<28} {:>12} {:>12}",
+            "pages swapped in per GET",
+            f(&doc["get_swapin_pages_per_get_kernel"]),
+            f(&doc["get_swapin_pages_per_get_uswap"])
+        );
+        println!(
+            "{:<28} {:>12} {:>12}",
+            "pages swapped in, BGSAVE",
+            f(&doc["bgsave_swapin_pages_kernel"]),
+            f(&doc["bgsave_swapin_pages_uswap"])
+        );
         println!(
             "uswap tree peak Pss {} (limit {} + fixed overhead {}); failures {failures}",
             upeak.map_or("-".into(), uswap::size::format),

@@ -492,6 +492,11 @@ pub struct Throughput {
     /// server and its BGSAVE child counts half in each) of the tree's redis-server processes,
     /// sampled every 50 ms: the memory the tree holds.
     pub tree_peak_pss: u64,
+    /// Pages swapped in per GET with no BGSAVE running, and pages swapped in during the
+    /// BGSAVE phase (the server and its child), read from `swapins` (None when it could not be
+    /// read).
+    pub get_swapin_pages_per_get: Option<f64>,
+    pub bgsave_swapin_pages: Option<u64>,
     /// DBSIZE, the sampled values and the reloaded dump all right.
     pub correct: bool,
     /// What was checked, or what was wrong.
@@ -543,16 +548,21 @@ fn get_load(p: &Plan, port: u16, pgid: i32, requests: u64, dir: &Path, deadline:
 /// during a BGSAVE (and how long the BGSAVE takes), check DBSIZE and sampled values, shut the
 /// server down and reload its dump natively. `wrap` makes the server's command for the side.
 /// Returns the figures, and the server's wait result (stacks on a timeout).
+///
+/// `swapins(pid)` reads the pages the side has swapped in so far (`pid`: the process started
+/// for the server, `uswap run` on the uswap side); it is read between the phases, each time
+/// after [`SWAPIN_SETTLE`].
 pub fn throughput(
     p: &Plan,
     dir: &Path,
     wrap: &dyn Fn(&[OsString]) -> Result<Command, String>,
+    swapins: &dyn Fn(i32) -> Option<u64>,
     requests: u64,
     deadline: Instant,
 ) -> (Result<Throughput, String>, Option<Waited>) {
     let mut server: Option<Proc> = None;
     let mut sampler: Option<crate::live::PeakSampler> = None;
-    let res = throughput_steps(p, dir, wrap, requests, deadline, &mut server, &mut sampler);
+    let res = throughput_steps(p, dir, wrap, swapins, requests, deadline, &mut server, &mut sampler);
     let peak = sampler.map_or(0, |s| s.finish().value);
     let _ = std::fs::remove_file(dir.join("dump.rdb"));
     let waited = server.map(|mut srv| match &res {
@@ -574,10 +584,17 @@ pub fn throughput(
     (res, waited)
 }
 
+/// How long to wait before reading the swap-ins between phases: `uswap run`'s processes
+/// rewrite their statistics every 500 ms (`live::SNAPSHOT_MS`), so a reading this long after
+/// the load stopped has all of it.
+pub const SWAPIN_SETTLE: Duration = Duration::from_millis(600);
+
+#[expect(clippy::too_many_arguments, reason = "the steps of one scenario, called from one place")]
 fn throughput_steps(
     p: &Plan,
     dir: &Path,
     wrap: &dyn Fn(&[OsString]) -> Result<Command, String>,
+    swapins: &dyn Fn(i32) -> Option<u64>,
     requests: u64,
     deadline: Instant,
     server: &mut Option<Proc>,
@@ -595,7 +612,14 @@ fn throughput_steps(
     let t0 = Instant::now();
     load(&mut c, p)?;
     t.load_s = t0.elapsed().as_secs_f64();
+    let settled = || {
+        std::thread::sleep(SWAPIN_SETTLE);
+        swapins(root)
+    };
+    let s0 = settled();
     t.get_rps = get_load(p, port, pgid, requests, dir, deadline)?;
+    let s1 = settled();
+    t.get_swapin_pages_per_get = s0.zip(s1).map(|(a, b)| b.saturating_sub(a) as f64 / requests as f64);
     // BGSAVE, and the same GET load at once; the BGSAVE's time is measured by polling INFO
     // from this connection meanwhile (the benchmark runs in its own process).
     let b0 = Instant::now();
@@ -630,6 +654,7 @@ fn throughput_steps(
     }
     t.bgsave_get_rps = rps.unwrap_or(0.0);
     t.bgsave_s = bgsave_s.unwrap_or(0.0);
+    t.bgsave_swapin_pages = s1.zip(settled()).map(|(a, b)| b.saturating_sub(a));
     t.fork_ms = latest_fork_usec(&mut c)? as f64 / 1000.0;
     let n = dbsize(&mut c)?;
     let (cnt, bad, _) = sample(&mut c, p)?;
