@@ -246,6 +246,18 @@ fn fork_copy_on_write_both_ways_two_generations() {
         .sum();
     assert_eq!(shared, 2, "forks that shared the swap file: {s:#}");
     assert_eq!(num(&s, "/main/forks_file_copied"), 0, "a fork copied the swap file: {s:#}");
+    // Each process's statistics are its own from its fork on: the parent filled every page
+    // (zero-fill faults) before the fork, the child and the grandchild filled none, so their
+    // counts must not carry the parent's (a tree's sum would count them twice).
+    let parent_zero = num(&s, "/main/faults/zero_fill");
+    assert!(parent_zero > 0, "the parent filled its pages: {s:#}");
+    for p in s["other_processes"].as_array().into_iter().flatten() {
+        let z = p.pointer("/faults/zero_fill").and_then(|v| v.as_u64()).unwrap_or(u64::MAX);
+        assert!(
+            z * 10 < parent_zero,
+            "a fork child counts the parent's {parent_zero} zero-fill faults as its own ({z}): {s:#}"
+        );
+    }
     check_peak("fork", &s, limit, r.secs);
 }
 

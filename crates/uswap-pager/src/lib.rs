@@ -474,6 +474,8 @@ impl Pager {
         self.read_gate.force_unlock();
         self.batches.reset_in_fork_child();
         self.bufs.reset_in_fork_child();
+        // The child's statistics are its own from here (a tree's sum counts each event once).
+        self.counters.reset();
         self.pause.store(false, Ordering::SeqCst);
         self.ev_quiet.store(true, Ordering::SeqCst);
         self.kswapd_quiet.store(true, Ordering::SeqCst);

@@ -13,7 +13,9 @@ use uswap::swap_table::MAX_ORDER;
 const NR_ORDERS: usize = MAX_ORDER as usize + 1;
 const HIST: usize = 64 * 4;
 
-/// Live counters (fault path).
+/// Live counters (fault path). Only `AtomicU64`s and arrays of them ([`Counters::reset`] and
+/// `Default` rely on it).
+#[repr(C)]
 pub(crate) struct Counters {
     pub(crate) faults: AtomicU64,
     pub(crate) fault_zero: AtomicU64,
@@ -74,6 +76,23 @@ impl Default for Counters {
         // SAFETY: every field is an AtomicU64 (or an array of them), for which all-zero is a
         // valid initial value.
         unsafe { std::mem::zeroed() }
+    }
+}
+
+impl Counters {
+    /// Set every counter to zero (in a `fork` child: its statistics are its own from the fork
+    /// on, so that a tree's sum counts each event once).
+    pub(crate) fn reset(&self) {
+        // SAFETY: `Counters` is `repr(C)` and holds only `AtomicU64`s and arrays of them, so it
+        // is exactly `size_of::<Counters>() / 8` `AtomicU64`s in a row, aligned as one; the
+        // slice borrows `self` and is only used through the atomics' own methods.
+        let all = unsafe {
+            std::slice::from_raw_parts(
+                (self as *const Counters).cast::<AtomicU64>(),
+                std::mem::size_of::<Counters>() / std::mem::size_of::<AtomicU64>(),
+            )
+        };
+        all.iter().for_each(|c| c.store(0, Ordering::Relaxed));
     }
 }
 
@@ -367,6 +386,22 @@ pub(crate) fn snapshot(p: &Pager, regions_live: usize) -> PagerStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reset_zeroes_every_counter_and_bucket() {
+        let c = Counters::default();
+        inc(&c.faults, 3);
+        inc(&c.recomp_cpu_ns, 1);
+        inc(&c.swpin[2], 5);
+        c.record_latency(12_345);
+        c.reset();
+        // SAFETY: as in Counters::reset.
+        let all = unsafe {
+            std::slice::from_raw_parts((&c as *const Counters).cast::<AtomicU64>(), std::mem::size_of::<Counters>() / 8)
+        };
+        assert!(all.iter().all(|x| x.load(Ordering::Relaxed) == 0));
+        assert_eq!(c.percentile(0.5), None);
+    }
 
     #[test]
     fn histogram_percentiles_are_within_a_bucket() {

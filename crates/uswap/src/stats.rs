@@ -106,6 +106,13 @@ impl Stats {
         let o = usize::from(order).min(NR_ORDERS - 1);
         self.shards.iter().map(|s| s.order[e as usize][o].load(Ordering::Relaxed)).sum()
     }
+    /// Set every counter to zero (a `fork` child's engine: its statistics are its own from the
+    /// fork on, so that a tree's sum counts each event once).
+    pub fn reset(&self) {
+        for sh in self.shards.iter() {
+            sh.events.iter().chain(sh.order.iter().flatten()).for_each(|c| c.store(0, Ordering::Relaxed));
+        }
+    }
     /// A snapshot of every counter, with the kernel's names.
     pub fn snapshot(&self) -> StatsSnapshot {
         let ev = |e| self.get(e);
@@ -158,6 +165,16 @@ pub struct StatsSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reset_zeroes_every_counter() {
+        let s = Stats::default();
+        s.add(Event::Pswpin, 7);
+        s.add_order(OrderEvent::SwpinFallback, 3, 2);
+        s.reset();
+        assert_eq!(s.get(Event::Pswpin), 0);
+        assert_eq!(s.get_order(OrderEvent::SwpinFallback, 3), 0);
+    }
 
     #[test]
     fn counts_from_many_threads_add_up() {

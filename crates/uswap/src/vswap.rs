@@ -1372,7 +1372,12 @@ impl Engine {
     /// ([`Backend::fork_share`]; all are asked, no short circuit). False if some tier said
     /// false.
     pub fn fork_share(&self, step: crate::backend::ShareStep) -> bool {
-        self.tiers.iter().filter(|t| !t.backend.fork_share(step)).count() == 0
+        let ok = self.tiers.iter().filter(|t| !t.backend.fork_share(step)).count() == 0;
+        if matches!(step, crate::backend::ShareStep::Child { .. }) {
+            // The child's statistics start at the fork (the parent's stay with the parent).
+            self.stats.reset();
+        }
+        ok
     }
 
     /// Mark everything in tier `t` idle (zram's `echo all > idle`, see [`Backend::mark_idle`]).
