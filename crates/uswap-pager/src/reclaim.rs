@@ -89,10 +89,13 @@ impl Workingset {
     /// Page `pg` of `r` was just swapped in from the store: a hit if its refault distance is
     /// within the inactive list (`window` pages). Clears its shadow.
     pub(crate) fn refault(&self, r: &RegionInner, pg: usize, window: u64) {
-        let s = r.shadow(pg).swap(0, Ordering::Relaxed);
-        if s != 0 && u64::from((self.clock.load(Ordering::Relaxed) as u32).wrapping_sub(s)) <= window {
+        if self.distance(r.shadow(pg).swap(0, Ordering::Relaxed)).is_some_and(|d| d <= window) {
             self.hit(1);
         }
+    }
+    /// Pages evicted since the page with `shadow` left (None for no shadow).
+    fn distance(&self, shadow: u32) -> Option<u64> {
+        (shadow != 0).then(|| u64::from((self.clock.load(Ordering::Relaxed) as u32).wrapping_sub(shadow)))
     }
     /// Advance the clock by `n` evicted pages; returns the stamp for their shadows (never 0).
     fn tick(&self, n: u64) -> u32 {
@@ -129,9 +132,9 @@ impl Workingset {
 /// (`workingset_activate`). Reclaim takes folios from the active list (from here only when
 /// that is empty); while this list holds more than [`PROTECT_TARGET_PERCENT`] of the resident
 /// pages, its oldest folios move to the active list's tail (`pgdeactivate`), a second pass
-/// before they can be evicted. Redis under GETs of uniformly
-/// random keys is the case: its dictionary entries, keys and object headers take a few pages
-/// touched on every request, among values touched once in a long while.
+/// before they can be evicted. Redis under GETs of uniformly random keys is the case: its
+/// dictionary entries, keys and object headers take a few pages touched on every request,
+/// among values touched once in a long while.
 pub(crate) struct Protect {
     ring: Ring,
     /// Pages of the folios queued (stale entries included until popped).
@@ -177,14 +180,19 @@ const PROTECT_WINDOW_PERCENT: u64 = 25;
 const PROTECT_TARGET_PERCENT: u64 = 80;
 
 /// Whether page `pg` of `r`, being swapped back in, is hot: its refault distance is under
-/// [`PROTECT_WINDOW_PERCENT`] of the resident pages. Reads the shadow without clearing it ([`Workingset::refault`] does).
+/// [`PROTECT_WINDOW_PERCENT`] of the resident pages. Reads the shadow without clearing it
+/// ([`Workingset::refault`] does).
 pub(crate) fn refault_is_hot(p: &Pager, r: &RegionInner, pg: usize) -> bool {
     if p.cfg.replacement != Replacement::TwoList || pg >= r.npages {
         return false;
     }
-    let s = r.shadow(pg).load(Ordering::Relaxed);
-    let window = (p.resident_pages.load(Ordering::Relaxed).max(0) as u64 * PROTECT_WINDOW_PERCENT / 100).max(64);
-    s != 0 && u64::from((p.ws.clock.load(Ordering::Relaxed) as u32).wrapping_sub(s)) <= window
+    let window = resident_percent(p, PROTECT_WINDOW_PERCENT).max(64);
+    p.ws.distance(r.shadow(pg).load(Ordering::Relaxed)).is_some_and(|d| d <= window)
+}
+
+/// `percent` % of the pages resident now.
+fn resident_percent(p: &Pager, percent: u64) -> u64 {
+    p.resident_pages.load(Ordering::Relaxed).max(0) as u64 * percent / 100
 }
 
 /// Queue a folio just mapped: on the protected list when `hot` (and the two-list policy is
@@ -198,10 +206,10 @@ pub(crate) fn queue_mapped(p: &Pager, r: &RegionInner, page: usize, order: u32, 
     }
 }
 
-/// Keep the protected list at most [`PROTECT_TARGET_PERCENT`] of the resident pages: move its oldest folios to the
-/// active list's tail, at most `max_pages` pages.
+/// Keep the protected list at most [`PROTECT_TARGET_PERCENT`] of the resident pages: move its
+/// oldest folios to the active list's tail, at most `max_pages` pages.
 fn balance_protected(p: &Pager, max_pages: usize) {
-    let target = p.resident_pages.load(Ordering::Relaxed).max(0) as u64 * PROTECT_TARGET_PERCENT / 100;
+    let target = resident_percent(p, PROTECT_TARGET_PERCENT);
     let mut moved = 0usize;
     while moved < max_pages && p.protected.pages() > target {
         let Some(e) = p.protected.pop() else { break };

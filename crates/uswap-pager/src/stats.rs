@@ -83,16 +83,20 @@ impl Counters {
     /// Set every counter to zero (in a `fork` child: its statistics are its own from the fork
     /// on, so that a tree's sum counts each event once).
     pub(crate) fn reset(&self) {
+        self.all().iter().for_each(|c| c.store(0, Ordering::Relaxed));
+    }
+
+    /// Every counter and histogram bucket, in one slice.
+    fn all(&self) -> &[AtomicU64] {
         // SAFETY: `Counters` is `repr(C)` and holds only `AtomicU64`s and arrays of them, so it
         // is exactly `size_of::<Counters>() / 8` `AtomicU64`s in a row, aligned as one; the
         // slice borrows `self` and is only used through the atomics' own methods.
-        let all = unsafe {
+        unsafe {
             std::slice::from_raw_parts(
                 (self as *const Counters).cast::<AtomicU64>(),
                 std::mem::size_of::<Counters>() / std::mem::size_of::<AtomicU64>(),
             )
-        };
-        all.iter().for_each(|c| c.store(0, Ordering::Relaxed));
+        }
     }
 }
 
@@ -395,11 +399,7 @@ mod tests {
         inc(&c.swpin[2], 5);
         c.record_latency(12_345);
         c.reset();
-        // SAFETY: as in Counters::reset.
-        let all = unsafe {
-            std::slice::from_raw_parts((&c as *const Counters).cast::<AtomicU64>(), std::mem::size_of::<Counters>() / 8)
-        };
-        assert!(all.iter().all(|x| x.load(Ordering::Relaxed) == 0));
+        assert!(c.all().iter().all(|x| x.load(Ordering::Relaxed) == 0));
         assert_eq!(c.percentile(0.5), None);
     }
 

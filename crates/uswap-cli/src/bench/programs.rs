@@ -293,7 +293,11 @@ impl SideCtx<'_> {
 /// Read `uswap run --stats` (docs/stats.md): (fixed overhead, swapped-out bytes, processes).
 /// None when absent (killed before writing it, or empty).
 fn uswap_stats(p: &Path) -> Option<UswapStats> {
-    let v: Value = serde_json::from_slice(&std::fs::read(p).ok()?).ok()?;
+    uswap_stats_of(&serde_json::from_slice(&std::fs::read(p).ok()?).ok()?)
+}
+
+/// [`uswap_stats`] of the statistics already read.
+fn uswap_stats_of(v: &Value) -> Option<UswapStats> {
     let procs: Vec<&Value> = v
         .get("main")
         .filter(|m| !m.is_null())

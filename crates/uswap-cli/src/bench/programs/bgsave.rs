@@ -9,7 +9,7 @@
 //! sampler of its own).
 
 use super::redis::{self, Plan, Throughput};
-use super::{kernel_begin, kernel_end, median, r3, setup_kernel, Side, SideCtx};
+use super::{kernel_begin, kernel_end, median, r3, setup_kernel, uswap_stats_of, Side, SideCtx};
 use crate::bench::usemem::size::parse_size;
 use crate::bench::{CliError, CliResult};
 use crate::kernel::{self, RealOps};
@@ -168,9 +168,7 @@ pub fn run(a: &Args) -> CliResult {
                     rec["fixed_overhead_bytes"] = json!(f);
                     fixed.extend(f);
                     rec["processes"] = json!(1 + v["other_processes"].as_array().map_or(0, Vec::len));
-                    let procs = v.get("main").into_iter().chain(v["other_processes"].as_array().into_iter().flatten());
-                    let pages: u64 = procs.filter_map(|x| x.pointer("/swap/pswpin").and_then(Value::as_u64)).sum();
-                    rec["swapped_in_bytes"] = json!(pages * 4096);
+                    rec["swapped_in_bytes"] = json!(uswap_stats_of(&v).map(|u| u.swapped_in));
                 }
             }
             if let Some(w) = &waited {
@@ -291,20 +289,15 @@ pub fn run(a: &Args) -> CliResult {
             f(&doc["bgsave_get_rps_uswap"]),
             f(&doc["bgsave_get_ratio"])
         );
-        println!("{:<28} {:>12} {:>12}", "BGSAVE s", f(&doc["bgsave_seconds_kernel"]), f(&doc["bgsave_seconds_uswap"]));
-        println!("{:<28} {:>12} {:>12}", "fork ms (server)", f(&doc["fork_ms_kernel"]), f(&doc["fork_ms_uswap"]));
-        println!(
-            "{:<28} {:>12} {:>12}",
-            "pages swapped in per GET",
-            f(&doc["get_swapin_pages_per_get_kernel"]),
-            f(&doc["get_swapin_pages_per_get_uswap"])
-        );
-        println!(
-            "{:<28} {:>12} {:>12}",
-            "pages swapped in, BGSAVE",
-            f(&doc["bgsave_swapin_pages_kernel"]),
-            f(&doc["bgsave_swapin_pages_uswap"])
-        );
+        // Rows without a ratio: the kernel's figure and uswap's, `KEY_kernel` and `KEY_uswap`.
+        for (label, key) in [
+            ("BGSAVE s", "bgsave_seconds"),
+            ("fork ms (server)", "fork_ms"),
+            ("pages swapped in per GET", "get_swapin_pages_per_get"),
+            ("pages swapped in, BGSAVE", "bgsave_swapin_pages"),
+        ] {
+            println!("{:<28} {:>12} {:>12}", label, f(&doc[format!("{key}_kernel")]), f(&doc[format!("{key}_uswap")]));
+        }
         println!(
             "uswap tree peak Pss {} (limit {} + fixed overhead {}); failures {failures}",
             upeak.map_or("-".into(), uswap::size::format),
