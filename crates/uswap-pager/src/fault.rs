@@ -232,8 +232,8 @@ pub(crate) fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool
             kind::BUSY => {
                 if reclaim::IN_RECLAIM.with(|c| c.get()) > 0 {
                     // A fault inside our own reclaim on a page we hold: the program discarded
-                    // it behind our back; it reads as zero.
-                    let _ = p.uffd.zeropage(r.addr(pg), PAGE_SIZE, wake);
+                    // it behind our back; it reads as zero (write-protected: see zero_held).
+                    let _ = zero_held(p, r, pg, wake);
                     return true;
                 }
                 if let Wait::NoWait { wp } = wait {
@@ -261,7 +261,7 @@ pub(crate) fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool
                         // dropped it (madvise) under the copy. It reads as zero now, and the
                         // eviction copies (and stores) those zeros.
                         inc(&p.counters.fault_spurious, 1);
-                        return p.uffd.zeropage(r.addr(pg), PAGE_SIZE, wake).is_ok();
+                        return zero_held(p, r, pg, wake);
                     }
                     inc(&p.counters.fault_waits, 1);
                     return false;
@@ -282,6 +282,19 @@ pub(crate) fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool
             return false;
         }
     }
+}
+
+/// Map zeros at page `pg`, which an eviction holds (`BUSY_COPY`) and finds missing: the program
+/// dropped it where no call of ours saw (glibc's internal `madvise` of an exited thread's
+/// stack, a raw system call), and the eviction's copy faulted on it. The zeros are mapped
+/// **write-protected**, as the eviction's own protection left the page before the drop: a
+/// write between the copy and the eviction's `MADV_DONTNEED` then faults and takes the page
+/// back (`resolve`) instead of landing on a page about to be dropped (`UFFDIO_ZEROPAGE` cannot
+/// protect). False if the copy failed (retry).
+fn zero_held(p: &Pager, r: &RegionInner, pg: usize, wake: bool) -> bool {
+    // SAFETY: the zero buffer holds one readable page; the destination page is claimed by
+    // the eviction and missing (an EEXIST is reported as Filled::Exists, not an error).
+    unsafe { p.uffd.copy(r.addr(pg), p.bufs.zero(), PAGE_SIZE, true, wake) }.is_ok()
 }
 
 fn seq_fault(r: &RegionInner, pg: usize) -> (bool, u32) {
@@ -482,13 +495,26 @@ fn wake_page(p: &Pager, r: &RegionInner, pg: usize, wake: bool) {
     }
 }
 
+/// What [`copy_runs`] did.
+struct Copied {
+    /// Pages the kernel refused (the caller restores their words).
+    failed: PageSet,
+    /// Some page of a run was present already (`EEXIST`), so not mapped by this copy: it holds
+    /// what an earlier copy of this folio left, cut short by `EAGAIN` and rolled back, or what
+    /// the program wrote there since, and it may be writable. The kernel's page is the truth
+    /// then: the fill must publish it `RESIDENT` (freeing the entries), never `CLEAN`, whose
+    /// kept entry would be stale once the program writes a page it was never made to fault on.
+    existed: bool,
+}
+
 /// Copy the runs of pages `c` holds in `[first, first + c.len())` from `src` (laid out like
 /// the range) into place; `wp` maps them write-protected.
 ///
 /// A run the kernel refuses whole (a folio that crosses into another mapping, e.g. the
 /// `PROT_NONE` rest of a reservation: `UFFDIO_COPY` needs one VMA) is copied page by page.
-/// Returns the pages that still failed (the caller restores their words), or `None` when an
-/// event is pending (`EAGAIN` on the event thread: retry everything later).
+/// Returns what it did, or `None` when an event is pending (`EAGAIN` on the event thread:
+/// retry everything later; pages a partial copy mapped meanwhile stay mapped, see
+/// [`Copied::existed`]).
 fn copy_runs(
     p: &Pager,
     r: &RegionInner,
@@ -497,27 +523,31 @@ fn copy_runs(
     src: *const u8,
     wp: bool,
     wake: bool,
-) -> Option<PageSet> {
+) -> Option<Copied> {
+    use crate::uffd::Filled;
     let again = || crate::uffd::AGAIN.with(|c| c.get());
-    let mut failed = PageSet::default();
+    let mut out = Copied { failed: PageSet::default(), existed: false };
     region::runs(c.len(), &|i| c.held(i), |i, j| {
         // SAFETY: src holds c.len() pages; the destination pages are claimed (BUSY) and missing.
         let whole = unsafe { p.uffd.copy(r.addr(first + i), src.add(i * PAGE_SIZE), (j - i) * PAGE_SIZE, wp, wake) };
-        if whole.is_ok() {
-            return true;
-        }
-        if again() {
-            return false;
+        match whole {
+            Ok(f) => {
+                out.existed |= f == Filled::Exists;
+                return true;
+            }
+            Err(_) if again() => return false,
+            Err(_) => {}
         }
         for q in i..j {
             // SAFETY: as above, one page.
-            if unsafe { p.uffd.copy(r.addr(first + q), src.add(q * PAGE_SIZE), PAGE_SIZE, wp, wake) }.is_err() {
-                failed.insert(q);
+            match unsafe { p.uffd.copy(r.addr(first + q), src.add(q * PAGE_SIZE), PAGE_SIZE, wp, wake) } {
+                Ok(f) => out.existed |= f == Filled::Exists,
+                Err(_) => out.failed.insert(q),
             }
         }
         !again()
     });
-    (!again()).then_some(failed)
+    (!again()).then_some(out)
 }
 
 /// Promote the cached folio `[head, head + n)` (cache object `o`, every page held by `c`,
@@ -630,7 +660,9 @@ fn fill_cached(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, writ
         wake_page(p, r, pg, wake);
         return true;
     }
-    // Publish, put.
+    // Publish, put. A page that was present already is the kernel's truth: not clean (see
+    // `Copied::existed`).
+    let clean = clean && matches!(res, Ok(crate::uffd::Filled::Done));
     reclaim::clear_clean_tags(p, o, n);
     let hot = reclaim::refault_is_hot(p, r, pg);
     if clean {
@@ -689,13 +721,13 @@ fn fill_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write
     }
     // Copy.
     let clean = all && !write && e_head + (n as u64) < CLEAN_MAX_ENTRY && p.keep.keep(p);
-    let Some(failed) = copy_runs(p, r, head, &c, buf.as_ptr(), clean, wake) else {
+    let Some(copied) = copy_runs(p, r, head, &c, buf.as_ptr(), clean, wake) else {
         c.roll_back_all();
         return true;
     };
     // Pages the kernel would not fill keep their words.
-    c.roll_back(&failed);
-    let clean = clean && c.all_held();
+    c.roll_back(&copied.failed);
+    let clean = clean && c.all_held() && !copied.existed;
     if !c.held(pg - head) {
         wake_page(p, r, pg, wake);
     }
@@ -755,7 +787,8 @@ fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord
         wake_page(p, r, pg, wake);
         return true;
     }
-    // Publish, put.
+    // Publish, put (a page present already is not clean: see `Copied::existed`).
+    let clean = clean && matches!(res, Ok(crate::uffd::Filled::Done));
     let hot = reclaim::refault_is_hot(p, r, pg);
     if clean {
         publish(p, r, pg, &mut c, Mapped::CleanOld, hot);
@@ -850,12 +883,13 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write
     };
     // Copy.
     let clean = any_swapped && all_swapped && !write && p.keep.keep(p);
-    let Some(failed) = copy_runs(p, r, first, &c, src, clean, wake) else {
+    let Some(copied) = copy_runs(p, r, first, &c, src, clean, wake) else {
         c.roll_back_all();
         return true;
     };
     // Pages the kernel would not fill keep their words (and their entries).
-    c.roll_back(&failed);
+    c.roll_back(&copied.failed);
+    let clean = clean && !copied.existed;
     if !c.held(pg - first) {
         wake_page(p, r, pg, wake);
     }
@@ -1173,6 +1207,57 @@ fn serve_unowned(p: &Pager, addr: usize) -> bool {
 mod tests {
     use super::*;
     use crate::{Pager, PagerConfig, PagerError};
+
+    /// A swap-in that finds a page of its folio present already (an earlier copy of the folio,
+    /// cut short by `EAGAIN` on the event thread and rolled back, left it mapped and writable)
+    /// must not publish that page `CLEAN`: the program writes it without a write-protect fault,
+    /// and a clean eviction would then drop the write and bring back the stale entry. (A JVM
+    /// under `uswap run` with 64 KiB folios lost HashMap table slots so, one run in twenty.)
+    #[test]
+    fn a_page_present_before_a_clean_swapin_is_not_published_clean() {
+        let cfg =
+            PagerConfig { limit_bytes: 64 << 20, folio_size: 65536, tiers: "zero,lz4".into(), ..Default::default() };
+        let p = match Pager::new(cfg) {
+            Ok(p) => p,
+            Err(PagerError::Unavailable(w)) => {
+                assert!(std::env::var_os("USWAP_REQUIRE_UFFD").is_none(), "userfaultfd unavailable: {w}");
+                eprintln!("SKIPPED: userfaultfd unavailable: {w}");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let r = p.map(65536).unwrap();
+        let a = r.as_ptr() as usize;
+        let page = |pg: usize| (a + pg * PAGE_SIZE) as *mut u8;
+        for pg in 0..16 {
+            // SAFETY: page pg of the region.
+            unsafe { std::ptr::write_bytes(page(pg), pg as u8 + 1, PAGE_SIZE) };
+        }
+        assert_eq!(r.evict_all(), 16);
+        // What a cut-short copy leaves: page 5 mapped writable (here with the program's later
+        // bytes), its word still the stored one.
+        let later = [0xbbu8; PAGE_SIZE];
+        // SAFETY: page 5 is missing (evicted); `later` is one readable page.
+        unsafe { p.uffd.copy(a + 5 * PAGE_SIZE, later.as_ptr(), PAGE_SIZE, false, true) }.unwrap();
+        // A read fault on page 0 swaps the folio in; a read keeps its entries (clean).
+        region::enter();
+        // SAFETY: between enter and leave; the reference is not used after the leave.
+        let inner = unsafe { region::lookup(a) }.unwrap();
+        assert!(resolve(&p, inner, 0, false, false, Wait::Block));
+        region::leave();
+        // SAFETY: pages of the region, mapped now.
+        let byte = |pg: usize| unsafe { page(pg).add(100).read_volatile() };
+        assert_eq!(byte(0), 1);
+        assert_eq!(byte(5), 0xbb, "the present page is the kernel's truth");
+        // The program writes page 5 (no fault if it is writable), then everything is evicted.
+        // SAFETY: page 5 of the region.
+        unsafe { std::ptr::write_bytes(page(5), 0xcc, PAGE_SIZE) };
+        r.evict_all();
+        assert_eq!(byte(5), 0xcc, "a write to a page published clean without its protection was lost");
+        for pg in (0..16).filter(|&pg| pg != 5) {
+            assert_eq!(byte(pg), pg as u8 + 1, "page {pg}");
+        }
+    }
 
     /// A write to a write-protected page in SIGBUS mode reaches our handler (as SIGBUS), which
     /// waits while the page is BUSY (being evicted) and lets the write through afterwards.
