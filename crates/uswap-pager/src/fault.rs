@@ -209,18 +209,25 @@ pub(crate) fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool
             kind::RESIDENT => {
                 // Mapped as far as we know: another thread just filled it, or the program
                 // dropped it with madvise (then it reads as zero, as anonymous memory does).
+                // Held while anything is mapped: between the load above and the ioctl an
+                // eviction may take the page, drop it and publish it SWAPPED, and zeros mapped
+                // then would stand in for the data it stored (with 64 KiB folios, where a fill
+                // maps the faults of other threads' pages too, a test lost whole pages so).
                 inc(&p.counters.fault_spurious, 1);
+                if r.word(pg).compare_exchange(w, PageWord::BUSY, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+                    continue;
+                }
                 if p.uffd.zeropage(r.addr(pg), PAGE_SIZE, wake).is_err() && wait != Wait::Block {
+                    r.word(pg).store(w, Ordering::Release);
                     return false;
                 }
-                if write && r.word(pg).compare_exchange(w, PageWord::BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok()
-                {
+                if write {
                     // A write-protect bit left over (a clean page's, in a mixed eviction that
                     // failed): lift it, holding the page so no eviction protects it meanwhile
                     // (lifting an eviction's protection would let a write slip past its copy).
                     let _ = p.uffd.writeprotect(r.addr(pg), PAGE_SIZE, false, wake);
-                    r.word(pg).store(w, Ordering::Release);
                 }
+                r.word(pg).store(w, Ordering::Release);
                 wake_page(p, r, pg, wake);
                 return true;
             }
@@ -231,25 +238,25 @@ pub(crate) fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool
             }
             kind::BUSY => {
                 if reclaim::IN_RECLAIM.with(|c| c.get()) > 0 {
-                    // A fault inside our own reclaim on a page we hold: the program discarded
-                    // it behind our back; it reads as zero (write-protected: see zero_held).
-                    let _ = zero_held(p, r, pg, wake);
+                    // A fault inside our own reclaim on a page we hold (its copy): the program
+                    // discarded it behind our back; it reads as zero (see zero_held). Nothing
+                    // else drops a page this thread is copying, so if the page is not ours to
+                    // take back, zeros are still right, and the access must not fault again.
+                    if !zero_held(p, r, pg, w, wake) {
+                        let _ = p.uffd.zeropage(r.addr(pg), PAGE_SIZE, wake);
+                    }
                     return true;
                 }
                 if let Wait::NoWait { wp } = wait {
-                    let copying = w == PageWord::BUSY_COPY || w == PageWord::BUSY_WANTED;
+                    let copying = w == PageWord::BUSY_COPY || w == PageWord::BUSY_HANDED;
                     if wp && copying {
                         // A write to a page an eviction is copying: take it back rather than
-                        // wait for the whole batch and then swap the page in again. Once the
-                        // word is BUSY_WANTED the eviction gives the block up (it turns a page
-                        // from BUSY_COPY to BUSY_DROP only by CAS), so the write may go
-                        // through now; if the eviction got there first the CAS fails and the
-                        // fault waits as before.
-                        let ours = w == PageWord::BUSY_WANTED
-                            || r.word(pg)
-                                .compare_exchange(w, PageWord::BUSY_WANTED, Ordering::AcqRel, Ordering::Relaxed)
-                                .is_ok();
-                        if ours && p.uffd.writeprotect(r.addr(pg), PAGE_SIZE, false, wake).is_ok() {
+                        // wait for the whole batch and then swap the page in again (the
+                        // eviction gives the block up, see `take_back`), and let the write
+                        // through; if the eviction got there first the fault waits as before.
+                        let lifted =
+                            take_back(r, pg, w, || p.uffd.writeprotect(r.addr(pg), PAGE_SIZE, false, wake).is_ok());
+                        if lifted == Some(true) {
                             inc(&p.counters.reclaim_handed_back, 1);
                             return true;
                         }
@@ -261,7 +268,7 @@ pub(crate) fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool
                         // dropped it (madvise) under the copy. It reads as zero now, and the
                         // eviction copies (and stores) those zeros.
                         inc(&p.counters.fault_spurious, 1);
-                        return zero_held(p, r, pg, wake);
+                        return zero_held(p, r, pg, w, wake);
                     }
                     inc(&p.counters.fault_waits, 1);
                     return false;
@@ -284,17 +291,39 @@ pub(crate) fn resolve(p: &Pager, r: &'static RegionInner, pg: usize, write: bool
     }
 }
 
-/// Map zeros at page `pg`, which an eviction holds (`BUSY_COPY`) and finds missing: the program
-/// dropped it where no call of ours saw (glibc's internal `madvise` of an exited thread's
-/// stack, a raw system call), and the eviction's copy faulted on it. The zeros are mapped
-/// **write-protected**, as the eviction's own protection left the page before the drop: a
-/// write between the copy and the eviction's `MADV_DONTNEED` then faults and takes the page
-/// back (`resolve`) instead of landing on a page about to be dropped (`UFFDIO_ZEROPAGE` cannot
-/// protect). False if the copy failed (retry).
-fn zero_held(p: &Pager, r: &RegionInner, pg: usize, wake: bool) -> bool {
-    // SAFETY: the zero buffer holds one readable page; the destination page is claimed by
-    // the eviction and missing (an EEXIST is reported as Filled::Exists, not an error).
-    unsafe { p.uffd.copy(r.addr(pg), p.bufs.zero(), PAGE_SIZE, true, wake) }.is_ok()
+/// Take page `pg` back from the eviction that holds it (`w`: `BUSY_COPY`, or `BUSY_HANDED`
+/// after an earlier take-back) and run `op` on it: CAS to `BUSY_WANTED`, `op`, then
+/// `BUSY_HANDED`. From the CAS on, the eviction gives the page's block up instead of dropping
+/// it (it turns pages from `BUSY_COPY` to `BUSY_DROP` only by CAS), and it publishes the block
+/// only once the word is `BUSY_HANDED` (`reclaim::publish`), so `op`'s ioctl always acts on a
+/// page this eviction still holds: run late, on a page republished and taken by another
+/// eviction, an unprotect would let a write slip past that one's copy (a test with 64 KiB
+/// folios lost a whole round of writes to a page so), and zeros could land on a page it has
+/// just dropped. `None` if the page was not the eviction's to give (the CAS failed).
+fn take_back(r: &RegionInner, pg: usize, w: PageWord, op: impl FnOnce() -> bool) -> Option<bool> {
+    let word = r.word(pg);
+    if w == PageWord::BUSY_WANTED
+        || word.compare_exchange(w, PageWord::BUSY_WANTED, Ordering::AcqRel, Ordering::Relaxed).is_err()
+    {
+        return None;
+    }
+    let done = op();
+    word.store(PageWord::BUSY_HANDED, Ordering::Release);
+    Some(done)
+}
+
+/// A missing-page fault on page `pg`, which an eviction holds (`w`): the program dropped it
+/// where no call of ours saw (glibc's internal `madvise` of an exited thread's stack, a raw
+/// system call) and the eviction's copy faulted on it, or the fault is an old one, read after
+/// the page was filled. The page is taken back ([`take_back`]: the eviction gives the block
+/// up) and zeros are mapped write-protected (a present page is left as it is), so the copy
+/// can go on. False when the page was not the eviction's to give, or the copy failed (retry).
+fn zero_held(p: &Pager, r: &RegionInner, pg: usize, w: PageWord, wake: bool) -> bool {
+    take_back(r, pg, w, || {
+        // SAFETY: the zero buffer holds one readable page; the page is taken back from the
+        // eviction (an EEXIST, a present page, is reported as Filled::Exists, not an error).
+        unsafe { p.uffd.copy(r.addr(pg), p.bufs.zero(), PAGE_SIZE, true, wake) }.is_ok()
+    }) == Some(true)
 }
 
 fn seq_fault(r: &RegionInner, pg: usize) -> (bool, u32) {

@@ -85,11 +85,17 @@ impl PageWord {
     /// `BUSY` held by an eviction that is dropping the page (`MADV_DONTNEED`): a `REMOVE`
     /// event on it is the pager's own.
     pub const BUSY_DROP: PageWord = PageWord(kind::BUSY | (2 << 8));
-    /// `BUSY_COPY` that a write wants back (thread fault mode): the event thread lifted the
-    /// page's write protection and let the write through, so the eviction's copy may be stale;
-    /// the eviction sees this word instead of `BUSY_COPY` when it comes to drop the page, and
-    /// gives the page's block up (`reclaim::drop_pages`).
+    /// `BUSY_COPY` being taken back from its eviction by a fault (`fault::take_back`): the
+    /// faulting path lifts the page's write protection to let a write through (thread fault
+    /// mode), or maps zeros where the program dropped the page. The eviction sees this word
+    /// instead of `BUSY_COPY` when it comes to drop the page and gives the page's block up
+    /// (`reclaim::drop_pages`), but does not publish the page while the word is this one: the
+    /// fault path's ioctl may not have run yet, and run on a page republished and taken by
+    /// another eviction, it would lift that one's protection, or map zeros over a page it
+    /// has just dropped.
     pub const BUSY_WANTED: PageWord = PageWord(kind::BUSY | (3 << 8));
+    /// `BUSY_WANTED` whose fault path is done with the page: the eviction may publish it.
+    pub const BUSY_HANDED: PageWord = PageWord(kind::BUSY | (4 << 8));
     /// `UNMAPPED`: the program unmapped the page.
     pub const UNMAPPED: PageWord = PageWord(kind::UNMAPPED);
 
@@ -178,6 +184,7 @@ impl std::fmt::Debug for PageWord {
             kind::BUSY if *self == PageWord::BUSY_COPY => write!(f, "BUSY_COPY"),
             kind::BUSY if *self == PageWord::BUSY_DROP => write!(f, "BUSY_DROP"),
             kind::BUSY if *self == PageWord::BUSY_WANTED => write!(f, "BUSY_WANTED"),
+            kind::BUSY if *self == PageWord::BUSY_HANDED => write!(f, "BUSY_HANDED"),
             kind::BUSY if *self == PageWord::BUSY => write!(f, "BUSY"),
             kind::CACHED => write!(f, "CACHED(order {k}, obj {pl:#x})"),
             kind::SWAPPED => write!(f, "SWAPPED(order {k}, entry {pl:#x})"),

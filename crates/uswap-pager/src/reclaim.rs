@@ -924,7 +924,24 @@ fn publish(p: &Pager, b: &Batch, shadows: bool) -> usize {
         let n = 1usize << blk.order;
         if blk.dest == Dest::Aborted {
             for i in 0..n {
-                r.word(blk.page + i).store(PageWord::resident(blk.order), Ordering::Release);
+                // A page a fault is taking back (`fault::take_back`) is published once the fault
+                // path's ioctl is done: one ioctl on the event thread or in this thread's own
+                // fault, which waits for nothing of ours.
+                // By CAS: a fault may take the page back again (`BUSY_HANDED` to
+                // `BUSY_WANTED`) between a load and a store.
+                let word = r.word(blk.page + i);
+                let mut backoff = crate::sys::Backoff::default();
+                loop {
+                    let w = word.load(Ordering::Acquire);
+                    if w != PageWord::BUSY_WANTED
+                        && word
+                            .compare_exchange(w, PageWord::resident(blk.order), Ordering::AcqRel, Ordering::Relaxed)
+                            .is_ok()
+                    {
+                        break;
+                    }
+                    backoff.snooze();
+                }
             }
             p.active.push(entry(r, blk.page, blk.order));
             continue;
