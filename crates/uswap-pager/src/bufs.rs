@@ -57,6 +57,12 @@ impl BufPool {
         }
     }
 
+    /// Take a buffer if one is free now (for a path that holds claimed pages, which must not
+    /// wait for a buffer a fill waiting on those pages holds).
+    pub(crate) fn try_take(&self) -> Option<Buf<'_>> {
+        self.free.try_take().map(|i| Buf { pool: self, i })
+    }
+
     /// In a fork child: every buffer is free (the threads that held one do not exist there).
     pub(crate) fn reset_in_fork_child(&self) {
         self.free.reset();

@@ -716,7 +716,7 @@ fn copy_out(p: &Pager, b: &mut Batch, to_cache: bool) {
         if to_cache {
             if let Some(o) = p.cache.alloc(len) {
                 // SAFETY: the cache object is ours and len bytes long.
-                if !unsafe { read_pages(p, r.addr(blk.page), p.cache.ptr(o), len) } {
+                if !unsafe { read_pages(p, r, r.addr(blk.page), p.cache.ptr(o), len) } {
                     // Unmapped under us: the unmap event releases the pages.
                     p.cache.free(o);
                     b.blocks[bi].dest = Dest::Aborted;
@@ -737,12 +737,27 @@ fn copy_out(p: &Pager, b: &mut Batch, to_cache: bool) {
             // No room in the swap cache: drop it clean (its words hold the kept entries).
             b.blocks[bi].dest = Dest::CleanKept;
         } else if !done {
-            let mut bounce = if p.cfg.fault_mode == crate::FaultMode::Thread { Some(p.bufs.take()) } else { None };
+            // The bounce buffer: in thread mode waited for (fills run on the event thread
+            // alone, one buffer at a time); in SIGBUS mode taken only if free, since every
+            // faulting thread's fill holds one and may be waiting for this block's pages.
+            let mut bounce = match (p.cfg.fault_mode == crate::FaultMode::Thread, via_kernel(p, r)) {
+                (true, _) => Some(p.bufs.take()),
+                (false, true) => match p.bufs.try_take() {
+                    Some(x) => Some(x),
+                    None => {
+                        b.blocks[bi].dest = Dest::Aborted;
+                        // SAFETY: r as above.
+                        let _ = p.uffd.writeprotect(r.addr(blk.page), len, false, true);
+                        continue;
+                    }
+                },
+                (false, false) => None,
+            };
             let src: &[u8] = match bounce.as_mut() {
                 Some(x) => {
                     let buf = &mut x[..len];
                     // SAFETY: buf is ours and len bytes long.
-                    if !unsafe { read_pages(p, r.addr(blk.page), buf.as_mut_ptr(), len) } {
+                    if !unsafe { read_pages(p, r, r.addr(blk.page), buf.as_mut_ptr(), len) } {
                         // Unmapped under us: the unmap event releases the pages (the bounce
                         // buffer goes back to the pool with `bounce`).
                         b.blocks[bi].dest = Dest::Aborted;
@@ -983,21 +998,31 @@ fn publish(p: &Pager, b: &Batch, shadows: bool) -> usize {
     out
 }
 
-/// Copy `len` bytes of managed memory at `src` to `dst`. In thread fault mode through the
-/// kernel ([`crate::sys::copy_from_self`]): the reclaimer is not the thread that resolves
-/// faults, so a page the program dropped under the copy faults and is served (as zeros) by
-/// the event thread, and a range the program unmapped under the copy fails instead of
-/// killing the process. In SIGBUS mode a plain copy (faults come back to this thread).
+/// Whether [`read_pages`] copies page `src` of `r` through the kernel: in thread fault mode
+/// always; in SIGBUS mode for an adopted region, which the program may unmap at any moment
+/// (a plain copy of a range unmapped under it is a SIGSEGV in the reclaiming thread: a hammer
+/// whose churn thread unmapped adopted mappings crashed 3 runs in 10 so). A region the pager
+/// mapped itself is unmapped only through its handle, which retires it first.
+fn via_kernel(p: &Pager, r: &RegionInner) -> bool {
+    p.cfg.fault_mode == crate::FaultMode::Thread || r.adopted
+}
+
+/// Copy `len` bytes of managed memory at `src` (in `r`) to `dst`. Through the kernel
+/// ([`crate::sys::copy_from_self`], see [`via_kernel`]): a range the program unmapped under the
+/// copy fails instead of killing the process, and a page it dropped under the copy faults and
+/// is served as zeros by the event thread (thread mode), or fails the copy (SIGBUS mode: the
+/// kernel does not wait for a SIGBUS-mode fault; the block is given up). Otherwise a plain
+/// copy (faults come back to this thread, whose handler maps zeros).
 ///
 /// # Safety
 /// - `dst` is valid for writes of `len` bytes.
-unsafe fn read_pages(p: &Pager, src: usize, dst: *mut u8, len: usize) -> bool {
-    if p.cfg.fault_mode == crate::FaultMode::Thread {
+unsafe fn read_pages(p: &Pager, r: &RegionInner, src: usize, dst: *mut u8, len: usize) -> bool {
+    if via_kernel(p, r) {
         // SAFETY: dst is writable (caller's obligation).
         unsafe { crate::sys::copy_from_self(src, dst, len) }
     } else {
-        // SAFETY: src is a claimed, write-protected folio of a live region (see the caller);
-        // dst is writable.
+        // SAFETY: src is a claimed, write-protected folio of a live region the pager mapped
+        // (see the caller); dst is writable.
         unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst, len) };
         true
     }
