@@ -90,8 +90,13 @@ fn churn_through_free_munmap_madvise_mremap_leaks_nothing() {
     assert_eq!(r.code, Some(0), "churn exit status; stderr:\n{}", r.stderr);
     let s = stats(&st);
     assert!(num(&s, "/main/swap/pswpout") * PAGE_BYTES >= 10 * limit, "churn swapped out too little: {s:#}");
+    // What stays stored at exit is what the program never gives back (libc's heap and buffers)
+    // and happens to be swapped out then: 31 pages in most runs, up to 79 in a few (a few more
+    // heap folios out at exit), with 10 rounds or 40 alike (2026-11-25, before and after that
+    // day's fixes), so it does not grow with the memory pushed through. A leak of a folio per
+    // round, or of any share of the 40x the limit churned, is far above this bound.
     let stored = num(&s, "/main/swap/stored_pages");
-    assert!(stored < 64, "{stored} pages still stored at exit (leak): {s:#}");
+    assert!(stored < 160, "{stored} pages still stored at exit (leak): {s:#}");
     assert_eq!(num(&s, "/main/preload/adopt_errors"), 0, "mappings the pager could not adopt: {s:#}");
     check_peak("churn", &s, limit, r.secs);
 }
