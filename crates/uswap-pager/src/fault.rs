@@ -48,7 +48,7 @@ use crate::page::{kind, Claim, PageSet, PageWord, CLEAN_MAX_ENTRY};
 use crate::reclaim::{self, entry};
 use crate::region::{self, RegionInner};
 use crate::stats::{inc, now_ns};
-use crate::uffd::Event;
+use crate::uffd::{Event, Filled};
 use crate::{Pager, ReclaimMode, Replacement, SwapinPolicy, PAGE_SIZE};
 use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
@@ -553,7 +553,6 @@ fn copy_runs(
     wp: bool,
     wake: bool,
 ) -> Option<Copied> {
-    use crate::uffd::Filled;
     let again = || crate::uffd::AGAIN.with(|c| c.get());
     let mut out = Copied { failed: PageSet::default(), existed: false };
     region::runs(c.len(), &|i| c.held(i), |i, j| {
@@ -691,7 +690,7 @@ fn fill_cached(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, writ
     }
     // Publish, put. A page that was present already is the kernel's truth: not clean (see
     // `Copied::existed`).
-    let clean = clean && matches!(res, Ok(crate::uffd::Filled::Done));
+    let clean = clean && matches!(res, Ok(Filled::Done));
     reclaim::clear_clean_tags(p, o, n);
     let hot = reclaim::refault_is_hot(p, r, pg);
     if clean {
@@ -817,7 +816,7 @@ fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord
         return true;
     }
     // Publish, put (a page present already is not clean: see `Copied::existed`).
-    let clean = clean && matches!(res, Ok(crate::uffd::Filled::Done));
+    let clean = clean && matches!(res, Ok(Filled::Done));
     let hot = reclaim::refault_is_hot(p, r, pg);
     if clean {
         publish(p, r, pg, &mut c, Mapped::CleanOld, hot);
@@ -1218,8 +1217,8 @@ fn serve_unowned(p: &Pager, addr: usize) -> bool {
     inc(&p.counters.fault_unowned, 1);
     crate::uffd::AGAIN.with(|c| c.set(false));
     let ok = match p.uffd.zeropage(addr, PAGE_SIZE, true) {
-        Ok(crate::uffd::Filled::Done) => true,
-        Ok(crate::uffd::Filled::Exists) => p.uffd.writeprotect(addr, PAGE_SIZE, false, true).is_ok(),
+        Ok(Filled::Done) => true,
+        Ok(Filled::Exists) => p.uffd.writeprotect(addr, PAGE_SIZE, false, true).is_ok(),
         Err(_) => false,
     };
     if crate::uffd::AGAIN.with(|c| c.replace(false)) {
@@ -1236,6 +1235,21 @@ fn serve_unowned(p: &Pager, addr: usize) -> bool {
 mod tests {
     use super::*;
     use crate::{Pager, PagerConfig, PagerError};
+    use std::sync::Arc;
+
+    /// A pager, or `None` (the test skips, loudly, or fails under `USWAP_REQUIRE_UFFD`) when
+    /// userfaultfd is unavailable.
+    fn pager(cfg: PagerConfig) -> Option<Arc<Pager>> {
+        match Pager::new(cfg) {
+            Ok(p) => Some(p),
+            Err(PagerError::Unavailable(w)) => {
+                assert!(std::env::var_os("USWAP_REQUIRE_UFFD").is_none(), "userfaultfd unavailable: {w}");
+                eprintln!("SKIPPED: userfaultfd unavailable: {w}");
+                None
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
 
     /// A swap-in that finds a page of its folio present already (an earlier copy of the folio,
     /// cut short by `EAGAIN` on the event thread and rolled back, left it mapped and writable)
@@ -1246,15 +1260,7 @@ mod tests {
     fn a_page_present_before_a_clean_swapin_is_not_published_clean() {
         let cfg =
             PagerConfig { limit_bytes: 64 << 20, folio_size: 65536, tiers: "zero,lz4".into(), ..Default::default() };
-        let p = match Pager::new(cfg) {
-            Ok(p) => p,
-            Err(PagerError::Unavailable(w)) => {
-                assert!(std::env::var_os("USWAP_REQUIRE_UFFD").is_none(), "userfaultfd unavailable: {w}");
-                eprintln!("SKIPPED: userfaultfd unavailable: {w}");
-                return;
-            }
-            Err(e) => panic!("{e}"),
-        };
+        let Some(p) = pager(cfg) else { return };
         let r = p.map(65536).unwrap();
         let a = r.as_ptr() as usize;
         let page = |pg: usize| (a + pg * PAGE_SIZE) as *mut u8;
@@ -1292,14 +1298,8 @@ mod tests {
     /// waits while the page is BUSY (being evicted) and lets the write through afterwards.
     #[test]
     fn wp_fault_is_delivered_as_sigbus_and_waits_for_the_eviction() {
-        let p = match Pager::new(PagerConfig { limit_bytes: 4 << 20, folio_size: 4096, ..Default::default() }) {
-            Ok(p) => p,
-            Err(PagerError::Unavailable(w)) => {
-                assert!(std::env::var_os("USWAP_REQUIRE_UFFD").is_none(), "userfaultfd unavailable: {w}");
-                eprintln!("SKIPPED: userfaultfd unavailable: {w}");
-                return;
-            }
-            Err(e) => panic!("{e}"),
+        let Some(p) = pager(PagerConfig { limit_bytes: 4 << 20, folio_size: 4096, ..Default::default() }) else {
+            return;
         };
         let r = p.map(4096 * 4).unwrap();
         let a = r.as_ptr() as usize;

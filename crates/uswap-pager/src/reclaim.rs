@@ -740,18 +740,17 @@ fn copy_out(p: &Pager, b: &mut Batch, to_cache: bool) {
             // The bounce buffer: in thread mode waited for (fills run on the event thread
             // alone, one buffer at a time); in SIGBUS mode taken only if free, since every
             // faulting thread's fill holds one and may be waiting for this block's pages.
-            let mut bounce = match (p.cfg.fault_mode == crate::FaultMode::Thread, via_kernel(p, r)) {
-                (true, _) => Some(p.bufs.take()),
-                (false, true) => match p.bufs.try_take() {
-                    Some(x) => Some(x),
-                    None => {
-                        b.blocks[bi].dest = Dest::Aborted;
-                        // SAFETY: r as above.
-                        let _ = p.uffd.writeprotect(r.addr(blk.page), len, false, true);
-                        continue;
-                    }
-                },
-                (false, false) => None,
+            let mut bounce = if p.cfg.fault_mode == crate::FaultMode::Thread {
+                Some(p.bufs.take())
+            } else if via_kernel(p, r) {
+                let Some(x) = p.bufs.try_take() else {
+                    b.blocks[bi].dest = Dest::Aborted;
+                    unprotect(p, &blk);
+                    continue;
+                };
+                Some(x)
+            } else {
+                None
             };
             let src: &[u8] = match bounce.as_mut() {
                 Some(x) => {
@@ -772,12 +771,10 @@ fn copy_out(p: &Pager, b: &mut Batch, to_cache: bool) {
             };
             let res = store_folio(p, src, blk.order, &mut b.words[blk.w..blk.w + (1 << blk.order)]);
             drop(bounce);
-            if let Err(e) = res {
-                let _ = e;
+            if res.is_err() {
                 inc(&p.counters.store_errors, 1);
                 b.blocks[bi].dest = Dest::Aborted;
-                // SAFETY: r as above.
-                let _ = p.uffd.writeprotect(r.addr(blk.page), len, false, true);
+                unprotect(p, &blk);
             }
         }
     }
@@ -940,10 +937,9 @@ fn publish(p: &Pager, b: &Batch, shadows: bool) -> usize {
         if blk.dest == Dest::Aborted {
             for i in 0..n {
                 // A page a fault is taking back (`fault::take_back`) is published once the fault
-                // path's ioctl is done: one ioctl on the event thread or in this thread's own
-                // fault, which waits for nothing of ours.
-                // By CAS: a fault may take the page back again (`BUSY_HANDED` to
-                // `BUSY_WANTED`) between a load and a store.
+                // path's ioctl is done (one ioctl, on the event thread or in this thread's own
+                // fault, which waits for nothing of ours); by CAS, since a fault may take it
+                // back again (`BUSY_HANDED` to `BUSY_WANTED`) between a load and a store.
                 let word = r.word(blk.page + i);
                 let mut backoff = crate::sys::Backoff::default();
                 loop {
