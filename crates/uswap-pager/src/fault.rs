@@ -326,6 +326,9 @@ fn zero_held(p: &Pager, r: &RegionInner, pg: usize, w: PageWord, wake: bool) -> 
     }) == Some(true)
 }
 
+/// Record a fault at `pg` of `r`: whether it follows the region's last one (the next page, or
+/// the same or the next folio; the region's first fault counts), and how many such steps in a
+/// row end here.
 fn seq_fault(r: &RegionInner, pg: usize) -> (bool, u32) {
     let fp = 1usize << r.folio_order;
     let last = r.last_fault.swap(pg, Ordering::Relaxed);
@@ -339,6 +342,14 @@ fn seq_fault(r: &RegionInner, pg: usize) -> (bool, u32) {
     (seq || last == usize::MAX, streak)
 }
 
+/// Sequential steps (see [`seq_fault`]) in a row before a fault on a large stored folio swaps
+/// it in whole; until then it takes only the faulting page. One step is not a stream: an
+/// object that straddles a page (or folio) boundary faults twice in a row under random access
+/// too, and a whole swap-in then brings 15 pages of a 64 KiB folio that nobody asked for
+/// (with one step, the suite's Redis swapped in 2.4x the bytes it did with 4 KiB folios:
+/// BENCHMARKS.md, 2026-11-25, sixteenth session). A stream pays two 4 KiB faults at its start.
+const STREAM_STEPS: u32 = 2;
+
 fn large_ok(p: &Pager, r: &RegionInner) -> bool {
     match p.cfg.swapin {
         SwapinPolicy::Always => true,
@@ -348,9 +359,6 @@ fn large_ok(p: &Pager, r: &RegionInner) -> bool {
 }
 
 fn fatal(msg: &str) -> ! {
-    if std::env::var_os("USWAP_PAGER_DEBUG").is_some() {
-        eprintln!("{}", std::backtrace::Backtrace::force_capture());
-    }
     // SAFETY: write(2) of a static message to stderr, then abort: both signal-safe.
     unsafe {
         libc::write(2, msg.as_ptr().cast(), msg.len());
@@ -641,8 +649,8 @@ fn fill(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write: bool
     match w0.kind() {
         kind::CACHED => fill_cached(p, r, pg, w0, write, wake),
         kind::SWAPPED if k0 > 0 => {
-            let (seq, _) = seq_fault(r, pg);
-            let whole = large_ok(p, r) && (!p.cfg.adaptive || seq);
+            let (_, streak) = seq_fault(r, pg);
+            let whole = large_ok(p, r) && (!p.cfg.adaptive || streak >= STREAM_STEPS);
             if whole {
                 fill_large(p, r, pg, w0, write, wake)
             } else {
@@ -741,10 +749,7 @@ fn fill_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write
             }
         });
     }
-    if let Err(e) = res {
-        if std::env::var_os("USWAP_PAGER_DEBUG").is_some() {
-            eprintln!("load {e_head:#x} order {k0}: {e}");
-        }
+    if res.is_err() {
         fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
     }
     // Copy.
@@ -787,10 +792,7 @@ fn fill_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write
 /// Swap in only page `pg` of a large stored folio (`swpin_fallback`).
 fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write: bool, wake: bool) -> bool {
     let k0 = w0.order();
-    let n = 1usize << k0;
-    let head = pg & !(n - 1);
     let e = w0.payload();
-    let e_head = e - (pg - head) as u64;
     // Claim.
     let mut bi = p.bufs.take();
     let (data, scratch) = bi.parts();
@@ -800,10 +802,7 @@ fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord
     }
     // Load.
     let buf = &mut data[..PAGE_SIZE];
-    if let Err(err) = p.store.load(e, buf) {
-        if std::env::var_os("USWAP_PAGER_DEBUG").is_some() {
-            eprintln!("load-one {e:#x} order {k0} pg {pg} w0 {w0:?} head {e_head:#x}: {err}");
-        }
+    if p.store.load(e, buf).is_err() {
         fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
     }
     // Copy.
@@ -895,10 +894,7 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write
             }
             let dst = &mut buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE];
             if c.old(i).kind() == kind::SWAPPED {
-                if let Err(e) = p.store.load(c.old(i).payload(), dst) {
-                    if std::env::var_os("USWAP_PAGER_DEBUG").is_some() {
-                        eprintln!("load {:#x} order 0: {e}", c.old(i).payload());
-                    }
+                if p.store.load(c.old(i).payload(), dst).is_err() {
                     fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
                 }
             } else {

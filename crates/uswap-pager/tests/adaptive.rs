@@ -1,0 +1,48 @@
+//! Adaptive swap-in granularity of large stored folios (`PagerConfig::adaptive`): random faults
+//! take only the faulting page, even when an object straddles two pages and faults twice in a
+//! row; a sequential stream of faults takes whole folios.
+mod common;
+use uswap_pager::{PagerConfig, PagerStats};
+
+const FOLIO: usize = 65536;
+const PER_FOLIO: usize = FOLIO / 4096;
+
+fn whole(st: &PagerStats) -> u64 {
+    st.swpin[4]
+}
+
+#[test]
+fn straddling_reads_take_single_pages_and_streams_take_whole_folios() {
+    let cfg = PagerConfig { limit_bytes: 4 << 20, folio_size: FOLIO, ..Default::default() };
+    let Some(p) = common::pager(cfg) else { return };
+    let mut r = p.map(4 << 20).unwrap();
+    for (pg, pgbuf) in r.as_mut_slice().chunks_mut(4096).enumerate() {
+        common::fill_page(pgbuf, 6, pg, false);
+    }
+    r.evict_all();
+    let folios = r.len() / FOLIO;
+    // Random access to objects that straddle a page boundary: pages 5 and 6 of folios 7 apart
+    // (no folio follows the one before).
+    let base = whole(&p.stats());
+    for i in 0..folios {
+        let f = (i * 7) % folios;
+        for pg in [f * PER_FOLIO + 5, f * PER_FOLIO + 6] {
+            assert_eq!(common::check_page(&r.as_slice()[pg * 4096..(pg + 1) * 4096], 6, pg, false), None, "page {pg}");
+        }
+    }
+    let st = p.stats();
+    assert_eq!(whole(&st) - base, 0, "a straddling read swapped a whole folio in: {st:?}");
+    assert_eq!(r.page_states()[1], 2 * folios, "two pages per folio resident: {:?}", r.page_states());
+    // A stream: every page in order. After its first steps, every folio comes in whole.
+    r.evict_all();
+    let base = whole(&p.stats());
+    for (pg, pgbuf) in r.as_slice().chunks(4096).enumerate() {
+        assert_eq!(common::check_page(pgbuf, 6, pg, false), None, "page {pg}");
+    }
+    let st = p.stats();
+    assert!(
+        whole(&st) - base >= (folios - 1) as u64,
+        "a stream took {} of {folios} folios whole: {st:?}",
+        whole(&st) - base
+    );
+}
