@@ -9,7 +9,13 @@
 //! not the pager's own, not a thread stack (a small `PROT_NONE` guard right below it) and not a
 //! loaded object's `.bss` (anonymous memory right after one of its file mappings: libc's malloc
 //! state lives there, and the pager's threads use it). Each pass also retires regions the
-//! program has unmapped, and measures the anonymous memory outside the pager:
+//! program has unmapped, and measures the anonymous memory outside the pager. The stack rule is
+//! a heuristic: a stack mapped with no guard below it is adopted like a heap (a JVM maps its
+//! Java thread stacks read-write and makes their guard zones later, so a pass in between adopts
+//! them; seen in the JVM tests, which pass). The preload runs its pager in
+//! thread fault mode, where a fault on an adopted stack is served like any other (a SIGBUS-mode
+//! handler would run on the stack that faulted, so that mode could not adopt stacks). What
+//! stays outside is measured:
 //! `RssAnon - (resident + swap cache + pool) - RssAnon at start`. The program's part of that
 //! (less the library's own heap growth and the engine's page heap beyond the pool) is charged
 //! against the limit ([`uswap_pager::Pager::set_outside`]): the pager's limit in force shrinks
