@@ -382,6 +382,17 @@ impl Mapping {
         // SAFETY: see above; len / 8 words fit in the mapping, which lives as long as &self.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().cast(), self.len / 8) }
     }
+
+    /// Give the whole pages of `[off, off + len)` back to the kernel (`MADV_DONTNEED`, by raw
+    /// system call: no interposed symbol): they read as zero from now on and cost no memory
+    /// until written again. Safe as a concurrent store of zeros would be (see
+    /// [`Mapping::atomic_words`]); a caller that wants the bytes kept must not call it.
+    pub fn discard(&self, off: usize, len: usize) {
+        assert!(off.is_multiple_of(4096) && len.is_multiple_of(4096) && off + len <= self.len.next_multiple_of(4096));
+        // SAFETY: a page-aligned range inside this mapping, which stays mapped; only its contents
+        // change (to zeros), which no reference of the safe API can observe as UB.
+        unsafe { libc::syscall(libc::SYS_madvise, self.ptr.as_ptr().add(off), len, libc::MADV_DONTNEED) };
+    }
 }
 
 impl Drop for Mapping {

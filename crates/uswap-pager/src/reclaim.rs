@@ -223,7 +223,13 @@ fn balance_protected(p: &Pager, max_pages: usize) {
     }
 }
 
-/// A bounded FIFO of folio references, preallocated.
+/// A bounded FIFO of folio references, preallocated. Its buffer is sized for the worst case
+/// (twice the limit's pages, plus a million: 16 MiB for a 68 MiB limit) and `MAP_NORESERVE`,
+/// so it costs only the pages its entries use: a page the consumer has left with no live
+/// entry in it is given back ([`Ring::pop`]). Without that, the indices' walk round the
+/// buffer touched all of it: the three rings held up to 48 MiB of RSS after a few million
+/// evictions, which the preload counted as the program's memory outside the pager (`xz -9`
+/// under `--limit 68M` kept 20 MiB resident; BENCHMARKS.md, 2026-11-25, sixteenth session).
 pub(crate) struct Ring {
     /// `mask + 1` entries (accessed under the spinlock).
     buf: crate::own::Mapping,
@@ -277,6 +283,14 @@ impl Ring {
         } else {
             let e = self.buf.atomic_words()[h & self.mask].load(Ordering::Relaxed);
             self.head.store(h + 1, Ordering::Relaxed);
+            // The consumer has left a page of the buffer: give it back unless the producer
+            // has wrapped round into it (entries [h + 1, t) are live). Under the lock, so no
+            // push lands there meanwhile; one system call per page of entries.
+            const WORDS: usize = 4096 / 8;
+            let cap = self.mask + 1;
+            if (h + 1).is_multiple_of(WORDS) && cap >= 2 * WORDS && t - (h + 1) <= cap - WORDS {
+                self.buf.discard(((h + 1 - WORDS) & self.mask) * 8, 4096);
+            }
             Some(e)
         };
         self.unlock();
@@ -1488,6 +1502,54 @@ mod tests {
         assert!(r.push(4));
         let v: Vec<u64> = std::iter::from_fn(|| r.pop()).collect();
         assert_eq!(v, vec![1, 2, 3, 4]);
+    }
+
+    /// Resident pages of a ring's buffer, from mincore(2).
+    fn ring_resident_pages(r: &Ring) -> usize {
+        let len = (r.mask + 1) * 8;
+        let mut v = vec![0u8; len.div_ceil(4096)];
+        // SAFETY: the ring's page-aligned mapping and a vector of one byte per page.
+        let rc = unsafe { libc::mincore(r.buf.as_ptr().cast(), len, v.as_mut_ptr()) };
+        assert_eq!(rc, 0);
+        v.iter().filter(|&&b| b & 1 != 0).count()
+    }
+
+    #[test]
+    fn a_ring_gives_back_the_pages_its_consumer_has_left() {
+        // 64 pages of entries; a queue of at most 1000 entries streamed through it 20 times.
+        let r = Ring::new(64 * 512).unwrap();
+        let (mut next_in, mut next_out) = (0u64, 0u64);
+        while next_in < 20 * 64 * 512 {
+            while next_in - next_out < 1000 {
+                assert!(r.push(next_in));
+                next_in += 1;
+            }
+            for _ in 0..700 {
+                assert_eq!(r.pop(), Some(next_out));
+                next_out += 1;
+            }
+        }
+        let held = ring_resident_pages(&r);
+        assert!(held <= 4, "{held} of 64 pages resident with {} entries queued", next_in - next_out);
+        // A producer that has wrapped round into the page the consumer leaves: that page keeps
+        // its new entries.
+        let r = Ring::new(4 * 512).unwrap();
+        let mut want = std::collections::VecDeque::new();
+        for i in 0..4 * 512 {
+            assert!(r.push(i));
+            want.push_back(i);
+        }
+        for _ in 0..511 {
+            assert_eq!(r.pop(), want.pop_front());
+        }
+        for i in 0..511 {
+            assert!(r.push(1 << 32 | i));
+            want.push_back(1 << 32 | i);
+        }
+        while let Some(w) = want.pop_front() {
+            assert_eq!(r.pop(), Some(w));
+        }
+        assert_eq!(r.pop(), None);
     }
 
     #[test]
