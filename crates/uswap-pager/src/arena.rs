@@ -256,7 +256,7 @@ impl Arena {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -271,8 +271,9 @@ mod tests {
     }
 
     /// Resident bytes of `[base, base+len)`, from mincore(2) (exact for this range, unlike
-    /// smaps, where the kernel may merge the mapping with its neighbours).
-    fn resident(base: usize, len: usize) -> u64 {
+    /// smaps, where the kernel may merge the mapping with its neighbours). `base` is page
+    /// aligned and the range mapped.
+    pub(crate) fn resident(base: usize, len: usize) -> u64 {
         let mut v = vec![0u8; len.div_ceil(4096)];
         // SAFETY: a page-aligned range of our mapping and a vector of one byte per page.
         let r = unsafe { libc::mincore(base as *mut libc::c_void, len, v.as_mut_ptr()) };

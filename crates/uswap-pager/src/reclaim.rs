@@ -1504,14 +1504,9 @@ mod tests {
         assert_eq!(v, vec![1, 2, 3, 4]);
     }
 
-    /// Resident pages of a ring's buffer, from mincore(2).
+    /// Resident pages of a ring's buffer.
     fn ring_resident_pages(r: &Ring) -> usize {
-        let len = (r.mask + 1) * 8;
-        let mut v = vec![0u8; len.div_ceil(4096)];
-        // SAFETY: the ring's page-aligned mapping and a vector of one byte per page.
-        let rc = unsafe { libc::mincore(r.buf.as_ptr().cast(), len, v.as_mut_ptr()) };
-        assert_eq!(rc, 0);
-        v.iter().filter(|&&b| b & 1 != 0).count()
+        (crate::arena::tests::resident(r.buf.as_ptr() as usize, (r.mask + 1) * 8) / 4096) as usize
     }
 
     #[test]
