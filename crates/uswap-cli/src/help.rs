@@ -97,6 +97,8 @@ Environment:
                      background (default 60000; 0 = off)
   USWAP_PROMOTE      `0`: do not move file objects read back since they got there into the
                      pool (promotion is on by default, while the pool has room)
+  USWAP_FOLLOW_CPU   `0`: do not move the pager's fault-serving thread to the CPU of the
+                     thread that faults (nor its background threads off that CPU)
   USWAP_STATS_INTERVAL_MS  how often each process rewrites its statistics in USWAP_STATS_DIR
                      (the live view of `uswap status`; uswap run sets 500 unless it is set)
   Set by uswap run for the program (inherited by everything it starts): LD_PRELOAD,

@@ -215,6 +215,7 @@ pub fn pager(p: &Value, tiers: &str) -> Value {
         ("spurious", "fault_spurious"),
         ("waits", "fault_waits"),
         ("throttled", "fault_throttled"),
+        ("cpu_moves", "fault_cpu_moves"),
     ] {
         faults.insert(k.into(), json!(u(p, &format!("/{src}"))));
     }

@@ -1092,6 +1092,7 @@ pub(crate) fn event_loop(p: &Pager) {
     // wake-up of an idle vCPU (tens of µs here) on every fault.
     let spin_ns = if p.cfg.fault_mode == crate::FaultMode::Thread { SPIN_NS } else { 0 };
     let mut spin_until = 0u64;
+    let mut follow = crate::cpu::Follower::new(&p.place);
     while !p.stop.load(Ordering::Acquire) {
         let pending = !faults.is_empty() || !events.is_empty();
         if spin_until == 0 || now_ns() > spin_until {
@@ -1132,10 +1133,12 @@ pub(crate) fn event_loop(p: &Pager) {
         };
         for m in &msgs[..n] {
             match crate::uffd::decode(m) {
-                Event::Pagefault { addr, write, wp } => {
+                Event::Pagefault { addr, write, wp, tid } => {
+                    let now = now_ns();
                     if spin_ns > 0 {
-                        spin_until = now_ns() + spin_ns;
+                        spin_until = now + spin_ns;
                     }
+                    follow.on_fault(&p.place, tid, now);
                     if wp {
                         inc(&p.counters.fault_wp, 1);
                     }

@@ -16,7 +16,9 @@
 //! - **Unmodified programs use [`FaultMode::Thread`]** (`uswap run`): a handler thread reads the
 //!   uffd and resolves faults while the faulting thread sleeps in the kernel, so a fault inside
 //!   any system call blocks instead of failing; the thread polls for 100 µs after a fault so
-//!   that a thrashing program's next fault finds it awake.
+//!   that a thrashing program's next fault finds it awake, and it moves to the CPU of the
+//!   thread whose faults it serves, so that a hand-off is a context switch rather than a
+//!   cross-CPU wake-up (`cpu`).
 //! - **Reclaim is direct**, in the faulting thread, in batches (`reclaim`): folios are
 //!   write-protected, copied out, and dropped with one `process_madvise(MADV_DONTNEED)` per
 //!   batch. A write that races an eviction takes a write-protect fault and waits.
@@ -61,6 +63,7 @@
 
 mod arena;
 mod bufs;
+mod cpu;
 mod fault;
 mod handle;
 pub mod own;
@@ -198,6 +201,9 @@ pub struct PagerConfig {
     /// ... and file objects swapped in since they got there (refaulted) are promoted back into
     /// the pool while it is under its cap.
     pub promote: bool,
+    /// In thread fault mode, run the event thread on the CPU of the thread whose faults it
+    /// serves and the background threads on the other CPUs (see `cpu`).
+    pub follow_cpu: bool,
 }
 
 impl Default for PagerConfig {
@@ -224,6 +230,7 @@ impl Default for PagerConfig {
             recompress_cpu_percent: 5,
             writeback_age_ms: 60_000,
             promote: true,
+            follow_cpu: true,
         }
     }
 }
@@ -259,6 +266,8 @@ pub struct Pager {
     pub(crate) counters: stats::Counters,
     pub(crate) bufs: bufs::BufPool,
     pub(crate) stop: AtomicBool,
+    /// Where the event thread and the background threads run (thread fault mode).
+    pub(crate) place: cpu::Placement,
     /// The store keeps its RAM under half the limit (see [`PageStore::limit_ram`]).
     pub(crate) pool_capped: bool,
     /// An eventfd the event thread polls next to the uffd; written once by `Drop` so the
@@ -404,6 +413,7 @@ impl Pager {
             counters: stats::Counters::default(),
             bufs: bufs::BufPool::new().map_err(os)?,
             stop: AtomicBool::new(false),
+            place: cpu::Placement::new(cfg.follow_cpu && cfg.fault_mode == FaultMode::Thread),
             pool_capped,
             stop_fd,
             reclaim_wake: AtomicU32::new(0),
@@ -474,6 +484,7 @@ impl Pager {
         self.read_gate.force_unlock();
         self.batches.reset_in_fork_child();
         self.bufs.reset_in_fork_child();
+        self.place.reset_in_fork_child();
         // The child's statistics are its own from here (a tree's sum counts each event once).
         self.counters.reset();
         self.pause.store(false, Ordering::SeqCst);
@@ -626,6 +637,12 @@ impl Pager {
     /// The configuration.
     pub fn config(&self) -> &PagerConfig {
         &self.cfg
+    }
+
+    /// The calling thread works for this pager in the background (the preload's scanner):
+    /// in thread fault mode it is kept off the CPU the event thread follows (see `cpu`).
+    pub fn join_background(&self) {
+        self.place.join();
     }
 
     /// Bytes charged to the group: resident pages + swap cache + compressed pool. The swap

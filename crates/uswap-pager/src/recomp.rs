@@ -113,6 +113,7 @@ pub(crate) fn tier_moves(p: &Pager) {
 /// The recompressor thread's body (see the module doc). Returns when the pager stops.
 pub(crate) fn recompressor(p: &Pager) {
     crate::own::add_this_stack();
+    p.place.join();
     lower_priority();
     let period_ms = p.cfg.recompress_ms.max(1);
     let percent = u64::from(p.cfg.recompress_cpu_percent.clamp(1, 100));

@@ -182,6 +182,9 @@ pub struct PagerStats {
     /// copied (thread fault mode; the write went through at once instead of waiting for the
     /// batch and a swap-in).
     pub reclaim_handed_back: u64,
+    /// Times the event thread moved to the CPU of the thread whose faults it serves (thread
+    /// fault mode, `follow_cpu`).
+    pub fault_cpu_moves: u64,
     /// Faults on registered memory no region knew (resolved as zero-fill: never evicted).
     pub fault_unowned: u64,
     /// Pages found present in the program's mappings when they were adopted.
@@ -327,6 +330,7 @@ pub(crate) fn snapshot(p: &Pager, regions_live: usize) -> PagerStats {
         fault_waits: g(&c.fault_waits),
         fault_held_ns: g(&c.fault_held_ns),
         reclaim_handed_back: g(&c.reclaim_handed_back),
+        fault_cpu_moves: g(&p.place.moves),
         fault_throttled: g(&c.fault_throttled),
         fault_unowned: g(&c.fault_unowned),
         adopted_pages: g(&c.adopted_pages),

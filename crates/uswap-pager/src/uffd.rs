@@ -115,6 +115,8 @@ pub(crate) enum Event {
         write: bool,
         /// A write-protect fault.
         wp: bool,
+        /// The faulting thread's id (0 without `UFFD_FEATURE_THREAD_ID`).
+        tid: u32,
     },
     /// The process forked; `uffd` is the child's userfaultfd, now open in this process.
     Fork {
@@ -161,6 +163,7 @@ pub(crate) fn decode(m: &g::uffd_msg) -> Event {
                     addr: m.arg.pagefault.address,
                     write: f & u64::from(g::UFFD_PAGEFAULT_FLAG_WRITE) != 0,
                     wp: f & u64::from(g::UFFD_PAGEFAULT_FLAG_WP) != 0,
+                    tid: m.arg.pagefault.feat.ptid,
                 }
             }
             g::UFFD_EVENT_FORK => Event::Fork { uffd: m.arg.fork.ufd as RawFd },

@@ -11,7 +11,8 @@
 //! `USWAP_RECOMP_CPU_PERCENT` (period and CPU budget of background recompression, default
 //! 5000 ms and 5 %; it runs only for a pool tier with `recomp=`), `USWAP_WRITEBACK_AGE_MS`
 //! (pool objects unused this long are written back to the file by the same thread, default
-//! 60 000, 0 = off) and `USWAP_PROMOTE=0` (no promotion of refaulted file objects into the pool).
+//! 60 000, 0 = off), `USWAP_PROMOTE=0` (no promotion of refaulted file objects into the pool)
+//! and `USWAP_FOLLOW_CPU=0` (the event thread does not follow the faulting thread's CPU).
 //!
 //! The program keeps its own allocator (glibc malloc, jemalloc, pymalloc, a JVM's or V8's
 //! heap): nothing is replaced. Its anonymous private memory is found and adopted by the pager
@@ -267,6 +268,9 @@ fn start() -> Result<(), String> {
         // (0 = off), promotion of refaulted file objects (`USWAP_PROMOTE=0` turns it off).
         writeback_age_ms: parse_num(c"USWAP_WRITEBACK_AGE_MS", 60_000)?,
         promote: env(c"USWAP_PROMOTE") != Some("0"),
+        // The event thread follows the faulting thread's CPU (`USWAP_FOLLOW_CPU=0` turns it
+        // off): see uswap-pager's `cpu` module.
+        follow_cpu: env(c"USWAP_FOLLOW_CPU") != Some("0"),
         ..Default::default()
     };
     // glibc trims its heaps with its internal madvise(MADV_DONTNEED), which no interposed symbol

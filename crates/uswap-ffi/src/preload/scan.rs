@@ -491,6 +491,7 @@ pub fn start_thread(p: Arc<Pager>, ms: u64) -> Result<(), String> {
 fn spawn(p: Arc<Pager>) -> std::io::Result<()> {
     std::thread::Builder::new().name("uswap-scan".into()).stack_size(256 << 10).spawn(move || {
         uswap_pager::own::add_this_stack();
+        p.join_background();
         let ms = SCAN_MS.load(Ordering::Relaxed);
         let step = (p.config().limit_bytes / 128).max(256 << 10);
         let mut last_rss = statm().0;
