@@ -2,7 +2,6 @@
 # pin.sh MODE: run python-dict under uswap, pin threads per MODE after start
 # USWAP=path/to/uswap DICT=crates/uswap-cli/src/bench/programs/scripts/dict.py pin.sh {none|same|one|rec|ev|pager|follow}
 MODE=$1
-cd /tmp
 PYTHONHASHSEED=0 ${USWAP:-uswap} run --limit 227M --stats pin-$MODE.json -- python3 ${DICT:-dict.py} 3000000 > pin-$MODE.out &
 sleep 0.7
 PID=$(pgrep -x python3 -n)
