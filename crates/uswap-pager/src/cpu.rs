@@ -26,6 +26,7 @@
 //! its own thread ([`Placement::join`]) and read by the event thread; a [`Follower`] belongs
 //! to the event thread alone.
 
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
 /// How often the event thread looks at the faulting thread's CPU while faults arrive.
@@ -106,28 +107,18 @@ pub(crate) struct Follower {
     mine: u32,
     others: u32,
     next_ns: u64,
-    /// `/proc/self/task/TID/stat` of `stat_tid`, or -1.
-    stat_fd: i32,
-    stat_tid: u32,
+    /// A thread id and its `/proc/self/task/TID/stat`, open (`close` is not interposed).
+    stat: Option<(u32, OwnedFd)>,
 }
 
 impl Follower {
     /// For the event thread, on that thread.
     pub(crate) fn new(p: &Placement) -> Follower {
-        // SAFETY: an all-zero cpu_set_t is a valid empty set.
-        let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        // SAFETY: sched_getaffinity of the calling thread into a cpu_set_t of the size given.
-        let got = unsafe {
-            libc::syscall(
-                libc::SYS_sched_getaffinity,
-                0,
-                std::mem::size_of::<libc::cpu_set_t>(),
-                &mut allowed as *mut libc::cpu_set_t,
-            )
-        } > 0;
+        let mask = affinity(0);
+        let allowed = mask.unwrap_or_else(empty_set);
         // SAFETY: CPU_COUNT reads a valid set.
-        let on = p.enabled && got && unsafe { libc::CPU_COUNT(&allowed) } >= 2;
-        Follower { allowed, on, here: -1, seen: -1, tid: 0, mine: 0, others: 0, next_ns: 0, stat_fd: -1, stat_tid: 0 }
+        let on = p.enabled && mask.is_some() && unsafe { libc::CPU_COUNT(&allowed) } >= 2;
+        Follower { allowed, on, here: -1, seen: -1, tid: 0, mine: 0, others: 0, next_ns: 0, stat: None }
     }
 
     /// A fault of thread `tid` (0: unknown) arrived at `now_ns`: follow its thread if it is
@@ -165,10 +156,8 @@ impl Follower {
         if cpu == self.here || cpu != seen || !self.may_use(cpu) {
             return;
         }
-        // SAFETY: an all-zero cpu_set_t is a valid empty set; CPU_SET of a CPU below the set's
-        // size (checked by may_use).
-        let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
+        let mut one = empty_set();
+        // SAFETY: CPU_SET of a CPU below the set's size (checked by may_use).
         unsafe { libc::CPU_SET(cpu as usize, &mut one) };
         if set_affinity(0, &one).is_err() {
             self.stop(p);
@@ -211,47 +200,51 @@ impl Follower {
 
     /// The CPU thread `tid` of this process last ran on.
     fn cpu_of(&mut self, tid: u32) -> Option<i32> {
-        if self.stat_tid != tid || self.stat_fd < 0 {
-            self.close();
+        if self.stat.as_ref().is_none_or(|(t, _)| *t != tid) {
+            self.stat = None;
             let mut path = [0u8; 48];
-            let n = stat_path(tid, &mut path);
-            debug_assert!(n < path.len());
-            // SAFETY: openat of a NUL-terminated path in a stack buffer.
+            stat_path(tid, &mut path);
+            // SAFETY: openat of a NUL-terminated path in a stack buffer (raw: `open` may be
+            // interposed by whoever loaded us).
             let fd = unsafe {
                 libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC)
             };
             if fd < 0 {
                 return None;
             }
-            self.stat_fd = fd as i32;
-            self.stat_tid = tid;
+            // SAFETY: a new descriptor we own.
+            self.stat = Some((tid, unsafe { OwnedFd::from_raw_fd(fd as i32) }));
         }
+        let fd = self.stat.as_ref()?.1.as_raw_fd();
         let mut buf = [0u8; 1024];
-        // SAFETY: pread into a stack buffer of the length given, on a descriptor we own.
-        let n = unsafe { libc::syscall(libc::SYS_pread64, self.stat_fd, buf.as_mut_ptr(), buf.len(), 0) };
+        // SAFETY: pread (raw: the preload interposes `pread`) into a stack buffer of the length
+        // given, on a descriptor we own.
+        let n = unsafe { libc::syscall(libc::SYS_pread64, fd, buf.as_mut_ptr(), buf.len(), 0) };
         if n <= 0 {
-            self.close();
+            self.stat = None;
             return None;
         }
         processor(&buf[..n as usize])
     }
-
-    fn close(&mut self) {
-        if self.stat_fd >= 0 {
-            // SAFETY: a descriptor we opened and own.
-            unsafe { libc::syscall(libc::SYS_close, self.stat_fd) };
-            self.stat_fd = -1;
-        }
-    }
 }
 
-impl Drop for Follower {
-    fn drop(&mut self) {
-        self.close();
-    }
+fn empty_set() -> libc::cpu_set_t {
+    // SAFETY: an all-zero cpu_set_t is a valid empty set.
+    unsafe { std::mem::zeroed() }
 }
 
-fn gettid() -> i32 {
+/// The CPU mask of thread `tid` of this process (0: the calling thread).
+fn affinity(tid: i32) -> Option<libc::cpu_set_t> {
+    let mut set = empty_set();
+    // SAFETY: sched_getaffinity into a cpu_set_t of the size given.
+    let r = unsafe {
+        libc::syscall(libc::SYS_sched_getaffinity, tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set as *mut _)
+    };
+    (r > 0).then_some(set)
+}
+
+/// The calling thread's id.
+pub(crate) fn gettid() -> i32 {
     // SAFETY: gettid has no arguments and cannot fail.
     unsafe { libc::syscall(libc::SYS_gettid) as i32 }
 }
@@ -265,32 +258,18 @@ fn set_affinity(tid: i32, set: &libc::cpu_set_t) -> Result<(), i32> {
     if r == 0 {
         Ok(())
     } else {
-        // SAFETY: __errno_location returns the calling thread's errno slot.
-        Err(unsafe { *libc::__errno_location() })
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
     }
 }
 
-/// Write `/proc/self/task/TID/stat` and a NUL into `out`; returns the length without the NUL.
+/// Write `/proc/self/task/TID/stat` and a NUL into `out` (formatting into a slice allocates
+/// nothing); returns the length without the NUL.
 fn stat_path(tid: u32, out: &mut [u8; 48]) -> usize {
-    let mut n = 0;
-    let mut put = |b: &[u8]| {
-        out[n..n + b.len()].copy_from_slice(b);
-        n += b.len();
-    };
-    put(b"/proc/self/task/");
-    let mut digits = [0u8; 10];
-    let (mut v, mut i) = (tid, digits.len());
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    put(&digits[i..]);
-    put(b"/stat\0");
-    n - 1
+    use std::io::Write;
+    let mut rest = &mut out[..];
+    write!(rest, "/proc/self/task/{tid}/stat\0").expect("48 bytes hold the longest path");
+    let left = rest.len();
+    out.len() - left - 1
 }
 
 /// Field 39 (`processor`) of a `/proc/.../stat` line. The command name (field 2) is in
@@ -363,16 +342,7 @@ mod tests {
         // SAFETY: sched_getcpu has no preconditions.
         assert_eq!(unsafe { libc::sched_getcpu() }, f.here);
         assert!(p.moves.load(Ordering::Relaxed) >= 1);
-        let mut bg_mask: libc::cpu_set_t = f.allowed;
-        // SAFETY: as in Follower::new, for a thread of this process that is still running.
-        unsafe {
-            libc::syscall(
-                libc::SYS_sched_getaffinity,
-                bg_tid,
-                std::mem::size_of::<libc::cpu_set_t>(),
-                &mut bg_mask as *mut _,
-            )
-        };
+        let bg_mask = affinity(bg_tid).expect("the background thread's mask");
         let want = f.others(f.here);
         // SAFETY: CPU_EQUAL of two valid sets.
         assert!(unsafe { libc::CPU_EQUAL(&bg_mask, &want) }, "background thread not moved off CPU {}", f.here);
@@ -386,11 +356,7 @@ mod tests {
         f.stop(&p);
         done.wait();
         bg.join().unwrap();
-        let mut mask: libc::cpu_set_t = f.allowed;
-        // SAFETY: as in Follower::new.
-        unsafe {
-            libc::syscall(libc::SYS_sched_getaffinity, 0, std::mem::size_of::<libc::cpu_set_t>(), &mut mask as *mut _)
-        };
+        let mask = affinity(0).expect("this thread's mask");
         // SAFETY: CPU_EQUAL of two valid sets.
         assert!(unsafe { libc::CPU_EQUAL(&mask, &f.allowed) }, "mask not given back");
     }

@@ -58,11 +58,8 @@ fn thread_cpu_ns() -> u64 {
 /// Lower the calling thread's priority to nice 19 (Linux: `setpriority` on a thread id sets
 /// that thread's nice value only).
 fn lower_priority() {
-    // SAFETY: gettid has no arguments; setpriority on our own thread id with a valid value.
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, tid, 19);
-    }
+    // SAFETY: setpriority on our own thread id with a valid value.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, crate::cpu::gettid() as libc::id_t, 19) };
 }
 
 /// Should the pass due now be put off? `swapins` is the swap-in count at the last check,
