@@ -13,6 +13,7 @@ mod progress;
 mod report;
 mod run;
 mod status;
+mod unmanaged;
 
 /// Exit code for bad usage or bad configuration (clap uses 2 as well).
 pub const EXIT_USAGE: u8 = 2;

@@ -372,6 +372,8 @@ pub struct Run<'a> {
     pub peak_rss: u64,
     /// The tree's memory, sampled from outside (`uswap run`'s sampler).
     pub tree_peak: TreePeak,
+    /// The processes of the tree found running without the pager.
+    pub unmanaged: &'a [crate::unmanaged::Unmanaged],
 }
 
 /// The largest anonymous memory of the whole tree seen while it ran.
@@ -430,6 +432,12 @@ pub fn run_report(r: &Run, procs: &[Value]) -> Value {
         },
         "main": main,
         "other_processes": others,
+        "unmanaged_processes": r.unmanaged.iter().map(|u| json!({
+            "pid": u.pid,
+            "command": u.command,
+            "reason": u.reason.as_str(),
+            "peak_anon_bytes": u.peak_anon_bytes,
+        })).collect::<Vec<_>>(),
     })
 }
 
@@ -568,6 +576,7 @@ mod tests {
             tiers: "zero,lz4",
             peak_rss: 1,
             tree_peak: TreePeak::default(),
+            unmanaged: &[],
         };
         let d = run_report(&r, &[sample(), json!({"pid": 8, "argv": ["b"]})]);
         assert_eq!(d["schema_version"], SCHEMA_VERSION);

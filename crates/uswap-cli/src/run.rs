@@ -12,10 +12,14 @@
 //! signal N killed it, as a shell does.
 //!
 //! Programs started in turn inherit the library and the variables: each process gets its own
-//! pager with the same limit. Every process writes its statistics at exit; the summary shows the
-//! program's own and counts the others.
+//! pager and its share of the one limit. Every process writes its statistics at exit; the
+//! summary shows the program's own and counts the others. A process of the tree that runs
+//! without the library (a static program started by a shell) is found, reported and counted
+//! against the limit ([`crate::unmanaged`]).
 //!
-//! Locking: none (one thread; the signal handler only reads an atomic pid and calls kill).
+//! Locking: the tree sampler's thread and the main thread share the [`crate::unmanaged::Watch`]
+//! behind a mutex (held for one sample, and once at the end); the signal handler only reads an
+//! atomic pid and calls kill.
 
 use crate::live;
 use std::ffi::OsString;
@@ -328,7 +332,9 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
     let command: Vec<String> = a.command.iter().map(|s| s.to_string_lossy().into_owned()).collect();
     tree.describe(&command, pid, limit, folio as u64, &tiers);
     let metrics = a.metrics_file.clone().map(|m| MetricsWriter::start(m, statsdir.clone()));
-    let sampler = sample_tree(budget.clone());
+    let watch =
+        std::sync::Arc::new(std::sync::Mutex::new(crate::unmanaged::Watch::new(pid, budget.clone(), &lib, !a.quiet)));
+    let sampler = sample_tree(watch.clone());
     let mut status = 0;
     // SAFETY: zeroed rusage is valid storage.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -363,6 +369,11 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
     };
     let procs = live::read_procs(&statsdir);
     drop(tree);
+    let unmanaged = std::mem::replace(
+        &mut *watch.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
+        crate::unmanaged::Watch::new(0, PathBuf::new(), Path::new(""), false),
+    )
+    .finish();
     let r = crate::report::Run {
         command: &command,
         pid,
@@ -375,6 +386,7 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
         tiers: &tiers,
         peak_rss,
         tree_peak,
+        unmanaged: &unmanaged,
     };
     let doc = crate::report::run_report(&r, &procs);
     match &a.stats {
@@ -397,12 +409,14 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
 
 /// The memory the whole tree holds, sampled every [`TREE_SAMPLE_MS`]: the sum of the anonymous
 /// proportional set sizes (`Pss_Anon`: a page shared copy-on-write by a fork parent and child
-/// counts half in each) of the processes in the tree's budget file (every process under the
-/// pager), the largest sum kept with the processes it was taken over. The limit covers the
-/// tree's charges; this is what checks it from outside, across processes.
-fn sample_tree(budget: PathBuf) -> live::PeakSampler {
+/// counts half in each) of the processes of the tree (every process under the pager, and
+/// their descendants, those that run without one included), the largest sum kept with the
+/// processes it was taken over. The limit covers the tree's charges; this is what checks it
+/// from outside, across processes. Each sample also looks for processes that run without
+/// the pager and counts their memory against the limit ([`crate::unmanaged`]).
+fn sample_tree(watch: std::sync::Arc<std::sync::Mutex<crate::unmanaged::Watch>>) -> live::PeakSampler {
     live::PeakSampler::start(std::time::Duration::from_millis(TREE_SAMPLE_MS), move |peak| {
-        let pids = uswap_pager::tree::pids_in(&budget);
+        let pids = watch.lock().unwrap_or_else(std::sync::PoisonError::into_inner).sample();
         live::pss_if_above(&pids, "Pss_Anon:", peak).map(|v| (v, pids.len() as u64))
     })
 }
@@ -480,7 +494,11 @@ fn summary(prog: &Path, limit: u64, peak: u64, doc: &serde_json::Value) {
                     human(u(m, "/file_rss_growth_bytes")),
                 );
             }
-            if peak > bound {
+            let unmanaged = doc["unmanaged_processes"].as_array().map_or(0, Vec::len);
+            if peak > bound && unmanaged > 0 {
+                // The peak RSS is the largest of the program's and its waited-for children's.
+                eprintln!("uswap: over because {unmanaged} process(es) of the tree ran without the pager (below)");
+            } else if peak > bound {
                 if let Some(m) = main {
                     eprintln!("uswap: over because {}", crate::report::why_over(m, limit));
                 }
@@ -511,6 +529,15 @@ fn summary(prog: &Path, limit: u64, peak: u64, doc: &serde_json::Value) {
             human(limit),
             human(out * 4096),
             human(hwm)
+        );
+    }
+    for un in doc["unmanaged_processes"].as_array().into_iter().flatten() {
+        eprintln!(
+            "uswap: pid {} ({}) ran without the pager ({}): anonymous memory peaked at {}, not swappable, counted against the limit",
+            u(un, "/pid"),
+            un["command"].as_str().unwrap_or(""),
+            un["reason"].as_str().unwrap_or(""),
+            human(u(un, "/peak_anon_bytes"))
         );
     }
     let tp = u(doc, "/tree_peak/anon_pss_bytes");

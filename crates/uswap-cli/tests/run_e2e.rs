@@ -590,6 +590,59 @@ fn static_program_is_refused() {
     refused(&[OsStr::new("--limit"), "32M".as_ref(), "--".as_ref(), prog.as_os_str()], 2, "statically linked");
 }
 
+/// A statically linked program in the tree never loads the library, so no pager holds its
+/// memory: `uswap run` finds it, warns, lists it in the statistics, and counts its memory
+/// against the limit, so that a managed process of the same tree gives up as much (as a memory
+/// cgroup charges what it cannot reclaim). Here a static process holds 40 MiB under a 64 MiB
+/// limit while a dynamic one cycles over 64 MiB: the cycler must be held to the rest, and the
+/// tree's memory (both processes) must stay within the limit. Before, the cycler took the
+/// whole limit beside the static process and nothing was said.
+#[test]
+fn a_static_process_in_the_tree_is_reported_and_counted_against_the_limit() {
+    let dir = tempdir();
+    let sdir = dir.path().join("static");
+    std::fs::create_dir_all(&sdir).expect("mkdir");
+    let held = match try_compile("hold", &sdir, &["-static"]) {
+        Ok(p) => p,
+        Err(e) if std::env::var_os("USWAP_REQUIRE_RUNTIMES").is_none() => {
+            eprintln!("SKIPPED: cannot link a static program here (no libc.a?): {}", e.trim());
+            return;
+        }
+        Err(e) => panic!("cannot link a static program (USWAP_REQUIRE_RUNTIMES is set): {e}"),
+    };
+    let cycler = compile("hold", dir.path());
+    let limit = 64 * MIB;
+    let st = dir.path().join("stats.json");
+    let script = format!("{} 40 6 hold & sleep 1; {} 64 3 cycle; wait", held.display(), cycler.display());
+    let r = uswap_run_stats(&limit_arg(limit), &st, &["sh".as_ref(), "-c".as_ref(), script.as_ref()]);
+    if no_uffd(&r) {
+        return;
+    }
+    assert_eq!(r.code, Some(0), "exit status; stdout:\n{}\nstderr:\n{}", r.out(), r.stderr);
+    let out = r.out();
+    assert!(out.lines().any(|l| l.starts_with("hold: passes 1 seed 1 mismatches 0 ")), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("cycle: ") && l.contains(" mismatches 0 ")), "{out}");
+    assert!(r.stderr.contains("runs without the pager (statically linked)"), "no warning in:\n{}", r.stderr);
+    let s = stats(&st);
+    let un = s["unmanaged_processes"].as_array().unwrap_or_else(|| panic!("no unmanaged_processes: {s:#}"));
+    assert_eq!(un.len(), 1, "{s:#}");
+    assert_eq!(un[0]["reason"], "statically linked", "{s:#}");
+    assert!(un[0]["command"].as_str().is_some_and(|c| c.ends_with("hold 40 6 hold")), "{s:#}");
+    assert!(num(&un[0], "/peak_anon_bytes") >= 40 * MIB, "{s:#}");
+    check_tree_peak("static beside a cycler", &s, limit);
+    let rec = records(&s)
+        .into_iter()
+        .find(|p| p["argv"].get(3).and_then(|a| a.as_str()) == Some("cycle"))
+        .unwrap_or_else(|| panic!("no record of the cycler: {s:#}"));
+    eprintln!(
+        "cycler: limit in force {}, the tree's unmanaged memory {}",
+        mib(num(rec, "/memory/limit_in_force_bytes")),
+        mib(num(rec, "/tree/unmanaged_bytes"))
+    );
+    assert!(num(rec, "/tree/unmanaged_bytes") >= 40 * MIB, "{rec:#}");
+    assert!(num(rec, "/memory/limit_in_force_bytes") <= limit - 32 * MIB, "{rec:#}");
+}
+
 #[test]
 fn exit_status_passes_through() {
     let dir = tempdir();

@@ -58,7 +58,9 @@ struct Header {
     limit: AtomicU64,
     /// Processes that found no free slot.
     overflow: AtomicU64,
-    _reserved: AtomicU64,
+    /// Anonymous bytes of the tree's processes that run without a pager (written by `uswap
+    /// run`, [`set_unmanaged`]): memory no pager can reclaim, taken off the limit first.
+    unmanaged: AtomicU64,
 }
 
 #[repr(C)]
@@ -122,6 +124,69 @@ pub fn pids_in(path: &std::path::Path) -> Vec<u32> {
         .chunks_exact(std::mem::size_of::<Slot>())
         .filter_map(|s| Some(u32::from_ne_bytes(s[..4].try_into().ok()?)).filter(|&p| p != 0))
         .collect()
+}
+
+/// Run `f` on the budget file at `path`, mapped for the call (for `uswap run`, which is no
+/// member of the tree); None if the file cannot be mapped or is not a budget file.
+fn with_file<R>(path: &std::path::Path, f: impl FnOnce(&Budget) -> R) -> Option<R> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(path).ok()?;
+    if file.metadata().ok()?.len() != FILE_BYTES as u64 {
+        return None;
+    }
+    // SAFETY: a fresh shared mapping of the whole file (FILE_BYTES long, checked above),
+    // unmapped below; the runner is not under the preload, so this is the plain libc call.
+    let m = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            FILE_BYTES,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if m == libc::MAP_FAILED {
+        return None;
+    }
+    // SAFETY: the mapping is FILE_BYTES long, page-aligned, and a Budget holds only atomics
+    // (any bit pattern is valid); it lives until the munmap below, after the last use of `b`.
+    let b = unsafe { &*m.cast::<Budget>() };
+    let r = (b.header.magic.load(Ordering::Relaxed) == MAGIC).then(|| f(b));
+    // SAFETY: unmapping the mapping made above; `b` is not used after this.
+    unsafe { libc::munmap(m, FILE_BYTES) };
+    r
+}
+
+/// Publish the anonymous bytes of the tree's processes that run without a pager (by `uswap
+/// run`, which finds them): every pager of the tree shares the limit less that.
+pub fn set_unmanaged(path: &std::path::Path, bytes: u64) {
+    with_file(path, |b| b.header.unmanaged.store(bytes, Ordering::Relaxed));
+}
+
+/// The unmanaged bytes last published to the budget file at `path` (0 if unreadable).
+pub fn unmanaged_in(path: &std::path::Path) -> u64 {
+    with_file(path, |b| b.header.unmanaged.load(Ordering::Relaxed)).unwrap_or(0)
+}
+
+/// Free the slot `pid` holds in the budget file at `path`, if any (by `uswap run`, for a
+/// process whose new image runs without a pager: the slot its old image held is stale).
+pub fn release(path: &std::path::Path, pid: u32) {
+    with_file(path, |b| {
+        for s in &b.slots {
+            if s.pid.compare_exchange(pid, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                s.charged.store(0, Ordering::Relaxed);
+            }
+        }
+    });
+}
+
+/// The limit the pagers of the tree share: the tree's limit less the memory of its processes
+/// that run without a pager, never under a quarter of the limit (as the memory outside one
+/// pager, [`crate::Pager::set_outside`]).
+fn shared_limit(b: &Budget) -> u64 {
+    let limit = b.header.limit.load(Ordering::Relaxed);
+    limit.saturating_sub(b.header.unmanaged.load(Ordering::Relaxed)).max(limit / 4)
 }
 
 fn budget() -> Option<&'static Budget> {
@@ -380,8 +445,7 @@ pub fn update(p: &crate::Pager) {
     LAST_TOTAL.store(own + members.clone().map(|m| m.charge).sum::<u64>(), Ordering::Relaxed);
     LAST_LIVE.store(live, Ordering::Relaxed);
     LAST_RATE.store(me.rate, Ordering::Relaxed);
-    let limit = b.header.limit.load(Ordering::Relaxed);
-    p.set_limit(share(me, members, limit));
+    p.set_limit(share(me, members, shared_limit(b)));
 }
 
 /// Look for dead processes' slots (from the scan thread, about once a second).
@@ -396,6 +460,7 @@ pub fn stats_json() -> Option<serde_json::Value> {
     let b = budget()?;
     Some(serde_json::json!({
         "limit_bytes": b.header.limit.load(Ordering::Relaxed),
+        "unmanaged_bytes": b.header.unmanaged.load(Ordering::Relaxed),
         "charged_bytes": LAST_TOTAL.load(Ordering::Relaxed),
         "processes": LAST_LIVE.load(Ordering::Relaxed),
         "use_rate_bytes_per_s": LAST_RATE.load(Ordering::Relaxed),

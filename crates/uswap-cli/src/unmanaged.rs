@@ -1,0 +1,304 @@
+//! Processes of the tree that run without the pager, found and counted by `uswap run`.
+//!
+//! Every program started below `uswap run` inherits `LD_PRELOAD` and gets a pager of its own,
+//! but not every one loads the library: a statically linked program (a Go binary, a static
+//! busybox) never runs the dynamic loader, a setuid program has `LD_PRELOAD` ignored, and a
+//! program may clear its environment before `exec`. Such a process's memory can be neither
+//! swapped nor limited by uswap, and a memory cgroup would still count it. So the runner looks
+//! for them (every [`crate::run`] tree sample, 200 ms) and does what the cgroup would do with
+//! memory it cannot reclaim: **counts it against the limit**. It writes their summed anonymous
+//! RSS to the tree's budget file (`uswap_pager::tree::set_unmanaged`), and every pager of the
+//! tree takes its share of the limit less that. It warns once per process on stderr, includes
+//! them in the tree's peak, and lists them in the statistics (`unmanaged_processes`).
+//!
+//! *Which processes are the tree's*: the program, every process holding a slot of the budget
+//! file, and their descendants by parent pid (read from `/proc/PID/stat`). A process that
+//! left the tree by double-forking away from a process without a pager is not seen.
+//! *Which are managed*: those whose `/proc/PID/maps` names the library. A process is judged
+//! once per image (pid, start time and `/proc/PID/exe`), and only after two readings a tree
+//! sample apart both lack the library: a program caught between `execve` and the dynamic
+//! loader's mapping of the preload has it mapped a few milliseconds later.
+//!
+//! Locking: none inside; the runner keeps the watch behind a mutex (its tree sampler samples,
+//! the main thread takes the findings at the end).
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+/// Why a process runs without the pager.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// Its executable has no ELF interpreter: the LD_PRELOAD library is never loaded.
+    Static,
+    /// Its executable is setuid or setgid: the dynamic loader ignores `LD_PRELOAD`.
+    Setuid,
+    /// Its environment has no `LD_PRELOAD` naming the library (the program cleared it).
+    NoPreload,
+    /// Any other (the library failed to load, or the environment cannot be read).
+    NotLoaded,
+}
+
+impl Reason {
+    /// The reason in words, for the warning and the statistics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Static => "statically linked",
+            Reason::Setuid => "setuid or setgid",
+            Reason::NoPreload => "LD_PRELOAD removed from its environment",
+            Reason::NotLoaded => "the library is not loaded",
+        }
+    }
+}
+
+/// One process of the tree found running without the pager.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unmanaged {
+    /// Its pid.
+    pub pid: i32,
+    /// Its command line (at most 200 bytes).
+    pub command: String,
+    /// Why it is not managed.
+    pub reason: Reason,
+    /// The largest anonymous RSS (`RssAnon`) seen.
+    pub peak_anon_bytes: u64,
+}
+
+/// What a process image was judged to be.
+enum Seen {
+    /// It maps the library.
+    Managed,
+    /// Read once without the library: judged at the next reading.
+    Maybe,
+    /// It runs without the pager: the index of its record.
+    Unmanaged(usize),
+}
+
+/// The state of the search, kept across tree samples.
+pub struct Watch {
+    /// The program `uswap run` started.
+    root: i32,
+    /// The tree's budget file.
+    budget: PathBuf,
+    /// The library's path as `/proc/PID/maps` shows it.
+    lib: String,
+    /// Judgements by process image: (pid, start time in ticks, executable).
+    seen: HashMap<(i32, u64, PathBuf), Seen>,
+    /// Every process found unmanaged, in the order found.
+    found: Vec<Unmanaged>,
+    /// Print a warning for each (not with `--quiet`).
+    warn: bool,
+}
+
+/// `(pid, parent pid, state, start time)` of every process, from `/proc/*/stat`.
+fn all_processes() -> Vec<(i32, i32, u8, u64)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(|e| {
+        let pid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let (state, ppid, start) = parse_stat(&s)?;
+        Some((pid, ppid, state, start))
+    })
+    .collect()
+}
+
+/// State, parent pid and start time (ticks) from a `/proc/PID/stat` line (the command name,
+/// in parentheses, may hold spaces and parentheses: fields are counted from the last `)`).
+fn parse_stat(s: &str) -> Option<(u8, i32, u64)> {
+    let rest = &s[s.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state (3), ppid (4), ..., starttime (22).
+    Some((*f.first()?.as_bytes().first()?, f.get(1)?.parse().ok()?, f.get(19)?.parse().ok()?))
+}
+
+/// The pids of the tree: `roots` and their descendants, among `procs`.
+fn tree_of(roots: &[i32], procs: &[(i32, i32, u8, u64)]) -> Vec<i32> {
+    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+    for &(pid, ppid, _, _) in procs {
+        children.entry(ppid).or_default().push(pid);
+    }
+    let live: HashSet<i32> = procs.iter().map(|p| p.0).collect();
+    let mut out: Vec<i32> = Vec::new();
+    let mut todo: Vec<i32> = roots.iter().copied().filter(|p| live.contains(p)).collect();
+    let mut done = HashSet::new();
+    while let Some(p) = todo.pop() {
+        if done.insert(p) {
+            out.push(p);
+            todo.extend(children.get(&p).into_iter().flatten());
+        }
+    }
+    out
+}
+
+/// A field of `/proc/PID/status` in bytes (`RssAnon:  123 kB`).
+fn status_bytes(pid: i32, key: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let l = s.lines().find(|l| l.starts_with(key))?;
+    Some(l.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+}
+
+/// The command line of `pid`, arguments joined by spaces, cut at 200 bytes.
+fn command_of(pid: i32) -> String {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let mut s: String =
+        raw.split(|&b| b == 0).filter(|a| !a.is_empty()).map(String::from_utf8_lossy).collect::<Vec<_>>().join(" ");
+    if s.len() > 200 {
+        let mut end = 200;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
+}
+
+/// Why `pid`, whose maps lack the library `lib`, runs without it.
+fn reason_of(pid: i32, exe: &Path, lib: &str) -> Reason {
+    use std::os::unix::fs::MetadataExt;
+    if crate::run::exe_kind(exe).ok() == Some(crate::run::ExeKind::Static) {
+        return Reason::Static;
+    }
+    if std::fs::metadata(exe).is_ok_and(|m| m.mode() & 0o6000 != 0) {
+        return Reason::Setuid;
+    }
+    match std::fs::read(format!("/proc/{pid}/environ")) {
+        Ok(env) => {
+            let preload = env.split(|&b| b == 0).find_map(|v| v.strip_prefix(b"LD_PRELOAD="));
+            if preload.is_none_or(|v| !String::from_utf8_lossy(v).contains(lib)) {
+                Reason::NoPreload
+            } else {
+                Reason::NotLoaded
+            }
+        }
+        Err(_) => Reason::NotLoaded,
+    }
+}
+
+impl Watch {
+    /// A watch over the tree of `root`, whose processes take their shares from `budget`, with
+    /// the library at `lib`.
+    pub fn new(root: i32, budget: PathBuf, lib: &Path, warn: bool) -> Watch {
+        Watch { root, budget, lib: lib.to_string_lossy().into_owned(), seen: HashMap::new(), found: Vec::new(), warn }
+    }
+
+    /// Read the tree once: judge new process images, publish the unmanaged memory to the
+    /// budget file, and return the pids of the tree.
+    pub fn sample(&mut self) -> Vec<i32> {
+        let procs = all_processes();
+        let mut roots: Vec<i32> = vec![self.root];
+        roots.extend(uswap_pager::tree::pids_in(&self.budget).into_iter().filter_map(|p| i32::try_from(p).ok()));
+        let pids = tree_of(&roots, &procs);
+        let by_pid: HashMap<i32, (u8, u64)> = procs.iter().map(|&(p, _, st, t)| (p, (st, t))).collect();
+        let mut unmanaged_bytes = 0;
+        for &pid in &pids {
+            let Some(&(state, start)) = by_pid.get(&pid) else { continue };
+            // A zombie has no memory and no maps left to read.
+            if state == b'Z' || state == b'X' {
+                continue;
+            }
+            let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) else { continue };
+            let key = (pid, start, exe);
+            let seen = self.seen.get(&key);
+            let index = match seen {
+                Some(Seen::Managed) => continue,
+                Some(Seen::Unmanaged(i)) => *i,
+                _ => {
+                    let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { continue };
+                    if maps.contains(&self.lib) {
+                        self.seen.insert(key, Seen::Managed);
+                        continue;
+                    }
+                    if seen.is_none() {
+                        self.seen.insert(key, Seen::Maybe);
+                        continue;
+                    }
+                    let reason = reason_of(pid, &key.2, &self.lib);
+                    let u = Unmanaged { pid, command: command_of(pid), reason, peak_anon_bytes: 0 };
+                    if self.warn {
+                        eprintln!(
+                            "uswap: warning: pid {pid} ({}) runs without the pager ({}): its memory cannot be \
+                             swapped out; it counts against the limit, and the rest of the tree gives up memory for it",
+                            u.command,
+                            reason.as_str()
+                        );
+                    }
+                    // Its slot, if the image it replaced by exec had one, is stale now.
+                    uswap_pager::tree::release(&self.budget, pid as u32);
+                    self.found.push(u);
+                    self.seen.insert(key, Seen::Unmanaged(self.found.len() - 1));
+                    self.found.len() - 1
+                }
+            };
+            let anon = status_bytes(pid, "RssAnon:").unwrap_or(0);
+            let rec = &mut self.found[index];
+            rec.peak_anon_bytes = rec.peak_anon_bytes.max(anon);
+            unmanaged_bytes += anon;
+        }
+        uswap_pager::tree::set_unmanaged(&self.budget, unmanaged_bytes);
+        pids
+    }
+
+    /// Every process found running without the pager.
+    pub fn finish(self) -> Vec<Unmanaged> {
+        self.found
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_lines_parse_past_odd_command_names() {
+        let line = "4242 (a b) (c)) S 17 4242 4242 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 987654 1 2 3";
+        assert_eq!(parse_stat(line), Some((b'S', 17, 987654)));
+        assert_eq!(parse_stat("1 (x) S"), None);
+    }
+
+    #[test]
+    fn the_tree_is_the_roots_and_their_descendants() {
+        // 1 -> 10 -> 11 -> 12; 1 -> 20 (not ours); 30 is a root whose parent is not in the tree.
+        let procs = [(1, 0, b'S', 0), (10, 1, b'S', 0), (11, 10, b'S', 0), (12, 11, b'S', 0), (20, 1, b'S', 0)];
+        let mut t = tree_of(&[10, 30], &procs);
+        t.sort();
+        assert_eq!(t, vec![10, 11, 12]);
+        let procs2 = [(30, 1, b'S', 0), (31, 30, b'R', 0)];
+        let mut t = tree_of(&[10, 30], &procs2);
+        t.sort();
+        assert_eq!(t, vec![30, 31]);
+    }
+
+    #[test]
+    fn a_static_child_is_found_and_its_memory_published() {
+        // A process of this test's own tree that does not map a library named "no-such-lib":
+        // a child sleeping holding 16 MiB (python3 keeps the test free of a static binary).
+        let dir = std::env::temp_dir().join(format!("uswap-unmanaged-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let budget = dir.join("budget");
+        uswap_pager::tree::create(&budget, 64 << 20).unwrap();
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "exec python3 -c \"b=bytearray(16<<20); import time; time.sleep(30)\""])
+            .spawn()
+            .expect("sh and python3 are needed by this test");
+        let pid = child.id() as i32;
+        let mut w = Watch::new(pid, budget.clone(), Path::new("/no-such-lib.so"), false);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let mut published = 0;
+        while std::time::Instant::now() < deadline {
+            assert!(w.sample().contains(&pid), "the root is in its own tree");
+            published = uswap_pager::tree::unmanaged_in(&budget);
+            if published >= 16 << 20 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        let found = w.finish();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(published >= 16 << 20, "published {published} bytes for a process holding 16 MiB");
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].pid, pid);
+        assert_eq!(found[0].reason, Reason::NoPreload);
+        assert!(found[0].command.contains("python3 -c b=bytearray"), "{:?}", found[0].command);
+    }
+}
