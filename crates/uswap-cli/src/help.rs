@@ -48,7 +48,10 @@ Tiers (--tiers, comma-separated, in order of preference; default zero,lz4:recomp
     pool=20%|512M        pool size (share of RAM or a size; zswap's max_pool_percent)
     accept=90%           refill the pool only below this share (accept_threshold_percent)
     threshold=75%        store a page compressed only below this share of its size
-    incompressible=raw|reject
+    incompressible=raw|reject|auto
+                         a page above the threshold: kept raw in the pool, or sent to the
+                         next tier; auto (default): sent on when a file tier follows (the
+                         pool counts against the limit, so a raw page there frees nothing)
     folio=16k|whole|page compression unit of a large folio (default 16k: 16 KiB units;
                          whole: one unit, ~5 % denser, slower 4 KiB swap-ins)
     comp=lz4|zstd, level=1..19

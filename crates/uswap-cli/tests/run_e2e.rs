@@ -575,16 +575,23 @@ fn non_executable_exits_126() {
     refused(&[OsStr::new("--limit"), "32M".as_ref(), "--".as_ref(), f.as_os_str()], 126, "permission denied");
 }
 
+/// `name`.c linked statically into `dir`; None (the test skips, saying so) where no static C
+/// library is installed, unless `USWAP_REQUIRE_RUNTIMES` is set (CI), where that fails.
+fn compile_static(name: &str, dir: &std::path::Path) -> Option<PathBuf> {
+    match try_compile(name, dir, &["-static"]) {
+        Ok(p) => Some(p),
+        Err(e) if std::env::var_os("USWAP_REQUIRE_RUNTIMES").is_none() => {
+            eprintln!("SKIPPED: cannot link a static program here (no libc.a?): {}", e.trim());
+            None
+        }
+        Err(e) => panic!("cannot link a static program (USWAP_REQUIRE_RUNTIMES is set; libc6-dev?): {e}"),
+    }
+}
+
 #[test]
 fn static_program_is_refused() {
     let dir = tempdir();
-    let prog = match try_compile("static_hello", dir.path(), &["-static"]) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("SKIPPED: cannot link a static program here (no libc.a?): {}", e.trim());
-            return;
-        }
-    };
+    let Some(prog) = compile_static("static_hello", dir.path()) else { return };
     let o = Command::new(&prog).output().expect("run the static program");
     assert_eq!(String::from_utf8_lossy(&o.stdout), "hello from a static program\n");
     refused(&[OsStr::new("--limit"), "32M".as_ref(), "--".as_ref(), prog.as_os_str()], 2, "statically linked");
@@ -602,14 +609,7 @@ fn a_static_process_in_the_tree_is_reported_and_counted_against_the_limit() {
     let dir = tempdir();
     let sdir = dir.path().join("static");
     std::fs::create_dir_all(&sdir).expect("mkdir");
-    let held = match try_compile("hold", &sdir, &["-static"]) {
-        Ok(p) => p,
-        Err(e) if std::env::var_os("USWAP_REQUIRE_RUNTIMES").is_none() => {
-            eprintln!("SKIPPED: cannot link a static program here (no libc.a?): {}", e.trim());
-            return;
-        }
-        Err(e) => panic!("cannot link a static program (USWAP_REQUIRE_RUNTIMES is set): {e}"),
-    };
+    let Some(held) = compile_static("hold", &sdir) else { return };
     let cycler = compile("hold", dir.path());
     let limit = 64 * MIB;
     let st = dir.path().join("stats.json");

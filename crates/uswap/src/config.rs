@@ -7,7 +7,7 @@
 //! | tier | meaning | keys |
 //! |---|---|---|
 //! | `zero` | zero-page elision (no backend: a flag) | |
-//! | `lz4`, `zstd`, `pool` | compressed pool (`pool` = lz4) | `pool=20%` or `pool=512M` (zswap `max_pool_percent`), `accept=90%` (`accept_threshold_percent`), `threshold=75%`, `incompressible=raw\|reject`, `folio=16k\|whole\|page` (default 16k), `comp=lz4\|zstd`, `level=1`, `recomp=zstd\|lz4\|off` (zram's `recomp_algorithm`: idle objects re-encoded by [`crate::Engine::recompress_tier`]; default off), `recomp_level=9` (zstd level of it; implies `recomp=zstd`) |
+//! | `lz4`, `zstd`, `pool` | compressed pool (`pool` = lz4) | `pool=20%` or `pool=512M` (zswap `max_pool_percent`), `accept=90%` (`accept_threshold_percent`), `threshold=75%`, `incompressible=raw\|reject\|auto` (default auto: reject to a file tier below the pool, else raw), `folio=16k\|whole\|page` (default 16k), `comp=lz4\|zstd`, `level=1`, `recomp=zstd\|lz4\|off` (zram's `recomp_algorithm`: idle objects re-encoded by [`crate::Engine::recompress_tier`]; default off), `recomp_level=9` (zstd level of it; implies `recomp=zstd`) |
 //! | `file[:PATH]` | swap file: an unlinked temp file in directory PATH (default `/var/tmp`), or the file/block device PATH | `size=8G`, `engine=psync\|uring`, `encrypt=on\|off`, `discard=on\|off`, `direct=on\|off` (O_DIRECT), `force` (use an existing file or device without uswap's header, overwriting it) |
 //! | `mem` | uncompressed RAM (tests) | `pages=N` |
 //!
@@ -119,7 +119,8 @@ fn set_pool_key(p: &mut PoolConfig, key: &str, v: &str, mem: &mut Option<u64>) -
             p.incompressible = match v {
                 "raw" | "store" => Incompressible::StoreRaw,
                 "reject" => Incompressible::Reject,
-                _ => return Err(bad(format!("bad value '{v}' for incompressible= (expected raw or reject)"))),
+                "auto" => Incompressible::Auto,
+                _ => return Err(bad(format!("bad value '{v}' for incompressible= (expected raw, reject or auto)"))),
             }
         }
         "folio" => {
@@ -242,10 +243,14 @@ impl TiersConfig {
                     }
                     continue;
                 }
-                "lz4" | "pool" | "zswap" => TierSpec::Pool(PoolConfig::default()),
-                "zstd" => {
-                    TierSpec::Pool(PoolConfig { compressor: Compressor::Zstd { level: 1 }, ..PoolConfig::default() })
+                "lz4" | "pool" | "zswap" => {
+                    TierSpec::Pool(PoolConfig { incompressible: Incompressible::Auto, ..PoolConfig::default() })
                 }
+                "zstd" => TierSpec::Pool(PoolConfig {
+                    compressor: Compressor::Zstd { level: 1 },
+                    incompressible: Incompressible::Auto,
+                    ..PoolConfig::default()
+                }),
                 "file" => TierSpec::File(FileConfig {
                     target: FileTarget::TempIn(PathBuf::from(DEFAULT_FILE_DIR)),
                     ..FileConfig::default()
@@ -288,6 +293,15 @@ impl TiersConfig {
                 }
             }
             cfg.tiers.push(spec);
+        }
+        // `incompressible=auto` (the default): reject to a file tier below the pool, if any.
+        for i in 0..cfg.tiers.len() {
+            let file_below = cfg.tiers[i + 1..].iter().any(|t| matches!(t, TierSpec::File(_)));
+            if let TierSpec::Pool(p) = &mut cfg.tiers[i] {
+                if p.incompressible == Incompressible::Auto {
+                    p.incompressible = if file_below { Incompressible::Reject } else { Incompressible::StoreRaw };
+                }
+            }
         }
         if cfg.tiers.len() > usize::from(TIER_MAX) + 1 {
             return Err(bad(format!("{} tiers configured, at most {}", cfg.tiers.len(), TIER_MAX + 1)));
@@ -381,6 +395,31 @@ mod tests {
         assert_eq!(pool("lz4:recomp=zstd:recomp=off").recompress, None);
         assert!(err("lz4:recomp=lzo").contains("'lzo'"));
         assert!(err("lz4:recomp_level=0").contains("'0'"));
+    }
+
+    #[test]
+    fn incompressible_pages_skip_a_pool_with_a_file_below_it_unless_told() {
+        let policy = |s: &str| {
+            TiersConfig::parse(s)
+                .unwrap()
+                .tiers
+                .iter()
+                .find_map(|t| match t {
+                    TierSpec::Pool(p) => Some(p.incompressible),
+                    _ => None,
+                })
+                .unwrap()
+        };
+        assert_eq!(policy("zero,lz4,file:/var/tmp"), Incompressible::Reject);
+        assert_eq!(policy("zero,lz4:recomp=zstd,file:/var/tmp"), Incompressible::Reject);
+        assert_eq!(policy("zstd,mem,file"), Incompressible::Reject);
+        assert_eq!(policy("zero,lz4"), Incompressible::StoreRaw);
+        assert_eq!(policy("lz4,mem"), Incompressible::StoreRaw);
+        assert_eq!(policy("file:/var/tmp,lz4"), Incompressible::StoreRaw);
+        assert_eq!(policy("lz4:incompressible=raw,file:/var/tmp"), Incompressible::StoreRaw);
+        assert_eq!(policy("lz4,incompressible=reject"), Incompressible::Reject);
+        assert_eq!(policy("lz4,incompressible=auto,file"), Incompressible::Reject);
+        assert!(err("lz4:incompressible=maybe").contains("'maybe'"));
     }
 
     #[test]

@@ -83,6 +83,14 @@ pub enum Incompressible {
     StoreRaw,
     /// Reject it to the next tier.
     Reject,
+    /// `Reject` when a tier outside RAM follows the pool, else `StoreRaw`: what a `--tiers`
+    /// string means when it does not say (resolved by [`crate::config::TiersConfig::parse`];
+    /// a pool given it unresolved stores raw). Where the pool is charged to a limit, a raw
+    /// page in it frees nothing: reclaim storing incompressible pages there has to evict
+    /// another page for every one it stored, until writeback empties the pool (`xz -T2 -6`
+    /// under `uswap run --limit 200M`: 919 k swap-ins and 205 s stored raw, 37 k and 65 s
+    /// rejected to the swap file; the kernel, zram uncharged, 38 k and 38 s).
+    Auto,
 }
 
 /// How a large folio is compressed. In every mode a folio is one object (one allocation,
