@@ -296,6 +296,8 @@ pub struct Tree {
     pub info: Value,
     /// [`process_view`] of each process, by pid.
     pub procs: Vec<Value>,
+    /// The processes of the tree found running without the pager (`crate::unmanaged`).
+    pub unmanaged: Vec<Value>,
 }
 
 /// The tree in directory `dir` (None without a readable `run.json`).
@@ -303,7 +305,11 @@ pub fn tree_at(dir: &Path) -> Option<Tree> {
     let info = std::fs::read(dir.join("run.json")).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok())?;
     let tiers = info["tiers"].as_str().unwrap_or("").to_string();
     let procs = read_procs(dir).iter().map(|v| process_view(v, &tiers)).collect();
-    Some(Tree { info, procs })
+    let unmanaged = std::fs::read(dir.join(crate::unmanaged::UNMANAGED_FILE))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Vec<Value>>(&b).ok())
+        .unwrap_or_default();
+    Some(Tree { info, procs, unmanaged })
 }
 
 /// Every running `uswap run` tree of this user. Directories whose runner is gone (killed
@@ -385,6 +391,8 @@ pub fn with_rates(prev: &[Tree], now: &[Tree]) -> Value {
         for (i, k) in RATES.iter().enumerate() {
             total.insert((*k).into(), json!(rate_tot[i].round()));
         }
+        let unmanaged_bytes: u64 = t.unmanaged.iter().filter(|p| running(p)).map(|p| u(p, "/anon_bytes")).sum();
+        total.insert("unmanaged_bytes".into(), json!(unmanaged_bytes));
         let started = t.info["started_unix_ms"].as_u64().unwrap_or(0);
         out.push(json!({
             "runner_pid": t.info["runner_pid"],
@@ -396,6 +404,7 @@ pub fn with_rates(prev: &[Tree], now: &[Tree]) -> Value {
             "running_processes": procs.iter().filter(|p| running(p)).count(),
             "total": total,
             "processes": procs,
+            "unmanaged_processes": t.unmanaged,
         }));
     }
     json!({ "trees": out })
@@ -498,6 +507,17 @@ pub fn render(doc: &Value, all: bool) -> String {
         if ended > 0 && !all {
             let _ = writeln!(s, "  and {ended} process(es) of the tree that ended (--all shows them)");
         }
+        for p in t["unmanaged_processes"].as_array().into_iter().flatten().filter(|p| all || running(p)) {
+            let _ = writeln!(
+                s,
+                "  {:>8} {:>10} runs without the pager ({}{}): not swappable, counted against the limit  {}",
+                p["pid"],
+                h(&p["anon_bytes"]),
+                p["reason"].as_str().unwrap_or(""),
+                if running(p) { "" } else { "; ended" },
+                p["command"].as_str().unwrap_or("")
+            );
+        }
     }
     s
 }
@@ -535,6 +555,11 @@ pub fn prometheus(doc: &Value) -> String {
     };
     let limit = gauge(&mut reg, "limit_bytes", "The --limit of the tree (per process)");
     let running = gauge(&mut reg, "running_processes", "Processes of the tree that are running");
+    let unmanaged = gauge(
+        &mut reg,
+        "unmanaged_bytes",
+        "Anonymous memory of the tree's processes that run without the pager (counted against the limit)",
+    );
     let gauges = [
         ("rss_bytes", "Resident set size of the process", "rss_bytes"),
         ("charged_bytes", "Memory charged to the limit: resident + swap cache + pool", "charged_bytes"),
@@ -562,6 +587,7 @@ pub fn prometheus(doc: &Value) -> String {
         let tl: Labels = vec![("runner".into(), runner.clone())];
         limit.get_or_create(&tl).set(t["limit_bytes"].as_i64().unwrap_or(0));
         running.get_or_create(&tl).set(t["running_processes"].as_i64().unwrap_or(0));
+        unmanaged.get_or_create(&tl).set(t["total"]["unmanaged_bytes"].as_i64().unwrap_or(0));
         // Every process, ended ones too (with their last figures): counters must not go
         // back, and the file is rewritten once more after the program ended.
         for p in t["processes"].as_array().into_iter().flatten() {

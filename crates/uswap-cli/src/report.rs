@@ -432,12 +432,7 @@ pub fn run_report(r: &Run, procs: &[Value]) -> Value {
         },
         "main": main,
         "other_processes": others,
-        "unmanaged_processes": r.unmanaged.iter().map(|u| json!({
-            "pid": u.pid,
-            "command": u.command,
-            "reason": u.reason.as_str(),
-            "peak_anon_bytes": u.peak_anon_bytes,
-        })).collect::<Vec<_>>(),
+        "unmanaged_processes": r.unmanaged.iter().map(crate::unmanaged::Unmanaged::to_json).collect::<Vec<_>>(),
     })
 }
 

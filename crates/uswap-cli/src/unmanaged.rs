@@ -61,6 +61,10 @@ pub struct Unmanaged {
     pub reason: Reason,
     /// The largest anonymous RSS (`RssAnon`) seen.
     pub peak_anon_bytes: u64,
+    /// Its anonymous RSS at the last sample.
+    pub anon_bytes: u64,
+    /// Alive at the last sample.
+    pub running: bool,
 }
 
 /// What a process image was judged to be.
@@ -173,6 +177,23 @@ fn reason_of(pid: i32, exe: &Path, lib: &str) -> Reason {
     }
 }
 
+/// The file in the tree's directory that lists the processes found so far.
+pub const UNMANAGED_FILE: &str = "unmanaged.json";
+
+impl Unmanaged {
+    /// As the statistics and the live view show it.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "pid": self.pid,
+            "command": self.command,
+            "reason": self.reason.as_str(),
+            "anon_bytes": self.anon_bytes,
+            "peak_anon_bytes": self.peak_anon_bytes,
+            "running": self.running,
+        })
+    }
+}
+
 impl Watch {
     /// A watch over the tree of `root`, whose processes take their shares from `budget`, with
     /// the library at `lib`.
@@ -189,6 +210,9 @@ impl Watch {
         let pids = tree_of(&roots, &procs);
         let by_pid: HashMap<i32, (u8, u64)> = procs.iter().map(|&(p, _, st, t)| (p, (st, t))).collect();
         let mut unmanaged_bytes = 0;
+        for u in &mut self.found {
+            u.running = false;
+        }
         for &pid in &pids {
             let Some(&(state, start)) = by_pid.get(&pid) else { continue };
             // A zombie has no memory and no maps left to read.
@@ -212,7 +236,14 @@ impl Watch {
                         continue;
                     }
                     let reason = reason_of(pid, &key.2, &self.lib);
-                    let u = Unmanaged { pid, command: command_of(pid), reason, peak_anon_bytes: 0 };
+                    let u = Unmanaged {
+                        pid,
+                        command: command_of(pid),
+                        reason,
+                        peak_anon_bytes: 0,
+                        anon_bytes: 0,
+                        running: true,
+                    };
                     if self.warn {
                         eprintln!(
                             "uswap: warning: pid {pid} ({}) runs without the pager ({}): its memory cannot be \
@@ -231,9 +262,19 @@ impl Watch {
             let anon = status_bytes(pid, "RssAnon:").unwrap_or(0);
             let rec = &mut self.found[index];
             rec.peak_anon_bytes = rec.peak_anon_bytes.max(anon);
+            (rec.anon_bytes, rec.running) = (anon, true);
             unmanaged_bytes += anon;
         }
         uswap_pager::tree::set_unmanaged(&self.budget, unmanaged_bytes);
+        if !self.found.is_empty() {
+            // For `uswap status` and the metrics file (beside the budget file, in the tree's
+            // directory; not a process record: its name is no pid).
+            let doc: Vec<serde_json::Value> = self.found.iter().map(Unmanaged::to_json).collect();
+            crate::live::write_atomic(
+                &self.budget.with_file_name(UNMANAGED_FILE),
+                serde_json::Value::from(doc).to_string().as_bytes(),
+            );
+        }
         pids
     }
 
@@ -275,10 +316,16 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let budget = dir.join("budget");
         uswap_pager::tree::create(&budget, 64 << 20).unwrap();
+        // The interpreter itself, not a version manager's shim (which runs helpers of its own).
+        let py = std::process::Command::new("python3")
+            .args(["-c", "import sys; print(sys.executable)"])
+            .output()
+            .expect("python3 is needed by this test");
+        let py = String::from_utf8_lossy(&py.stdout).trim().to_string();
         let mut child = std::process::Command::new("sh")
-            .args(["-c", "exec python3 -c \"b=bytearray(16<<20); import time; time.sleep(30)\""])
+            .args(["-c", &format!("exec {py} -c \"b=bytearray(16<<20); import time; time.sleep(30)\"")])
             .spawn()
-            .expect("sh and python3 are needed by this test");
+            .expect("sh is needed by this test");
         let pid = child.id() as i32;
         let mut w = Watch::new(pid, budget.clone(), Path::new("/no-such-lib.so"), false);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -296,9 +343,11 @@ mod tests {
         let found = w.finish();
         let _ = std::fs::remove_dir_all(&dir);
         assert!(published >= 16 << 20, "published {published} bytes for a process holding 16 MiB");
-        assert_eq!(found.len(), 1, "{found:?}");
-        assert_eq!(found[0].pid, pid);
-        assert_eq!(found[0].reason, Reason::NoPreload);
-        assert!(found[0].command.contains("python3 -c b=bytearray"), "{:?}", found[0].command);
+        // The interpreter's image (and, on a machine slow enough to see it twice, the shell's
+        // before its exec: each image is judged on its own).
+        assert!(found.iter().all(|u| u.pid == pid && u.reason == Reason::NoPreload), "{found:?}");
+        let u = found.iter().find(|u| u.command.starts_with(&py)).unwrap_or_else(|| panic!("{found:?}"));
+        assert!(u.running && u.command.contains(" -c b=bytearray"), "{found:?}");
+        assert!(u.peak_anon_bytes >= 16 << 20, "{found:?}");
     }
 }
