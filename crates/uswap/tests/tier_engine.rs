@@ -77,9 +77,35 @@ fn check(e: &Engine, kept: &[(SwapEntry, Vec<u8>)]) {
     }
 }
 
+/// By default (`incompressible=auto`) a pool with a file below it stores only what compresses:
+/// an incompressible folio goes straight to the file, a move of it into the pool is refused
+/// and leaves it where it was, and every byte reads back.
+#[test]
+fn incompressible_folios_go_past_a_pool_with_a_file_below_it() {
+    let e = engine("zero,lz4:pool=64M,file:TMP:size=64M");
+    let mut kept = Vec::new();
+    for order in [0u8, 4] {
+        for kind in [0u8, 1] {
+            let d = folio(order, kind, u64::from(order * 10 + kind));
+            let ent = e.swap_out(0, &d).unwrap();
+            let want = if kind == 0 { Location::Tier(1) } else { Location::Tier(0) };
+            assert_eq!(e.location(ent).unwrap(), want, "order {order} kind {kind}");
+            kept.push((ent, d, want));
+        }
+    }
+    for (ent, _, want) in &kept {
+        if *want == Location::Tier(1) {
+            assert!(e.move_entry(*ent, 0).is_err(), "an incompressible folio moved into the pool");
+            assert_eq!(e.location(*ent).unwrap(), Location::Tier(1));
+        }
+    }
+    check(&e, &kept.iter().map(|(ent, d, _)| (*ent, d.clone())).collect::<Vec<_>>());
+}
+
 #[test]
 fn every_kind_through_every_tier_and_move() {
-    let e = engine("zero,lz4:pool=64M,file:TMP:size=64M");
+    // Incompressible folios kept raw in the pool, so every kind goes through both tiers.
+    let e = engine("zero,lz4:pool=64M:incompressible=raw,file:TMP:size=64M");
     let mut kept = Vec::new();
     for order in [0u8, 1, 4, 9] {
         for kind in 0..4u8 {
