@@ -107,6 +107,9 @@ pub(crate) struct Follower {
     mine: u32,
     others: u32,
     next_ns: u64,
+    /// At the last check, more than 1/[`SHARED_FAULTS`] of the faults came from threads other
+    /// than the one followed.
+    shared: bool,
     /// A thread id and its `/proc/self/task/TID/stat`, open (`close` is not interposed).
     stat: Option<(u32, OwnedFd)>,
 }
@@ -118,7 +121,7 @@ impl Follower {
         let allowed = mask.unwrap_or_else(empty_set);
         // SAFETY: CPU_COUNT reads a valid set.
         let on = p.enabled && mask.is_some() && unsafe { libc::CPU_COUNT(&allowed) } >= 2;
-        Follower { allowed, on, here: -1, seen: -1, tid: 0, mine: 0, others: 0, next_ns: 0, stat: None }
+        Follower { allowed, on, here: -1, seen: -1, tid: 0, mine: 0, others: 0, next_ns: 0, shared: false, stat: None }
     }
 
     /// A fault of thread `tid` (0: unknown) arrived at `now_ns`: follow its thread if it is
@@ -137,7 +140,8 @@ impl Follower {
         }
         self.next_ns = now_ns + CHECK_NS;
         let (mine, others) = (std::mem::take(&mut self.mine), std::mem::take(&mut self.others));
-        if others > (mine + others) / SHARED_FAULTS {
+        self.shared = others > (mine + others) / SHARED_FAULTS;
+        if self.shared {
             // Several threads fault (or another one took over): a pinned event thread would
             // serve the others across CPUs and take CPU time from the one it sits with.
             // Follow the latest, once it has the faults to itself.
@@ -167,6 +171,13 @@ impl Follower {
         p.set_background(&self.others(cpu));
         self.here = cpu;
         p.moves.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Several threads of the program took the faults of the last check: they run on several
+    /// CPUs, and an event thread that polls between faults takes CPU time from one of them
+    /// (known only while following is on).
+    pub(crate) fn several_threads_fault(&self) -> bool {
+        self.on && self.shared
     }
 
     /// Give the event thread and the background threads their mask back.
