@@ -131,7 +131,7 @@ fn smaps_sum<P: std::fmt::Display>(pids: impl IntoIterator<Item = P>, key: &str)
 /// The sum of one `/proc/PID/status` field (`VmRSS:`, `RssAnon:`, in bytes) over processes
 /// `pids`: the kernel's counters, read without walking page tables. `RssAnon` bounds
 /// `Pss_Anon` from above, and `VmRSS` bounds `Pss` (a proportional share is at most the page).
-fn status_sum<P: std::fmt::Display>(pids: impl IntoIterator<Item = P>, key: &str) -> u64 {
+pub fn status_sum<P: std::fmt::Display>(pids: impl IntoIterator<Item = P>, key: &str) -> u64 {
     proc_sum(pids, "status", key)
 }
 

@@ -369,11 +369,7 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
     };
     let procs = live::read_procs(&statsdir);
     drop(tree);
-    let unmanaged = std::mem::replace(
-        &mut *watch.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
-        crate::unmanaged::Watch::new(0, PathBuf::new(), Path::new(""), false),
-    )
-    .finish();
+    let unmanaged = watch.lock().unwrap_or_else(std::sync::PoisonError::into_inner).found().to_vec();
     let r = crate::report::Run {
         command: &command,
         pid,

@@ -133,13 +133,6 @@ fn tree_of(roots: &[i32], procs: &[(i32, i32, u8, u64)]) -> Vec<i32> {
     out
 }
 
-/// A field of `/proc/PID/status` in bytes (`RssAnon:  123 kB`).
-fn status_bytes(pid: i32, key: &str) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let l = s.lines().find(|l| l.starts_with(key))?;
-    Some(l.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
-}
-
 /// The command line of `pid`, arguments joined by spaces, cut at 200 bytes.
 fn command_of(pid: i32) -> String {
     let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
@@ -259,7 +252,7 @@ impl Watch {
                     self.found.len() - 1
                 }
             };
-            let anon = status_bytes(pid, "RssAnon:").unwrap_or(0);
+            let anon = crate::live::status_sum([pid], "RssAnon:");
             let rec = &mut self.found[index];
             rec.peak_anon_bytes = rec.peak_anon_bytes.max(anon);
             (rec.anon_bytes, rec.running) = (anon, true);
@@ -278,9 +271,9 @@ impl Watch {
         pids
     }
 
-    /// Every process found running without the pager.
-    pub fn finish(self) -> Vec<Unmanaged> {
-        self.found
+    /// Every process found running without the pager so far.
+    pub fn found(&self) -> &[Unmanaged] {
+        &self.found
     }
 }
 
@@ -340,7 +333,7 @@ mod tests {
         }
         let _ = child.kill();
         let _ = child.wait();
-        let found = w.finish();
+        let found = w.found().to_vec();
         let _ = std::fs::remove_dir_all(&dir);
         assert!(published >= 16 << 20, "published {published} bytes for a process holding 16 MiB");
         // The interpreter's image (and, on a machine slow enough to see it twice, the shell's
