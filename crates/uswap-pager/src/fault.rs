@@ -1078,7 +1078,6 @@ struct PendingFault {
 /// event is pending, the charge over the limit) is kept and retried after the next read, in
 /// order: events first, then faults.
 pub(crate) fn event_loop(p: &Pager) {
-    crate::own::add_this_stack();
     // Per-thread engine state made here, not on this thread's first fault.
     uswap::prepare_thread();
     EVENT_THREAD.with(|c| c.set(true));
@@ -1210,7 +1209,6 @@ pub(crate) fn event_loop(p: &Pager) {
         }
         p.ev_done.store(seq, Ordering::SeqCst);
     }
-    crate::own::remove_this_stack();
 }
 
 /// A fault on registered memory that no region holds (grown by `mremap` in place, or not

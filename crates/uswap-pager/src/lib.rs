@@ -313,7 +313,7 @@ pub struct Pager {
     budget: std::sync::atomic::AtomicU64,
     /// The program's anonymous memory outside the pager ([`Pager::set_outside`]).
     outside: std::sync::atomic::AtomicU64,
-    threads: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
+    threads: std::sync::Mutex<Vec<own::Thread<()>>>,
 }
 
 // SAFETY: all shared state is atomic or internally synchronized.
@@ -505,9 +505,9 @@ impl Pager {
     }
 
     /// Start the event thread (and the background reclaimer and recompressor when configured).
-    fn spawn_threads(&self) -> std::io::Result<Vec<std::thread::JoinHandle<()>>> {
+    fn spawn_threads(&self) -> std::io::Result<Vec<own::Thread<()>>> {
         let p = PagerPtr(self as *const Pager);
-        let ev = std::thread::Builder::new().name("uswap-uffd".into()).spawn(move || {
+        let ev = own::spawn("uswap-uffd", None, move || {
             let p = p;
             sys::block_async_signals_forever();
             // SAFETY: the pager outlives this thread (joined in Drop).
@@ -516,7 +516,7 @@ impl Pager {
         let mut th = vec![ev];
         if self.cfg.reclaim == ReclaimMode::Background {
             let p = PagerPtr(self as *const Pager);
-            th.push(std::thread::Builder::new().name("uswap-kswapd".into()).spawn(move || {
+            th.push(own::spawn("uswap-kswapd", None, move || {
                 let p = p;
                 sys::block_async_signals_forever();
                 // SAFETY: as above.
@@ -526,7 +526,7 @@ impl Pager {
         let moves = self.store.tiers_movable() && (self.cfg.writeback_age_ms > 0 || self.cfg.promote);
         if self.cfg.recompress_ms > 0 && (self.store.recompress_configured() || moves) {
             let p = PagerPtr(self as *const Pager);
-            th.push(std::thread::Builder::new().name("uswap-recomp".into()).spawn(move || {
+            th.push(own::spawn("uswap-recomp", None, move || {
                 let p = p;
                 sys::block_async_signals_forever();
                 // SAFETY: as above.
@@ -664,7 +664,6 @@ impl Pager {
     /// recompressor), in nanoseconds: what to take off the process's CPU time to see the
     /// program's. 0 while the threads are being restarted after `fork`.
     pub fn threads_cpu_ns(&self) -> u64 {
-        use std::os::unix::thread::JoinHandleExt;
         let Ok(th) = self.threads.try_lock() else { return 0 };
         th.iter().filter_map(|h| sys::thread_cpu_ns(h.as_pthread_t())).sum()
     }

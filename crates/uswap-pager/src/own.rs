@@ -6,9 +6,9 @@
 //! like any other anonymous mapping. Managing one of them would make a pager thread fault on
 //! memory only it can fill: a deadlock. So everything the pager (or a library embedding it)
 //! maps for itself is recorded here ([`Mapping`] maps and records in one call, and unmaps and
-//! forgets on drop), and
-//! every pager thread records its stack pointer when it starts; [`is_own`] tells an adopter
-//! to keep away.
+//! forgets on drop), and every pager thread is started by [`spawn`], which records its stack
+//! pointer and the signal stack the Rust runtime maps for it before the thread runs, and
+//! forgets them only as it is joined; [`is_own`] tells an adopter to keep away.
 //!
 //! Locking: none for the table. A fixed table of atomic `(start, end)` pairs: [`add`] claims a
 //! free entry by CAS, [`remove`] clears it; readers scan without locks (signal-safe,
@@ -19,7 +19,9 @@
 //! then reads the other's). So when an adopter checks [`is_own`] under its guard, every own
 //! mapping that exists is recorded and none can appear until it has registered. A maker waits
 //! (spinning, then yielding) only for an adopter's check and one system call; an adopter waits
-//! a bounded time for makers and gives up rather than wait longer. A [`Mapping`] has no lock:
+//! a bounded time for makers and gives up rather than wait longer. A thread's creation and its
+//! exit are each held under a maker's guard, from the first mapping the system makes for it
+//! until it is recorded, and from when it is forgotten until it is gone. A [`Mapping`] has no lock:
 //! it is immutable after creation, and its contents are its user's to synchronize.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -214,35 +216,106 @@ pub fn remove(start: usize, len: usize) {
     }
 }
 
-/// Record the calling thread's stack (call first thing in every pager thread): any mapping
-/// that contains this stack pointer is the thread's stack.
-pub fn add_this_stack() {
-    let probe = 0u8;
-    let sp = std::hint::black_box(&probe) as *const u8 as usize;
-    for s in &STACKS {
-        if s.compare_exchange(0, sp, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-            return;
-        }
-    }
-    OVERFLOW.fetch_add(1, Ordering::Relaxed);
+/// A pager thread, started by [`spawn`]: its stack and its signal stack are recorded as own
+/// memory from before it runs any code of the caller's until it has exited (see [`spawn`]).
+/// Dropped without [`Thread::join`], the thread runs on detached and its records stay (a
+/// thread that lives as long as the process, such as the preload's scanner).
+#[must_use = "join the thread, or its records outlive it"]
+pub struct Thread<T> {
+    handle: std::thread::JoinHandle<T>,
+    mem: ThreadMem,
 }
 
-/// Forget the calling thread's stack (when a pager thread ends).
-pub(crate) fn remove_this_stack() {
-    let probe = 0u8;
-    let sp = std::hint::black_box(&probe) as *const u8 as usize;
-    // The recorded pointer lies in the same stack, usually higher up, but when both calls
-    // are inlined into one frame it may lie just below: the closest one either way (other
-    // threads' stacks are separate mappings, far apart).
-    let mut best: Option<(&AtomicUsize, usize)> = None;
-    for s in &STACKS {
-        let v = s.load(Ordering::Acquire);
-        if v != 0 && best.is_none_or(|(_, d)| v.abs_diff(sp) < d) {
-            best = Some((s, v.abs_diff(sp)));
-        }
+/// What [`spawn`] recorded for one thread: its slot in the stack table and its signal stack.
+#[derive(Clone, Copy, Default)]
+struct ThreadMem {
+    stack_slot: Option<usize>,
+    sigaltstack: Option<(usize, usize)>,
+}
+
+/// Start a pager thread named `name` (with `stack_size` bytes of stack, or the default) that
+/// runs `f`. A thread's memory is mapped before its code runs, by `pthread_create` (the
+/// stack) and by the Rust runtime's thread start (a signal stack, `MAP_PRIVATE|MAP_ANONYMOUS`,
+/// about 12 KiB here), and unmapped after it returns; none of that goes through [`Mapping`].
+/// Unrecorded, an adopter that found such a mapping where the program had just unmapped
+/// memory registered it with the uffd, and the event thread's exit then unmapped its own
+/// registered signal stack and waited for its own UNMAP event: a hang (1 run in 8 of
+/// `adopt_never_registers_the_pagers_own_memory`). So a [`Making`] guard is held from before
+/// the thread is created until it has recorded its stack pointer and signal stack, and
+/// another from before the records are forgotten until it has exited ([`Thread::join`]).
+pub fn spawn<T: Send + 'static>(
+    name: &str,
+    stack_size: Option<usize>,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<Thread<T>> {
+    let making = making();
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let mut b = std::thread::Builder::new().name(name.into());
+    if let Some(n) = stack_size {
+        b = b.stack_size(n);
     }
-    if let Some((b, _)) = best {
-        b.store(0, Ordering::Release);
+    let handle = b.spawn(move || {
+        let _ = tx.send(ThreadMem::record_this_thread());
+        f()
+    })?;
+    // The thread sends before it runs `f`; an error means it died before that (no records).
+    let mem = rx.recv().unwrap_or_default();
+    drop(making);
+    Ok(Thread { handle, mem })
+}
+
+impl<T> Thread<T> {
+    /// Wait for the thread to exit (as [`std::thread::JoinHandle::join`]), then forget its
+    /// records. Adopters are held off from the moment the records are forgotten until the
+    /// thread is gone, its signal stack unmapped by the runtime and its stack unmapped or
+    /// cached by libc (a cached stack is the program's to adopt: a thread made later gets it
+    /// back only through [`spawn`], which records it again).
+    pub fn join(self) -> std::thread::Result<T> {
+        let _making = making();
+        self.mem.forget();
+        self.handle.join()
+    }
+
+    /// The thread's `pthread_t` (for its CPU clock).
+    pub fn as_pthread_t(&self) -> libc::pthread_t {
+        std::os::unix::thread::JoinHandleExt::as_pthread_t(&self.handle)
+    }
+}
+
+impl ThreadMem {
+    /// Record the calling thread's stack pointer (any mapping that contains it is the
+    /// thread's stack) and its signal stack, if it has one (with the guard page below it that
+    /// the Rust runtime maps with it).
+    fn record_this_thread() -> ThreadMem {
+        let probe = 0u8;
+        let sp = std::hint::black_box(&probe) as *const u8 as usize;
+        let stack_slot =
+            STACKS.iter().position(|s| s.compare_exchange(0, sp, Ordering::AcqRel, Ordering::Relaxed).is_ok());
+        if stack_slot.is_none() {
+            OVERFLOW.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: sigaltstack with no new stack only reads the current one into `ss`.
+        let mut ss: libc::stack_t = unsafe { std::mem::zeroed() };
+        // SAFETY: as above; `ss` is a valid, writable stack_t.
+        let rc = unsafe { libc::sigaltstack(std::ptr::null(), &mut ss) };
+        let sigaltstack = (rc == 0 && ss.ss_flags & libc::SS_DISABLE == 0 && !ss.ss_sp.is_null()).then(|| {
+            let start = (ss.ss_sp as usize & !(PAGE - 1)).saturating_sub(PAGE);
+            (start, ss.ss_sp as usize + ss.ss_size - start)
+        });
+        if let Some((start, len)) = sigaltstack {
+            add(start, len);
+        }
+        ThreadMem { stack_slot, sigaltstack }
+    }
+
+    /// Forget what [`ThreadMem::record_this_thread`] recorded (under a [`Making`] guard).
+    fn forget(self) {
+        if let Some(i) = self.stack_slot {
+            STACKS[i].store(0, Ordering::Release);
+        }
+        if let Some((start, len)) = self.sigaltstack {
+            remove(start, len);
+        }
     }
 }
 
@@ -440,11 +513,21 @@ mod tests {
         assert_eq!(gaps(base + 0x2800, base + 0x6000), [(base + 0x3000, base + 0x5000)], "own at both ends");
         remove(base, 0x8000);
         // A pager thread's stack in the range: its extent is unknown, nothing is a gap.
-        let probe = 0u8;
-        let sp = std::hint::black_box(&probe) as *const u8 as usize;
-        add_this_stack();
-        assert_eq!(gaps(sp & !0xfff, (sp & !0xfff) + 0x1000), []);
-        remove_this_stack();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = spawn("gaps", None, move || {
+            let probe = 0u8;
+            let sp = std::hint::black_box(&probe) as *const u8 as usize;
+            // (The pointer recorded lies in this stack, a few frames up.)
+            tx.send(gaps((sp & !0xfff) - (64 << 10), (sp & !0xfff) + (64 << 10))).unwrap();
+            // Joining forgets the records: wait for the check first.
+            let _ = done_rx.recv();
+        })
+        .unwrap();
+        let found = rx.recv().unwrap();
+        done_tx.send(()).unwrap();
+        t.join().unwrap();
+        assert_eq!(found, []);
     }
 
     /// A mapping freed by one thread and one made by another at the same address: the new one
@@ -497,16 +580,34 @@ mod tests {
         assert!(done.load(Ordering::SeqCst));
     }
 
+    /// A thread started by [`spawn`] finds its stack and its signal stack own while it runs
+    /// (checked before the join, which forgets them first).
     #[test]
-    fn this_stack_is_own() {
-        add_this_stack();
-        let probe = 0u8;
-        let sp = std::hint::black_box(&probe) as *const u8 as usize;
-        assert!(is_own(sp - 4096, sp + 4096));
-        remove_this_stack();
-        assert!(!STACKS.iter().any(|s| {
-            let v = s.load(Ordering::Relaxed);
-            v != 0 && v >= sp - 4096 && v < sp + 4096
-        }));
+    fn a_spawned_threads_stack_and_signal_stack_are_own_while_it_runs() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = spawn("own-test", None, move || {
+            let probe = 0u8;
+            let sp = std::hint::black_box(&probe) as *const u8 as usize;
+            // SAFETY: sigaltstack with no new stack only reads the current one.
+            let mut ss: libc::stack_t = unsafe { std::mem::zeroed() };
+            // SAFETY: as above; `ss` is a valid, writable stack_t.
+            assert_eq!(unsafe { libc::sigaltstack(std::ptr::null(), &mut ss) }, 0);
+            let alt =
+                (ss.ss_flags & libc::SS_DISABLE == 0).then(|| (ss.ss_sp as usize, ss.ss_sp as usize + ss.ss_size));
+            // (The pointer recorded lies in this stack, a few frames up.)
+            let stack = is_own(sp - (64 << 10), sp + (64 << 10));
+            let alt_own = alt.map(|(s, e)| is_own(s, s + 1) && is_own(e - 1, e) && is_own(s - 1, s));
+            tx.send((stack, alt, alt_own)).unwrap();
+            let _ = done_rx.recv();
+        })
+        .unwrap();
+        let (stack, alt, alt_own) = rx.recv().unwrap();
+        done_tx.send(()).unwrap();
+        t.join().unwrap();
+        assert!(stack, "the thread's stack is not own");
+        // The test harness's runtime gives every thread a signal stack.
+        assert!(alt.is_some(), "no signal stack in a test thread");
+        assert_eq!(alt_own, Some(true), "the signal stack (with its guard page) is not own");
     }
 }

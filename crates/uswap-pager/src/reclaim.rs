@@ -1207,7 +1207,6 @@ pub(crate) fn direct_reclaim(p: &Pager, need: u64) {
 /// The background reclaimer (`ReclaimMode::Background`): keeps the charge under a low
 /// watermark, sleeping on a futex the fault path wakes.
 pub(crate) fn kswapd(p: &Pager) {
-    crate::own::add_this_stack();
     p.place.join();
     // The low watermark follows the limit in force (Pager::set_limit).
     let low = |limit: u64| limit - (limit / 16).max((p.cfg.reclaim_batch * PAGE_SIZE * 2) as u64).min(limit / 2);

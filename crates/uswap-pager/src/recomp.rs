@@ -109,7 +109,6 @@ pub(crate) fn tier_moves(p: &Pager) {
 
 /// The recompressor thread's body (see the module doc). Returns when the pager stops.
 pub(crate) fn recompressor(p: &Pager) {
-    crate::own::add_this_stack();
     p.place.join();
     lower_priority();
     let period_ms = p.cfg.recompress_ms.max(1);
@@ -146,5 +145,4 @@ pub(crate) fn recompressor(p: &Pager) {
         last = (crate::stats::now_ns(), p.counters.fault_swapin.load(Ordering::Relaxed));
         due = last.0 + ms(period_ms).max(cpu * 100 / percent);
     }
-    crate::own::remove_this_stack();
 }

@@ -489,8 +489,8 @@ pub fn start_thread(p: Arc<Pager>, ms: u64) -> Result<(), String> {
 }
 
 fn spawn(p: Arc<Pager>) -> std::io::Result<()> {
-    std::thread::Builder::new().name("uswap-scan".into()).stack_size(256 << 10).spawn(move || {
-        uswap_pager::own::add_this_stack();
+    // Never joined: it runs as long as the program (its records stay with it).
+    let _detached = uswap_pager::own::spawn("uswap-scan", Some(256 << 10), move || {
         p.join_background();
         let ms = SCAN_MS.load(Ordering::Relaxed);
         let step = (p.config().limit_bytes / 128).max(256 << 10);
