@@ -254,6 +254,21 @@ fn affinity(tid: i32) -> Option<libc::cpu_set_t> {
     (r > 0).then_some(set)
 }
 
+/// Times the calling thread was preempted or gave way in `sched_yield` to another thread
+/// (involuntary context switches, `getrusage(RUSAGE_THREAD)` by raw system call:
+/// `ru_nivcsw`). 0 if the call fails.
+pub(crate) fn preemptions() -> u64 {
+    // SAFETY: an all-zero rusage is a valid value of the plain C struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage for the calling thread into a valid, writable rusage.
+    let r = unsafe { libc::syscall(libc::SYS_getrusage, libc::RUSAGE_THREAD, &mut ru as *mut libc::rusage) };
+    if r == 0 {
+        ru.ru_nivcsw as u64
+    } else {
+        0
+    }
+}
+
 /// The calling thread's id.
 pub(crate) fn gettid() -> i32 {
     // SAFETY: gettid has no arguments and cannot fail.

@@ -1048,6 +1048,9 @@ unsafe fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_
 
 /// How long the event thread keeps polling after a page fault in thread mode.
 const SPIN_NS: u64 = 100_000;
+/// How long such a spin keeps the CPU before it yields to any other thread that wants it
+/// (most of a thrashing program's next faults come within 25 µs).
+const SPIN_ALONE_NS: u64 = 25_000;
 /// How long a fault waits for the reclaimer before it is mapped over the limit anyway (so a
 /// reclaimer that cannot make progress slows the program down but never hangs it).
 const THROTTLE_MAX_NS: u64 = 20_000_000;
@@ -1092,6 +1095,8 @@ pub(crate) fn event_loop(p: &Pager) {
     // threads fault (below): then no vCPU is idle, and the polling takes one from them.
     let spin_ns = if p.cfg.fault_mode == crate::FaultMode::Thread { SPIN_NS } else { 0 };
     let mut spin_until = 0u64;
+    // This thread's preemptions when its current spin began (see below).
+    let mut spin_preempted = 0u64;
     let mut follow = crate::cpu::Follower::new(&p.place);
     while !p.stop.load(Ordering::Acquire) {
         let pending = !faults.is_empty() || !events.is_empty();
@@ -1131,6 +1136,23 @@ pub(crate) fn event_loop(p: &Pager) {
             let _g = p.read_gate.lock();
             p.uffd.read_msgs(&mut msgs).unwrap_or(0)
         };
+        // A spin gives way to other threads. Once it has found nothing for a while it yields
+        // the CPU on every empty read, and a spin that was preempted or gave way and finds
+        // nothing on resuming is over: another thread wanted this CPU (the program, runnable
+        // for a reason other than a fault, or another process), and polling on would take
+        // CPU time from it rather than from an idle CPU. (A switch that ends in a fault is the
+        // hand-off working: the program ran, here, until it faulted again.) Redis serving
+        // GETs to a client on the same 2 CPUs: 29-34 k/s spinning the whole window, 45-48 k/s
+        // never spinning, 41-44 k/s so; python3 building a dict under 227M: 37 s spinning,
+        // 68-76 s never, 31-45 s so (BENCHMARKS.md, 2026-11-27).
+        if n == 0 && spin_until != 0 {
+            if crate::cpu::preemptions() != spin_preempted {
+                spin_until = 0;
+            } else if now_ns() + spin_ns > spin_until + SPIN_ALONE_NS {
+                // SAFETY: sched_yield has no arguments and cannot fail.
+                unsafe { libc::syscall(libc::SYS_sched_yield) };
+            }
+        }
         for m in &msgs[..n] {
             match crate::uffd::decode(m) {
                 Event::Pagefault { addr, write, wp, tid } => {
@@ -1141,6 +1163,7 @@ pub(crate) fn event_loop(p: &Pager) {
                     // 47.8 / 49.3 s not).
                     if spin_ns > 0 && !follow.several_threads_fault() {
                         spin_until = now + spin_ns;
+                        spin_preempted = crate::cpu::preemptions();
                     }
                     if wp {
                         inc(&p.counters.fault_wp, 1);
