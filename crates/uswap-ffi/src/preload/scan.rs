@@ -52,6 +52,10 @@ static PASSES: AtomicU64 = AtomicU64::new(0);
 static ADOPTED_BYTES: AtomicU64 = AtomicU64::new(0);
 static WARNED: AtomicBool = AtomicBool::new(false);
 static SCAN_MS: AtomicU64 = AtomicU64::new(20);
+/// `USWAP_STATS_INTERVAL_MS` (0: off), read by [`start_thread`] on the thread that starts the
+/// library: the scan thread never calls `getenv`, since a program may have moved its
+/// environment into its heap (Redis does), memory under the pager.
+static STATS_EVERY_MS: AtomicU64 = AtomicU64::new(0);
 /// Passes run by program threads for a new block ([`note_block`]), and when the last began
 /// (monotonic ms).
 static SYNC_PASSES: AtomicU64 = AtomicU64::new(0);
@@ -485,6 +489,8 @@ fn sample_rss() -> u64 {
 /// Start the `uswap-scan` thread.
 pub fn start_thread(p: Arc<Pager>, ms: u64) -> Result<(), String> {
     SCAN_MS.store(ms, Ordering::Relaxed);
+    let every = super::env(c"USWAP_STATS_INTERVAL_MS").and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    STATS_EVERY_MS.store(every, Ordering::Relaxed);
     spawn(p).map_err(|e| format!("cannot start the scan thread: {e}"))
 }
 
@@ -498,7 +504,7 @@ fn spawn(p: Arc<Pager>) -> std::io::Result<()> {
         let mut last = std::time::Instant::now();
         // `USWAP_STATS_INTERVAL_MS`: also write the statistics file every so often (a live
         // view of a running program).
-        let every = super::env(c"USWAP_STATS_INTERVAL_MS").and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        let every = STATS_EVERY_MS.load(Ordering::Relaxed);
         let mut last_stats = std::time::Instant::now();
         let (mut last_tree, mut last_reap) = (std::time::Instant::now(), std::time::Instant::now());
         let (mut window, mut last_second) = (super::thrash::Window::default(), std::time::Instant::now());
