@@ -265,8 +265,9 @@ pub fn spawn<T: Send + 'static>(
 }
 
 impl<T> Thread<T> {
-    /// Wait for the thread to exit (as [`std::thread::JoinHandle::join`]), then forget its
-    /// records. Adopters are held off from the moment the records are forgotten until the
+    /// Forget the thread's records and wait for it to exit (as
+    /// [`std::thread::JoinHandle::join`]; call it once the thread has been told to stop).
+    /// Adopters are held off from the moment the records are forgotten until the
     /// thread is gone, its signal stack unmapped by the runtime and its stack unmapped or
     /// cached by libc (a cached stack is the program's to adopt: a thread made later gets it
     /// back only through [`spawn`], which records it again).
