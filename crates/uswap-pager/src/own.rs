@@ -500,6 +500,22 @@ mod tests {
         assert!(!is_own(base, base + 0x10000));
     }
 
+    /// Run `f` on a thread started by [`spawn`] and return its result, taken before the join
+    /// (which forgets the thread's records).
+    fn on_spawned_thread<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = spawn("own-test", None, move || {
+            tx.send(f()).unwrap();
+            let _ = done_rx.recv();
+        })
+        .unwrap();
+        let r = rx.recv().unwrap();
+        done_tx.send(()).unwrap();
+        t.join().unwrap();
+        r
+    }
+
     #[test]
     fn gaps_are_what_is_not_own() {
         let base = 0x7100_0000_0000usize;
@@ -514,20 +530,12 @@ mod tests {
         assert_eq!(gaps(base + 0x2800, base + 0x6000), [(base + 0x3000, base + 0x5000)], "own at both ends");
         remove(base, 0x8000);
         // A pager thread's stack in the range: its extent is unknown, nothing is a gap.
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        let t = spawn("gaps", None, move || {
+        let found = on_spawned_thread(|| {
             let probe = 0u8;
             let sp = std::hint::black_box(&probe) as *const u8 as usize;
             // (The pointer recorded lies in this stack, a few frames up.)
-            tx.send(gaps((sp & !0xfff) - (64 << 10), (sp & !0xfff) + (64 << 10))).unwrap();
-            // Joining forgets the records: wait for the check first.
-            let _ = done_rx.recv();
-        })
-        .unwrap();
-        let found = rx.recv().unwrap();
-        done_tx.send(()).unwrap();
-        t.join().unwrap();
+            gaps((sp & !0xfff) - (64 << 10), (sp & !0xfff) + (64 << 10))
+        });
         assert_eq!(found, []);
     }
 
@@ -585,9 +593,7 @@ mod tests {
     /// (checked before the join, which forgets them first).
     #[test]
     fn a_spawned_threads_stack_and_signal_stack_are_own_while_it_runs() {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        let t = spawn("own-test", None, move || {
+        let (stack, alt, alt_own) = on_spawned_thread(|| {
             let probe = 0u8;
             let sp = std::hint::black_box(&probe) as *const u8 as usize;
             // SAFETY: sigaltstack with no new stack only reads the current one.
@@ -599,13 +605,8 @@ mod tests {
             // (The pointer recorded lies in this stack, a few frames up.)
             let stack = is_own(sp - (64 << 10), sp + (64 << 10));
             let alt_own = alt.map(|(s, e)| is_own(s, s + 1) && is_own(e - 1, e) && is_own(s - 1, s));
-            tx.send((stack, alt, alt_own)).unwrap();
-            let _ = done_rx.recv();
-        })
-        .unwrap();
-        let (stack, alt, alt_own) = rx.recv().unwrap();
-        done_tx.send(()).unwrap();
-        t.join().unwrap();
+            (stack, alt, alt_own)
+        });
         assert!(stack, "the thread's stack is not own");
         // The test harness's runtime gives every thread a signal stack.
         assert!(alt.is_some(), "no signal stack in a test thread");
