@@ -40,7 +40,9 @@ kernel_s / uswap_s over the programs both finished is at least 1.0.
 
 The limit of each program is --limit-fraction of its native peak RSS (measured by its first \
 native run: the largest process's, counted twice for make-j2, which runs two compilers at \
-once) unless --limit is given. The kernel side charges everything the program touches \
+once) unless --limit is given. Without --limit-fraction it is 0.4, or more for a program \
+whose working set is its whole peak (xz's match finder and perl's hash resize walk all of \
+it at random: 0.8; below that both thrash under any swap, see --list). The kernel side charges everything the program touches \
 (page cache too) to a memory cgroup with that limit, shared by all its processes; uswap limits \
 the anonymous memory of the whole tree (one budget shared by all its processes), and each \
 process's fixed overhead (the RSS when its pager had started) comes on top. Programs the kernel OOM-kills are reported as kernel_outcome \"oom\" and left \
@@ -78,9 +80,10 @@ pub struct Args {
     /// The same limit for every program instead of a fraction of its native peak RSS.
     #[arg(long, value_parser = parse_size)]
     pub limit: Option<u64>,
-    /// Each program's limit as a fraction of its native peak RSS (first native run).
-    #[arg(long, default_value_t = 0.4)]
-    pub limit_fraction: f64,
+    /// Each program's limit as a fraction of its native peak RSS (first native run)
+    /// [default: 0.4, or the program's own floor where its working set is its whole peak].
+    #[arg(long)]
+    pub limit_fraction: Option<f64>,
     /// uswap tiers: `uswap run`'s default, a user's out-of-the-box setup. uswap charges its
     /// compressed pool to the limit (as cgroup v2 charges zswap), the kernel side's zram is
     /// not charged; so what does not fit goes to a swap file here. `zero,lz4` keeps all in RAM.
@@ -557,6 +560,8 @@ struct ProgRes {
     about: &'static str,
     command: String,
     limit: Option<u64>,
+    /// The fraction of the native peak the limit was set to (None with `--limit`).
+    fraction: Option<f64>,
     runs: Vec<RunRec>,
 }
 
@@ -616,6 +621,7 @@ impl ProgRes {
             "about": self.about,
             "command": self.command,
             "limit_bytes": self.limit,
+            "limit_fraction": self.fraction,
             "native_s": self.secs(Side::Native).map(r3),
             "kernel_s": self.secs(Side::Kernel).map(r3),
             "uswap_s": self.secs(Side::Uswap).map(r3),
@@ -685,8 +691,10 @@ fn check(a: &Args) -> Result<(), CliError> {
     if !(a.scale > 0.0 && a.scale <= 100.0) {
         return Err(CliError::usage(format!("--scale {}: must be in (0, 100]", a.scale)));
     }
-    if !(a.limit_fraction > 0.0 && a.limit_fraction <= 1.0) {
-        return Err(CliError::usage(format!("--limit-fraction {}: must be in (0, 1]", a.limit_fraction)));
+    if let Some(f) = a.limit_fraction {
+        if !(f > 0.0 && f <= 1.0) {
+            return Err(CliError::usage(format!("--limit-fraction {f}: must be in (0, 1]")));
+        }
     }
     if let Some(l) = a.limit {
         if l < MIN_LIMIT {
@@ -706,7 +714,12 @@ pub fn run(a: &Args) -> CliResult {
     let progs = select(a)?;
     if a.list {
         for p in &progs {
-            println!("{:<14} {:<14} {}", p.name, p.runtime, p.about);
+            let floor = if p.floor > suite::DEFAULT_FRACTION {
+                format!(" (limit {} x native peak: its working set is its whole peak)", p.floor)
+            } else {
+                String::new()
+            };
+            println!("{:<14} {:<14} {}{floor}", p.name, p.runtime, p.about);
         }
         return Ok(());
     }
@@ -777,6 +790,7 @@ pub fn run(a: &Args) -> CliResult {
             about: prog.about,
             command,
             limit: a.limit,
+            fraction: a.limit.is_none().then(|| prog.limit_fraction(a.limit_fraction)),
             runs: vec![],
         };
         let reference = pdir.join("native-1");
@@ -832,7 +846,8 @@ pub fn run(a: &Args) -> CliResult {
                     have_reference = true;
                     if res.limit.is_none() {
                         let peak = rec.peak_rss * u64::from(prog.at_once);
-                        let l = ((peak as f64 * a.limit_fraction) as u64).max(MIN_LIMIT) >> 20 << 20;
+                        let f = prog.limit_fraction(a.limit_fraction);
+                        let l = ((peak as f64 * f) as u64).max(MIN_LIMIT) >> 20 << 20;
                         res.limit = Some(l);
                     }
                 } else if rec.outcome == "ok" && have_reference {
@@ -936,7 +951,7 @@ pub fn run(a: &Args) -> CliResult {
         "runs": a.runs,
         "timeout_s": a.timeout,
         "limit": a.limit,
-        "limit_fraction": if a.limit.is_some() { None } else { Some(a.limit_fraction) },
+        "limit_fraction": if a.limit.is_some() { None } else { Some(a.limit_fraction.unwrap_or(suite::DEFAULT_FRACTION)) },
         "tiers": a.tiers,
         "folio": a.folio,
         "compare": a.compare,
@@ -994,7 +1009,13 @@ fn print_table(
         a.scale,
         a.runs,
         a.timeout,
-        a.limit.map_or(format!("{} x native peak RSS", a.limit_fraction), fmt_size),
+        a.limit.map_or_else(
+            || match a.limit_fraction {
+                Some(f) => format!("{f} x native peak RSS"),
+                None => format!("{} x native peak RSS (or the program's floor)", suite::DEFAULT_FRACTION),
+            },
+            fmt_size
+        ),
         a.tiers,
         a.folio,
         match &k.skipped {
@@ -1100,6 +1121,18 @@ mod tests {
         T::try_parse_from(std::iter::once("t").chain(v.iter().copied())).map(|t| t.a).unwrap()
     }
 
+    /// A program's floor raises the default fraction, never one given on the command line.
+    #[test]
+    fn a_programs_floor_raises_the_default_fraction_only() {
+        let all = suite::all();
+        let by = |n: &str| all.iter().find(|p| p.name == n).unwrap();
+        assert_eq!(by("python-list").limit_fraction(None), suite::DEFAULT_FRACTION);
+        assert_eq!(by("xz").limit_fraction(None), 0.8);
+        assert_eq!(by("perl-hash").limit_fraction(None), 0.8);
+        assert_eq!(by("xz").limit_fraction(Some(0.3)), 0.3);
+        assert_eq!(by("python-list").limit_fraction(Some(0.9)), 0.9);
+    }
+
     #[test]
     fn bad_arguments_exit_2() {
         for bad in [
@@ -1163,6 +1196,7 @@ mod tests {
             about: "x",
             command: "x".into(),
             limit: Some(1 << 20),
+            fraction: Some(0.4),
             runs: vec![rec("native", "ok", 1.0), rec("kernel", "ok", 4.0), rec("uswap", "ok", 2.0)],
         };
         assert_eq!(p.ratio(), Some(2.0));

@@ -22,8 +22,19 @@ pub struct Program {
     /// How many processes about as large as its largest run at once: the native peak, which
     /// is the largest process's (`wait4`), counts this many times toward the limit.
     pub at_once: u32,
+    /// The smallest fraction of its native peak its limit is set to unless `--limit-fraction`
+    /// says otherwise (0 for most). A program that walks its whole heap at random has a
+    /// working set as large as its peak; below it, it thrashes under any swap. Measured for the
+    /// two that have one (bench programs --only xz,perl-hash --compare kernel --limit-fraction F,
+    /// 2026-11-27/28): the kernel OOM-killed both at 0.4, 0.6 and 0.8; uswap took xz 161 s at 0.6
+    /// and 66 s at 0.8 (native 15-17 s), perl-hash about 500 s at 0.4, 278 s at 0.6 and 64 s at
+    /// 0.8 (native 6-7 s).
+    pub floor: f64,
     prepare: fn(&Ctx) -> Result<Body, String>,
 }
+
+/// The fraction of its native peak each program's limit is set to by default.
+pub const DEFAULT_FRACTION: f64 = 0.4;
 
 /// What to run.
 pub enum Body {
@@ -82,6 +93,12 @@ impl Ctx<'_> {
 }
 
 impl Program {
+    /// The fraction of its native peak its limit is set to: `--limit-fraction` if given, else
+    /// the default or its floor, whichever is larger.
+    pub fn limit_fraction(&self, given: Option<f64>) -> f64 {
+        given.unwrap_or(DEFAULT_FRACTION.max(self.floor))
+    }
+
     /// Generate the inputs and build the command. Err: why it cannot run here.
     pub fn prepare(&self, ctx: &Ctx) -> Result<Body, String> {
         for n in self.needs {
@@ -99,6 +116,7 @@ pub fn all() -> Vec<Program> {
             runtime: "CPython",
             about: "x = [i*3 for i in range(20M)], then a checksum over every element",
             at_once: 1,
+            floor: 0.0,
             needs: &["python3"],
             prepare: |c| {
                 Ok(Body::Cmd(CmdSpec {
@@ -114,6 +132,7 @@ pub fn all() -> Vec<Program> {
             runtime: "CPython",
             about: "a 3M-entry str -> str dict, every entry checked, SHA-256 over the items",
             at_once: 1,
+            floor: 0.0,
             needs: &["python3"],
             prepare: |c| {
                 Ok(Body::Cmd(CmdSpec {
@@ -129,6 +148,7 @@ pub fn all() -> Vec<Program> {
             runtime: "Node.js",
             about: "node --max-old-space-size=4096: 3M small objects in an array, a sum over all, SHA-256 of the JSON of every 97th",
             at_once: 1,
+            floor: 0.0,
             needs: &["node"],
             prepare: |c| {
                 Ok(Body::Cmd(CmdSpec {
@@ -153,6 +173,7 @@ pub fn all() -> Vec<Program> {
             runtime: "JVM",
             about: "java -Xmx1g (G1, container support off so every side runs the same JVM): a 2M-entry HashMap<String,String>",
             at_once: 1,
+            floor: 0.0,
             needs: &["java", "javac"],
             prepare: |c| {
                 let src = script(c, "HashMapBench.java", HASHMAP_JAVA)?;
@@ -178,6 +199,7 @@ pub fn all() -> Vec<Program> {
             runtime: "SQLite",
             about: "sqlite3 :memory:, 1.5M rows inserted by a recursive CTE, an index, aggregates",
             at_once: 1,
+            floor: 0.0,
             needs: &["sqlite3"],
             prepare: |c| {
                 let sql = TABLE_SQL.replace("@ROWS@", &c.n(1_500_000).to_string());
@@ -195,6 +217,7 @@ pub fn all() -> Vec<Program> {
             runtime: "GNU coreutils",
             about: "sort -S 400M of a 100 MB generated file",
             at_once: 1,
+            floor: 0.0,
             needs: &["sort"],
             prepare: |c| {
                 let input = c.dir.join("sort-input.txt");
@@ -215,6 +238,7 @@ pub fn all() -> Vec<Program> {
             runtime: "Redis",
             about: "redis-server loaded with 600k 1000-byte values, BGSAVE under a GET load, the dump reloaded natively",
             at_once: 1,
+            floor: 0.0,
             needs: &["redis-server", "redis-benchmark"],
             prepare: |c| {
                 Ok(Body::Redis(super::redis::Plan {
@@ -230,6 +254,7 @@ pub fn all() -> Vec<Program> {
             runtime: "GCC",
             about: "gcc -O2 -c of a generated 24 MB C file (a 2M-entry table and 40 functions)",
             at_once: 1,
+            floor: 0.0,
             needs: &["gcc", "as"],
             prepare: |c| {
                 let src = c.dir.join("big.c");
@@ -250,6 +275,7 @@ pub fn all() -> Vec<Program> {
             runtime: "make + GCC",
             about: "make -j2 of two generated 12 MB C files (gcc -O2 -c each, two compilers at once)",
             at_once: 2,
+            floor: 0.0,
             needs: &["make", "gcc", "as"],
             prepare: |c| {
                 let gcc = need("gcc")?;
@@ -273,6 +299,7 @@ pub fn all() -> Vec<Program> {
             runtime: "xz-utils",
             about: "xz -9 -T1 of 16 MB of generated text (64 MiB dictionary)",
             at_once: 1,
+            floor: 0.8,
             needs: &["xz"],
             prepare: |c| {
                 let input = c.dir.join("text.txt");
@@ -290,6 +317,7 @@ pub fn all() -> Vec<Program> {
             runtime: "Perl",
             about: "a 3M-entry hash, every entry read back",
             at_once: 1,
+            floor: 0.8,
             needs: &["perl"],
             prepare: |c| {
                 Ok(Body::Cmd(CmdSpec {
@@ -308,6 +336,7 @@ pub fn all() -> Vec<Program> {
             runtime: "shell",
             about: "sh -c 'seq 3M lines | awk (holds them all, prints them reversed) | sha256sum'",
             at_once: 1,
+            floor: 0.0,
             needs: &["sh", "seq", "awk", "sha256sum"],
             prepare: |c| {
                 let awk = script(c, "reverse.awk", REVERSE_AWK)?;
