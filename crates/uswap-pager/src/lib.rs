@@ -302,8 +302,8 @@ pub struct Pager {
     /// in thread fault mode: a program's `munmap` stays blocked in the kernel (its UNMAP event
     /// unread) while reclaim drops, so its range cannot be mapped again and dropped by mistake.
     pub(crate) read_gate: sys::YieldLock,
-    /// The background reclaimer's last pass could not lower the charge (nothing evictable:
-    /// faults stop waiting for it).
+    /// The background reclaimer has not lowered the charge for `reclaim::STUCK_AFTER_NS`
+    /// (nothing evictable: faults stop waiting for it).
     pub(crate) reclaim_stuck: AtomicBool,
     /// The limit in force for the pager's charge: the budget less the memory outside the
     /// pager, at least a quarter of the budget ([`Pager::set_limit`], [`Pager::set_outside`]).
