@@ -56,7 +56,8 @@ uswap_fixed_overhead_bytes (from uswap run --stats); uswap_evicted_bytes; kernel
 kernel_swapped_in_bytes, uswap_swapped_in_bytes; correct and \
 kernel_correct (output == native output); native_outcome, kernel_outcome, uswap_outcome \
 (ok | oom | timeout | error); *_stacks (the stacks printed at a timeout); runs (every run). \
-Top level: geomean_speed_ratio with geomean_over and geomean_excluded (and why), failures, \
+Top level: geomean_speed_ratio with geomean_over and geomean_excluded (and why), failures \
+(of the native and uswap runs: the kernel side's are its outcome and keep the program out of the mean), \
 skipped (a runtime that is not installed), machine, date.")]
 pub struct Args {
     /// What to compare uswap with: kernel (= zram: lz4 zram swap + memory cgroup; needs root) or none.
@@ -529,9 +530,13 @@ fn run_once(
             }
             rec.secs = w.secs;
             rec.peak_rss = w.peak_rss;
+            // An OOM kill anywhere in the cgroup is the kernel's failure even when the command
+            // exits 0: a pipeline whose `awk` the kernel killed still ends with `sha256sum`'s
+            // success, over a truncated input (2026-11-28: counted once as a wrong output and a
+            // speed ratio).
             rec.outcome = if w.stacks.is_some() {
                 "timeout"
-            } else if oom && !(w.success() && error.is_none()) {
+            } else if oom {
                 "oom"
             } else if w.success() && error.is_none() {
                 "ok"
@@ -539,7 +544,11 @@ fn run_once(
                 "error"
             };
             if rec.outcome == "error" || rec.outcome == "oom" {
-                let what = error.clone().unwrap_or_else(|| w.describe());
+                let what = match &error {
+                    Some(e) => e.clone(),
+                    None if w.success() => "the kernel OOM-killed a process of the tree (the command exited 0)".into(),
+                    None => w.describe(),
+                };
                 let t = tail(&stderr);
                 rec.error = Some(if t.is_empty() { what } else { format!("{what}; stderr: {t}") });
             }
@@ -601,7 +610,10 @@ impl ProgRes {
     fn ratio(&self) -> Option<f64> {
         match (self.secs(Side::Kernel), self.secs(Side::Uswap)) {
             (Some(k), Some(u))
-                if u > 0.0 && self.outcome(Side::Kernel) == Some("ok") && self.correct(Side::Uswap) == Some(true) =>
+                if u > 0.0
+                    && self.outcome(Side::Kernel) == Some("ok")
+                    && self.correct(Side::Kernel) != Some(false)
+                    && self.correct(Side::Uswap) == Some(true) =>
             {
                 Some(k / u)
             }
@@ -910,7 +922,9 @@ pub fn run(a: &Args) -> CliResult {
     let mut over = Vec::new();
     let mut excluded: Vec<Value> = Vec::new();
     for r in &results {
-        for rec in &r.runs {
+        // The kernel side's own failures (OOM kills, a wrong output, a timeout) are reported in
+        // its outcome and keep the program out of the geometric mean; they are not uswap's.
+        for rec in r.runs.iter().filter(|rec| rec.side != Side::Kernel.key()) {
             let what = format!("{} {} round {}", r.name, rec.side, rec.round);
             match rec.outcome {
                 "ok" if rec.correct == Some(false) => {
@@ -932,6 +946,9 @@ pub fn run(a: &Args) -> CliResult {
                     let why = match (r.outcome(Side::Kernel), r.outcome(Side::Uswap), r.correct(Side::Uswap)) {
                         (Some("oom"), _, _) => {
                             "the kernel OOM-killed it under this limit (not counted as a uswap win)".to_string()
+                        }
+                        (Some("ok"), _, _) if r.correct(Side::Kernel) == Some(false) => {
+                            "the kernel's output was wrong (not counted as a uswap win)".to_string()
                         }
                         (k, u, c) => format!(
                             "kernel {}, uswap {}{}",
@@ -1207,5 +1224,11 @@ mod tests {
         p.runs[2].correct = Some(false);
         assert_eq!(p.ratio(), None);
         assert_eq!(p.correct(Side::Uswap), Some(false));
+        // A kernel run that finished with a wrong output (a pipeline stage OOM-killed) is no
+        // ratio either.
+        p.runs[2].correct = Some(true);
+        assert_eq!(p.ratio(), Some(2.0));
+        p.runs[1].correct = Some(false);
+        assert_eq!(p.ratio(), None);
     }
 }
