@@ -565,6 +565,12 @@ struct BatchGuard<'p> {
 }
 
 impl BatchGuard<'_> {
+    /// Empty the batch again (all zero), for another pass.
+    fn clear(&mut self) {
+        // SAFETY: as in `get`; all-zero is a valid empty Batch (see `BatchPool::take`).
+        unsafe { std::ptr::write_bytes(self.pool.batch(self.i), 0, 1) };
+    }
+
     /// The batch.
     fn get(&mut self) -> &mut Batch {
         // SAFETY: batch i is ours (taken by CAS, returned only by our drop); inside the
@@ -584,8 +590,9 @@ impl Drop for BatchGuard<'_> {
 type Candidate = (Option<&'static RegionInner>, usize, u32, bool);
 
 /// Evict candidate folios taken by `next`: write-protect, copy to the cache (`to_cache`) or
-/// the store, drop, publish. `shadows`: leave workingset shadows on pages that go straight to
-/// the store. Returns pages taken off the resident set.
+/// the store, drop, publish; with the next candidates again, up to [`EVICT_TRIES`] batches,
+/// while a batch evicts nothing. `shadows`: leave workingset shadows on pages that go straight
+/// to the store. Returns pages taken off the resident set.
 ///
 /// The phases, in order: [`select`] (claim, split into blocks, choose each block's [`Dest`]),
 /// [`write_protect`], [`copy_out`], [`gate_or_abort`] (thread fault mode: hold the read gate
@@ -600,19 +607,34 @@ fn evict_resident(
     let Some(mut guard) = p.batches.take() else {
         return 0;
     };
-    let b = guard.get();
-    select(p, b, to_cache, max_pages, next);
-    if b.nblocks == 0 {
-        return 0;
+    for _ in 0..EVICT_TRIES {
+        let b = guard.get();
+        select(p, b, to_cache, max_pages, next);
+        if b.nblocks == 0 {
+            return 0;
+        }
+        write_protect(p, b);
+        copy_out(p, b, to_cache);
+        let mut gate = gate_or_abort(p, b);
+        drop_pages(p, b, &mut gate);
+        let out = publish(p, b, shadows);
+        drop(gate);
+        if out > 0 {
+            return out;
+        }
+        guard.clear();
     }
-    write_protect(p, b);
-    copy_out(p, b, to_cache);
-    let mut gate = gate_or_abort(p, b);
-    drop_pages(p, b, &mut gate);
-    let out = publish(p, b, shadows);
-    drop(gate);
-    out
+    0
 }
+
+/// Batches [`evict_resident`] fills before it reports no progress. A batch can evict nothing
+/// although it had folios: the program wrote them while they were being evicted (each write
+/// takes its folio back, to the list's young end: the next candidates are older), or an event
+/// in flight gave the batch up. Reporting no progress after one such batch made the
+/// reclaimer count itself stuck, and faults stopped waiting for it: python-dict, while
+/// CPython fills a new table, mapped 900-2 900 folios over its limit so, one run in three
+/// (2026-11-28).
+const EVICT_TRIES: usize = 4;
 
 /// Phase 1, select: take candidates from `next` until the batch holds `max_pages` pages (or
 /// its blocks are nearly used up), claim their mapped pages (`BUSY_COPY`), split the claimed
@@ -1169,7 +1191,7 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
         if p.cache.live_bytes() + (batch * PAGE_SIZE) as u64 > target {
             progress += shrink_inactive(p, batch);
         }
-        progress += evict_retrying(p, false, true, batch, &mut next);
+        progress += evict_resident(p, false, true, batch, &mut next);
     } else if two {
         // Age the inactive list first (this is what lowers the charge), then refill it from
         // the active list so that it keeps its share of the limit.
@@ -1178,46 +1200,14 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
             progress += shrink_inactive(p, batch);
         }
         if p.cache.live_bytes() < target || progress == 0 {
-            progress += evict_retrying(p, true, false, batch, &mut next);
+            progress += evict_resident(p, true, false, batch, &mut next);
         }
     } else {
-        progress += evict_retrying(p, false, false, batch, &mut next);
+        progress += evict_resident(p, false, false, batch, &mut next);
     }
     IN_RECLAIM.with(|c| c.set(c.get() - 1));
     progress > 0
 }
-
-/// [`evict_resident`], again with the next candidates when a batch evicted nothing although it
-/// had candidates: the program wrote them while they were being evicted (each write takes its
-/// folio back) or an event in flight gave the batch up. The folios written are hot, and went
-/// back to the list's young end; the next ones are older. Without the retries a pass that met
-/// only written folios made no progress, and after a few the reclaimer counted itself stuck
-/// and faults stopped waiting for it: python-dict, while CPython fills a new table, took
-/// 1 000-2 900 folios over its limit so, one run in three (2026-11-28).
-fn evict_retrying(
-    p: &Pager,
-    to_cache: bool,
-    shadows: bool,
-    max_pages: usize,
-    next: &mut dyn FnMut() -> Option<Candidate>,
-) -> usize {
-    for _ in 0..EVICT_TRIES {
-        let mut had = false;
-        let mut counting = || {
-            let c = next();
-            had |= c.is_some();
-            c
-        };
-        let out = evict_resident(p, to_cache, shadows, max_pages, &mut counting);
-        if out > 0 || !had {
-            return out;
-        }
-    }
-    0
-}
-
-/// Batches [`evict_retrying`] tries before it reports no progress.
-const EVICT_TRIES: usize = 4;
 
 /// Reclaim until `need` more bytes fit under the limit (or nothing more can be reclaimed).
 pub(crate) fn direct_reclaim(p: &Pager, need: u64) {
@@ -1285,7 +1275,7 @@ pub(crate) fn kswapd(p: &Pager) {
         }
         // Over the low mark and no progress for a while: faults must not wait for us. Not
         // after one pass: a pass can fail for a moment (a batch given up for an event in
-        // flight, or its folios written while being evicted, see `evict_retrying`), and every
+        // flight, or its folios written while being evicted, see `EVICT_TRIES`), and every
         // fault let through meanwhile maps a folio over the limit.
         let now = crate::stats::now_ns();
         if n > 0 || p.charged_bytes() <= low(p.limit()) {
