@@ -1277,7 +1277,6 @@ pub(crate) fn kswapd(p: &Pager) {
         // after one pass: a pass can fail for a moment (a batch given up for an event in
         // flight, or its folios written while being evicted, see `EVICT_TRIES`), and every
         // fault let through meanwhile maps a folio over the limit.
-        let now = crate::stats::now_ns();
         if n > 0 || p.charged_bytes() <= low(p.limit()) {
             failing_since = 0;
             p.reclaim_stuck.store(false, Ordering::Relaxed);

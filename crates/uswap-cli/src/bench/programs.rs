@@ -856,9 +856,8 @@ pub fn run(a: &Args) -> CliResult {
                 }
                 if side == Side::Native && round == 1 && rec.outcome == "ok" {
                     have_reference = true;
-                    if res.limit.is_none() {
+                    if let (None, Some(f)) = (res.limit, res.fraction) {
                         let peak = rec.peak_rss * u64::from(prog.at_once);
-                        let f = prog.limit_fraction(a.limit_fraction);
                         let l = ((peak as f64 * f) as u64).max(MIN_LIMIT) >> 20 << 20;
                         res.limit = Some(l);
                     }
