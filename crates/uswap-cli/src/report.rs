@@ -265,6 +265,7 @@ pub fn pager(p: &Value, tiers: &str) -> Value {
             "clean_evicted": u(p, "/clean_evicted"),
             "store_errors": u(p, "/store_errors"),
             "handed_back": u(p, "/reclaim_handed_back"),
+            "cow_skipped": u(p, "/reclaim_cow_skipped"),
             "write_protect_calls": u(p, "/wp_calls"),
             "madvise_calls": u(p, "/madvise_calls"),
         },

@@ -251,6 +251,15 @@ fn fork_copy_on_write_both_ways_two_generations() {
         .sum();
     assert_eq!(shared, 2, "forks that shared the swap file: {s:#}");
     assert_eq!(num(&s, "/main/forks_file_copied"), 0, "a fork copied the swap file: {s:#}");
+    // The child started with the parent's resident pages shared copy-on-write: its reclaim
+    // passed over folios both map (evicting them would free nothing) before taking them.
+    let cow_skipped: u64 = s["other_processes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| p.pointer("/reclaim/cow_skipped").and_then(|v| v.as_u64()).unwrap_or(0))
+        .sum();
+    assert!(cow_skipped > 0, "no fork child passed over a folio shared with its parent: {s:#}");
     // Each process's statistics are its own from its fork on: the parent filled every page
     // (zero-fill faults) before the fork, the child and the grandchild filled none, so their
     // counts must not carry the parent's (a tree's sum would count them twice).

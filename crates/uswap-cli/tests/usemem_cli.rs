@@ -72,6 +72,39 @@ fn small_uswap_only_run_prints_the_json_keys() {
     // Every byte was checked: 2 rounds (fresh-zero check + one rewrite check) + the random pass.
     assert_eq!(v["modes"]["unpinned"]["uswap_verified_bytes"].as_u64(), Some(3 * (16 << 20)));
     assert!(v["kernel_zram_skipped"].as_str().unwrap().contains("not requested"));
+    // Mixed data is measured beside pattern data by default, each verified, each with its
+    // headline figures at the top level.
+    assert_eq!(v["data"], "pattern,mixed", "{out}");
+    for kind in ["pattern", "mixed"] {
+        let m = &v["by_data"][kind];
+        assert_eq!(m["modes"]["unpinned"]["uswap_verified_bytes"].as_u64(), Some(3 * (16 << 20)), "{kind}: {out}");
+        assert!(v[format!("{kind}_seq_uswap_mb_s")].as_f64().is_some_and(|x| x > 0.0), "{kind}: {out}");
+        assert!(v.get(format!("{kind}_rand_ratio")).is_some(), "{kind}: {out}");
+    }
+    assert_eq!(v["seq_uswap_mb_s"], v["by_data"]["pattern"]["seq_uswap_mb_s"], "the top level is the first kind's");
+}
+
+#[test]
+fn data_picks_the_kinds_measured() {
+    let o = uswap(&[
+        "bench",
+        "usemem",
+        "--quick",
+        "--size",
+        "16M",
+        "--limit",
+        "16M",
+        "--compare",
+        "none",
+        "--data",
+        "mixed",
+        "--json",
+    ]);
+    let v = json_of(&o);
+    assert_eq!(v["data"], "mixed");
+    assert!(v["by_data"].get("pattern").is_none(), "{v}");
+    assert!(v.get("pattern_seq_ratio").is_none(), "{v}");
+    assert_eq!(v["seq_uswap_mb_s"], v["mixed_seq_uswap_mb_s"]);
 }
 
 #[test]

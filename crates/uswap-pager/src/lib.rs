@@ -313,6 +313,12 @@ pub struct Pager {
     budget: std::sync::atomic::AtomicU64,
     /// The program's anonymous memory outside the pager ([`Pager::set_outside`]).
     outside: std::sync::atomic::AtomicU64,
+    /// Some resident pages are shared copy-on-write with a fork relative
+    /// ([`Pager::set_cow_shared`]): reclaim prefers folios mapped here alone.
+    pub(crate) cow_shared: AtomicBool,
+    /// `/proc/self/pagemap` for that preference, opened by the first reclaim that needs it:
+    /// `pid << 32 | fd`, 0 when not open (a fork child finds its parent's pid and reopens).
+    pub(crate) pagemap: std::sync::atomic::AtomicU64,
     threads: std::sync::Mutex<Vec<own::Thread<()>>>,
 }
 
@@ -434,6 +440,8 @@ impl Pager {
             limit: std::sync::atomic::AtomicU64::new(cfg.limit_bytes),
             budget: std::sync::atomic::AtomicU64::new(cfg.limit_bytes),
             outside: std::sync::atomic::AtomicU64::new(0),
+            cow_shared: AtomicBool::new(false),
+            pagemap: std::sync::atomic::AtomicU64::new(0),
             read_gate: sys::YieldLock::new(),
             threads: std::sync::Mutex::new(Vec::new()),
             cfg,
@@ -700,6 +708,17 @@ impl Pager {
     pub fn set_outside(&self, bytes: u64) -> u64 {
         self.outside.store(bytes, Ordering::Relaxed);
         self.apply_limit()
+    }
+
+    /// Tell the pager whether some of its resident pages are shared copy-on-write with a fork
+    /// parent or child (its embedder reads `Anonymous - Pss_Anon` of smaps_rollup). While they are, reclaim
+    /// passes over folios whose every page the relative maps too, back to the young end of
+    /// the active list, before it takes them: evicting such a folio here frees no memory
+    /// (the relative still maps it) and costs a refault if it is used, whereas the kernel
+    /// evicts a shared page from every process at once. A Redis `BGSAVE` child starts with
+    /// all of its parent's resident memory shared.
+    pub fn set_cow_shared(&self, shared: bool) {
+        self.cow_shared.store(shared, Ordering::Relaxed);
     }
 
     /// This process's budget: `limit_bytes` of the configuration, or what

@@ -1162,13 +1162,26 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
     if two {
         balance_protected(p, batch);
     }
-    let mut next = || {
+    // While pages are shared with a fork relative, pass over up to four batches' worth of
+    // folios it maps too (see `Pager::set_cow_shared`) before taking such folios anyway.
+    let pagemap = if p.cow_shared.load(Ordering::Relaxed) { pagemap_fd(p) } else { None };
+    let mut skips = 4 * batch;
+    let mut next = || loop {
         // Everything mapped is protected (a hot working set that fits the resident pages and
         // keeps coming back): take from it rather than evict nothing.
         let e = p.active.pop().or_else(|| p.protected.pop())?;
         let (slot, gen, page, order) = decode(e);
         // SAFETY: as in shrink_inactive: inside enter/leave, used only in this batch.
-        Some((unsafe { region::by_slot(slot, gen) }, page, order, false))
+        let r = unsafe { region::by_slot(slot, gen) };
+        if let (Some(fd), Some(reg)) = (pagemap, r) {
+            let n = 1usize << order;
+            if skips >= n && page < reg.npages && crate::sys::all_shared(fd, reg.addr(page), n) && p.active.push(e) {
+                skips -= n;
+                inc(&p.counters.reclaim_cow_skipped, 1);
+                continue;
+            }
+        }
+        return Some((r, page, order, false));
     };
     let mut progress = 0;
     // Free swap-cache space is charged but holds no folio: give it back before evicting.
@@ -1207,6 +1220,32 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
     }
     IN_RECLAIM.with(|c| c.set(c.get() - 1));
     progress > 0
+}
+
+/// This process's `/proc/self/pagemap` descriptor, opened on first use (a fork child, which
+/// inherits its parent's, closes that and opens its own). None if it cannot be opened.
+fn pagemap_fd(p: &Pager) -> Option<i32> {
+    let pid = u64::from(crate::sys::getpid_raw());
+    let cur = p.pagemap.load(Ordering::Acquire);
+    if cur != 0 && cur >> 32 == pid {
+        return Some(cur as u32 as i32);
+    }
+    let fd = crate::sys::open_pagemap()?;
+    let new = pid << 32 | u64::from(fd as u32);
+    match p.pagemap.compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => {
+            if cur != 0 {
+                // The parent's descriptor, inherited at fork.
+                crate::sys::close_raw(cur as u32 as i32);
+            }
+            Some(fd)
+        }
+        Err(now) => {
+            // Another thread opened it first.
+            crate::sys::close_raw(fd);
+            (now >> 32 == pid).then_some(now as u32 as i32)
+        }
+    }
 }
 
 /// Reclaim until `need` more bytes fit under the limit (or nothing more can be reclaimed).

@@ -34,6 +34,7 @@ pub(crate) struct Counters {
     pub(crate) remap_moved_pages: AtomicU64,
     pub(crate) ev_deferred: AtomicU64,
     pub(crate) reclaim_aborted: AtomicU64,
+    pub(crate) reclaim_cow_skipped: AtomicU64,
     pub(crate) pages_mapped: AtomicU64,
     pub(crate) demoted_pages: AtomicU64,
     pub(crate) workingset_activate: AtomicU64,
@@ -199,6 +200,10 @@ pub struct PagerStats {
     pub events_deferred: u64,
     /// Reclaim batches given up because the program unmapped or moved memory meanwhile.
     pub reclaim_aborted: u64,
+    /// Folios reclaim passed over (back to the young end of the active list) because every
+    /// page of theirs is shared copy-on-write with a fork relative: evicting them here frees
+    /// no memory while the relative maps them ([`crate::Pager::set_cow_shared`]).
+    pub reclaim_cow_skipped: u64,
     /// Live regions (adopted or mapped by the pager).
     pub regions_live: u64,
     /// Pages mapped by faults.
@@ -339,6 +344,7 @@ pub(crate) fn snapshot(p: &Pager, regions_live: usize) -> PagerStats {
         remap_moved_pages: g(&c.remap_moved_pages),
         events_deferred: g(&c.ev_deferred),
         reclaim_aborted: g(&c.reclaim_aborted),
+        reclaim_cow_skipped: g(&c.reclaim_cow_skipped),
         regions_live: regions_live as u64,
         pages_mapped: g(&c.pages_mapped),
         demoted_pages: g(&c.demoted_pages),

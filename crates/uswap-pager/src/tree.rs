@@ -27,10 +27,16 @@
 //!
 //! A process's charge counts pages it shares copy-on-write with its fork parent or children
 //! (a Redis BGSAVE child starts with all of its parent's resident memory) in proportion, as
-//! the kernel's Pss does: its charge minus `Rss_Anon - Pss_Anon` from `/proc/self/smaps_rollup`
+//! the kernel's Pss does: its charge minus `Anonymous - Pss_Anon` from `/proc/self/smaps_rollup`
 //! (read only while the tree has more than one live process, and only by a process that has
 //! forked or is a fork child: an exec'd program shares no anonymous page, and the read walks
-//! the page tables, 4 % of a CPU for a thrashing compiler). A process that ends through
+//! the page tables, 4 % of a CPU for a thrashing compiler; every 30 ms while a MiB or more is
+//! shared, every 100 ms otherwise). Its pager's limit in force is its share plus that same
+//! part (the pager's charge counts every resident page whole), so the tree's `Pss_Anon` less
+//! the fixed overhead stays within the limit and pages shared after a fork are counted once;
+//! a fork child counts its own copy of the fixed overhead (the preload's scan). While a MiB
+//! or more is shared, reclaim passes over folios the relative maps too
+//! (`Pager::set_cow_shared`). A process that ends through
 //! `exit(3)` frees its slot; one that is killed leaves it, and the next update of any process
 //! finds the pid gone (`kill(pid, 0)`) and frees it; a process image replaced by `exec`
 //! leaves its slot to its successor of the same pid, which takes it over.
@@ -371,21 +377,28 @@ pub fn share<I: Iterator<Item = Member> + Clone>(me: Member, others: I, limit: u
     kept + part(slack)
 }
 
-/// Bytes of anonymous memory this process shares with others and is counted for in full
-/// (`Rss_Anon - Pss_Anon` of `/proc/self/smaps_rollup`).
-fn shared_anon() -> u64 {
+/// This process's anonymous resident bytes, and those of them it shares with others and is
+/// counted for in full ([`shared_from_rollup`] of `/proc/self/smaps_rollup`).
+fn shared_anon() -> (u64, u64) {
     let mut buf = [0u8; 2048];
     // SAFETY: open/read/close of a procfs file into a stack buffer.
     let n = unsafe {
         let fd = libc::open(c"/proc/self/smaps_rollup".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
         if fd < 0 {
-            return 0;
+            return (0, 0);
         }
         let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
         libc::close(fd);
         n
     };
-    let Ok(s) = std::str::from_utf8(&buf[..n.max(0) as usize]) else { return 0 };
+    std::str::from_utf8(&buf[..n.max(0) as usize]).map_or((0, 0), shared_from_rollup)
+}
+
+/// `Anonymous`, and `Anonymous - Pss_Anon`, of an smaps_rollup text, in bytes: the anonymous
+/// resident pages, and the part of them that other processes map too and are counted for. (smaps_rollup names
+/// the anonymous RSS `Anonymous:`; `RssAnon:` is in `/proc/PID/status`. Until 2026-11-28
+/// this read a `Rss_Anon:` line that does not exist, so shared pages were never discounted.)
+fn shared_from_rollup(s: &str) -> (u64, u64) {
     let kb = |key: &str| {
         s.lines()
             .find(|l| l.starts_with(key))
@@ -393,7 +406,8 @@ fn shared_anon() -> u64 {
             .unwrap_or(0)
             * 1024
     };
-    kb("Rss_Anon:").saturating_sub(kb("Pss_Anon:"))
+    let anon = kb("Anonymous:");
+    (anon, anon.saturating_sub(kb("Pss_Anon:")))
 }
 
 /// This process's use rate, bytes per second (from the scan thread: the caller's own CPU time
@@ -418,6 +432,10 @@ fn use_rate(p: &crate::Pager, charge: u64) -> u64 {
     rate as u64
 }
 
+/// Shared copy-on-write memory (`Anonymous - Pss_Anon`) from which reclaim passes over
+/// folios a fork relative maps too (`Pager::set_cow_shared`).
+const COW_SHARED_MIN: u64 = 1 << 20;
+
 /// Publish this process's charge and use rate and take its share of the tree's limit (from
 /// the scan thread, every [`UPDATE_MS`]).
 pub fn update(p: &crate::Pager) {
@@ -425,15 +443,20 @@ pub fn update(p: &crate::Pager) {
     let Some(mine) = b.slots.get(MY_SLOT.load(Ordering::Relaxed)) else { return };
     let others = b.slots.iter().filter(|s| !std::ptr::eq(*s, mine) && s.pid.load(Ordering::Relaxed) != 0);
     let live = 1 + others.clone().count() as u64;
-    // Shared pages are re-read every tenth update (smaps_rollup walks the page tables).
+    // Shared pages are re-read every tenth update (smaps_rollup walks the page tables), every
+    // third while a good part is shared (it shrinks fast after a fork, and the limit in
+    // force below counts on it).
     let n = UPDATES.fetch_add(1, Ordering::Relaxed);
-    if live > 1 && FORKED.load(Ordering::Relaxed) && n.is_multiple_of(10) {
-        SHARED.store(shared_anon(), Ordering::Relaxed);
+    let every = if SHARED.load(Ordering::Relaxed) >= COW_SHARED_MIN { 3 } else { 10 };
+    if live > 1 && FORKED.load(Ordering::Relaxed) && n.is_multiple_of(every) {
+        SHARED.store(shared_anon().1, Ordering::Relaxed);
     }
     // The memory outside the pager is the process's too (as a cgroup charges it): the tree
     // sees it, and the pager's limit in force is its share less it (`Pager::set_outside`).
     let charged = p.charged_bytes() + p.outside_bytes();
     let own = if live > 1 { charged.saturating_sub(SHARED.load(Ordering::Relaxed)) } else { charged };
+    // Reclaim prefers folios no relative maps while a good part is shared.
+    p.set_cow_shared(live > 1 && SHARED.load(Ordering::Relaxed) >= COW_SHARED_MIN);
     let rate = use_rate(p, own);
     mine.charged.store(own, Ordering::Relaxed);
     mine.rate_kib.store(u32::try_from(rate / 1024).unwrap_or(u32::MAX), Ordering::Relaxed);
@@ -445,7 +468,15 @@ pub fn update(p: &crate::Pager) {
     LAST_TOTAL.store(own + members.clone().map(|m| m.charge).sum::<u64>(), Ordering::Relaxed);
     LAST_LIVE.store(live, Ordering::Relaxed);
     LAST_RATE.store(me.rate, Ordering::Relaxed);
-    p.set_limit(share(me, members, shared_limit(b)));
+    // The share is of the tree's memory, counted as the kernel counts it (a page shared
+    // copy-on-write once for all its sharers: Pss); the pager's charge and the memory outside
+    // it count every resident page in full, so the limit in force is the share plus the part
+    // of the shared pages the relatives are counted for: `Pss_Anon` less the fixed overhead
+    // (the first process's; a fork child counts its copies, see the preload's scan) stays
+    // within the share. Without it, a tree with pages shared after a fork used the limit
+    // less those pages (a Redis BGSAVE: 110 MB shared under 128 MiB).
+    let extra = if live > 1 { SHARED.load(Ordering::Relaxed) } else { 0 };
+    p.set_limit(share(me, members, shared_limit(b)).saturating_add(extra));
 }
 
 /// Look for dead processes' slots (from the scan thread, about once a second).
@@ -472,6 +503,20 @@ pub fn stats_json() -> Option<serde_json::Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shared_anon_is_anonymous_less_its_pss() {
+        // A fork child's rollup (kernel 6.18): 48 MiB anonymous, 30 MiB of it by Pss.
+        let rollup = "5600-7ffe ---p 00000000 00:00 0 [rollup]\nRss:  60000 kB\nPss:  40000 kB\n\
+                      Pss_Dirty: 100 kB\nPss_Anon:  30720 kB\nPss_File: 9000 kB\nPss_Shmem: 0 kB\n\
+                      Shared_Clean: 1 kB\nAnonymous:  49152 kB\nKSM: 0 kB\n";
+        assert_eq!(shared_from_rollup(rollup), (49152 * 1024, (49152 - 30720) * 1024));
+        assert_eq!(shared_from_rollup("Pss_Anon: 5 kB\n"), (0, 0));
+        // The real file of this test process: nothing shared beyond what a fork would leave.
+        let real = std::fs::read_to_string("/proc/self/smaps_rollup").expect("smaps_rollup");
+        assert!(real.lines().any(|l| l.starts_with("Anonymous:")), "{real}");
+        assert!(real.lines().any(|l| l.starts_with("Pss_Anon:")), "{real}");
+    }
 
     fn m(charge: u64, rate: u64) -> Member {
         Member { charge, rate }

@@ -56,9 +56,13 @@ pub struct Args {
     /// uswap folio size (4K, 64K or 2M).
     #[arg(long, default_value = "64K", value_parser = parse_size)]
     pub folio: u64,
-    /// Page contents: pattern (like usemem's, compresses ~14x) or mixed (zero/text/random).
-    #[arg(long, value_enum, default_value = "pattern")]
-    pub data: DataKind,
+    /// Page contents, one measurement each, in order: pattern (like usemem's, compresses
+    /// ~14x) and mixed (per page 2/8 zero, 3/8 text-like, 2/8 random, 1/8 pattern: closer to
+    /// a real heap). The first kind's figures are the JSON's top-level keys; every kind's
+    /// headline figures are also under `KIND_seq_ratio`, `KIND_rand_ratio`, ... and all of
+    /// them under `by_data`.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "pattern,mixed")]
+    pub data: Vec<DataKind>,
     /// uswap tiers, in order (`default` = the pager's default, which adds an encrypted swap
     /// file). The benchmark defaults to RAM-only tiers, like the kernel side's zram; uswap still
     /// charges its pool to the limit, which cgroup v1 does not do for zram.
@@ -135,6 +139,8 @@ struct Plan {
     modes: Vec<Option<usize>>,
     zram: bool,
     zswap: bool,
+    /// The page contents measured, in order (no repeats).
+    kinds: Vec<DataKind>,
 }
 
 fn check_common(size: u64, limit: u64, folio: u64) -> Result<(), CliError> {
@@ -197,7 +203,16 @@ fn plan(a: &Args) -> Result<Plan, CliError> {
             }
         }
     }
-    Ok(Plan { size, limit, folio: a.folio, runs, rounds, modes, zram, zswap })
+    let mut kinds: Vec<DataKind> = Vec::new();
+    for &d in &a.data {
+        if !kinds.contains(&d) {
+            kinds.push(d);
+        }
+    }
+    if kinds.is_empty() {
+        return Err(CliError::usage("--data: name at least one of pattern, mixed"));
+    }
+    Ok(Plan { size, limit, folio: a.folio, runs, rounds, modes, zram, zswap, kinds })
 }
 
 /// The three sides.
@@ -303,13 +318,20 @@ fn tiers_of(tiers: &str, force: bool) -> String {
     }
 }
 
-fn worker_args(a: &Args, p: &Plan, kind: &str, pin: Option<usize>, procs: Option<&Path>) -> Vec<String> {
+fn worker_args(
+    a: &Args,
+    p: &Plan,
+    data: DataKind,
+    kind: &str,
+    pin: Option<usize>,
+    procs: Option<&Path>,
+) -> Vec<String> {
     let mut v: Vec<String> = ["bench", "usemem", "--worker", kind].iter().map(|s| s.to_string()).collect();
     let kv = [
         ("--size", p.size.to_string()),
         ("--limit", p.limit.to_string()),
         ("--folio", p.folio.to_string()),
-        ("--data", a.data.name().to_string()),
+        ("--data", data.name().to_string()),
         ("--tiers", tiers_of(&a.tiers, a.force)),
         ("--keep-clean", a.keep_clean.to_string()),
         ("--rounds", p.rounds.to_string()),
@@ -347,6 +369,7 @@ impl Runs {
 fn run_one(
     a: &Args,
     p: &Plan,
+    data: DataKind,
     k: &mut KernelSide,
     side: Side,
     pin: Option<usize>,
@@ -356,7 +379,7 @@ fn run_one(
     let mut prog = |n: u64| pb.inc(n);
     match side {
         Side::Uswap => {
-            let args = worker_args(a, p, "uswap", pin, None);
+            let args = worker_args(a, p, data, "uswap", pin, None);
             worker::spawn(&args, &mut prog, &mut || Value::Null)
         }
         Side::Zram => {
@@ -365,7 +388,7 @@ fn run_one(
                 zs.set_enabled(k.guard.ops(), false)?;
             }
             setup::swapon(&mut k.guard, &z.dev)?;
-            let args = worker_args(a, p, "plain", pin, procs.as_deref());
+            let args = worker_args(a, p, data, "plain", pin, procs.as_deref());
             let before = kernel::vmstat(k.guard.ops());
             let ops = k.guard.ops();
             let cg = k.cgroup.clone();
@@ -387,7 +410,7 @@ fn run_one(
             let zs = k.zswap.clone().ok_or("no zswap")?;
             zs.set_enabled(k.guard.ops(), true)?;
             setup::swapon(&mut k.guard, &zs.file)?;
-            let args = worker_args(a, p, "plain", pin, procs.as_deref());
+            let args = worker_args(a, p, data, "plain", pin, procs.as_deref());
             let before = kernel::vmstat(k.guard.ops());
             let ops = k.guard.ops();
             let cg = k.cgroup.clone();
@@ -432,7 +455,7 @@ pub fn run(a: &Args) -> CliResult {
     }
     let pages = p.size / PAGE as u64;
     let per_run = pages * (u64::from(p.rounds) + 1);
-    let total = per_run * sides.len() as u64 * u64::from(p.runs) * p.modes.len() as u64;
+    let total = per_run * sides.len() as u64 * u64::from(p.runs) * p.modes.len() as u64 * p.kinds.len() as u64;
     let pb = if a.json {
         ProgressBar::hidden()
     } else {
@@ -451,28 +474,34 @@ pub fn run(a: &Args) -> CliResult {
         }
     }
 
-    // results[mode][side]
-    let mut results: Vec<Vec<Runs>> = p.modes.iter().map(|_| sides.iter().map(|_| Runs::default()).collect()).collect();
+    // results[data kind][mode][side]
+    let mut results: Vec<Vec<Vec<Runs>>> = p
+        .kinds
+        .iter()
+        .map(|_| p.modes.iter().map(|_| sides.iter().map(|_| Runs::default()).collect()).collect())
+        .collect();
     let mut failures: Vec<String> = Vec::new();
-    for (mi, &pin) in p.modes.iter().enumerate() {
-        for run in 0..p.runs {
-            for (si, &side) in sides.iter().enumerate() {
-                let mode = pin.map_or("unpinned".to_string(), |c| format!("pinned cpu {c}"));
-                pb.set_message(format!("{mode}, run {}/{}, {}", run + 1, p.runs, side.key()));
-                match run_one(a, &p, &mut k, side, pin, &pb) {
-                    Ok(r) => results[mi][si].reports.push(r),
-                    Err(e) => {
-                        if kernel::interrupted() {
-                            pb.finish_and_clear();
-                            drop(k);
-                            return Err(CliError::fail("interrupted; the machine was restored"));
+    for (di, &data) in p.kinds.iter().enumerate() {
+        for (mi, &pin) in p.modes.iter().enumerate() {
+            for run in 0..p.runs {
+                for (si, &side) in sides.iter().enumerate() {
+                    let mode = pin.map_or("unpinned".to_string(), |c| format!("pinned cpu {c}"));
+                    pb.set_message(format!("{} data, {mode}, run {}/{}, {}", data.name(), run + 1, p.runs, side.key()));
+                    match run_one(a, &p, data, &mut k, side, pin, &pb) {
+                        Ok(r) => results[di][mi][si].reports.push(r),
+                        Err(e) => {
+                            if kernel::interrupted() {
+                                pb.finish_and_clear();
+                                drop(k);
+                                return Err(CliError::fail("interrupted; the machine was restored"));
+                            }
+                            if side == Side::Uswap && a.verify && e.contains("verify") {
+                                pb.finish_and_clear();
+                                return Err(CliError::fail(format!("uswap ({} data): {e}", data.name())));
+                            }
+                            pb.println(format!("{} ({} data): run {} failed: {e}", side.key(), data.name(), run + 1));
+                            failures.push(format!("{} {} data {mode} run {}: {e}", side.key(), data.name(), run + 1));
                         }
-                        if side == Side::Uswap && a.verify && e.contains("verify") {
-                            pb.finish_and_clear();
-                            return Err(CliError::fail(format!("uswap: {e}")));
-                        }
-                        pb.println(format!("{}: run {} failed: {e}", side.key(), run + 1));
-                        failures.push(format!("{} {mode} run {}: {e}", side.key(), run + 1));
                     }
                 }
             }
@@ -481,24 +510,42 @@ pub fn run(a: &Args) -> CliResult {
     pb.finish_and_clear();
     let restore_errors = k.guard.restore();
 
-    let mut modes = Map::new();
-    for (mi, &pin) in p.modes.iter().enumerate() {
-        let name = if pin.is_some() { "pinned" } else { "unpinned" };
-        modes.insert(name.into(), mode_json(&sides, &results[mi], pin));
+    // Per data kind: its modes, and the primary mode's keys.
+    let mut by_data = Map::new();
+    let mut primary = "unpinned";
+    for (di, &data) in p.kinds.iter().enumerate() {
+        let mut modes = Map::new();
+        for (mi, &pin) in p.modes.iter().enumerate() {
+            let name = if pin.is_some() { "pinned" } else { "unpinned" };
+            modes.insert(name.into(), mode_json(&sides, &results[di][mi], pin));
+        }
+        primary = if modes.contains_key("pinned") { "pinned" } else { "unpinned" };
+        let mut m = match modes.get(primary) {
+            Some(Value::Object(m)) => m.clone(),
+            _ => Map::new(),
+        };
+        m.insert("modes".into(), Value::Object(modes));
+        by_data.insert(data.name().into(), Value::Object(m));
     }
-    let primary = if modes.contains_key("pinned") { "pinned" } else { "unpinned" };
     let mut out = Map::new();
-    if let Some(Value::Object(m)) = modes.get(primary) {
+    // The first kind's figures at the top level (the keys this benchmark always had).
+    if let Some(Value::Object(m)) = by_data.get(p.kinds[0].name()) {
         for (key, v) in m {
             out.insert(key.clone(), v.clone());
         }
     }
+    for (name, m) in &by_data {
+        for key in HEADLINE_KEYS {
+            out.insert(format!("{name}_{key}"), m.get(key).cloned().unwrap_or(Value::Null));
+        }
+    }
+    out.insert("by_data".into(), Value::Object(by_data.clone()));
     out.insert("primary_mode".into(), json!(primary));
     out.insert("pinned".into(), json!(primary == "pinned"));
     out.insert("size".into(), json!(p.size));
     out.insert("limit".into(), json!(p.limit));
     out.insert("folio".into(), json!(p.folio));
-    out.insert("data".into(), json!(a.data.name()));
+    out.insert("data".into(), json!(p.kinds.iter().map(|d| d.name()).collect::<Vec<_>>().join(",")));
     out.insert("tiers".into(), json!(a.tiers));
     out.insert("keep_clean".into(), json!(a.keep_clean));
     out.insert("runs".into(), json!(p.runs));
@@ -521,11 +568,16 @@ pub fn run(a: &Args) -> CliResult {
     );
     out.insert("failures".into(), json!(failures));
     out.insert("restore_errors".into(), json!(restore_errors));
-    out.insert("modes".into(), Value::Object(modes.clone()));
     if a.json {
         println!("{}", crate::report::with_header("usemem", facts, Value::Object(out)));
     } else {
-        print_table(a, &p, &sides, &modes, &k, &results);
+        for (di, &data) in p.kinds.iter().enumerate() {
+            let modes = match by_data.get(data.name()).and_then(|m| m.get("modes")) {
+                Some(Value::Object(m)) => m.clone(),
+                _ => Map::new(),
+            };
+            print_table(a, &p, data, &sides, &modes, &k, &results[di]);
+        }
         for f in &failures {
             println!("FAILED: {f}");
         }
@@ -536,11 +588,25 @@ pub fn run(a: &Args) -> CliResult {
     if !restore_errors.is_empty() {
         return Err(CliError::fail("the machine was not fully restored (see above)"));
     }
-    if results.iter().any(|m| m[0].reports.is_empty()) {
+    if results.iter().flatten().any(|m| m[0].reports.is_empty()) {
         return Err(CliError::fail("every uswap run failed"));
     }
     Ok(())
 }
+
+/// The figures repeated per data kind as `KIND_KEY` at the JSON's top level.
+const HEADLINE_KEYS: [&str; 10] = [
+    "seq_ratio",
+    "rand_ratio",
+    "seq_ratio_zswap",
+    "rand_ratio_zswap",
+    "seq_uswap_mb_s",
+    "rand_uswap_mb_s",
+    "rand_uswap_touches_s",
+    "seq_kernel_zram_mb_s",
+    "rand_kernel_zram_mb_s",
+    "rand_kernel_zram_touches_s",
+];
 
 fn mode_json(sides: &[Side], runs: &[Runs], pin: Option<usize>) -> Value {
     let mut m = Map::new();
@@ -607,13 +673,21 @@ fn mode_json(sides: &[Side], runs: &[Runs], pin: Option<usize>) -> Value {
     Value::Object(m)
 }
 
-fn print_table(a: &Args, p: &Plan, sides: &[Side], modes: &Map<String, Value>, k: &KernelSide, results: &[Vec<Runs>]) {
+fn print_table(
+    a: &Args,
+    p: &Plan,
+    data: DataKind,
+    sides: &[Side],
+    modes: &Map<String, Value>,
+    k: &KernelSide,
+    results: &[Vec<Runs>],
+) {
     println!(
         "usemem: {} under a {} limit, folio {}, data {}, tiers {}, {} rounds (steady = rounds 1..), {} interleaved run(s), medians; MB = 2^20 bytes{}",
         fmt_size(p.size),
         fmt_size(p.limit),
         fmt_size(p.folio),
-        a.data.name(),
+        data.name(),
         a.tiers,
         p.rounds,
         p.runs,
@@ -673,7 +747,8 @@ fn print_table(a: &Args, p: &Plan, sides: &[Side], modes: &Map<String, Value>, k
 fn worker_main(a: &Args, kind: &str) -> CliResult {
     let size = a.size.ok_or_else(|| CliError::usage("--worker needs --size"))?;
     let limit = a.limit.ok_or_else(|| CliError::usage("--worker needs --limit"))?;
-    let cfg = WorkloadCfg { rounds: a.rounds.unwrap_or(3).max(1), verify: a.verify, data: a.data, seed: 0x5eed };
+    let data = *a.data.first().ok_or_else(|| CliError::usage("--worker needs --data"))?;
+    let cfg = WorkloadCfg { rounds: a.rounds.unwrap_or(3).max(1), verify: a.verify, data, seed: 0x5eed };
     let place = worker::Placement { pin: a.pin_cpu, cgroup_procs: a.cgroup_procs.as_deref() };
     let folio = a.folio;
     let tiers = tiers_of(&a.tiers, a.force);

@@ -42,6 +42,9 @@ use std::sync::Arc;
 use uswap_pager::{now_ns, Pager};
 
 static UNMANAGED_NOW: AtomicU64 = AtomicU64::new(0);
+/// This process is a fork child of a process under the pager ([`restart_in_child`]): its
+/// memory outside the pager is counted whole ([`measure`]).
+static FORK_CHILD: AtomicBool = AtomicBool::new(false);
 static UNMANAGED_PEAK: AtomicU64 = AtomicU64::new(0);
 static ANON_AT_START: AtomicU64 = AtomicU64::new(0);
 static STACK_BYTES: AtomicU64 = AtomicU64::new(0);
@@ -415,7 +418,17 @@ fn measure(p: &Pager, first: bool) {
     // heap beyond the pool) counts against the limit, as a cgroup would count it: the pager
     // makes room for it.
     let own = super::heap_growth() + uswap::tier::pages::heap().live_bytes().saturating_sub(p.pool_bytes());
-    p.set_outside(out.saturating_sub(own));
+    if FORK_CHILD.load(Ordering::Relaxed) {
+        // A fork child's anonymous memory at its start and the library's memory are its
+        // parent's copies: the tree's fixed overhead is allowed once, for the process that
+        // started the pager, and every copy a child writes (the pager's tables, its buffers,
+        // the program's own pages outside the pager) is memory of the tree. So the child
+        // counts all of it; the part still shared with the parent is counted for the parent
+        // (`tree::update` raises the limit in force by it), as the kernel's Pss does.
+        p.set_outside(anon.saturating_sub(managed));
+    } else {
+        p.set_outside(out.saturating_sub(own));
+    }
     let limit = p.config().limit_bytes;
     if out > (limit / 4).max(32 << 20) && !WARNED.swap(true, Ordering::Relaxed) {
         let msg = format!(
@@ -541,6 +554,7 @@ fn spawn(p: Arc<Pager>) -> std::io::Result<()> {
 
 /// Start the thread again in a fork child (threads do not survive `fork`).
 pub fn restart_in_child(p: Arc<Pager>) {
+    FORK_CHILD.store(true, Ordering::Relaxed);
     if spawn(p).is_err() {
         let msg = b"uswap: warning: fork child has no scan thread\n";
         // SAFETY: write(2) of a static message.
