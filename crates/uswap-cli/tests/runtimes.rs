@@ -1,5 +1,5 @@
 //! End-to-end tests of `uswap run` on real runtimes (issue 10): every program of
-//! `uswap bench programs` (CPython, Node.js, the JVM, SQLite, GNU sort, Redis, GCC, make -j2, xz,
+//! `uswap bench programs` (CPython, with a multiprocessing pool, Node.js, the JVM, SQLite, GNU sort, Redis, GCC, make -j2, xz,
 //! Perl, a shell pipeline) at a small size, run natively and under `uswap run` with a limit below its
 //! native peak RSS (`--limit-fraction` of it), through the benchmark itself with
 //! `--compare none --json`. Each test checks that the program finished under uswap, that its
@@ -138,6 +138,11 @@ fn runtime_within(name: &str, scale: f64, secs: u64) -> Option<Value> {
 #[test]
 fn cpython_list() {
     runtime("python-list", 0.1);
+}
+
+#[test]
+fn cpython_multiprocessing_fork() {
+    runtime("python-fork", 0.1);
 }
 
 #[test]

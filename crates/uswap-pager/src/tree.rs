@@ -30,13 +30,11 @@
 //! the kernel's Pss does: its charge minus `Anonymous - Pss_Anon` from `/proc/self/smaps_rollup`
 //! (read only while the tree has more than one live process, and only by a process that has
 //! forked or is a fork child: an exec'd program shares no anonymous page, and the read walks
-//! the page tables, 4 % of a CPU for a thrashing compiler; every 30 ms while a MiB or more is
-//! shared, every 100 ms otherwise). Its pager's limit in force is its share plus that same
-//! part (the pager's charge counts every resident page whole), so the tree's `Pss_Anon` less
-//! the fixed overhead stays within the limit and pages shared after a fork are counted once;
-//! a fork child counts its own copy of the fixed overhead (the preload's scan). While a MiB
-//! or more is shared, reclaim passes over folios the relative maps too
-//! (`Pager::set_cow_shared`). A process that ends through
+//! the page tables, 4 % of a CPU for a thrashing compiler; every 100 ms). Its pager's limit in
+//! force is its share, against its charge with every resident page whole, so shared pages
+//! part without taking the tree over its limit; a fork child counts its own copy of the fixed
+//! overhead (the preload's scan). While a MiB or more is shared, reclaim passes over folios
+//! the relative maps too (`Pager::set_cow_shared`). A process that ends through
 //! `exit(3)` frees its slot; one that is killed leaves it, and the next update of any process
 //! finds the pid gone (`kill(pid, 0)`) and frees it; a process image replaced by `exec`
 //! leaves its slot to its successor of the same pid, which takes it over.
@@ -443,12 +441,9 @@ pub fn update(p: &crate::Pager) {
     let Some(mine) = b.slots.get(MY_SLOT.load(Ordering::Relaxed)) else { return };
     let others = b.slots.iter().filter(|s| !std::ptr::eq(*s, mine) && s.pid.load(Ordering::Relaxed) != 0);
     let live = 1 + others.clone().count() as u64;
-    // Shared pages are re-read every tenth update (smaps_rollup walks the page tables), every
-    // third while a good part is shared (it shrinks fast after a fork, and the limit in
-    // force below counts on it).
+    // Shared pages are re-read every tenth update (smaps_rollup walks the page tables).
     let n = UPDATES.fetch_add(1, Ordering::Relaxed);
-    let every = if SHARED.load(Ordering::Relaxed) >= COW_SHARED_MIN { 3 } else { 10 };
-    if live > 1 && FORKED.load(Ordering::Relaxed) && n.is_multiple_of(every) {
+    if live > 1 && FORKED.load(Ordering::Relaxed) && n.is_multiple_of(10) {
         SHARED.store(shared_anon().1, Ordering::Relaxed);
     }
     // The memory outside the pager is the process's too (as a cgroup charges it): the tree
@@ -468,15 +463,14 @@ pub fn update(p: &crate::Pager) {
     LAST_TOTAL.store(own + members.clone().map(|m| m.charge).sum::<u64>(), Ordering::Relaxed);
     LAST_LIVE.store(live, Ordering::Relaxed);
     LAST_RATE.store(me.rate, Ordering::Relaxed);
-    // The share is of the tree's memory, counted as the kernel counts it (a page shared
-    // copy-on-write once for all its sharers: Pss); the pager's charge and the memory outside
-    // it count every resident page in full, so the limit in force is the share plus the part
-    // of the shared pages the relatives are counted for: `Pss_Anon` less the fixed overhead
-    // (the first process's; a fork child counts its copies, see the preload's scan) stays
-    // within the share. Without it, a tree with pages shared after a fork used the limit
-    // less those pages (a Redis BGSAVE: 110 MB shared under 128 MiB).
-    let extra = if live > 1 { SHARED.load(Ordering::Relaxed) } else { 0 };
-    p.set_limit(share(me, members, shared_limit(b)).saturating_add(extra));
+    // The limit in force is the share itself, which the pager's charge (every resident page
+    // counted whole, shared or not) must fit: the tree's memory stays within its limit even
+    // while pages shared after a fork part, which no pager sees (a write to a shared page
+    // copies it in the kernel without a fault). Counting the relatives' part of the shared
+    // pages as room too (the kernel's Pss) made a Redis BGSAVE 22 % faster, but four
+    // Python multiprocessing workers, which write what they share (reference counts), took
+    // the tree 30-40 MB over its limit (docs/design.md, "Pages shared after a fork").
+    p.set_limit(share(me, members, shared_limit(b)));
 }
 
 /// Look for dead processes' slots (from the scan thread, about once a second).

@@ -128,6 +128,22 @@ pub fn all() -> Vec<Program> {
             },
         },
         Program {
+            name: "python-fork",
+            runtime: "CPython",
+            about: "a 2M-str list checksummed by four multiprocessing workers forked from the parent",
+            at_once: 1,
+            floor: 0.0,
+            needs: &["python3"],
+            prepare: |c| {
+                Ok(Body::Cmd(CmdSpec {
+                    argv: args(python()?, &[script(c, "fork.py", FORK_PY)?.into_os_string(), c.n(2_000_000).to_string().into()]),
+                    env: vec![("PYTHONHASHSEED", "0".into())],
+                    stdin: None,
+                    outputs: vec![],
+                }))
+            },
+        },
+        Program {
             name: "python-dict",
             runtime: "CPython",
             about: "a 3M-entry str -> str dict, every entry checked, SHA-256 over the items",
@@ -358,6 +374,7 @@ pub fn all() -> Vec<Program> {
 
 const LIST_PY: &str = include_str!("scripts/list.py");
 const DICT_PY: &str = include_str!("scripts/dict.py");
+const FORK_PY: &str = include_str!("scripts/fork.py");
 const OBJECTS_JS: &str = include_str!("scripts/objects.js");
 const HASHMAP_JAVA: &str = include_str!("scripts/HashMapBench.java");
 const HASH_PL: &str = include_str!("scripts/hash.pl");
