@@ -32,21 +32,16 @@ fn bad_arguments_exit_2_with_a_clear_message() {
     }
 }
 
+/// A quick uswap-only `bench usemem --json` of 16M under 16M, with `extra` arguments.
+fn quick_json(extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["bench", "usemem", "--quick", "--size", "16M", "--limit", "16M", "--compare", "none", "--json"];
+    args.extend_from_slice(extra);
+    uswap(&args)
+}
+
 #[test]
 fn small_uswap_only_run_prints_the_json_keys() {
-    let o = uswap(&[
-        "bench",
-        "usemem",
-        "--quick",
-        "--size",
-        "16M",
-        "--limit",
-        "16M",
-        "--compare",
-        "none",
-        "--verify",
-        "--json",
-    ]);
+    let o = quick_json(&["--verify"]);
     let v = json_of(&o);
     let out = String::from_utf8_lossy(&o.stdout);
     for k in [
@@ -86,20 +81,7 @@ fn small_uswap_only_run_prints_the_json_keys() {
 
 #[test]
 fn data_picks_the_kinds_measured() {
-    let o = uswap(&[
-        "bench",
-        "usemem",
-        "--quick",
-        "--size",
-        "16M",
-        "--limit",
-        "16M",
-        "--compare",
-        "none",
-        "--data",
-        "mixed",
-        "--json",
-    ]);
+    let o = quick_json(&["--data", "mixed"]);
     let v = json_of(&o);
     assert_eq!(v["data"], "mixed");
     assert!(v["by_data"].get("pattern").is_none(), "{v}");
