@@ -1223,7 +1223,7 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
 }
 
 /// This process's `/proc/self/pagemap` descriptor, opened on first use (a fork child, which
-/// inherits its parent's, closes that and opens its own). None if it cannot be opened.
+/// inherits its parent's, opens its own). None if it cannot be opened.
 fn pagemap_fd(p: &Pager) -> Option<i32> {
     let pid = u64::from(crate::sys::getpid_raw());
     let cur = p.pagemap.load(Ordering::Acquire);
@@ -1233,13 +1233,10 @@ fn pagemap_fd(p: &Pager) -> Option<i32> {
     let fd = crate::sys::open_pagemap()?;
     let new = pid << 32 | u64::from(fd as u32);
     match p.pagemap.compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => {
-            if cur != 0 {
-                // The parent's descriptor, inherited at fork.
-                crate::sys::close_raw(cur as u32 as i32);
-            }
-            Some(fd)
-        }
+        // The parent's descriptor, inherited at fork, is left open: the child may have
+        // closed it and opened a file of its own under that number since (a daemon closes
+        // every descriptor), and that one is not ours to close.
+        Ok(_) => Some(fd),
         Err(now) => {
             // Another thread opened it first.
             crate::sys::close_raw(fd);

@@ -375,28 +375,28 @@ pub fn share<I: Iterator<Item = Member> + Clone>(me: Member, others: I, limit: u
     kept + part(slack)
 }
 
-/// This process's anonymous resident bytes, and those of them it shares with others and is
-/// counted for in full ([`shared_from_rollup`] of `/proc/self/smaps_rollup`).
-fn shared_anon() -> (u64, u64) {
+/// Bytes of anonymous memory this process shares with others and is counted for in full
+/// ([`shared_from_rollup`] of `/proc/self/smaps_rollup`).
+fn shared_anon() -> u64 {
     let mut buf = [0u8; 2048];
     // SAFETY: open/read/close of a procfs file into a stack buffer.
     let n = unsafe {
         let fd = libc::open(c"/proc/self/smaps_rollup".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
         if fd < 0 {
-            return (0, 0);
+            return 0;
         }
         let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
         libc::close(fd);
         n
     };
-    std::str::from_utf8(&buf[..n.max(0) as usize]).map_or((0, 0), shared_from_rollup)
+    std::str::from_utf8(&buf[..n.max(0) as usize]).map_or(0, shared_from_rollup)
 }
 
-/// `Anonymous`, and `Anonymous - Pss_Anon`, of an smaps_rollup text, in bytes: the anonymous
-/// resident pages, and the part of them that other processes map too and are counted for. (smaps_rollup names
-/// the anonymous RSS `Anonymous:`; `RssAnon:` is in `/proc/PID/status`. Until 2026-11-28
-/// this read a `Rss_Anon:` line that does not exist, so shared pages were never discounted.)
-fn shared_from_rollup(s: &str) -> (u64, u64) {
+/// `Anonymous - Pss_Anon` of an smaps_rollup text, in bytes: the part of the anonymous
+/// resident pages that other processes map too and are counted for. (smaps_rollup names the
+/// anonymous RSS `Anonymous:`; `RssAnon:` is in `/proc/PID/status`. Until 2026-11-28 this
+/// read a `Rss_Anon:` line that does not exist, so shared pages were never discounted.)
+fn shared_from_rollup(s: &str) -> u64 {
     let kb = |key: &str| {
         s.lines()
             .find(|l| l.starts_with(key))
@@ -404,8 +404,7 @@ fn shared_from_rollup(s: &str) -> (u64, u64) {
             .unwrap_or(0)
             * 1024
     };
-    let anon = kb("Anonymous:");
-    (anon, anon.saturating_sub(kb("Pss_Anon:")))
+    kb("Anonymous:").saturating_sub(kb("Pss_Anon:"))
 }
 
 /// This process's use rate, bytes per second (from the scan thread: the caller's own CPU time
@@ -444,7 +443,7 @@ pub fn update(p: &crate::Pager) {
     // Shared pages are re-read every tenth update (smaps_rollup walks the page tables).
     let n = UPDATES.fetch_add(1, Ordering::Relaxed);
     if live > 1 && FORKED.load(Ordering::Relaxed) && n.is_multiple_of(10) {
-        SHARED.store(shared_anon().1, Ordering::Relaxed);
+        SHARED.store(shared_anon(), Ordering::Relaxed);
     }
     // The memory outside the pager is the process's too (as a cgroup charges it): the tree
     // sees it, and the pager's limit in force is its share less it (`Pager::set_outside`).
@@ -504,8 +503,8 @@ mod tests {
         let rollup = "5600-7ffe ---p 00000000 00:00 0 [rollup]\nRss:  60000 kB\nPss:  40000 kB\n\
                       Pss_Dirty: 100 kB\nPss_Anon:  30720 kB\nPss_File: 9000 kB\nPss_Shmem: 0 kB\n\
                       Shared_Clean: 1 kB\nAnonymous:  49152 kB\nKSM: 0 kB\n";
-        assert_eq!(shared_from_rollup(rollup), (49152 * 1024, (49152 - 30720) * 1024));
-        assert_eq!(shared_from_rollup("Pss_Anon: 5 kB\n"), (0, 0));
+        assert_eq!(shared_from_rollup(rollup), (49152 - 30720) * 1024);
+        assert_eq!(shared_from_rollup("Pss_Anon: 5 kB\n"), 0);
         // The real file of this test process: nothing shared beyond what a fork would leave.
         let real = std::fs::read_to_string("/proc/self/smaps_rollup").expect("smaps_rollup");
         assert!(real.lines().any(|l| l.starts_with("Anonymous:")), "{real}");

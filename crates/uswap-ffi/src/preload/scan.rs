@@ -423,8 +423,7 @@ fn measure(p: &Pager, first: bool) {
         // parent's copies: the tree's fixed overhead is allowed once, for the process that
         // started the pager, and every copy a child writes (the pager's tables, its buffers,
         // the program's own pages outside the pager) is memory of the tree. So the child
-        // counts all of it; the part still shared with the parent is counted for the parent
-        // (`tree::update` raises the limit in force by it), as the kernel's Pss does.
+        // counts all of it, as it counts its resident pages: whole, shared or not.
         p.set_outside(anon.saturating_sub(managed));
     } else {
         p.set_outside(out.saturating_sub(own));
