@@ -215,16 +215,10 @@ impl Follower {
             self.stat = None;
             let mut path = [0u8; 48];
             stat_path(tid, &mut path);
-            // SAFETY: openat of a NUL-terminated path in a stack buffer (raw: `open` may be
-            // interposed by whoever loaded us).
-            let fd = unsafe {
-                libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC)
-            };
-            if fd < 0 {
-                return None;
-            }
+            let path = std::ffi::CStr::from_bytes_until_nul(&path).ok()?;
+            let fd = crate::sys::open_raw(path)?;
             // SAFETY: a new descriptor we own.
-            self.stat = Some((tid, unsafe { OwnedFd::from_raw_fd(fd as i32) }));
+            self.stat = Some((tid, unsafe { OwnedFd::from_raw_fd(fd) }));
         }
         let fd = self.stat.as_ref()?.1.as_raw_fd();
         let mut buf = [0u8; 1024];

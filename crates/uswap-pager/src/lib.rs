@@ -316,9 +316,9 @@ pub struct Pager {
     /// Some resident pages are shared copy-on-write with a fork relative
     /// ([`Pager::set_cow_shared`]): reclaim prefers folios mapped here alone.
     pub(crate) cow_shared: AtomicBool,
-    /// `/proc/self/pagemap` for that preference, opened by the first reclaim that needs it:
-    /// `pid << 32 | fd`, 0 when not open (a fork child finds its parent's pid and reopens).
-    pub(crate) pagemap: std::sync::atomic::AtomicU64,
+    /// `/proc/self/pagemap` for that preference, opened by the first reclaim that needs it
+    /// (a fork child opens its own).
+    pub(crate) pagemap: uswap::tier::pages::ProcessFd,
     threads: std::sync::Mutex<Vec<own::Thread<()>>>,
 }
 
@@ -441,7 +441,7 @@ impl Pager {
             budget: std::sync::atomic::AtomicU64::new(cfg.limit_bytes),
             outside: std::sync::atomic::AtomicU64::new(0),
             cow_shared: AtomicBool::new(false),
-            pagemap: std::sync::atomic::AtomicU64::new(0),
+            pagemap: uswap::tier::pages::ProcessFd::new(),
             read_gate: sys::YieldLock::new(),
             threads: std::sync::Mutex::new(Vec::new()),
             cfg,

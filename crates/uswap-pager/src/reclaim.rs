@@ -1164,7 +1164,11 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
     }
     // While pages are shared with a fork relative, pass over up to four batches' worth of
     // folios it maps too (see `Pager::set_cow_shared`) before taking such folios anyway.
-    let pagemap = if p.cow_shared.load(Ordering::Relaxed) { pagemap_fd(p) } else { None };
+    let pagemap = if p.cow_shared.load(Ordering::Relaxed) {
+        p.pagemap.get(|_| crate::sys::open_raw(c"/proc/self/pagemap"))
+    } else {
+        None
+    };
     let mut skips = 4 * batch;
     let mut next = || loop {
         // Everything mapped is protected (a hot working set that fits the resident pages and
@@ -1220,29 +1224,6 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
     }
     IN_RECLAIM.with(|c| c.set(c.get() - 1));
     progress > 0
-}
-
-/// This process's `/proc/self/pagemap` descriptor, opened on first use (a fork child, which
-/// inherits its parent's, opens its own). None if it cannot be opened.
-fn pagemap_fd(p: &Pager) -> Option<i32> {
-    let pid = u64::from(crate::sys::getpid_raw());
-    let cur = p.pagemap.load(Ordering::Acquire);
-    if cur != 0 && cur >> 32 == pid {
-        return Some(cur as u32 as i32);
-    }
-    let fd = crate::sys::open_pagemap()?;
-    let new = pid << 32 | u64::from(fd as u32);
-    match p.pagemap.compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire) {
-        // The parent's descriptor, inherited at fork, is left open: the child may have
-        // closed it and opened a file of its own under that number since (a daemon closes
-        // every descriptor), and that one is not ours to close.
-        Ok(_) => Some(fd),
-        Err(now) => {
-            // Another thread opened it first.
-            crate::sys::close_raw(fd);
-            (now >> 32 == pid).then_some(now as u32 as i32)
-        }
-    }
 }
 
 /// Reclaim until `need` more bytes fit under the limit (or nothing more can be reclaimed).
@@ -1567,6 +1548,43 @@ pub(crate) fn release_pages_ex(r: &RegionInner, a: usize, b: usize, live: bool, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A page shared copy-on-write with a fork child reads as shared (`sys::all_shared`, what
+    /// the skip in `reclaim_batch` asks); once the parent writes it (its copy parts) or for
+    /// a page never shared, not.
+    #[test]
+    fn pagemap_tells_pages_a_fork_child_maps_too() {
+        const N: usize = 8;
+        let m = crate::own::Mapping::new(N * PAGE_SIZE).expect("mapping");
+        let base = m.as_ptr() as usize;
+        // SAFETY: writes inside the mapping, which nothing else uses.
+        unsafe { std::ptr::write_bytes(m.as_ptr(), 7, N * PAGE_SIZE) };
+        let fd = crate::sys::open_raw(c"/proc/self/pagemap").expect("open /proc/self/pagemap");
+        assert!(!crate::sys::all_shared(fd, base, N), "nothing is shared before the fork");
+        // SAFETY: the child only waits to be killed (no allocation, no lock).
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork");
+        if child == 0 {
+            loop {
+                // SAFETY: pause(2) has no preconditions.
+                unsafe { libc::pause() };
+            }
+        }
+        let shared = crate::sys::all_shared(fd, base, N);
+        // SAFETY: a write to the first page of the mapping: its copy parts from the child's.
+        unsafe { m.as_ptr().write(9) };
+        let first = crate::sys::all_shared(fd, base, 1);
+        let rest = crate::sys::all_shared(fd, base + PAGE_SIZE, N - 1);
+        // SAFETY: kill and reap our own child; close the descriptor opened above.
+        unsafe {
+            libc::kill(child, libc::SIGKILL);
+            libc::waitpid(child, std::ptr::null_mut(), 0);
+            libc::close(fd);
+        }
+        assert!(shared, "every page is shared with the child after the fork");
+        assert!(!first, "a page written after the fork is the parent's alone");
+        assert!(rest, "the pages not written are still shared");
+    }
 
     #[test]
     fn ring_is_fifo_and_bounded() {

@@ -1,7 +1,8 @@
 //! OS primitives: futex wait/wake, a yielding lock, copying from our own memory through
-//! `process_vm_readv`, and which pages a fork relative maps too (`/proc/self/pagemap`). Nothing here knows about regions (the system-call wrappers that
-//! prefault region memory are in [`crate::syscall`]; batched `MADV_DONTNEED` is the engine's
-//! [`uswap::tier::pages::dontneed`]).
+//! `process_vm_readv`, opening a file by raw system call, and which pages a fork relative
+//! maps too (`/proc/self/pagemap`). Nothing here knows about regions (the system-call wrappers
+//! that prefault region memory are in [`crate::syscall`]; batched `MADV_DONTNEED` is the
+//! engine's [`uswap::tier::pages::dontneed`]).
 //!
 //! Locking: none; [`YieldLock`] is a spin-then-yield flag for callers' short critical
 //! sections.
@@ -202,27 +203,14 @@ pub(crate) fn thread_cpu_ns(t: libc::pthread_t) -> Option<u64> {
     cpu_ns(clock)
 }
 
-/// Open `/proc/self/pagemap` (close-on-exec) by raw system calls: the preload library
-/// interposes `open`, and reclaim may run where an interposed symbol must not be called.
-/// None if it cannot be opened.
-pub(crate) fn open_pagemap() -> Option<i32> {
-    const PATH: &[u8] = b"/proc/self/pagemap\0";
-    // SAFETY: openat with a NUL-terminated path we own; no memory is written.
+/// Open `path` read-only and close-on-exec by a raw system call: the preload library
+/// interposes `open`, and the pager's threads must not call a symbol it interposes. None if it
+/// cannot be opened.
+pub(crate) fn open_raw(path: &std::ffi::CStr) -> Option<i32> {
+    // SAFETY: openat of a NUL-terminated path; no memory is written.
     let fd =
-        unsafe { libc::syscall(libc::SYS_openat, libc::AT_FDCWD, PATH.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        unsafe { libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
     i32::try_from(fd).ok().filter(|&fd| fd >= 0)
-}
-
-/// Close a descriptor by a raw system call (see [`open_pagemap`]).
-pub(crate) fn close_raw(fd: i32) {
-    // SAFETY: closes a descriptor the caller owns; nothing else refers to it.
-    unsafe { libc::syscall(libc::SYS_close, fd) };
-}
-
-/// This process's pid, by a raw system call (correct in a fork child at once).
-pub(crate) fn getpid_raw() -> u32 {
-    // SAFETY: getpid has no arguments and cannot fail.
-    unsafe { libc::syscall(libc::SYS_getpid) as u32 }
 }
 
 /// Pages [`all_shared`] reads at most (the first ones of a larger folio stand for it).
@@ -235,7 +223,7 @@ const PM_MMAP_EXCLUSIVE: u64 = 1 << 56;
 /// Whether the pages from `addr` (page-aligned; the first [`SHARED_PROBE_PAGES`] of `pages`)
 /// are all present and mapped by another process too, as a fork relative's copy-on-write
 /// pages are (pagemap: present, not exclusively mapped). `fd` is `/proc/self/pagemap` of this
-/// process. False when a page is not present or exclusive, or the read fails.
+/// process ([`open_raw`]). False when a page is not present or exclusive, or the read fails.
 pub(crate) fn all_shared(fd: i32, addr: usize, pages: usize) -> bool {
     let n = pages.clamp(1, SHARED_PROBE_PAGES);
     let mut ent = [0u64; SHARED_PROBE_PAGES];
@@ -243,58 +231,4 @@ pub(crate) fn all_shared(fd: i32, addr: usize, pages: usize) -> bool {
     // SAFETY: pread into our own array of `n` u64s (n * 8 bytes).
     let got = unsafe { libc::syscall(libc::SYS_pread64, fd, ent.as_mut_ptr(), n * 8, off) };
     got == (n * 8) as i64 && ent[..n].iter().all(|&e| e & PM_PRESENT != 0 && e & PM_MMAP_EXCLUSIVE == 0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A page shared copy-on-write with a fork child reads as shared; once the parent writes
-    /// it (its copy parts) or for a page never shared, not.
-    #[test]
-    fn pagemap_tells_pages_a_fork_child_maps_too() {
-        const N: usize = 8;
-        let len = N * crate::PAGE_SIZE;
-        // SAFETY: a fresh private anonymous mapping of our own, unmapped at the end.
-        let a = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(a, libc::MAP_FAILED);
-        let base = a as usize;
-        // SAFETY: writes inside the mapping made above.
-        unsafe { std::ptr::write_bytes(a.cast::<u8>(), 7, len) };
-        let fd = open_pagemap().expect("open /proc/self/pagemap");
-        assert!(!all_shared(fd, base, N), "nothing is shared before the fork");
-        // SAFETY: the child only waits to be killed (no allocation, no lock).
-        let child = unsafe { libc::fork() };
-        assert!(child >= 0, "fork");
-        if child == 0 {
-            loop {
-                // SAFETY: pause(2) has no preconditions.
-                unsafe { libc::pause() };
-            }
-        }
-        let shared = all_shared(fd, base, N);
-        // SAFETY: a write to the first page of our mapping: its copy parts from the child's.
-        unsafe { a.cast::<u8>().write(9) };
-        let first = all_shared(fd, base, 1);
-        let rest = all_shared(fd, base + crate::PAGE_SIZE, N - 1);
-        // SAFETY: kill and reap our own child; unmap our own mapping.
-        unsafe {
-            libc::kill(child, libc::SIGKILL);
-            libc::waitpid(child, std::ptr::null_mut(), 0);
-            libc::munmap(a, len);
-        }
-        close_raw(fd);
-        assert!(shared, "every page is shared with the child after the fork");
-        assert!(!first, "a page written after the fork is the parent's alone");
-        assert!(rest, "the pages not written are still shared");
-    }
 }

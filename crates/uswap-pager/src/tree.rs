@@ -379,17 +379,16 @@ pub fn share<I: Iterator<Item = Member> + Clone>(me: Member, others: I, limit: u
 /// ([`shared_from_rollup`] of `/proc/self/smaps_rollup`).
 fn shared_anon() -> u64 {
     let mut buf = [0u8; 2048];
-    // SAFETY: open/read/close of a procfs file into a stack buffer.
+    // Raw system calls: the scan thread must not call what the preload library interposes.
+    let Some(fd) = crate::sys::open_raw(c"/proc/self/smaps_rollup") else { return 0 };
+    // SAFETY: read into a stack buffer of the length given, then close the descriptor opened
+    // above.
     let n = unsafe {
-        let fd = libc::open(c"/proc/self/smaps_rollup".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return 0;
-        }
-        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
-        libc::close(fd);
+        let n = libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len());
+        libc::syscall(libc::SYS_close, fd);
         n
     };
-    std::str::from_utf8(&buf[..n.max(0) as usize]).map_or(0, shared_from_rollup)
+    std::str::from_utf8(&buf[..n.clamp(0, buf.len() as i64) as usize]).map_or(0, shared_from_rollup)
 }
 
 /// `Anonymous - Pss_Anon` of an smaps_rollup text, in bytes: the part of the anonymous

@@ -481,27 +481,32 @@ pub fn run(a: &Args) -> CliResult {
         .map(|_| p.modes.iter().map(|_| sides.iter().map(|_| Runs::default()).collect()).collect())
         .collect();
     let mut failures: Vec<String> = Vec::new();
-    for (di, &data) in p.kinds.iter().enumerate() {
-        for (mi, &pin) in p.modes.iter().enumerate() {
-            for run in 0..p.runs {
-                for (si, &side) in sides.iter().enumerate() {
-                    let mode = pin.map_or("unpinned".to_string(), |c| format!("pinned cpu {c}"));
-                    pb.set_message(format!("{} data, {mode}, run {}/{}, {}", data.name(), run + 1, p.runs, side.key()));
-                    match run_one(a, &p, data, &mut k, side, pin, &pb) {
-                        Ok(r) => results[di][mi][si].reports.push(r),
-                        Err(e) => {
-                            if kernel::interrupted() {
-                                pb.finish_and_clear();
-                                drop(k);
-                                return Err(CliError::fail("interrupted; the machine was restored"));
-                            }
-                            if side == Side::Uswap && a.verify && e.contains("verify") {
-                                pb.finish_and_clear();
-                                return Err(CliError::fail(format!("uswap ({} data): {e}", data.name())));
-                            }
-                            pb.println(format!("{} ({} data): run {} failed: {e}", side.key(), data.name(), run + 1));
-                            failures.push(format!("{} {} data {mode} run {}: {e}", side.key(), data.name(), run + 1));
+    // Every data kind in every mode, in order.
+    let cells: Vec<(usize, DataKind, usize, Option<usize>)> = p
+        .kinds
+        .iter()
+        .enumerate()
+        .flat_map(|(di, &data)| p.modes.iter().enumerate().map(move |(mi, &pin)| (di, data, mi, pin)))
+        .collect();
+    for (di, data, mi, pin) in cells {
+        let mode = pin.map_or("unpinned".to_string(), |c| format!("pinned cpu {c}"));
+        for run in 0..p.runs {
+            for (si, &side) in sides.iter().enumerate() {
+                pb.set_message(format!("{} data, {mode}, run {}/{}, {}", data.name(), run + 1, p.runs, side.key()));
+                match run_one(a, &p, data, &mut k, side, pin, &pb) {
+                    Ok(r) => results[di][mi][si].reports.push(r),
+                    Err(e) => {
+                        if kernel::interrupted() {
+                            pb.finish_and_clear();
+                            drop(k);
+                            return Err(CliError::fail("interrupted; the machine was restored"));
                         }
+                        if side == Side::Uswap && a.verify && e.contains("verify") {
+                            pb.finish_and_clear();
+                            return Err(CliError::fail(format!("uswap ({} data): {e}", data.name())));
+                        }
+                        pb.println(format!("{} ({} data): run {} failed: {e}", side.key(), data.name(), run + 1));
+                        failures.push(format!("{} {} data {mode} run {}: {e}", side.key(), data.name(), run + 1));
                     }
                 }
             }
@@ -511,21 +516,22 @@ pub fn run(a: &Args) -> CliResult {
     let restore_errors = k.guard.restore();
 
     // Per data kind: its modes, and the primary mode's keys.
+    let primary = if p.modes.iter().any(Option::is_some) { "pinned" } else { "unpinned" };
     let mut by_data = Map::new();
-    let mut primary = "unpinned";
+    let mut modes_of = Vec::new();
     for (di, &data) in p.kinds.iter().enumerate() {
         let mut modes = Map::new();
         for (mi, &pin) in p.modes.iter().enumerate() {
             let name = if pin.is_some() { "pinned" } else { "unpinned" };
             modes.insert(name.into(), mode_json(&sides, &results[di][mi], pin));
         }
-        primary = if modes.contains_key("pinned") { "pinned" } else { "unpinned" };
         let mut m = match modes.get(primary) {
             Some(Value::Object(m)) => m.clone(),
             _ => Map::new(),
         };
-        m.insert("modes".into(), Value::Object(modes));
+        m.insert("modes".into(), Value::Object(modes.clone()));
         by_data.insert(data.name().into(), Value::Object(m));
+        modes_of.push(modes);
     }
     let mut out = Map::new();
     // The first kind's figures at the top level (the keys this benchmark always had).
@@ -539,7 +545,7 @@ pub fn run(a: &Args) -> CliResult {
             out.insert(format!("{name}_{key}"), m.get(key).cloned().unwrap_or(Value::Null));
         }
     }
-    out.insert("by_data".into(), Value::Object(by_data.clone()));
+    out.insert("by_data".into(), Value::Object(by_data));
     out.insert("primary_mode".into(), json!(primary));
     out.insert("pinned".into(), json!(primary == "pinned"));
     out.insert("size".into(), json!(p.size));
@@ -572,11 +578,7 @@ pub fn run(a: &Args) -> CliResult {
         println!("{}", crate::report::with_header("usemem", facts, Value::Object(out)));
     } else {
         for (di, &data) in p.kinds.iter().enumerate() {
-            let modes = match by_data.get(data.name()).and_then(|m| m.get("modes")) {
-                Some(Value::Object(m)) => m.clone(),
-                _ => Map::new(),
-            };
-            print_table(a, &p, data, &sides, &modes, &k, &results[di]);
+            print_table(a, &p, data, &sides, &modes_of[di], &k, &results[di]);
         }
         for f in &failures {
             println!("FAILED: {f}");

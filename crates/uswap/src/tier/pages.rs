@@ -95,50 +95,81 @@ pub unsafe fn dontneed(iov: &[libc::iovec]) -> u64 {
     iov.chunks(1024).map(|c| unsafe { dontneed_chunk(c) }).sum()
 }
 
+/// A descriptor that belongs to the process that opened it (a pidfd of itself, its
+/// `/proc/self/pagemap`), cached in one atomic word as `pid << 32 | fd`: a fork child, which
+/// inherits its parent's, opens its own on first use. An inherited descriptor is never closed:
+/// the program may have closed that number and opened a file of its own under it since (a
+/// daemon closes every descriptor). Opened by raw system calls where the caller may run (a
+/// fault path, a signal handler): no allocation, no lock.
+///
+/// Locking: none; one CAS publishes a descriptor, and a thread that loses the race closes its
+/// own, which no one else has seen.
+pub struct ProcessFd(std::sync::atomic::AtomicI64);
+
+impl ProcessFd {
+    /// No descriptor yet.
+    pub const fn new() -> ProcessFd {
+        ProcessFd(std::sync::atomic::AtomicI64::new(-1))
+    }
+
+    /// This process's descriptor: the cached one if this process opened it, else the one
+    /// `open(pid)` returns (None: it could not; asked again next time).
+    pub fn get(&self, open: impl FnOnce(i64) -> Option<i32>) -> Option<i32> {
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::syscall(libc::SYS_getpid) };
+        let cur = self.0.load(Ordering::Acquire);
+        let fd_of = |packed: i64| (packed & 0xffff_ffff) as i32;
+        if cur >= 0 && cur >> 32 == pid {
+            return Some(fd_of(cur));
+        }
+        let fd = open(pid)?;
+        match self.0.compare_exchange(cur, (pid << 32) | i64::from(fd), Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => Some(fd),
+            Err(now) => {
+                // SAFETY: closing the descriptor `open` just returned, never published.
+                unsafe { libc::syscall(libc::SYS_close, fd) };
+                (now >= 0 && now >> 32 == pid).then(|| fd_of(now))
+            }
+        }
+    }
+
+    /// Forget the descriptor (the program closed it): the next [`ProcessFd::get`] opens one.
+    pub fn forget(&self) {
+        self.0.store(-1, Ordering::Release);
+    }
+}
+
+impl Default for ProcessFd {
+    fn default() -> Self {
+        ProcessFd::new()
+    }
+}
+
 /// [`dontneed`] of at most 1024 ranges (`UIO_MAXIOV`).
 ///
 /// # Safety
 /// As for [`dontneed`].
 unsafe fn dontneed_chunk(iov: &[libc::iovec]) -> u64 {
-    static PIDFD: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(-1);
+    // The pidfd names the process that opened it: a fork child opens its own. An advice on
+    // another process's pidfd would fail anyway (remote MADV_DONTNEED is refused), never drop
+    // its pages.
+    static PIDFD: ProcessFd = ProcessFd::new();
     static UNSUPPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let n = iov.len();
     let total: usize = iov.iter().map(|v| v.iov_len).sum();
     let mut calls = 0;
     if n > 1 && !UNSUPPORTED.load(Ordering::Relaxed) {
-        // The pidfd names the process that opened it: a fork child opens its own (the packed
-        // word holds pid << 32 | fd). An advice on another process's pidfd would fail anyway
-        // (remote MADV_DONTNEED is refused), never drop its pages.
-        // SAFETY: getpid has no preconditions.
-        let pid = unsafe { libc::syscall(libc::SYS_getpid) };
-        let packed = PIDFD.load(Ordering::Relaxed);
-        let fd_of = |packed: i64| (packed & 0xffff_ffff) as libc::c_long;
-        let fd = if packed >= 0 && packed >> 32 == pid {
-            fd_of(packed)
-        } else {
-            // SAFETY: pidfd_open(pid, 0) returns a new descriptor or -1.
-            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-            if fd < 0 {
-                // No pidfds here (an old kernel, or a seccomp filter): one madvise per block.
-                UNSUPPORTED.store(true, Ordering::Relaxed);
-                -1
-            } else if let Err(now) =
-                PIDFD.compare_exchange(packed, (pid << 32) | fd, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                // Another thread published one first: use it and close ours, which no one else
-                // has seen. (A parent's pidfd inherited through fork is never closed here: the
-                // program may have closed that number and reused it.)
-                // SAFETY: closing the descriptor this call opened and never published.
-                unsafe { libc::syscall(libc::SYS_close, fd) };
-                if now >= 0 && now >> 32 == pid {
-                    fd_of(now)
-                } else {
-                    -1
+        let fd = PIDFD
+            .get(|pid| {
+                // SAFETY: pidfd_open(pid, 0) returns a new descriptor or -1.
+                let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+                if fd < 0 {
+                    // No pidfds here (an old kernel, or a seccomp filter): one madvise per block.
+                    UNSUPPORTED.store(true, Ordering::Relaxed);
                 }
-            } else {
-                fd
-            }
-        };
+                i32::try_from(fd).ok().filter(|&fd| fd >= 0)
+            })
+            .unwrap_or(-1);
         if fd >= 0 {
             // SAFETY: process_madvise reads the `n` iovecs of `iov`; the caller gives up the
             // contents of those ranges of its own memory (DONTNEED on private anonymous memory).
@@ -149,7 +180,7 @@ unsafe fn dontneed_chunk(iov: &[libc::iovec]) -> u64 {
             }
             match (r < 0).then(|| std::io::Error::last_os_error().raw_os_error()).flatten() {
                 // The program closed our descriptor (a daemon closing every fd): open again.
-                Some(libc::EBADF) => PIDFD.store(-1, Ordering::Relaxed),
+                Some(libc::EBADF) => PIDFD.forget(),
                 // A kernel before 6.13 (self-advice of MADV_DONTNEED through a pidfd is
                 // refused), no process_madvise, or a seccomp filter: one madvise per block.
                 Some(libc::EINVAL | libc::ENOSYS | libc::EPERM) => UNSUPPORTED.store(true, Ordering::Relaxed),

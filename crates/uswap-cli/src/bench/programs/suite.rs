@@ -118,14 +118,7 @@ pub fn all() -> Vec<Program> {
             at_once: 1,
             floor: 0.0,
             needs: &["python3"],
-            prepare: |c| {
-                Ok(Body::Cmd(CmdSpec {
-                    argv: args(python()?, &[script(c, "list.py", LIST_PY)?.into_os_string(), c.n(20_000_000).to_string().into()]),
-                    env: vec![("PYTHONHASHSEED", "0".into())],
-                    stdin: None,
-                    outputs: vec![],
-                }))
-            },
+            prepare: |c| python_script(c, "list.py", LIST_PY, 20_000_000),
         },
         Program {
             name: "python-fork",
@@ -134,14 +127,7 @@ pub fn all() -> Vec<Program> {
             at_once: 1,
             floor: 0.0,
             needs: &["python3"],
-            prepare: |c| {
-                Ok(Body::Cmd(CmdSpec {
-                    argv: args(python()?, &[script(c, "fork.py", FORK_PY)?.into_os_string(), c.n(2_000_000).to_string().into()]),
-                    env: vec![("PYTHONHASHSEED", "0".into())],
-                    stdin: None,
-                    outputs: vec![],
-                }))
-            },
+            prepare: |c| python_script(c, "fork.py", FORK_PY, 2_000_000),
         },
         Program {
             name: "python-dict",
@@ -150,14 +136,7 @@ pub fn all() -> Vec<Program> {
             at_once: 1,
             floor: 0.0,
             needs: &["python3"],
-            prepare: |c| {
-                Ok(Body::Cmd(CmdSpec {
-                    argv: args(python()?, &[script(c, "dict.py", DICT_PY)?.into_os_string(), c.n(3_000_000).to_string().into()]),
-                    env: vec![("PYTHONHASHSEED", "0".into())],
-                    stdin: None,
-                    outputs: vec![],
-                }))
-            },
+            prepare: |c| python_script(c, "dict.py", DICT_PY, 3_000_000),
         },
         Program {
             name: "node-objects",
@@ -406,6 +385,16 @@ fn need(name: &str) -> Result<PathBuf, String> {
 
 /// The Python interpreter itself (`sys.executable`), not a pyenv shim script: a wrapper
 /// script would put a shell in front of every run.
+/// `python3 FILE N` (the script's text written to the work directory), with a fixed hash seed.
+fn python_script(c: &Ctx, file: &str, text: &str, n: u64) -> Result<Body, String> {
+    Ok(Body::Cmd(CmdSpec {
+        argv: args(python()?, &[script(c, file, text)?.into_os_string(), c.n(n).to_string().into()]),
+        env: vec![("PYTHONHASHSEED", "0".into())],
+        stdin: None,
+        outputs: vec![],
+    }))
+}
+
 fn python() -> Result<PathBuf, String> {
     let o = std::process::Command::new(need("python3")?)
         .args(["-c", "import sys; print(sys.executable)"])
