@@ -102,6 +102,9 @@ Environment:
                      pool (promotion is on by default, while the pool has room)
   USWAP_FOLLOW_CPU   `0`: do not move the pager's fault-serving thread to the CPU of the
                      thread that faults (nor its background threads off that CPU)
+  USWAP_PIN_THREAD   `0`: follow, but do not pin the thread that faults beside it (the pin
+                     is on while one process of the tree takes nearly all the faults; it is
+                     hidden from sched_getaffinity and not inherited)
   USWAP_STATS_INTERVAL_MS  how often each process rewrites its statistics in USWAP_STATS_DIR
                      (the live view of `uswap status`; uswap run sets 500 unless it is set)
   Set by uswap run for the program (inherited by everything it starts): LD_PRELOAD,

@@ -216,6 +216,8 @@ pub fn pager(p: &Value, tiers: &str) -> Value {
         ("waits", "fault_waits"),
         ("throttled", "fault_throttled"),
         ("cpu_moves", "fault_cpu_moves"),
+        ("cpu_pins", "fault_cpu_pins"),
+        ("cpu_pin_backoffs", "fault_cpu_pin_backoffs"),
     ] {
         faults.insert(k.into(), json!(u(p, &format!("/{src}"))));
     }

@@ -782,3 +782,40 @@ fn killed_children_leave_the_tree_correct_and_their_share_returns() {
     // released by the parent's reclaimer once it finds them gone).
     assert_eq!(num(&s, "/main/forks_file_shared"), rounds, "forks that shared the swap file: {s:#}");
 }
+
+/// The pager pins a thread that has the faults to itself beside its event thread (uswap-pager's
+/// `cpu` module); the program must not see it, and what the thread starts must not inherit
+/// it: `sched_getaffinity`, a new thread, a `vfork`+`execl` child and a `posix_spawn` child each
+/// get the program's mask. The program waits until it is pinned (its real mask, from
+/// `/proc/thread-self/status`) before each check, so each check runs against a pin.
+#[test]
+fn a_pinned_thread_and_what_it_starts_see_the_programs_cpus() {
+    // SAFETY: an all-zero cpu_set_t is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sched_getaffinity of this thread into a cpu_set_t of the size given.
+    assert_eq!(unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) }, 0);
+    // SAFETY: CPU_COUNT reads a valid set.
+    let all = unsafe { libc::CPU_COUNT(&set) };
+    assert!(all >= 2, "this test needs two CPUs or more (this process may use {all}): the pager pins nothing on one");
+    let dir = tempdir();
+    let prog = compile("pin", dir.path());
+    let st = dir.path().join("stats.json");
+    let r = uswap_run_stats("24M", &st, &[prog.as_os_str(), OsStr::new("64"), OsStr::new(&all.to_string())]);
+    if no_uffd(&r) {
+        return;
+    }
+    assert_eq!(r.code, Some(0), "pin: {}\nstderr:\n{}", r.out(), r.stderr);
+    assert_eq!(
+        r.out().trim(),
+        format!("reported {all} thread {all} vfork {all} spawn {all} of {all}"),
+        "stderr:\n{}",
+        r.stderr
+    );
+    let s = stats(&st);
+    // Three checks against a pin; the pin the thread creation lifted is put back (not a new
+    // pin), the one vfork left is made again.
+    assert!(
+        num(&s, "/main/faults/cpu_pins") >= 2,
+        "the program was pinned twice at least, the pager counted fewer: {s:#}"
+    );
+}

@@ -14,17 +14,44 @@
 //! program rather than on its CPU. Measured on `python3 dict.py 3000000` under
 //! `uswap run --limit 227M` (BENCHMARKS.md, "the event thread follows the faulting thread").
 //!
-//! When several threads share the faults, the event thread and the background threads get
-//! their masks back: the event thread would serve the others across CPUs and take CPU time
-//! from the one it sits with. The program's own threads are never moved: their affinity is theirs (runtimes size their
-//! thread pools by it, and children inherit it). Nothing moves when the event thread may run
-//! on one CPU only, when the kernel does not report the faulting thread's id
+//! **The followed thread is pinned too** while it has the faults to itself. Following alone
+//! left the program behind: `UFFDIO_COPY` wakes the faulting thread from the event thread's
+//! CPU, which is busy at that instant, so the scheduler puts the woken thread on the idle
+//! one, and every fault until the next check was a cross-CPU hand-off. Redis serving GETs
+//! under `uswap run --limit 128M`, interleaved with kernel zram in a memory cgroup at the same
+//! limit: 27.7-34.3 k/s following, 38.3-40.2 k/s pinned, kernel 38.0-43.0 k/s (BENCHMARKS.md,
+//! "the followed thread is pinned"). A pin is the program's business as much as ours, so it
+//! is kept out of the program's sight and out of its children:
+//! - the preload's `sched_getaffinity` and `pthread_getaffinity_np` report the program's own
+//!   mask to the pinned thread ([`Placement::reported_mask`]);
+//! - threads and processes it starts get that mask: the preload lifts the pin around
+//!   `pthread_create`, `posix_spawn`, `system` and `popen`, and before the `exec` functions
+//!   ([`Placement::without_pin`]); a `fork` child takes it back in the atfork handler
+//!   ([`Placement::reset_in_fork_child`]);
+//! - a program that sets masks itself (`sched_setaffinity`, `pthread_setaffinity_np`) is
+//!   never pinned again ([`Placement::program_sets_masks`]);
+//! - no thread is pinned while another process of the tree is live
+//!   ([`Placement::set_relatives_busy`]);
+//! - a pinned thread that waited to run for more than a quarter of a [`PIN_WINDOW_NS`] window
+//!   (`/proc/self/task/TID/schedstat`, `run_delay`: another thread wants its CPU) is given its
+//!   mask back, and no thread is pinned for [`PIN_BACKOFF_NS`], so the scheduler can move it.
+//!
+//! (Threads and processes started by raw `clone` system calls, which no preload sees, keep
+//! the pin: Go and other runtimes that do so are not run under the preload.)
+//!
+//! When several threads share the faults, the event thread, the pinned thread and the
+//! background threads get their masks back: the event thread would serve the others across
+//! CPUs and take CPU time from the one it sits with. Nothing moves when the event thread may
+//! run on one CPU only, when the kernel does not report the faulting thread's id
 //! (`UFFD_FEATURE_THREAD_ID`), or when `follow_cpu` is off; a refused `sched_setaffinity` of
 //! the event thread turns following off for good and gives every thread its mask back.
 //!
 //! Locking: none. [`Placement`] holds the background threads' ids in atomics, each written by
-//! its own thread ([`Placement::join`]) and read by the event thread; a [`Follower`] belongs
-//! to the event thread alone.
+//! its own thread ([`Placement::join`]) and read by the event thread, and the pinned thread
+//! in one atomic word, set and cleared by the event thread and cleared by the preload's
+//! wrappers; a [`Follower`] belongs to the event thread alone. A wrapper and the event thread
+//! may race on a pin: the loser's mask is set again at the next check (a pinned thread whose
+//! mask is not its pin any more is forgotten), never a lost mask of the program's.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
@@ -38,6 +65,13 @@ pub(crate) const CHECK_NS: u64 = 1_000_000;
 /// thread").
 const SHARED_FAULTS: u32 = 8;
 
+/// The window over which a pinned thread's wait for its CPU is judged: long enough that a
+/// moment's neighbour (the client of a server, a kernel worker) does not count.
+const PIN_WINDOW_NS: u64 = 100_000_000;
+
+/// How long no thread is pinned after a pinned thread had to wait for its CPU.
+const PIN_BACKOFF_NS: u64 = 1_000_000_000;
+
 /// Most background threads one pager has (reclaimer, recompressor, scanner, and room).
 const MAX_BACKGROUND: usize = 8;
 
@@ -49,16 +83,106 @@ pub(crate) struct Placement {
     joined: AtomicBool,
     /// Times the event thread moved to another CPU.
     pub(crate) moves: AtomicU64,
+    /// The program's CPU mask when the pager started (a pinned thread's mask given back).
+    allowed: Option<libc::cpu_set_t>,
+    /// The program thread pinned beside the event thread: `tid << 32 | cpu`, or 0.
+    pinned: AtomicU64,
+    /// The program sets CPU masks itself: pin nothing.
+    program_pins: AtomicBool,
+    /// In a fork child: the CPU the parent had pinned a thread to (-1: none). The child pins
+    /// nothing there: the parent goes on running on it.
+    parent_pin: AtomicI32,
+    /// Another process of the tree is live (`tree::update`): pin nothing meanwhile.
+    relatives_busy: AtomicBool,
+    /// Times a program thread was pinned, and times a pin was given up because the thread
+    /// waited for its CPU.
+    pub(crate) pins: AtomicU64,
+    pub(crate) pin_backoffs: AtomicU64,
 }
 
 impl Placement {
-    /// Placement that follows faults when `enabled`.
-    pub(crate) fn new(enabled: bool) -> Placement {
+    /// Placement that follows faults when `enabled`, and pins the followed thread with
+    /// `pin_thread`.
+    pub(crate) fn new(enabled: bool, pin_thread: bool) -> Placement {
         Placement {
             enabled,
             tids: std::array::from_fn(|_| AtomicI32::new(0)),
             joined: AtomicBool::new(false),
             moves: AtomicU64::new(0),
+            allowed: affinity(0),
+            pinned: AtomicU64::new(0),
+            program_pins: AtomicBool::new(!pin_thread),
+            parent_pin: AtomicI32::new(-1),
+            relatives_busy: AtomicBool::new(false),
+            pins: AtomicU64::new(0),
+            pin_backoffs: AtomicU64::new(0),
+        }
+    }
+
+    /// Run `f` with the calling thread's pin lifted, if it is the pinned thread, and pin it
+    /// again after, unless the event thread let it go meanwhile: for the preload's
+    /// `pthread_create`, `posix_spawn`, `system` and `popen`, whose new thread or process
+    /// inherits the caller's mask, and (no return) its `exec` functions.
+    pub(crate) fn without_pin<R>(&self, f: impl FnOnce() -> R) -> R {
+        let pin = self.pinned.load(Ordering::Acquire);
+        let (Some(allowed), true) = (self.allowed, pin != 0 && pin >> 32 == gettid() as u64) else {
+            return f();
+        };
+        let _ = set_affinity(0, &allowed);
+        let r = f();
+        if self.pinned.load(Ordering::Acquire) == pin {
+            let _ = set_affinity(0, &one_cpu((pin & 0xffff_ffff) as i32));
+        }
+        r
+    }
+
+    /// If the calling thread is the pinned one, give it the program's mask back and forget
+    /// the pin (for `vfork` and the `execl` family, which cannot be wrapped to put it back):
+    /// the event thread may pin it again at a later check.
+    pub(crate) fn leave_pin(&self) {
+        let pin = self.pinned.load(Ordering::Acquire);
+        if pin == 0 || pin >> 32 != gettid() as u64 {
+            return;
+        }
+        if let Some(allowed) = self.allowed {
+            let _ = set_affinity(0, &allowed);
+        }
+        let _ = self.pinned.compare_exchange(pin, 0, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// The mask to report to thread `tid` asking for its own: the program's when it is the
+    /// pinned thread, else None (the kernel's answer stands).
+    pub(crate) fn reported_mask(&self, tid: i32) -> Option<libc::cpu_set_t> {
+        let pin = self.pinned.load(Ordering::Acquire);
+        (pin != 0 && pin >> 32 == tid as u64).then_some(self.allowed).flatten()
+    }
+
+    /// The program is about to set a CPU mask itself: give the pinned thread its mask back and
+    /// pin nothing from now on.
+    pub(crate) fn program_sets_masks(&self) {
+        self.program_pins.store(true, Ordering::Release);
+        self.release_pin();
+    }
+
+    /// Another process of the tree is live (true) or none is (false): while one is, no thread
+    /// is pinned (two processes, each pinned beside its event thread, may share one CPU that
+    /// the scheduler could not part them on: a Redis BGSAVE took 15.1-17.9 s with pins against
+    /// 12.3-15.7 s without).
+    pub(crate) fn set_relatives_busy(&self, busy: bool) {
+        if self.relatives_busy.swap(busy, Ordering::AcqRel) != busy && busy {
+            self.release_pin();
+        }
+    }
+
+    /// Give the pinned thread, if any, the program's mask back, if its mask is still our pin.
+    fn release_pin(&self) {
+        let pin = self.pinned.swap(0, Ordering::AcqRel);
+        let Some(allowed) = self.allowed else { return };
+        if pin != 0 {
+            let (tid, cpu) = ((pin >> 32) as i32, (pin & 0xffff_ffff) as i32);
+            if affinity(tid).is_some_and(|m| same_set(&m, &one_cpu(cpu))) {
+                let _ = set_affinity(tid, &allowed);
+            }
         }
     }
 
@@ -74,8 +198,18 @@ impl Placement {
         }
     }
 
-    /// In a fork child: the parent's threads do not exist here.
+    /// In a fork child: the parent's threads do not exist here, and the child's one thread
+    /// gets the program's mask back if it was the pinned one.
     pub(crate) fn reset_in_fork_child(&self) {
+        let pin = self.pinned.swap(0, Ordering::AcqRel);
+        self.parent_pin.store(if pin != 0 { (pin & 0xffff_ffff) as i32 } else { -1 }, Ordering::Release);
+        // The parent is a relative, busy or not; the tree's next update says.
+        self.relatives_busy.store(true, Ordering::Release);
+        if let (true, Some(allowed)) = (pin != 0, self.allowed) {
+            if affinity(0).is_some_and(|m| same_set(&m, &one_cpu((pin & 0xffff_ffff) as i32))) {
+                let _ = set_affinity(0, &allowed);
+            }
+        }
         for t in &self.tids {
             t.store(0, Ordering::Release);
         }
@@ -112,6 +246,13 @@ pub(crate) struct Follower {
     shared: bool,
     /// A thread id and its `/proc/self/task/TID/stat`, open (`close` is not interposed).
     stat: Option<(u32, OwnedFd)>,
+    /// The pinned thread's `/proc/self/task/TID/schedstat`, and at the previous check the
+    /// time and its run delay (ns).
+    sched: Option<(u32, OwnedFd)>,
+    sched_at_ns: u64,
+    sched_delay_ns: u64,
+    /// No pin before this time (after a pinned thread waited for its CPU).
+    pin_not_before_ns: u64,
 }
 
 impl Follower {
@@ -121,7 +262,22 @@ impl Follower {
         let allowed = mask.unwrap_or_else(empty_set);
         // SAFETY: CPU_COUNT reads a valid set.
         let on = p.enabled && mask.is_some() && unsafe { libc::CPU_COUNT(&allowed) } >= 2;
-        Follower { allowed, on, here: -1, seen: -1, tid: 0, mine: 0, others: 0, next_ns: 0, shared: false, stat: None }
+        Follower {
+            allowed,
+            on,
+            here: -1,
+            seen: -1,
+            tid: 0,
+            mine: 0,
+            others: 0,
+            next_ns: 0,
+            shared: false,
+            stat: None,
+            sched: None,
+            sched_at_ns: 0,
+            sched_delay_ns: 0,
+            pin_not_before_ns: 0,
+        }
     }
 
     /// A fault of thread `tid` (0: unknown) arrived at `now_ns`: follow its thread if it is
@@ -155,15 +311,16 @@ impl Follower {
         if self.here >= 0 && p.joined.swap(false, Ordering::AcqRel) {
             p.set_background(&self.others(self.here));
         }
+        self.check_pin(p, now_ns);
         let Some(cpu) = self.cpu_of(tid) else { return };
         let seen = std::mem::replace(&mut self.seen, cpu);
         if cpu == self.here || cpu != seen || !self.may_use(cpu) {
+            if cpu == self.here && p.pinned.load(Ordering::Acquire) == 0 {
+                self.pin(p, tid, cpu, now_ns);
+            }
             return;
         }
-        let mut one = empty_set();
-        // SAFETY: CPU_SET of a CPU below the set's size (checked by may_use).
-        unsafe { libc::CPU_SET(cpu as usize, &mut one) };
-        if set_affinity(0, &one).is_err() {
+        if set_affinity(0, &one_cpu(cpu)).is_err() {
             self.stop(p);
             return;
         }
@@ -171,6 +328,59 @@ impl Follower {
         p.set_background(&self.others(cpu));
         self.here = cpu;
         p.moves.fetch_add(1, Ordering::Relaxed);
+        p.release_pin();
+        self.pin(p, tid, cpu, now_ns);
+    }
+
+    /// Pin thread `tid`, which runs on the event thread's CPU `cpu`, there: unless the program
+    /// sets masks itself or a pin was given up less than [`PIN_BACKOFF_NS`] ago.
+    fn pin(&mut self, p: &Placement, tid: u32, cpu: i32, now_ns: u64) {
+        if p.program_pins.load(Ordering::Acquire)
+            || now_ns < self.pin_not_before_ns
+            || p.allowed.is_none()
+            || p.parent_pin.load(Ordering::Acquire) == cpu
+            || p.relatives_busy.load(Ordering::Acquire)
+        {
+            return;
+        }
+        if self.sched.as_ref().is_some_and(|(t, _)| *t != tid) {
+            self.sched = None;
+        }
+        let Some((_, delay)) = schedstat(&mut self.sched, tid) else { return };
+        if set_affinity(tid as i32, &one_cpu(cpu)).is_err() {
+            return;
+        }
+        (self.sched_at_ns, self.sched_delay_ns) = (now_ns, delay);
+        p.pinned.store(u64::from(tid) << 32 | cpu as u64, Ordering::Release);
+        p.pins.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// At a check: forget a pin the program or a wrapper changed, and give up one whose
+    /// thread waited to run for more than a quarter of a [`PIN_WINDOW_NS`] window.
+    fn check_pin(&mut self, p: &Placement, now_ns: u64) {
+        let pin = p.pinned.load(Ordering::Acquire);
+        if pin == 0 {
+            return;
+        }
+        let (tid, cpu) = ((pin >> 32) as u32, (pin & 0xffff_ffff) as i32);
+        if !affinity(tid as i32).is_some_and(|m| same_set(&m, &one_cpu(cpu))) {
+            let _ = p.pinned.compare_exchange(pin, 0, Ordering::AcqRel, Ordering::Acquire);
+            return;
+        }
+        let Some((_, delay)) = schedstat(&mut self.sched, tid) else {
+            p.release_pin();
+            return;
+        };
+        let (dt, waited) = (now_ns.saturating_sub(self.sched_at_ns), delay.saturating_sub(self.sched_delay_ns));
+        if dt < PIN_WINDOW_NS {
+            return;
+        }
+        (self.sched_at_ns, self.sched_delay_ns) = (now_ns, delay);
+        if waited > dt / 4 {
+            p.release_pin();
+            p.pin_backoffs.fetch_add(1, Ordering::Relaxed);
+            self.pin_not_before_ns = now_ns + PIN_BACKOFF_NS;
+        }
     }
 
     /// Several threads of the program took the faults of the last check: they run on several
@@ -180,8 +390,9 @@ impl Follower {
         self.on && self.shared
     }
 
-    /// Give the event thread and the background threads their mask back.
+    /// Give the event thread, the pinned thread and the background threads their mask back.
     fn unpin(&mut self, p: &Placement) {
+        p.release_pin();
         if set_affinity(0, &self.allowed).is_err() {
             self.on = false;
         }
@@ -213,8 +424,8 @@ impl Follower {
     fn cpu_of(&mut self, tid: u32) -> Option<i32> {
         if self.stat.as_ref().is_none_or(|(t, _)| *t != tid) {
             self.stat = None;
-            let mut path = [0u8; 48];
-            stat_path(tid, &mut path);
+            let mut path = [0u8; 56];
+            task_path(tid, "stat", &mut path);
             let path = std::ffi::CStr::from_bytes_until_nul(&path).ok()?;
             let fd = crate::sys::open_raw(path)?;
             // SAFETY: a new descriptor we own.
@@ -231,6 +442,49 @@ impl Follower {
         }
         processor(&buf[..n as usize])
     }
+}
+
+/// `(sum_exec_runtime, run_delay)` in ns from `/proc/self/task/TID/schedstat` of thread `tid`,
+/// kept open in `slot` with its thread id (opened on first use, dropped when unreadable).
+fn schedstat(slot: &mut Option<(u32, OwnedFd)>, tid: u32) -> Option<(u64, u64)> {
+    if slot.is_none() {
+        let mut path = [0u8; 56];
+        task_path(tid, "schedstat", &mut path);
+        let path = std::ffi::CStr::from_bytes_until_nul(&path).ok()?;
+        // SAFETY: a new descriptor we own.
+        *slot = Some((tid, unsafe { OwnedFd::from_raw_fd(crate::sys::open_raw(path)?) }));
+    }
+    let mut buf = [0u8; 128];
+    // SAFETY: pread (raw: the preload interposes `pread`) into a stack buffer of the length
+    // given, on a descriptor we own.
+    let n = unsafe { libc::syscall(libc::SYS_pread64, slot.as_ref()?.1.as_raw_fd(), buf.as_mut_ptr(), buf.len(), 0) };
+    let parsed = if n > 0 { parse_schedstat(&buf[..n as usize]) } else { None };
+    if parsed.is_none() {
+        *slot = None;
+    }
+    parsed
+}
+
+/// The first two numbers of a `schedstat` line: time run and time waited to run (ns).
+fn parse_schedstat(line: &[u8]) -> Option<(u64, u64)> {
+    let mut f = line.split(|b| b.is_ascii_whitespace()).filter(|f| !f.is_empty());
+    let mut num = || std::str::from_utf8(f.next()?).ok()?.parse::<u64>().ok();
+    Some((num()?, num()?))
+}
+
+/// The set of CPU `cpu` alone (`cpu` below the set's size).
+fn one_cpu(cpu: i32) -> libc::cpu_set_t {
+    let mut one = empty_set();
+    if (0..8 * std::mem::size_of::<libc::cpu_set_t>() as i32).contains(&cpu) {
+        // SAFETY: CPU_SET of a CPU below the set's size (checked above).
+        unsafe { libc::CPU_SET(cpu as usize, &mut one) };
+    }
+    one
+}
+
+fn same_set(a: &libc::cpu_set_t, b: &libc::cpu_set_t) -> bool {
+    // SAFETY: CPU_EQUAL of two valid sets.
+    unsafe { libc::CPU_EQUAL(a, b) }
 }
 
 fn empty_set() -> libc::cpu_set_t {
@@ -282,12 +536,12 @@ fn set_affinity(tid: i32, set: &libc::cpu_set_t) -> Result<(), i32> {
     }
 }
 
-/// Write `/proc/self/task/TID/stat` and a NUL into `out` (formatting into a slice allocates
-/// nothing); returns the length without the NUL.
-fn stat_path(tid: u32, out: &mut [u8; 48]) -> usize {
+/// Write `/proc/self/task/TID/FILE` and a NUL into `out` (formatting into a slice allocates
+/// nothing); returns the length without the NUL. `file` is `stat` or `schedstat`.
+fn task_path(tid: u32, file: &str, out: &mut [u8; 56]) -> usize {
     use std::io::Write;
     let mut rest = &mut out[..];
-    write!(rest, "/proc/self/task/{tid}/stat\0").expect("48 bytes hold the longest path");
+    write!(rest, "/proc/self/task/{tid}/{file}\0").expect("56 bytes hold the longest path");
     let left = rest.len();
     out.len() - left - 1
 }
@@ -315,17 +569,114 @@ mod tests {
     }
 
     #[test]
-    fn the_stat_path_names_the_thread() {
-        let mut p = [0u8; 48];
-        let n = stat_path(4_294_967_295, &mut p);
+    fn the_task_path_names_the_thread() {
+        let mut p = [0u8; 56];
+        let n = task_path(4_294_967_295, "stat", &mut p);
         assert_eq!(&p[..n + 1], b"/proc/self/task/4294967295/stat\0");
-        let n = stat_path(0, &mut p);
+        let n = task_path(4_294_967_295, "schedstat", &mut p);
+        assert_eq!(&p[..n + 1], b"/proc/self/task/4294967295/schedstat\0");
+        let n = task_path(0, "stat", &mut p);
         assert_eq!(&p[..n], b"/proc/self/task/0/stat");
     }
 
     #[test]
+    fn schedstat_gives_run_time_and_run_delay() {
+        assert_eq!(parse_schedstat(b"1409874 250 1\n"), Some((1_409_874, 250)));
+        assert_eq!(parse_schedstat(b"12"), None);
+        assert_eq!(parse_schedstat(b""), None);
+        // The run time is brought up to date when the thread is switched out (or at a tick):
+        // run a little, then give the CPU away once.
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < std::time::Duration::from_millis(5) {
+            std::hint::spin_loop();
+        }
+        // SAFETY: sched_yield has no arguments and cannot fail.
+        unsafe { libc::syscall(libc::SYS_sched_yield) };
+        let mut slot = None;
+        let (run, delay) = schedstat(&mut slot, gettid() as u32).expect("this kernel has schedstat");
+        assert!(run > 0, "no run time after 5 ms of running");
+        let (run2, delay2) = schedstat(&mut slot, gettid() as u32).expect("read again");
+        assert!(run2 >= run && delay2 >= delay);
+    }
+
+    /// The followed thread (here a helper thread, the test's own being the event thread) is
+    /// pinned beside the event thread; the pin is hidden from it, lifted around what it starts,
+    /// left for good by `leave_pin`, given up when relatives are busy or the program sets
+    /// masks itself.
+    #[test]
+    fn the_followed_thread_is_pinned_and_let_go() {
+        let p = std::sync::Arc::new(Placement::new(true, true));
+        let mut f = Follower::new(&p);
+        assert!(f.on, "this test needs two CPUs or more (and following on): the pager pins nothing on one");
+        let allowed = p.allowed.expect("the program's mask");
+        type Job = Box<dyn FnOnce(&Placement) + Send>;
+        let (jobs, rx) = std::sync::mpsc::channel::<Job>();
+        let (tx, tids) = std::sync::mpsc::channel();
+        let p2 = p.clone();
+        let followed = std::thread::spawn(move || {
+            tx.send(gettid()).unwrap();
+            for job in rx {
+                job(&p2);
+            }
+        });
+        let tid = tids.recv().unwrap() as u32;
+        let on_followed = |job: Job| {
+            let (done, wait) = std::sync::mpsc::channel();
+            jobs.send(Box::new(move |p: &Placement| {
+                job(p);
+                done.send(()).unwrap();
+            }))
+            .unwrap();
+            wait.recv().unwrap();
+        };
+        let mut t = 1;
+        let mut follow = |f: &mut Follower| {
+            for _ in 0..50 {
+                f.on_fault(&p, tid, t);
+                t += CHECK_NS;
+                if p.pinned.load(Ordering::Acquire) != 0 {
+                    return true;
+                }
+            }
+            false
+        };
+        assert!(follow(&mut f), "never pinned");
+        let cpu = f.here;
+        assert!(affinity(tid as i32).is_some_and(|m| same_set(&m, &one_cpu(cpu))), "followed thread not on CPU {cpu}");
+        assert!(p.reported_mask(tid as i32).is_some_and(|m| same_set(&m, &allowed)), "the pin is not hidden");
+        assert!(p.reported_mask(gettid()).is_none(), "another thread's mask is reported as the program's");
+        // Lifted around what it starts, put back after.
+        on_followed(Box::new(move |p: &Placement| {
+            p.without_pin(|| assert!(same_set(&affinity(0).unwrap(), &allowed), "pin not lifted"));
+            assert!(same_set(&affinity(0).unwrap(), &one_cpu(cpu)), "pin not put back");
+        }));
+        // Left for good (vfork, execl): the program's mask, the pin forgotten.
+        on_followed(Box::new(move |p: &Placement| {
+            p.leave_pin();
+            assert!(same_set(&affinity(0).unwrap(), &allowed), "pin not left");
+        }));
+        assert_eq!(p.pinned.load(Ordering::Acquire), 0);
+        assert!(follow(&mut f), "not pinned again");
+        // Busy relatives: the pin goes, and no new one comes.
+        p.set_relatives_busy(true);
+        assert_eq!(p.pinned.load(Ordering::Acquire), 0);
+        assert!(same_set(&affinity(tid as i32).unwrap(), &allowed), "pin not released for busy relatives");
+        assert!(!follow(&mut f), "pinned while relatives are busy");
+        p.set_relatives_busy(false);
+        assert!(follow(&mut f), "not pinned once the relatives are idle");
+        // The program sets masks: never again.
+        p.program_sets_masks();
+        assert!(same_set(&affinity(tid as i32).unwrap(), &allowed), "pin not released for the program");
+        assert!(!follow(&mut f), "pinned after the program set masks itself");
+        assert!(p.pins.load(Ordering::Relaxed) >= 3);
+        f.stop(&p);
+        drop(jobs);
+        followed.join().unwrap();
+    }
+
+    #[test]
     fn the_follower_reads_this_threads_cpu_and_moves_to_it() {
-        let p = Placement::new(true);
+        let p = Placement::new(true, true);
         let mut f = Follower::new(&p);
         let tid = gettid() as u32;
         let cpu = f.cpu_of(tid).expect("this thread's CPU");

@@ -204,6 +204,9 @@ pub struct PagerConfig {
     /// In thread fault mode, run the event thread on the CPU of the thread whose faults it
     /// serves and the background threads on the other CPUs (see `cpu`).
     pub follow_cpu: bool,
+    /// With `follow_cpu`: pin the followed thread beside the event thread too (the `cpu`
+    /// module), while it has the faults to itself and no other process of the tree is busy.
+    pub pin_thread: bool,
 }
 
 impl Default for PagerConfig {
@@ -231,6 +234,7 @@ impl Default for PagerConfig {
             writeback_age_ms: 60_000,
             promote: true,
             follow_cpu: true,
+            pin_thread: true,
         }
     }
 }
@@ -419,7 +423,7 @@ impl Pager {
             counters: stats::Counters::default(),
             bufs: bufs::BufPool::new().map_err(os)?,
             stop: AtomicBool::new(false),
-            place: cpu::Placement::new(cfg.follow_cpu && cfg.fault_mode == FaultMode::Thread),
+            place: cpu::Placement::new(cfg.follow_cpu && cfg.fault_mode == FaultMode::Thread, cfg.pin_thread),
             pool_capped,
             stop_fd,
             reclaim_wake: AtomicU32::new(0),
@@ -719,6 +723,38 @@ impl Pager {
     /// all of its parent's resident memory shared.
     pub fn set_cow_shared(&self, shared: bool) {
         self.cow_shared.store(shared, Ordering::Relaxed);
+    }
+
+    /// Run `f` with the calling thread's CPU pin lifted if the event thread pinned it beside
+    /// itself (thread fault mode, `follow_cpu`; the `cpu` module): the preload wraps the
+    /// calls that start a thread or a process with it, so that these get the program's mask,
+    /// not the pin. Pinned again after `f`, unless the pin was given up meanwhile.
+    pub fn without_cpu_pin<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.place.without_pin(f)
+    }
+
+    /// Give the calling thread the program's CPU mask back for good if the pager pinned it
+    /// (the preload's `vfork` and `execl` trampolines, which cannot put the pin back).
+    pub fn leave_cpu_pin(&self) {
+        self.place.leave_pin();
+    }
+
+    /// The CPU mask to report to thread `tid` asking for its own (`sched_getaffinity`): the
+    /// program's mask if the pager pinned that thread, else None.
+    pub fn reported_cpu_mask(&self, tid: i32) -> Option<libc::cpu_set_t> {
+        self.place.reported_mask(tid)
+    }
+
+    /// Whether another process of the tree is live (`tree::update`): while one is, the pager
+    /// pins no thread (the `cpu` module).
+    pub fn set_relatives_busy(&self, busy: bool) {
+        self.place.set_relatives_busy(busy);
+    }
+
+    /// The program sets CPU masks itself: the pager gives a pinned thread its mask back and
+    /// pins no thread from now on.
+    pub fn program_sets_cpu_masks(&self) {
+        self.place.program_sets_masks();
     }
 
     /// This process's budget: `limit_bytes` of the configuration, or what

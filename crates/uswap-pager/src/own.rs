@@ -150,6 +150,11 @@ pub fn add(start: usize, len: usize) {
     if len == 0 || covered {
         return;
     }
+    insert(start, len);
+}
+
+/// Record `[start, start + len)` (page aligned) in a free slot, covered already or not.
+fn insert(start: usize, len: usize) {
     for (i, r) in OWN.iter().enumerate() {
         if r.end.load(Ordering::Relaxed) == 0
             && r.start.compare_exchange(0, start, Ordering::AcqRel, Ordering::Relaxed).is_ok()
@@ -208,10 +213,14 @@ pub fn remove(start: usize, len: usize) {
         } else if start <= s {
             r.start.store(end, Ordering::Release);
         } else {
-            r.end.store(start, Ordering::Release);
+            // The part above the hole is recorded before the entry shrinks: a mapping of
+            // another thread's in it that found this entry covering it (and so recorded
+            // nothing) must never look unrecorded, not even for a moment (it did, in
+            // `a_mapping_made_where_another_was_just_freed_stays_own` under a full test run).
             if end < e {
-                add(end, e - end);
+                insert(end, e - end);
             }
+            r.end.store(start, Ordering::Release);
         }
     }
 }

@@ -186,6 +186,10 @@ pub struct PagerStats {
     /// Times the event thread moved to the CPU of the thread whose faults it serves (thread
     /// fault mode, `follow_cpu`).
     pub fault_cpu_moves: u64,
+    /// Times the event thread pinned the thread it follows beside itself (`uswap-pager/src/cpu.rs`).
+    pub fault_cpu_pins: u64,
+    /// Times a pin was given up because the pinned thread waited for its CPU.
+    pub fault_cpu_pin_backoffs: u64,
     /// Faults on registered memory no region knew (resolved as zero-fill: never evicted).
     pub fault_unowned: u64,
     /// Pages found present in the program's mappings when they were adopted.
@@ -336,6 +340,8 @@ pub(crate) fn snapshot(p: &Pager, regions_live: usize) -> PagerStats {
         fault_held_ns: g(&c.fault_held_ns),
         reclaim_handed_back: g(&c.reclaim_handed_back),
         fault_cpu_moves: g(&p.place.moves),
+        fault_cpu_pins: g(&p.place.pins),
+        fault_cpu_pin_backoffs: g(&p.place.pin_backoffs),
         fault_throttled: g(&c.fault_throttled),
         fault_unowned: g(&c.fault_unowned),
         adopted_pages: g(&c.adopted_pages),

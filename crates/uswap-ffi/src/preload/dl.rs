@@ -13,7 +13,7 @@ use crate::reentry::internal;
 use libc::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-fn next(slot: &AtomicUsize, name: &std::ffi::CStr) -> usize {
+pub(super) fn next(slot: &AtomicUsize, name: &std::ffi::CStr) -> usize {
     let f = slot.load(Ordering::Acquire);
     if f != 0 {
         return f;

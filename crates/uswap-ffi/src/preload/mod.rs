@@ -12,7 +12,8 @@
 //! 5000 ms and 5 %; it runs only for a pool tier with `recomp=`), `USWAP_WRITEBACK_AGE_MS`
 //! (pool objects unused this long are written back to the file by the same thread, default
 //! 60 000, 0 = off), `USWAP_PROMOTE=0` (no promotion of refaulted file objects into the pool)
-//! and `USWAP_FOLLOW_CPU=0` (the event thread does not follow the faulting thread's CPU).
+//! `USWAP_FOLLOW_CPU=0` (the event thread does not follow the faulting thread's CPU) and
+//! `USWAP_PIN_THREAD=0` (it follows, but does not pin the thread it follows beside it).
 //!
 //! The program keeps its own allocator (glibc malloc, jemalloc, pymalloc, a JVM's or V8's
 //! heap): nothing is replaced. Its anonymous private memory is found and adopted by the pager
@@ -54,6 +55,7 @@ pub mod dl;
 pub mod io;
 pub mod malloc;
 pub mod scan;
+pub mod sched;
 pub mod signals;
 pub mod thrash;
 
@@ -271,6 +273,8 @@ fn start() -> Result<(), String> {
         // The event thread follows the faulting thread's CPU (`USWAP_FOLLOW_CPU=0` turns it
         // off): see uswap-pager's `cpu` module.
         follow_cpu: env(c"USWAP_FOLLOW_CPU") != Some("0"),
+        // ... and pins the thread it follows there (`USWAP_PIN_THREAD=0`: it does not).
+        pin_thread: env(c"USWAP_PIN_THREAD") != Some("0"),
         ..Default::default()
     };
     // glibc trims its heaps with its internal madvise(MADV_DONTNEED), which no interposed symbol
@@ -290,6 +294,7 @@ fn start() -> Result<(), String> {
     crate::BIG.unlock();
     r?;
     crate::gate::install_gate()?;
+    sched::resolve();
     let _ = PAGER.set(pager.clone());
     fork::on_child_rebuilt(restart_scan_in_child);
     // One limit for the tree `uswap run` started (its budget file): from now on this process's
