@@ -163,57 +163,39 @@ pub unsafe extern "C" fn pthread_create(
     unpinned(|| unsafe { f(th, attr, start, arg) })
 }
 
-/// `posix_spawn(3)`.
-///
-/// # Safety
-/// - As for `posix_spawn(3)`.
-#[no_mangle]
-pub unsafe extern "C" fn posix_spawn(
-    pid: *mut pid_t,
-    path: *const c_char,
-    actions: *const posix_spawn_file_actions_t,
-    attr: *const posix_spawnattr_t,
-    argv: *const *mut c_char,
-    envp: *const *mut c_char,
-) -> c_int {
-    type F = unsafe extern "C" fn(
-        *mut pid_t,
-        *const c_char,
-        *const posix_spawn_file_actions_t,
-        *const posix_spawnattr_t,
-        *const *mut c_char,
-        *const *mut c_char,
-    ) -> c_int;
-    let f = next_fn!(c"posix_spawn", F, libc::ENOSYS);
-    // SAFETY: the caller's arguments.
-    unpinned(|| unsafe { f(pid, path, actions, attr, argv, envp) })
+/// `posix_spawn(3)` and `posix_spawnp(3)` (same arguments; the second takes a file name
+/// looked up in `PATH`).
+macro_rules! spawn_wrapper {
+    ($name:ident, $c:literal) => {
+        #[doc = concat!("`", stringify!($name), "(3)`.")]
+        ///
+        /// # Safety
+        #[doc = concat!("- As for `", stringify!($name), "(3)`.")]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            pid: *mut pid_t,
+            path: *const c_char,
+            actions: *const posix_spawn_file_actions_t,
+            attr: *const posix_spawnattr_t,
+            argv: *const *mut c_char,
+            envp: *const *mut c_char,
+        ) -> c_int {
+            type F = unsafe extern "C" fn(
+                *mut pid_t,
+                *const c_char,
+                *const posix_spawn_file_actions_t,
+                *const posix_spawnattr_t,
+                *const *mut c_char,
+                *const *mut c_char,
+            ) -> c_int;
+            let f = next_fn!($c, F, libc::ENOSYS);
+            // SAFETY: the caller's arguments.
+            unpinned(|| unsafe { f(pid, path, actions, attr, argv, envp) })
+        }
+    };
 }
-
-/// `posix_spawnp(3)`.
-///
-/// # Safety
-/// - As for `posix_spawnp(3)`.
-#[no_mangle]
-pub unsafe extern "C" fn posix_spawnp(
-    pid: *mut pid_t,
-    file: *const c_char,
-    actions: *const posix_spawn_file_actions_t,
-    attr: *const posix_spawnattr_t,
-    argv: *const *mut c_char,
-    envp: *const *mut c_char,
-) -> c_int {
-    type F = unsafe extern "C" fn(
-        *mut pid_t,
-        *const c_char,
-        *const posix_spawn_file_actions_t,
-        *const posix_spawnattr_t,
-        *const *mut c_char,
-        *const *mut c_char,
-    ) -> c_int;
-    let f = next_fn!(c"posix_spawnp", F, libc::ENOSYS);
-    // SAFETY: the caller's arguments.
-    unpinned(|| unsafe { f(pid, file, actions, attr, argv, envp) })
-}
+spawn_wrapper!(posix_spawn, c"posix_spawn");
+spawn_wrapper!(posix_spawnp, c"posix_spawnp");
 
 /// `system(3)`.
 ///
