@@ -111,7 +111,9 @@ impl Placement {
             moves: AtomicU64::new(0),
             allowed: affinity(0),
             pinned: AtomicU64::new(0),
-            program_pins: AtomicBool::new(!pin_thread),
+            // The preload's `vfork` and `execl` trampolines are x86-64 assembly: elsewhere a
+            // child started that way would inherit a pin, so nothing is pinned.
+            program_pins: AtomicBool::new(!pin_thread || !cfg!(target_arch = "x86_64")),
             parent_pin: AtomicI32::new(-1),
             relatives_busy: AtomicBool::new(false),
             pins: AtomicU64::new(0),
