@@ -69,6 +69,9 @@ const SHARED_FAULTS: u32 = 8;
 /// moment's neighbour (the client of a server, a kernel worker) does not count.
 const PIN_WINDOW_NS: u64 = 100_000_000;
 
+/// How long a thread that went through a `vfork` or `execl` trampoline is not pinned again.
+const HOLD_NS: u64 = 100_000_000;
+
 /// How long no thread is pinned after a pinned thread had to wait for its CPU.
 const PIN_BACKOFF_NS: u64 = 1_000_000_000;
 
@@ -92,8 +95,17 @@ pub(crate) struct Placement {
     /// In a fork child: the CPU the parent had pinned a thread to (-1: none). The child pins
     /// nothing there: the parent goes on running on it.
     parent_pin: AtomicI32,
-    /// Another process of the tree is live (`tree::update`): pin nothing meanwhile.
+    /// Another process of the tree is live, or the tree has not said yet (`tree::update`):
+    /// pin nothing meanwhile.
     relatives_busy: AtomicBool,
+    /// A thread starting a thread or a process: `tid << 32`, or'ed with 1 while it may not be
+    /// pinned (a wrapper's call in progress), or 0. With [`Placement::hold_until_ns`], the
+    /// time until which it may not be pinned after a `vfork` or `execl` trampoline.
+    hold: AtomicU64,
+    hold_until_ns: AtomicU64,
+    /// Taken by the event thread around a pin, and by a wrapper around setting [`Self::hold`]:
+    /// a pin is never set between a wrapper's lifting of the pin and its `clone`.
+    pin_lock: AtomicBool,
     /// Times a program thread was pinned, and times a pin was given up because the thread
     /// waited for its CPU.
     pub(crate) pins: AtomicU64,
@@ -115,7 +127,13 @@ impl Placement {
             // child started that way would inherit a pin, so nothing is pinned.
             program_pins: AtomicBool::new(!pin_thread || !cfg!(target_arch = "x86_64")),
             parent_pin: AtomicI32::new(-1),
-            relatives_busy: AtomicBool::new(false),
+            // Until the tree's first update says otherwise (`tree::update`; a pager outside a
+            // `uswap run` tree never pins): an exec'd child must not pin itself before it knows
+            // its parent is live.
+            relatives_busy: AtomicBool::new(true),
+            hold: AtomicU64::new(0),
+            hold_until_ns: AtomicU64::new(0),
+            pin_lock: AtomicBool::new(false),
             pins: AtomicU64::new(0),
             pin_backoffs: AtomicU64::new(0),
         }
@@ -127,15 +145,37 @@ impl Placement {
     /// inherits the caller's mask, and (no return) its `exec` functions.
     pub(crate) fn without_pin<R>(&self, f: impl FnOnce() -> R) -> R {
         let pin = self.pinned.load(Ordering::Acquire);
-        let (Some(allowed), true) = (self.allowed, pin != 0 && pin >> 32 == gettid() as u64) else {
+        let tid = gettid();
+        let (Some(allowed), true) = (self.allowed, pin != 0 && pin >> 32 == tid as u64) else {
             return f();
         };
+        self.hold_pins(tid, u64::MAX);
         let _ = set_affinity(0, &allowed);
         let r = f();
+        self.hold_pins(tid, 0);
         if self.pinned.load(Ordering::Acquire) == pin {
             let _ = set_affinity(0, &one_cpu((pin & 0xffff_ffff) as i32));
         }
         r
+    }
+
+    /// No pin of thread `tid` until `until_ns` (u64::MAX: until the next call; 0: from now).
+    /// Under [`Self::pin_lock`], so that a pin the event thread is setting is set before this
+    /// returns and none after.
+    fn hold_pins(&self, tid: i32, until_ns: u64) {
+        while self.pin_lock.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            // SAFETY: sched_yield has no arguments and cannot fail (the event thread holds the
+            // lock for one sched_setaffinity call).
+            unsafe { libc::syscall(libc::SYS_sched_yield) };
+        }
+        self.hold_until_ns.store(until_ns, Ordering::Release);
+        self.hold.store((tid as u64) << 32, Ordering::Release);
+        self.pin_lock.store(false, Ordering::Release);
+    }
+
+    /// May thread `tid` be pinned at `now_ns` (no wrapper holds it off)? Under `pin_lock`.
+    fn held(&self, tid: u32, now_ns: u64) -> bool {
+        self.hold.load(Ordering::Acquire) >> 32 == u64::from(tid) && now_ns < self.hold_until_ns.load(Ordering::Acquire)
     }
 
     /// If the calling thread is the pinned one, give it the program's mask back and forget
@@ -143,9 +183,13 @@ impl Placement {
     /// the event thread may pin it again at a later check.
     pub(crate) fn leave_pin(&self) {
         let pin = self.pinned.load(Ordering::Acquire);
-        if pin == 0 || pin >> 32 != gettid() as u64 {
+        let tid = gettid();
+        if pin == 0 || pin >> 32 != tid as u64 {
             return;
         }
+        // Long enough for the `vfork` or `exec` that follows: a pin set before it would be
+        // inherited.
+        self.hold_pins(tid, crate::stats::now_ns() + HOLD_NS);
         if let Some(allowed) = self.allowed {
             let _ = set_affinity(0, &allowed);
         }
@@ -349,12 +393,20 @@ impl Follower {
             self.sched = None;
         }
         let Some((_, delay)) = schedstat(&mut self.sched, tid) else { return };
-        if set_affinity(tid as i32, &one_cpu(cpu)).is_err() {
+        // A wrapper lifting the pin to start a thread or a process waits for this, or it is
+        // held off here (`Placement::hold_pins`).
+        if p.pin_lock.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
             return;
         }
-        (self.sched_at_ns, self.sched_delay_ns) = (now_ns, delay);
-        p.pinned.store(u64::from(tid) << 32 | cpu as u64, Ordering::Release);
-        p.pins.fetch_add(1, Ordering::Relaxed);
+        let pinned = !p.held(tid, crate::stats::now_ns()) && set_affinity(tid as i32, &one_cpu(cpu)).is_ok();
+        if pinned {
+            p.pinned.store(u64::from(tid) << 32 | cpu as u64, Ordering::Release);
+        }
+        p.pin_lock.store(false, Ordering::Release);
+        if pinned {
+            (self.sched_at_ns, self.sched_delay_ns) = (now_ns, delay);
+            p.pins.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// At a check: forget a pin the program or a wrapper changed, and give up one whose
@@ -610,6 +662,8 @@ mod tests {
         let p = std::sync::Arc::new(Placement::new(true, true));
         let mut f = Follower::new(&p);
         assert!(f.on, "this test needs two CPUs or more (and following on): the pager pins nothing on one");
+        // As the tree's first update does for a process alone in its tree.
+        p.set_relatives_busy(false);
         let allowed = p.allowed.expect("the program's mask");
         type Job = Box<dyn FnOnce(&Placement) + Send>;
         let (jobs, rx) = std::sync::mpsc::channel::<Job>();
@@ -658,6 +712,9 @@ mod tests {
             assert!(same_set(&affinity(0).unwrap(), &allowed), "pin not left");
         }));
         assert_eq!(p.pinned.load(Ordering::Acquire), 0);
+        // Not pinned again before the vfork or exec that follows could have cloned.
+        assert!(!follow(&mut f), "pinned again at once after leaving the pin");
+        std::thread::sleep(std::time::Duration::from_nanos(HOLD_NS + 10_000_000));
         assert!(follow(&mut f), "not pinned again");
         // Busy relatives: the pin goes, and no new one comes.
         p.set_relatives_busy(true);
