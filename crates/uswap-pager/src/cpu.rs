@@ -46,12 +46,15 @@
 //! (`UFFD_FEATURE_THREAD_ID`), or when `follow_cpu` is off; a refused `sched_setaffinity` of
 //! the event thread turns following off for good and gives every thread its mask back.
 //!
-//! Locking: none. [`Placement`] holds the background threads' ids in atomics, each written by
-//! its own thread ([`Placement::join`]) and read by the event thread, and the pinned thread
-//! in one atomic word, set and cleared by the event thread and cleared by the preload's
-//! wrappers; a [`Follower`] belongs to the event thread alone. A wrapper and the event thread
-//! may race on a pin: the loser's mask is set again at the next check (a pinned thread whose
-//! mask is not its pin any more is forgotten), never a lost mask of the program's.
+//! Locking: one spin lock, `Placement::pin_lock`, held for one `sched_setaffinity` by the
+//! event thread setting a pin and by a wrapper marking its thread held off pins
+//! (`Placement::hold_pins`), so no pin lands between a wrapper's lifting of it and the
+//! `clone` that would inherit it; the event thread only tries it (a pin skipped waits for the
+//! next check). Everything else is atomics: the background threads' ids, each written by its
+//! own thread ([`Placement::join`]) and read by the event thread; the pinned thread in one
+//! word, set by the event thread and cleared by it or the wrappers (a pinned thread whose mask
+//! is not its pin any more is forgotten at the next window). A [`Follower`] belongs to the
+//! event thread alone.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
@@ -74,6 +77,11 @@ const HOLD_NS: u64 = 100_000_000;
 
 /// How long no thread is pinned after a pinned thread had to wait for its CPU.
 const PIN_BACKOFF_NS: u64 = 1_000_000_000;
+
+/// The pin word of [`Placement::pinned`]: `(tid, cpu)`, or None for 0.
+fn decode_pin(pin: u64) -> Option<(i32, i32)> {
+    (pin != 0).then_some(((pin >> 32) as i32, (pin & 0xffff_ffff) as i32))
+}
 
 /// Most background threads one pager has (reclaimer, recompressor, scanner, and room).
 const MAX_BACKGROUND: usize = 8;
@@ -98,9 +106,8 @@ pub(crate) struct Placement {
     /// Another process of the tree is live, or the tree has not said yet (`tree::update`):
     /// pin nothing meanwhile.
     relatives_busy: AtomicBool,
-    /// A thread starting a thread or a process: `tid << 32`, or'ed with 1 while it may not be
-    /// pinned (a wrapper's call in progress), or 0. With [`Placement::hold_until_ns`], the
-    /// time until which it may not be pinned after a `vfork` or `execl` trampoline.
+    /// A thread the wrappers hold off pinning (`tid << 32`, 0: none), until `hold_until_ns`
+    /// (u64::MAX while a wrapped call runs; a while after a `vfork` or `execl` trampoline).
     hold: AtomicU64,
     hold_until_ns: AtomicU64,
     /// Taken by the event thread around a pin, and by a wrapper around setting [`Self::hold`]:
@@ -144,19 +151,22 @@ impl Placement {
     /// `pthread_create`, `posix_spawn`, `system` and `popen`, whose new thread or process
     /// inherits the caller's mask, and (no return) its `exec` functions.
     pub(crate) fn without_pin<R>(&self, f: impl FnOnce() -> R) -> R {
-        let pin = self.pinned.load(Ordering::Acquire);
         let tid = gettid();
-        let (Some(allowed), true) = (self.allowed, pin != 0 && pin >> 32 == tid as u64) else {
-            return f();
-        };
+        let (Some((pin, cpu)), Some(allowed)) = (self.pin_of(tid), self.allowed) else { return f() };
         self.hold_pins(tid, u64::MAX);
         let _ = set_affinity(0, &allowed);
         let r = f();
         self.hold_pins(tid, 0);
         if self.pinned.load(Ordering::Acquire) == pin {
-            let _ = set_affinity(0, &one_cpu((pin & 0xffff_ffff) as i32));
+            let _ = set_affinity(0, &one_cpu(cpu));
         }
         r
+    }
+
+    /// The pin word and CPU if thread `tid` is the pinned one.
+    fn pin_of(&self, tid: i32) -> Option<(u64, i32)> {
+        let pin = self.pinned.load(Ordering::Acquire);
+        decode_pin(pin).filter(|&(t, _)| t == tid).map(|(_, cpu)| (pin, cpu))
     }
 
     /// No pin of thread `tid` until `until_ns` (u64::MAX: until the next call; 0: from now).
@@ -173,7 +183,7 @@ impl Placement {
         self.pin_lock.store(false, Ordering::Release);
     }
 
-    /// May thread `tid` be pinned at `now_ns` (no wrapper holds it off)? Under `pin_lock`.
+    /// Does a wrapper hold thread `tid` off pinning at `now_ns`? Read under `pin_lock`.
     fn held(&self, tid: u32, now_ns: u64) -> bool {
         self.hold.load(Ordering::Acquire) >> 32 == u64::from(tid) && now_ns < self.hold_until_ns.load(Ordering::Acquire)
     }
@@ -182,11 +192,8 @@ impl Placement {
     /// the pin (for `vfork` and the `execl` family, which cannot be wrapped to put it back):
     /// the event thread may pin it again at a later check.
     pub(crate) fn leave_pin(&self) {
-        let pin = self.pinned.load(Ordering::Acquire);
         let tid = gettid();
-        if pin == 0 || pin >> 32 != tid as u64 {
-            return;
-        }
+        let Some((pin, _)) = self.pin_of(tid) else { return };
         // Long enough for the `vfork` or `exec` that follows: a pin set before it would be
         // inherited.
         self.hold_pins(tid, crate::stats::now_ns() + HOLD_NS);
@@ -199,8 +206,7 @@ impl Placement {
     /// The mask to report to thread `tid` asking for its own: the program's when it is the
     /// pinned thread, else None (the kernel's answer stands).
     pub(crate) fn reported_mask(&self, tid: i32) -> Option<libc::cpu_set_t> {
-        let pin = self.pinned.load(Ordering::Acquire);
-        (pin != 0 && pin >> 32 == tid as u64).then_some(self.allowed).flatten()
+        self.pin_of(tid).and(self.allowed)
     }
 
     /// The program is about to set a CPU mask itself: give the pinned thread its mask back and
@@ -222,10 +228,7 @@ impl Placement {
 
     /// Give the pinned thread, if any, the program's mask back, if its mask is still our pin.
     fn release_pin(&self) {
-        let pin = self.pinned.swap(0, Ordering::AcqRel);
-        let Some(allowed) = self.allowed else { return };
-        if pin != 0 {
-            let (tid, cpu) = ((pin >> 32) as i32, (pin & 0xffff_ffff) as i32);
+        if let (Some((tid, cpu)), Some(allowed)) = (decode_pin(self.pinned.swap(0, Ordering::AcqRel)), self.allowed) {
             if affinity(tid).is_some_and(|m| same_set(&m, &one_cpu(cpu))) {
                 let _ = set_affinity(tid, &allowed);
             }
@@ -247,12 +250,12 @@ impl Placement {
     /// In a fork child: the parent's threads do not exist here, and the child's one thread
     /// gets the program's mask back if it was the pinned one.
     pub(crate) fn reset_in_fork_child(&self) {
-        let pin = self.pinned.swap(0, Ordering::AcqRel);
-        self.parent_pin.store(if pin != 0 { (pin & 0xffff_ffff) as i32 } else { -1 }, Ordering::Release);
+        let pin = decode_pin(self.pinned.swap(0, Ordering::AcqRel));
+        self.parent_pin.store(pin.map_or(-1, |(_, cpu)| cpu), Ordering::Release);
         // The parent is a relative, busy or not; the tree's next update says.
         self.relatives_busy.store(true, Ordering::Release);
-        if let (true, Some(allowed)) = (pin != 0, self.allowed) {
-            if affinity(0).is_some_and(|m| same_set(&m, &one_cpu((pin & 0xffff_ffff) as i32))) {
+        if let (Some((_, cpu)), Some(allowed)) = (pin, self.allowed) {
+            if affinity(0).is_some_and(|m| same_set(&m, &one_cpu(cpu))) {
                 let _ = set_affinity(0, &allowed);
             }
         }
@@ -389,9 +392,6 @@ impl Follower {
         {
             return;
         }
-        if self.sched.as_ref().is_some_and(|(t, _)| *t != tid) {
-            self.sched = None;
-        }
         let Some((_, delay)) = schedstat(&mut self.sched, tid) else { return };
         // A wrapper lifting the pin to start a thread or a process waits for this, or it is
         // held off here (`Placement::hold_pins`).
@@ -409,26 +409,25 @@ impl Follower {
         }
     }
 
-    /// At a check: forget a pin the program or a wrapper changed, and give up one whose
-    /// thread waited to run for more than a quarter of a [`PIN_WINDOW_NS`] window.
+    /// Once a [`PIN_WINDOW_NS`] window: forget a pin the program or a wrapper changed, and give
+    /// up one whose thread waited to run for more than a quarter of the window.
     fn check_pin(&mut self, p: &Placement, now_ns: u64) {
         let pin = p.pinned.load(Ordering::Acquire);
-        if pin == 0 {
-            return;
-        }
-        let (tid, cpu) = ((pin >> 32) as u32, (pin & 0xffff_ffff) as i32);
-        if !affinity(tid as i32).is_some_and(|m| same_set(&m, &one_cpu(cpu))) {
-            let _ = p.pinned.compare_exchange(pin, 0, Ordering::AcqRel, Ordering::Acquire);
-            return;
-        }
-        let Some((_, delay)) = schedstat(&mut self.sched, tid) else {
-            p.release_pin();
-            return;
-        };
-        let (dt, waited) = (now_ns.saturating_sub(self.sched_at_ns), delay.saturating_sub(self.sched_delay_ns));
+        let Some((tid, cpu)) = decode_pin(pin) else { return };
+        // Judged once a window, so the checks in between cost no system call.
+        let dt = now_ns.saturating_sub(self.sched_at_ns);
         if dt < PIN_WINDOW_NS {
             return;
         }
+        if !affinity(tid).is_some_and(|m| same_set(&m, &one_cpu(cpu))) {
+            let _ = p.pinned.compare_exchange(pin, 0, Ordering::AcqRel, Ordering::Acquire);
+            return;
+        }
+        let Some((_, delay)) = schedstat(&mut self.sched, tid as u32) else {
+            p.release_pin();
+            return;
+        };
+        let waited = delay.saturating_sub(self.sched_delay_ns);
         (self.sched_at_ns, self.sched_delay_ns) = (now_ns, delay);
         if waited > dt / 4 {
             p.release_pin();
@@ -476,43 +475,37 @@ impl Follower {
 
     /// The CPU thread `tid` of this process last ran on.
     fn cpu_of(&mut self, tid: u32) -> Option<i32> {
-        if self.stat.as_ref().is_none_or(|(t, _)| *t != tid) {
-            self.stat = None;
-            let mut path = [0u8; 56];
-            task_path(tid, "stat", &mut path);
-            let path = std::ffi::CStr::from_bytes_until_nul(&path).ok()?;
-            let fd = crate::sys::open_raw(path)?;
-            // SAFETY: a new descriptor we own.
-            self.stat = Some((tid, unsafe { OwnedFd::from_raw_fd(fd) }));
-        }
-        let fd = self.stat.as_ref()?.1.as_raw_fd();
         let mut buf = [0u8; 1024];
-        // SAFETY: pread (raw: the preload interposes `pread`) into a stack buffer of the length
-        // given, on a descriptor we own.
-        let n = unsafe { libc::syscall(libc::SYS_pread64, fd, buf.as_mut_ptr(), buf.len(), 0) };
-        if n <= 0 {
-            self.stat = None;
-            return None;
-        }
-        processor(&buf[..n as usize])
+        processor(read_task_file(&mut self.stat, tid, "stat", &mut buf)?)
     }
 }
 
-/// `(sum_exec_runtime, run_delay)` in ns from `/proc/self/task/TID/schedstat` of thread `tid`,
-/// kept open in `slot` with its thread id (opened on first use, dropped when unreadable).
-fn schedstat(slot: &mut Option<(u32, OwnedFd)>, tid: u32) -> Option<(u64, u64)> {
-    if slot.is_none() {
+/// Read `/proc/self/task/TID/FILE` of thread `tid` into `buf`, through a descriptor kept open
+/// in `slot` with its thread id (opened on first use or for another thread, dropped when
+/// unreadable). Raw system calls into the caller's buffer: the preload interposes `open` and
+/// `pread`, and the event thread allocates nothing.
+fn read_task_file<'b>(slot: &mut Option<(u32, OwnedFd)>, tid: u32, file: &str, buf: &'b mut [u8]) -> Option<&'b [u8]> {
+    if slot.as_ref().is_none_or(|(t, _)| *t != tid) {
+        *slot = None;
         let mut path = [0u8; 56];
-        task_path(tid, "schedstat", &mut path);
+        task_path(tid, file, &mut path);
         let path = std::ffi::CStr::from_bytes_until_nul(&path).ok()?;
         // SAFETY: a new descriptor we own.
         *slot = Some((tid, unsafe { OwnedFd::from_raw_fd(crate::sys::open_raw(path)?) }));
     }
-    let mut buf = [0u8; 128];
-    // SAFETY: pread (raw: the preload interposes `pread`) into a stack buffer of the length
-    // given, on a descriptor we own.
+    // SAFETY: pread into the caller's buffer of the length given, on a descriptor we own.
     let n = unsafe { libc::syscall(libc::SYS_pread64, slot.as_ref()?.1.as_raw_fd(), buf.as_mut_ptr(), buf.len(), 0) };
-    let parsed = if n > 0 { parse_schedstat(&buf[..n as usize]) } else { None };
+    if n <= 0 {
+        *slot = None;
+        return None;
+    }
+    Some(&buf[..n as usize])
+}
+
+/// `(sum_exec_runtime, run_delay)` in ns of thread `tid` ([`read_task_file`] of `schedstat`).
+fn schedstat(slot: &mut Option<(u32, OwnedFd)>, tid: u32) -> Option<(u64, u64)> {
+    let mut buf = [0u8; 128];
+    let parsed = parse_schedstat(read_task_file(slot, tid, "schedstat", &mut buf)?);
     if parsed.is_none() {
         *slot = None;
     }

@@ -13,6 +13,22 @@ use crate::reentry::internal;
 use libc::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+/// Resolve the next definition of `$name` as a function of type `$ty` (looked up once, in a
+/// static of the call site), or return `$fail` from the caller.
+macro_rules! next_fn {
+    ($name:literal, $ty:ty, $fail:expr) => {{
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let f = $crate::preload::dl::next(&NEXT, $name);
+        if f == 0 {
+            return $fail;
+        }
+        // SAFETY: the next definition of the symbol, which has this C signature.
+        unsafe { std::mem::transmute::<usize, $ty>(f) }
+    }};
+}
+pub(super) use next_fn;
+
+/// The next definition of `name` (`dlsym(RTLD_NEXT)`), cached in `slot`; 0 if there is none.
 pub(super) fn next(slot: &AtomicUsize, name: &std::ffi::CStr) -> usize {
     let f = slot.load(Ordering::Acquire);
     if f != 0 {
@@ -30,16 +46,11 @@ pub(super) fn next(slot: &AtomicUsize, name: &std::ffi::CStr) -> usize {
 /// - As for `dlopen(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn dlopen(file: *const c_char, flags: c_int) -> *mut c_void {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    type F = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
-    let f = next(&NEXT, c"dlopen");
-    if f == 0 {
-        return std::ptr::null_mut();
-    }
+    let f = next_fn!(c"dlopen", unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void, std::ptr::null_mut());
     // SAFETY: the loader's dlopen, with the caller's arguments; run as uswap code so that what
     // it allocates comes from the internal heap (its constructors' allocations too: they are
     // few, and freed through the routing by address).
-    internal(|| unsafe { std::mem::transmute::<usize, F>(f)(file, flags) })
+    internal(|| unsafe { f(file, flags) })
 }
 
 /// `dlclose(3)`.
@@ -48,12 +59,7 @@ pub unsafe extern "C" fn dlopen(file: *const c_char, flags: c_int) -> *mut c_voi
 /// - As for `dlclose(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    type F = unsafe extern "C" fn(*mut c_void) -> c_int;
-    let f = next(&NEXT, c"dlclose");
-    if f == 0 {
-        return -1;
-    }
+    let f = next_fn!(c"dlclose", unsafe extern "C" fn(*mut c_void) -> c_int, -1);
     // SAFETY: the loader's dlclose, with the caller's handle.
-    internal(|| unsafe { std::mem::transmute::<usize, F>(f)(handle) })
+    internal(|| unsafe { f(handle) })
 }

@@ -22,7 +22,7 @@
 //!
 //! Locking: none.
 
-use super::dl::next;
+use super::dl::{next, next_fn};
 use super::pager;
 use libc::{
     c_char, c_int, c_void, cpu_set_t, pid_t, posix_spawn_file_actions_t, posix_spawnattr_t, pthread_attr_t, pthread_t,
@@ -57,19 +57,6 @@ unsafe fn report_own_mask(size: size_t, set: *mut cpu_set_t) {
         std::ptr::copy_nonoverlapping((&mask as *const cpu_set_t).cast::<u8>(), set.cast::<u8>(), n);
         std::ptr::write_bytes(set.cast::<u8>().add(n), 0, size - n);
     }
-}
-
-/// Resolve the next definition of `$name` as a function of type `$ty`, or return `$fail`.
-macro_rules! next_fn {
-    ($name:literal, $ty:ty, $fail:expr) => {{
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let f = next(&NEXT, $name);
-        if f == 0 {
-            return $fail;
-        }
-        // SAFETY: the next definition of the symbol, which has this C signature.
-        unsafe { std::mem::transmute::<usize, $ty>(f) }
-    }};
 }
 
 /// `sched_getaffinity(2)`.
