@@ -1,6 +1,7 @@
 //! Adaptive swap-in granularity of large stored folios (`PagerConfig::adaptive`): random faults
 //! take only the faulting page, even when an object straddles two pages and faults twice in a
-//! row; a sequential stream of faults takes whole folios.
+//! row; a sequential stream of faults takes whole folios. The same holds for the 4 KiB stored
+//! pages of a large-folio region (what is left after folios were swapped in page by page).
 mod common;
 use uswap_pager::{PagerConfig, PagerStats};
 
@@ -45,4 +46,45 @@ fn straddling_reads_take_single_pages_and_streams_take_whole_folios() {
         "a stream took {} of {folios} folios whole: {st:?}",
         whole(&st) - base
     );
+}
+
+#[test]
+fn faults_in_neighbouring_folios_take_single_4k_pages_and_streams_take_whole_folios() {
+    let cfg = PagerConfig { limit_bytes: 16 << 20, folio_size: FOLIO, ..Default::default() };
+    let Some(p) = common::pager(cfg) else { return };
+    let mut r = p.map(4 << 20).unwrap();
+    for (pg, pgbuf) in r.as_mut_slice().chunks_mut(4096).enumerate() {
+        common::fill_page(pgbuf, 6, pg, false);
+    }
+    r.evict_all();
+    let folios = r.len() / FOLIO;
+    // Rewrite the even pages one by one, no two faults in a row in the same or neighbouring
+    // folios: each comes in alone, and the next eviction stores them as 4 KiB pages.
+    for j in (0..PER_FOLIO).step_by(2) {
+        for i in 0..folios {
+            let pg = (i * 7) % folios * PER_FOLIO + j;
+            common::fill_page(&mut r.as_mut_slice()[pg * 4096..(pg + 1) * 4096], 6, pg, false);
+        }
+    }
+    r.evict_all();
+    let check = |r: &uswap_pager::Region, pg: usize| {
+        assert_eq!(common::check_page(&r.as_slice()[pg * 4096..(pg + 1) * 4096], 6, pg, false), None, "page {pg}");
+    };
+    // Random pairs of neighbouring folios (an entry, then the key it points to, allocated
+    // next to it): one sequential step each, which is not a stream.
+    for i in 0..folios / 2 {
+        let f = 2 * ((i * 7) % (folios / 2));
+        check(&r, f * PER_FOLIO);
+        check(&r, (f + 1) * PER_FOLIO);
+    }
+    assert_eq!(r.page_states()[1], folios, "one page per folio resident: {:?} {:?}", r.page_states(), p.stats());
+    // A stream: every page in order. After its first steps, every folio comes in whole.
+    r.evict_all();
+    for pg in 0..r.len() / 4096 {
+        check(&r, pg);
+    }
+    let st = p.stats();
+    assert!(st.swpin[0] > 0, "the even pages were stored as 4 KiB pages: {st:?}");
+    let resident = r.page_states()[1];
+    assert!(resident >= (folios - 1) * PER_FOLIO, "a stream left {resident} pages resident: {st:?}");
 }
