@@ -7,7 +7,9 @@
 //! the cluster and retire its table while the other thread allocates into it (table
 //! reallocation) or loads a slot lock-free. loom explores the interleavings of the shard,
 //! cluster and list locks and the table pointer: a live slot is never handed out again, a load
-//! never sees a foreign word, and the space ends consistent (lists, flags, tables).
+//! never sees a foreign word, and the space ends consistent (lists, flags, tables). A third
+//! model makes a never-used cluster ready (`cluster/array.rs`) while another thread reads it
+//! lock-free and makes the next one ready by another path.
 #![cfg(loom)]
 
 use loom::thread;
@@ -89,6 +91,45 @@ fn steal_vs_free(policy: FragPolicy) {
         assert_eq!(s.live_tables(), 0);
         s.check_invariants().unwrap();
     });
+}
+
+/// The first allocation makes cluster 0 ready (list lock held, then `ready` published) while
+/// the other thread reads a slot of it lock-free (`ready` read with Acquire, no lock) and
+/// touches a slot of cluster 1, which makes clusters up to 1 ready by the other path.
+fn first_use_races_readers() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(2);
+    b.max_branches = 50_000;
+    b.check(move || {
+        let s = Arc::new(
+            SwapSpace::new(SpaceConfig {
+                nr_slots: 2 * SLOTS_PER_CLUSTER as u64,
+                frag_policy: FragPolicy::ScanOne,
+                discard: false,
+                nr_shards: 1,
+            })
+            .unwrap(),
+        );
+        let s2 = s.clone();
+        let t = thread::spawn(move || {
+            let e = s2.alloc(0, &mut |_| Word::stored(2, 0, 9, 1)).unwrap();
+            assert_eq!(s2.load(e).unwrap().payload(), 9);
+            e
+        });
+        let w = s.load(uswap::SwapEntry(0)).unwrap();
+        assert!(w.is_free() || w.payload() == 9, "slot 0 shows {w:?}");
+        let far = uswap::SwapEntry(SLOTS_PER_CLUSTER as u64);
+        assert!(s.lock_cluster(far).unwrap().free_range(far.offset(), 1).is_err());
+        let e = t.join().unwrap();
+        assert_eq!(e.cluster(), 0, "never-used clusters are taken in order");
+        assert_eq!(s.used_slots(), 1);
+        s.check_invariants().unwrap();
+    });
+}
+
+#[test]
+fn first_use_of_a_cluster_races_readers() {
+    first_use_races_readers();
 }
 
 #[test]

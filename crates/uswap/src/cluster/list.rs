@@ -2,8 +2,13 @@
 //!
 //! Every cluster is on at most one list. The links are two `u32` arrays indexed by cluster
 //! number plus the id of the list the cluster is on, so the lists cost 10 bytes per cluster
-//! and no allocation after creation. The whole structure lives behind the space's list lock
-//! (`SwapSpace::lists`); nothing here locks.
+//! and no allocation after creation. The arrays hold every value one up (`c + 1`, `id + 1`),
+//! so that zero means "no cluster" and "on no list": they are allocated zeroed, and the pages
+//! of the clusters a space never uses are never written (a 64 GiB virtual space has 32 768
+//! clusters, 320 KiB of links, in every process).
+//!
+//! Locking: none here. The whole structure lives behind the space's list lock
+//! (`SwapSpace::lists`).
 
 /// "No cluster".
 pub(super) const NIL: u32 = u32::MAX;
@@ -17,12 +22,34 @@ struct Head {
     len: u32,
 }
 
+/// An array of links stored one up (see the module's paragraph): zero reads as `u32::MAX`
+/// (`NIL`) or `u16::MAX` (`OFF`).
+struct OneUp<T>(Box<[T]>);
+
+impl OneUp<u32> {
+    fn get(&self, i: usize) -> u32 {
+        self.0[i].wrapping_sub(1)
+    }
+    fn set(&mut self, i: usize, v: u32) {
+        self.0[i] = v.wrapping_add(1);
+    }
+}
+
+impl OneUp<u16> {
+    fn get(&self, i: usize) -> u16 {
+        self.0[i].wrapping_sub(1)
+    }
+    fn set(&mut self, i: usize, v: u16) {
+        self.0[i] = v.wrapping_add(1);
+    }
+}
+
 /// A fixed set of lists over a fixed set of clusters.
 pub(super) struct Lists {
     heads: Box<[Head]>,
-    next: Box<[u32]>,
-    prev: Box<[u32]>,
-    on: Box<[u16]>,
+    next: OneUp<u32>,
+    prev: OneUp<u32>,
+    on: OneUp<u16>,
 }
 
 impl Lists {
@@ -30,18 +57,16 @@ impl Lists {
     pub(super) fn new(nr_lists: usize, nr_clusters: usize) -> Self {
         Lists {
             heads: vec![Head { first: NIL, last: NIL, len: 0 }; nr_lists].into_boxed_slice(),
-            next: vec![NIL; nr_clusters].into_boxed_slice(),
-            prev: vec![NIL; nr_clusters].into_boxed_slice(),
-            on: vec![OFF; nr_clusters].into_boxed_slice(),
+            next: OneUp(vec![0; nr_clusters].into_boxed_slice()),
+            prev: OneUp(vec![0; nr_clusters].into_boxed_slice()),
+            on: OneUp(vec![0; nr_clusters].into_boxed_slice()),
         }
     }
 
-    /// Heap bytes used by the links.
-    pub(super) fn bytes(&self) -> usize {
-        std::mem::size_of_val(&*self.heads)
-            + std::mem::size_of_val(&*self.next)
-            + std::mem::size_of_val(&*self.prev)
-            + std::mem::size_of_val(&*self.on)
+    /// Bytes of the links of the first `clusters` clusters (the pages of the others are
+    /// written only when those clusters are used) and of the list heads.
+    pub(super) fn bytes(&self, clusters: usize) -> usize {
+        std::mem::size_of_val(&*self.heads) + clusters.min(self.on.0.len()) * (4 + 4 + 2)
     }
 
     /// Number of clusters on list `id`.
@@ -56,7 +81,7 @@ impl Lists {
 
     /// The cluster after `c` on its list, or `NIL`.
     pub(super) fn next_of(&self, c: u32) -> u32 {
-        self.next[c as usize]
+        self.next.get(c as usize)
     }
 
     /// The clusters on list `id`, in order (allocates: not for the fault path).
@@ -72,35 +97,36 @@ impl Lists {
 
     /// The list id `c` is on: a real list, `OFF`, or a tag set by [`Lists::tag`].
     pub(super) fn on(&self, c: u32) -> u16 {
-        self.on[c as usize]
+        self.on.get(c as usize)
     }
 
     /// Take `c` off whatever list it is on (no-op when it is on none).
     pub(super) fn remove(&mut self, c: u32) {
-        let id = self.on[c as usize];
+        let c = c as usize;
+        let id = self.on.get(c);
         if id == OFF {
             return;
         }
-        self.on[c as usize] = OFF;
+        self.on.set(c, OFF);
         if id as usize >= self.heads.len() {
             // A tag, not a list: nothing is linked.
             return;
         }
-        let (p, n) = (self.prev[c as usize], self.next[c as usize]);
+        let (p, n) = (self.prev.get(c), self.next.get(c));
         let h = &mut self.heads[id as usize];
         if p == NIL {
             h.first = n;
         } else {
-            self.next[p as usize] = n;
+            self.next.set(p as usize, n);
         }
         if n == NIL {
             h.last = p;
         } else {
-            self.prev[n as usize] = p;
+            self.prev.set(n as usize, p);
         }
         h.len -= 1;
-        self.next[c as usize] = NIL;
-        self.prev[c as usize] = NIL;
+        self.next.set(c, NIL);
+        self.prev.set(c, NIL);
     }
 
     /// Put `c` at the tail of list `id`, taking it off its current list first.
@@ -108,16 +134,16 @@ impl Lists {
         self.remove(c);
         let h = &mut self.heads[id as usize];
         let last = h.last;
-        self.prev[c as usize] = last;
-        self.next[c as usize] = NIL;
+        self.prev.set(c as usize, last);
+        self.next.set(c as usize, NIL);
         if last == NIL {
             h.first = c;
         } else {
-            self.next[last as usize] = c;
+            self.next.set(last as usize, c);
         }
         h.last = c;
         h.len += 1;
-        self.on[c as usize] = id;
+        self.on.set(c as usize, id);
     }
 
     /// Take `c` off its list and mark it with `tag` (an id past the last list), for a cluster
@@ -125,42 +151,44 @@ impl Lists {
     pub(super) fn tag(&mut self, c: u32, tag: u16) {
         debug_assert!(tag as usize >= self.heads.len());
         self.remove(c);
-        self.on[c as usize] = tag;
+        self.on.set(c as usize, tag);
     }
 
     /// Check the links: every list is a consistent doubly linked chain of its members, with
     /// the right length, and every cluster's `on` names the list it was found on.
     pub(super) fn check(&self) -> Result<(), String> {
-        let mut seen = vec![OFF; self.on.len()];
+        let nr = self.on.0.len();
+        let mut seen = vec![OFF; nr];
         for (id, h) in self.heads.iter().enumerate() {
             let mut c = h.first;
             let mut prev = NIL;
             let mut n = 0u32;
             while c != NIL {
                 let ci = c as usize;
-                if ci >= self.on.len() {
+                if ci >= nr {
                     return Err(format!("list {id}: bad link {c}"));
                 }
                 if seen[ci] != OFF {
                     return Err(format!("cluster {c} is on lists {} and {id}", seen[ci]));
                 }
                 seen[ci] = id as u16;
-                if self.prev[ci] != prev {
-                    return Err(format!("list {id}: cluster {c} prev {} != {prev}", self.prev[ci]));
+                if self.prev.get(ci) != prev {
+                    return Err(format!("list {id}: cluster {c} prev {} != {prev}", self.prev.get(ci)));
                 }
-                if self.on[ci] != id as u16 {
-                    return Err(format!("list {id}: cluster {c} says it is on {}", self.on[ci]));
+                if self.on.get(ci) != id as u16 {
+                    return Err(format!("list {id}: cluster {c} says it is on {}", self.on.get(ci)));
                 }
                 prev = c;
-                c = self.next[ci];
+                c = self.next.get(ci);
                 n += 1;
             }
             if h.last != prev || h.len != n {
                 return Err(format!("list {id}: last {} len {} but walked to {prev} with {n}", h.last, h.len));
             }
         }
-        for (c, &id) in self.on.iter().enumerate() {
-            if (id as usize) < self.heads.len() && seen[c] != id {
+        for (c, &seen) in seen.iter().enumerate() {
+            let id = self.on.get(c);
+            if (id as usize) < self.heads.len() && seen != id {
                 return Err(format!("cluster {c} says it is on list {id} but is not linked there"));
             }
         }

@@ -22,6 +22,7 @@
 //!   from the same thread (alloc may try to lock that cluster), and a thread holds at most one
 //!   guard of a space at a time (cluster locks have no order among themselves).
 
+mod array;
 mod frag;
 mod list;
 mod lock;
@@ -35,6 +36,7 @@ pub use stats::{AllocStats, BucketStats};
 use crate::swap_table::{SwapEntry, SwapTable, Word, COUNT_MAX, MAX_ORDER, NR_ORDERS, SLOTS_PER_CLUSTER};
 use crate::sync::{lock, thread_shard, AtomicPtr, AtomicUsize, LockClass, Mutex, Ordering};
 use crate::SwapError;
+use array::ClusterArray;
 use crossbeam_utils::CachePadded;
 use frag::Estimate;
 use list::{Lists, NIL};
@@ -122,6 +124,24 @@ struct Cluster {
     table: AtomicPtr<SwapTable>,
 }
 
+impl Cluster {
+    /// A free cluster with no table.
+    fn new() -> Self {
+        Cluster {
+            state: ClusterLock::new(ClusterState {
+                count: 0,
+                order: 0,
+                flag: ClusterFlag::Free,
+                bucket: 0,
+                extend_used: 0,
+                used: [0; N / 64],
+                extend: None,
+            }),
+            table: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+}
+
 /// One allocator shard (the kernel's per-CPU `percpu_swap_cluster` plus counters).
 struct Shard {
     /// Next slot to try per order in the current cluster, or `INVALID`.
@@ -189,7 +209,8 @@ fn usable(st: &ClusterState, order: u8) -> bool {
 pub struct SwapSpace {
     cfg: SpaceConfig,
     nr_slots: u64,
-    clusters: Box<[Cluster]>,
+    /// The clusters; those never used are not even initialized ([`ClusterArray`]).
+    clusters: ClusterArray,
     lists: Mutex<Lists>,
     shards: Box<[CachePadded<Mutex<Shard>>]>,
     used_slots: AtomicUsize,
@@ -217,24 +238,10 @@ impl SwapSpace {
             return Err(SwapError::Config(format!("nr_shards must be 1..=1024, not {}", cfg.nr_shards)));
         }
         let nr_clusters = nr_clusters as usize;
-        let clusters = (0..nr_clusters)
-            .map(|_| Cluster {
-                state: ClusterLock::new(ClusterState {
-                    count: 0,
-                    order: 0,
-                    flag: ClusterFlag::Free,
-                    bucket: 0,
-                    extend_used: 0,
-                    used: [0; N / 64],
-                    extend: None,
-                }),
-                table: AtomicPtr::new(std::ptr::null_mut()),
-            })
-            .collect();
-        let mut lists = Lists::new(NR_LISTS, nr_clusters);
-        for c in 0..nr_clusters {
-            lists.move_tail(c as u32, L_FREE);
-        }
+        // Every cluster is free; none is ready yet (they are made ready in order, as the
+        // allocator wants free ones: `isolate_lock_in`).
+        let clusters = ClusterArray::new(nr_clusters);
+        let lists = Lists::new(NR_LISTS, nr_clusters);
         let shards = (0..cfg.nr_shards)
             .map(|_| {
                 CachePadded::new(Mutex::new(
@@ -286,12 +293,14 @@ impl SwapSpace {
         self.used_slots.load(Ordering::Relaxed)
     }
 
-    /// Bytes of allocator and table metadata, from the real allocations: the cluster array,
-    /// the list links, the shards, live tables and live extend tables.
+    /// Bytes of allocator and table metadata, from the real allocations: the ready part of
+    /// the cluster array and of the list links (the rest is never written), the shards, live
+    /// tables and live extend tables.
     pub fn metadata_bytes(&self) -> usize {
+        let ready = self.clusters.ready();
         std::mem::size_of::<Self>()
-            + std::mem::size_of_val(&*self.clusters)
-            + lock(&self.lists).bytes()
+            + ready * std::mem::size_of::<Cluster>()
+            + lock(&self.lists).bytes(ready)
             + std::mem::size_of_val(&*self.shards)
             + self.live_tables.load(Ordering::Relaxed) * std::mem::size_of::<SwapTable>()
             + self.live_extend.load(Ordering::Relaxed) * std::mem::size_of::<[u32; N]>()
@@ -318,7 +327,9 @@ impl SwapSpace {
     /// Lock-free read of a slot's word (`swap_table_get`): FREE when the cluster has no table.
     pub fn load(&self, e: SwapEntry) -> Result<Word, SwapError> {
         self.check_entry(e)?;
-        let c = &self.clusters[e.cluster()];
+        let Some(c) = self.clusters.get(e.cluster()) else {
+            return Ok(Word::FREE); // a cluster never used
+        };
         #[cfg(not(loom))]
         let _pin = crossbeam_epoch::pin();
         let p = c.table.load(Ordering::Acquire);
@@ -336,14 +347,36 @@ impl SwapSpace {
     pub fn lock_cluster(&self, e: SwapEntry) -> Result<ClusterGuard<'_>, SwapError> {
         self.check_entry(e)?;
         let idx = e.cluster();
-        Ok(ClusterGuard { space: self, idx, st: self.clusters[idx].state.lock(), dirty: false })
+        Ok(ClusterGuard { space: self, idx, st: self.cluster(idx).state.lock(), dirty: false })
     }
 
     /// The first cluster at or after `from` that has used slots (a live table), for scanners
     /// (writeback, drain, compaction). Lock-free; the answer may be stale by the time the
     /// caller locks the cluster.
     pub fn next_used_cluster(&self, from: usize) -> Option<usize> {
-        (from..self.clusters.len()).find(|&i| !self.clusters[i].table.load(Ordering::Acquire).is_null())
+        (from..self.clusters.ready())
+            .find(|&i| self.clusters.get(i).is_some_and(|c| !c.table.load(Ordering::Acquire).is_null()))
+    }
+
+    /// Cluster `ci` (below [`SwapSpace::nr_clusters`]), made ready first if it never was (only
+    /// an entry no allocation returned names such a cluster). Takes the list lock in that
+    /// case: not to be called with it held.
+    #[inline]
+    fn cluster(&self, ci: usize) -> &Cluster {
+        if let Some(c) = self.clusters.get(ci) {
+            return c;
+        }
+        let mut l = lock(&self.lists);
+        self.make_ready(&mut l, ci + 1);
+        drop(l);
+        self.clusters.get(ci).expect("made ready above")
+    }
+
+    /// Make the clusters up to `to` ready: free, at the tail of the free list. List lock held
+    /// (`l`).
+    fn make_ready(&self, l: &mut Lists, to: usize) {
+        // SAFETY: `l` is this space's list lock, held by the caller.
+        unsafe { self.clusters.make_ready(l, to, Cluster::new, |l, ci| l.move_tail(ci as u32, L_FREE)) };
     }
 
     /// Lock cluster `idx` by index (for scanners using [`SwapSpace::next_used_cluster`]).
@@ -351,7 +384,7 @@ impl SwapSpace {
         if idx >= self.clusters.len() {
             return Err(SwapError::OutOfRange((idx as u64).saturating_mul(N as u64)));
         }
-        Ok(ClusterGuard { space: self, idx, st: self.clusters[idx].state.lock(), dirty: false })
+        Ok(ClusterGuard { space: self, idx, st: self.cluster(idx).state.lock(), dirty: false })
     }
 
     // ---- allocation -------------------------------------------------------------------
@@ -389,7 +422,7 @@ impl SwapSpace {
         let next = sh.next[o];
         if next != INVALID {
             let ci = (next / N as u64) as usize;
-            let mut st = self.clusters[ci].state.lock();
+            let mut st = self.cluster(ci).state.lock();
             if usable(&st, order) {
                 let start = if st.count == 0 { 0 } else { (next % N as u64) as usize };
                 if let Some(e) = self.scan(ci, &mut st, start, order, sh, init)? {
@@ -462,7 +495,14 @@ impl SwapSpace {
     ) -> Result<Option<SwapEntry>, SwapError> {
         for _ in 0..8 {
             let cand = {
-                let l = lock(&self.lists);
+                let mut l = lock(&self.lists);
+                // The free list holds no never-used cluster: make the next one ready there
+                // (the one `isolate_lock_in` would have taken, if another process's hold
+                // turned it away, is on the foreign list now).
+                let fresh = self.clusters.ready();
+                if l.first(L_FREE) == NIL && fresh < self.clusters.len() {
+                    self.make_ready(&mut l, fresh + 1);
+                }
                 let mut ids = std::iter::once(L_FREE)
                     .chain((0..NR_ORDERS as u8).map(l_nonfull))
                     .chain((0..NR_ORDERS as u8).flat_map(|o| (0..NR_BUCKETS as u8).map(move |b| l_frag(o, b))));
@@ -474,7 +514,7 @@ impl SwapSpace {
             let Some(ci) = cand else {
                 return Ok(None);
             };
-            let mut st = self.clusters[ci].state.lock();
+            let mut st = self.cluster(ci).state.lock();
             if st.flag == ClusterFlag::None || st.flag > ClusterFlag::Frag || st.count as usize >= N {
                 continue;
             }
@@ -574,9 +614,23 @@ impl SwapSpace {
     fn isolate_lock_in(&self, lists: impl Iterator<Item = u16>) -> Option<(usize, ClusterLockGuard<'_, ClusterState>)> {
         let mut l = lock(&self.lists);
         for list in lists {
+            // Never-used clusters first, in order (the order of a free list on which every
+            // cluster started, with the freed ones behind).
+            let fresh = self.clusters.ready();
+            if list == L_FREE && fresh < self.clusters.len() {
+                self.make_ready(&mut l, fresh + 1);
+                let c = self.clusters.get(fresh).expect("made ready above");
+                if let Some(mut st) = c.state.try_lock() {
+                    l.remove(fresh as u32);
+                    st.flag = ClusterFlag::None;
+                    return Some((fresh, st));
+                }
+            }
             let mut c = l.first(list);
             while c != NIL {
-                if let Some(mut st) = self.clusters[c as usize].state.try_lock() {
+                // A cluster on a list is ready (`get`, not `cluster`: the list lock is held).
+                let cl = self.clusters.get(c as usize).expect("a cluster on a list is ready");
+                if let Some(mut st) = cl.state.try_lock() {
                     debug_assert!(st.flag != ClusterFlag::None);
                     l.remove(c);
                     st.flag = ClusterFlag::None;
@@ -673,7 +727,7 @@ impl SwapSpace {
 
     /// The cluster's table, allocating it if the cluster has none. Cluster lock held.
     fn ensure_table(&self, ci: usize) -> &SwapTable {
-        let c = &self.clusters[ci];
+        let c = &self.cluster(ci);
         let mut p = c.table.load(Ordering::Relaxed);
         if p.is_null() {
             p = SwapTable::alloc_raw();
@@ -689,7 +743,7 @@ impl SwapSpace {
     /// (`swap_cluster_free_table`, with the epoch in place of RCU). Cluster lock held; every
     /// word of the table is FREE.
     fn retire_table(&self, ci: usize) {
-        let p = self.clusters[ci].table.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        let p = self.cluster(ci).table.swap(std::ptr::null_mut(), Ordering::AcqRel);
         if p.is_null() {
             return;
         }
@@ -787,7 +841,7 @@ impl SwapSpace {
                 c as usize
             };
             discard(ci);
-            let mut st = self.clusters[ci].state.lock();
+            let mut st = self.cluster(ci).state.lock();
             debug_assert_eq!(st.flag, ClusterFlag::Discard);
             debug_assert_eq!(st.count, 0);
             if let Some(h) = &self.holds {
@@ -817,7 +871,7 @@ impl SwapSpace {
             }
         }
         let l = lock(&self.lists);
-        s.free_clusters = l.len(L_FREE);
+        s.free_clusters = l.len(L_FREE) + (self.clusters.len() - self.clusters.ready());
         s.full_clusters = l.len(L_FULL);
         s.discard_clusters = l.len(L_DISCARD);
         s.shared_clusters = l.len(L_SHARED);
@@ -1006,7 +1060,7 @@ impl ClusterGuard<'_> {
     }
 
     fn table(&self) -> Option<&SwapTable> {
-        let p = self.space.clusters[self.idx].table.load(Ordering::Relaxed);
+        let p = self.space.cluster(self.idx).table.load(Ordering::Relaxed);
         // SAFETY: the table only changes under the cluster lock, which this guard holds; it
         // is retired only by `free_range` (`&mut self`), so no shared borrow outlives it.
         (!p.is_null()).then(|| unsafe { &*p })
@@ -1066,7 +1120,7 @@ impl ClusterGuard<'_> {
         let space = self.space;
         let st = &mut *self.st;
         let t = {
-            let p = space.clusters[self.idx].table.load(Ordering::Relaxed);
+            let p = space.cluster(self.idx).table.load(Ordering::Relaxed);
             // SAFETY: in use implies a live table; we hold the cluster lock (see `table`).
             unsafe { &*p }
         };
@@ -1112,7 +1166,7 @@ impl ClusterGuard<'_> {
         let space = self.space;
         let idx = self.idx;
         let st = &mut *self.st;
-        let p = space.clusters[idx].table.load(Ordering::Relaxed);
+        let p = space.cluster(idx).table.load(Ordering::Relaxed);
         // SAFETY: in-use slots imply a live table; we hold the cluster lock.
         let t = unsafe { &*p };
         for i in off..off + n {
@@ -1237,13 +1291,18 @@ mod tests {
         let empty = s.metadata_bytes();
         let per_cluster = std::mem::size_of::<Cluster>() + 10;
         assert!(per_cluster <= 128, "cluster state grew to {per_cluster} bytes");
-        assert!(empty < 64 * per_cluster + 16 * 1024, "empty space costs {empty} bytes");
+        // No cluster is ready before the first allocation: they cost nothing yet.
+        assert!(empty < 16 * 1024, "empty space costs {empty} bytes");
         let e = s.alloc(0, &mut |_| Word::zero(0, 1)).unwrap();
-        assert_eq!(s.metadata_bytes(), empty + std::mem::size_of::<SwapTable>());
+        // One cluster made ready, with its table.
+        let one = empty + per_cluster;
+        assert_eq!(s.metadata_bytes(), one + std::mem::size_of::<SwapTable>());
         s.lock_cluster(e).unwrap().set_count(e.offset(), 99).unwrap();
-        assert_eq!(s.metadata_bytes(), empty + std::mem::size_of::<SwapTable>() + 4 * N);
+        assert_eq!(s.metadata_bytes(), one + std::mem::size_of::<SwapTable>() + 4 * N);
         s.lock_cluster(e).unwrap().free_range(e.offset(), 1).unwrap();
-        assert_eq!(s.metadata_bytes(), empty);
+        // The table goes; the cluster stays ready.
+        assert_eq!(s.metadata_bytes(), one);
+        s.check_invariants().unwrap();
     }
 
     #[test]

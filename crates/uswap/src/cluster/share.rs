@@ -89,7 +89,7 @@ impl SwapSpace {
         };
         let mut thawed = 0;
         for ci in shared {
-            let mut st = self.clusters[ci].state.lock();
+            let mut st = self.cluster(ci).state.lock();
             if st.flag == ClusterFlag::Shared && h.sole(ci) {
                 self.thaw(ci, &mut st);
                 thawed += 1;
@@ -97,7 +97,7 @@ impl SwapSpace {
         }
         let mut freed = 0;
         for ci in foreign {
-            let mut st = self.clusters[ci].state.lock();
+            let mut st = self.cluster(ci).state.lock();
             if st.flag == ClusterFlag::Foreign && h.free(ci) {
                 self.move_cluster(ci, &mut st, ClusterFlag::Free, L_FREE);
                 freed += 1;
