@@ -306,7 +306,20 @@ pub fn run(a: &Args) -> CliResult {
         );
     }
     if failures > 0 {
-        return Err(CliError::fail(format!("{failures} run(s) failed (see the runs in --json)")));
+        // Say which side failed: the kernel side's memory cgroup sometimes OOM-kills the server
+        // at this limit (2 of 5 kernel runs on 2026-11-28), which is not uswap's failure.
+        let side = |runs: &[Value], name: &str| {
+            let bad: Vec<&Value> = runs.iter().filter(|r| r["outcome"] != "ok").collect();
+            let ooms = bad.iter().filter(|r| r["oom_kills"].as_u64().unwrap_or(0) > 0).count();
+            let why =
+                if ooms > 0 { format!(", {ooms} of them OOM-killed in the memory cgroup") } else { String::new() };
+            format!("{} of {} {name} runs{why}", bad.len(), runs.len())
+        };
+        return Err(CliError::fail(format!(
+            "runs failed: {}; {} (see the runs in --json)",
+            side(&kern.runs, "kernel"),
+            side(&usw.runs, "uswap")
+        )));
     }
     Ok(())
 }
