@@ -12,15 +12,22 @@ fn whole(st: &PagerStats) -> u64 {
     st.swpin[4]
 }
 
-#[test]
-fn straddling_reads_take_single_pages_and_streams_take_whole_folios() {
-    let cfg = PagerConfig { limit_bytes: 4 << 20, folio_size: FOLIO, ..Default::default() };
-    let Some(p) = common::pager(cfg) else { return };
+/// A pager with `limit` and 64 KiB folios, and a 4 MiB region of pattern pages all evicted
+/// (whole folios in the store).
+fn evicted(limit: u64) -> Option<(std::sync::Arc<uswap_pager::Pager>, uswap_pager::Region)> {
+    let cfg = PagerConfig { limit_bytes: limit, folio_size: FOLIO, ..Default::default() };
+    let p = common::pager(cfg)?;
     let mut r = p.map(4 << 20).unwrap();
     for (pg, pgbuf) in r.as_mut_slice().chunks_mut(4096).enumerate() {
         common::fill_page(pgbuf, 6, pg, false);
     }
     r.evict_all();
+    Some((p, r))
+}
+
+#[test]
+fn straddling_reads_take_single_pages_and_streams_take_whole_folios() {
+    let Some((p, r)) = evicted(4 << 20) else { return };
     let folios = r.len() / FOLIO;
     // Random access to objects that straddle a page boundary: pages 5 and 6 of folios 7 apart
     // (no folio follows the one before).
@@ -50,13 +57,7 @@ fn straddling_reads_take_single_pages_and_streams_take_whole_folios() {
 
 #[test]
 fn faults_in_neighbouring_folios_take_single_4k_pages_and_streams_take_whole_folios() {
-    let cfg = PagerConfig { limit_bytes: 16 << 20, folio_size: FOLIO, ..Default::default() };
-    let Some(p) = common::pager(cfg) else { return };
-    let mut r = p.map(4 << 20).unwrap();
-    for (pg, pgbuf) in r.as_mut_slice().chunks_mut(4096).enumerate() {
-        common::fill_page(pgbuf, 6, pg, false);
-    }
-    r.evict_all();
+    let Some((p, mut r)) = evicted(16 << 20) else { return };
     let folios = r.len() / FOLIO;
     // Rewrite the even pages one by one, no two faults in a row in the same or neighbouring
     // folios: each comes in alone, and the next eviction stores them as 4 KiB pages.

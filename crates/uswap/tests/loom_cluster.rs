@@ -17,20 +17,30 @@ use std::sync::Arc;
 use uswap::cluster::{FragPolicy, SpaceConfig, SwapSpace};
 use uswap::swap_table::{Word, SLOTS_PER_CLUSTER};
 
-fn model(shards: usize, policy: FragPolicy) {
+/// Run `f` under loom with the bounds every model here uses.
+fn explore(f: impl Fn() + Sync + Send + 'static) {
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(2);
     b.max_branches = 50_000;
-    b.check(move || {
-        let s = Arc::new(
-            SwapSpace::new(SpaceConfig {
-                nr_slots: SLOTS_PER_CLUSTER as u64,
-                frag_policy: policy,
-                discard: false,
-                nr_shards: shards,
-            })
-            .unwrap(),
-        );
+    b.check(f);
+}
+
+/// A space of `clusters` clusters, no discard.
+fn space(clusters: usize, policy: FragPolicy, shards: usize) -> Arc<SwapSpace> {
+    Arc::new(
+        SwapSpace::new(SpaceConfig {
+            nr_slots: (clusters * SLOTS_PER_CLUSTER) as u64,
+            frag_policy: policy,
+            discard: false,
+            nr_shards: shards,
+        })
+        .unwrap(),
+    )
+}
+
+fn model(shards: usize, policy: FragPolicy) {
+    explore(move || {
+        let s = space(1, policy, shards);
         let a = s.alloc(0, &mut |_| Word::zero(1, 1)).unwrap();
         let s2 = s.clone();
         let t = thread::spawn(move || {
@@ -61,19 +71,8 @@ fn model(shards: usize, policy: FragPolicy) {
 /// tried) while the other thread frees the order-1 folio there and relocates the cluster
 /// (cluster lock held, then the list lock): the lock-order rule under test.
 fn steal_vs_free(policy: FragPolicy) {
-    let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(2);
-    b.max_branches = 50_000;
-    b.check(move || {
-        let s = Arc::new(
-            SwapSpace::new(SpaceConfig {
-                nr_slots: SLOTS_PER_CLUSTER as u64,
-                frag_policy: policy,
-                discard: false,
-                nr_shards: 1,
-            })
-            .unwrap(),
-        );
+    explore(move || {
+        let s = space(1, policy, 1);
         let f = s.alloc(1, &mut |_| Word::zero(1, 1)).unwrap();
         let s2 = s.clone();
         let t = thread::spawn(move || {
@@ -97,19 +96,8 @@ fn steal_vs_free(policy: FragPolicy) {
 /// the other thread reads a slot of it lock-free (`ready` read with Acquire, no lock) and
 /// touches a slot of cluster 1, which makes clusters up to 1 ready by the other path.
 fn first_use_races_readers() {
-    let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(2);
-    b.max_branches = 50_000;
-    b.check(move || {
-        let s = Arc::new(
-            SwapSpace::new(SpaceConfig {
-                nr_slots: 2 * SLOTS_PER_CLUSTER as u64,
-                frag_policy: FragPolicy::ScanOne,
-                discard: false,
-                nr_shards: 1,
-            })
-            .unwrap(),
-        );
+    explore(move || {
+        let s = space(2, FragPolicy::ScanOne, 1);
         let s2 = s.clone();
         let t = thread::spawn(move || {
             let e = s2.alloc(0, &mut |_| Word::stored(2, 0, 9, 1)).unwrap();
