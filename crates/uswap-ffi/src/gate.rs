@@ -66,7 +66,8 @@ impl ProgramAction {
     }
 }
 
-fn gettid() -> i32 {
+/// The calling thread's id.
+pub(crate) fn gettid() -> i32 {
     // SAFETY: gettid has no arguments and cannot fail.
     unsafe { libc::syscall(libc::SYS_gettid) as i32 }
 }

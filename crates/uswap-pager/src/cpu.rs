@@ -46,7 +46,7 @@
 //! (`UFFD_FEATURE_THREAD_ID`), or when `follow_cpu` is off; a refused `sched_setaffinity` of
 //! the event thread turns following off for good and gives every thread its mask back.
 //!
-//! Locking: one spin lock, `Placement::pin_lock`, held for one `sched_setaffinity` by the
+//! Locking: one [`YieldLock`], `Placement::pin_lock`, held for one `sched_setaffinity` by the
 //! event thread setting a pin and by a wrapper marking its thread held off pins
 //! (`Placement::hold_pins`), so no pin lands between a wrapper's lifting of it and the
 //! `clone` that would inherit it; the event thread only tries it (a pin skipped waits for the
@@ -56,6 +56,7 @@
 //! is not its pin any more is forgotten at the next window). A [`Follower`] belongs to the
 //! event thread alone.
 
+use crate::sys::YieldLock;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
@@ -112,7 +113,7 @@ pub(crate) struct Placement {
     hold_until_ns: AtomicU64,
     /// Taken by the event thread around a pin, and by a wrapper around setting [`Self::hold`]:
     /// a pin is never set between a wrapper's lifting of the pin and its `clone`.
-    pin_lock: AtomicBool,
+    pin_lock: YieldLock,
     /// Times a program thread was pinned, and times a pin was given up because the thread
     /// waited for its CPU.
     pub(crate) pins: AtomicU64,
@@ -140,7 +141,7 @@ impl Placement {
             relatives_busy: AtomicBool::new(true),
             hold: AtomicU64::new(0),
             hold_until_ns: AtomicU64::new(0),
-            pin_lock: AtomicBool::new(false),
+            pin_lock: YieldLock::new(),
             pins: AtomicU64::new(0),
             pin_backoffs: AtomicU64::new(0),
         }
@@ -173,14 +174,10 @@ impl Placement {
     /// Under [`Self::pin_lock`], so that a pin the event thread is setting is set before this
     /// returns and none after.
     fn hold_pins(&self, tid: i32, until_ns: u64) {
-        while self.pin_lock.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
-            // SAFETY: sched_yield has no arguments and cannot fail (the event thread holds the
-            // lock for one sched_setaffinity call).
-            unsafe { libc::syscall(libc::SYS_sched_yield) };
-        }
+        // The event thread holds the lock for one sched_setaffinity call at most.
+        let _g = self.pin_lock.lock();
         self.hold_until_ns.store(until_ns, Ordering::Release);
         self.hold.store((tid as u64) << 32, Ordering::Release);
-        self.pin_lock.store(false, Ordering::Release);
     }
 
     /// Does a wrapper hold thread `tid` off pinning at `now_ns`? Read under `pin_lock`.
@@ -229,7 +226,7 @@ impl Placement {
     /// Give the pinned thread, if any, the program's mask back, if its mask is still our pin.
     fn release_pin(&self) {
         if let (Some((tid, cpu)), Some(allowed)) = (decode_pin(self.pinned.swap(0, Ordering::AcqRel)), self.allowed) {
-            if affinity(tid).is_some_and(|m| same_set(&m, &one_cpu(cpu))) {
+            if pinned_to(tid, cpu) {
                 let _ = set_affinity(tid, &allowed);
             }
         }
@@ -254,8 +251,10 @@ impl Placement {
         self.parent_pin.store(pin.map_or(-1, |(_, cpu)| cpu), Ordering::Release);
         // The parent is a relative, busy or not; the tree's next update says.
         self.relatives_busy.store(true, Ordering::Release);
+        // Its event thread, which may have held the lock at the fork, does not exist here.
+        self.pin_lock.force_unlock();
         if let (Some((_, cpu)), Some(allowed)) = (pin, self.allowed) {
-            if affinity(0).is_some_and(|m| same_set(&m, &one_cpu(cpu))) {
+            if pinned_to(0, cpu) {
                 let _ = set_affinity(0, &allowed);
             }
         }
@@ -395,14 +394,12 @@ impl Follower {
         let Some((_, delay)) = schedstat(&mut self.sched, tid) else { return };
         // A wrapper lifting the pin to start a thread or a process waits for this, or it is
         // held off here (`Placement::hold_pins`).
-        if p.pin_lock.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
-            return;
-        }
+        let Some(g) = p.pin_lock.try_lock() else { return };
         let pinned = !p.held(tid, crate::stats::now_ns()) && set_affinity(tid as i32, &one_cpu(cpu)).is_ok();
         if pinned {
             p.pinned.store(u64::from(tid) << 32 | cpu as u64, Ordering::Release);
         }
-        p.pin_lock.store(false, Ordering::Release);
+        drop(g);
         if pinned {
             (self.sched_at_ns, self.sched_delay_ns) = (now_ns, delay);
             p.pins.fetch_add(1, Ordering::Relaxed);
@@ -419,7 +416,7 @@ impl Follower {
         if dt < PIN_WINDOW_NS {
             return;
         }
-        if !affinity(tid).is_some_and(|m| same_set(&m, &one_cpu(cpu))) {
+        if !pinned_to(tid, cpu) {
             let _ = p.pinned.compare_exchange(pin, 0, Ordering::AcqRel, Ordering::Acquire);
             return;
         }
@@ -527,6 +524,11 @@ fn one_cpu(cpu: i32) -> libc::cpu_set_t {
         unsafe { libc::CPU_SET(cpu as usize, &mut one) };
     }
     one
+}
+
+/// Whether thread `tid` (0: the caller) has CPU `cpu` alone as its mask: still our pin.
+fn pinned_to(tid: i32, cpu: i32) -> bool {
+    affinity(tid).is_some_and(|m| same_set(&m, &one_cpu(cpu)))
 }
 
 fn same_set(a: &libc::cpu_set_t, b: &libc::cpu_set_t) -> bool {

@@ -348,7 +348,11 @@ fn seq_fault(r: &RegionInner, pg: usize) -> (bool, u32) {
 /// object that straddles a page (or folio) boundary faults twice in a row under random access
 /// too, and a whole swap-in then brings 15 pages of a 64 KiB folio that nobody asked for
 /// (with one step, the suite's Redis swapped in 2.4x the bytes it did with 4 KiB folios:
-/// BENCHMARKS.md, 2026-11-25, sixteenth session). A stream pays two 4 KiB faults at its start.
+/// BENCHMARKS.md, 2026-11-25, sixteenth session), and so do neighbouring objects: Redis during
+/// a BGSAVE, its small objects evicted, faults on a key's entry, key and value object in
+/// neighbouring folios; with one step for 4 KiB stored pages, 60 k of 537 k swap-ins mapped
+/// 962 k pages and the save took 15 s instead of 10 (2026-11-28). A stream pays two 4 KiB
+/// faults at its start.
 const STREAM_STEPS: u32 = 2;
 
 fn large_ok(p: &Pager, r: &RegionInner) -> bool {
@@ -838,10 +842,7 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write
     let fo = r.folio_order;
     let (seq, streak) = seq_fault(r, pg);
     // A zero-fill takes the folio at one step (cheap, and growth is sequential); a swap-in
-    // only in a stream, as a large stored folio does: one step is often not a stream. Redis
-    // during a BGSAVE, its small objects evicted, faults on a key's entry, key and value
-    // object in neighbouring folios, and each such step brought in 16 pages: 60 k of 537 k
-    // swap-ins mapped 962 k pages, and the save took 15 s instead of 10 (2026-11-28).
+    // only in a stream (`STREAM_STEPS`), as a large stored folio does.
     let stream = if w0.kind() == kind::SWAPPED { streak >= STREAM_STEPS } else { seq };
     let (first, n) = if fo > 0 && (stream || !p.cfg.adaptive) {
         let n = 1usize << fo;

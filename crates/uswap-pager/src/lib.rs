@@ -745,12 +745,6 @@ impl Pager {
         self.place.reported_mask(tid)
     }
 
-    /// Whether another process of the tree is live (`tree::update`): while one is, the pager
-    /// pins no thread (the `cpu` module).
-    pub fn set_relatives_busy(&self, busy: bool) {
-        self.place.set_relatives_busy(busy);
-    }
-
     /// The program sets CPU masks itself: the pager gives a pinned thread its mask back and
     /// pins no thread from now on.
     pub fn program_sets_cpu_masks(&self) {

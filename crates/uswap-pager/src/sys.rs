@@ -73,6 +73,10 @@ impl YieldLock {
         }
         YieldGuard(self)
     }
+    /// Take the lock if it is free, without waiting.
+    pub(crate) fn try_lock(&self) -> Option<YieldGuard<'_>> {
+        self.0.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok().then_some(YieldGuard(self))
+    }
     /// Free the lock without a guard: in a fork child, where the holder no longer exists.
     pub(crate) fn force_unlock(&self) {
         self.0.store(false, Ordering::Release);

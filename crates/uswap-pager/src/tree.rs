@@ -460,7 +460,7 @@ pub fn update(p: &crate::Pager) {
     let me = Member { charge: own, rate: rate / 1024 * 1024 };
     // With a relative live, the pager pins no thread beside its event thread (the `cpu`
     // module: two processes pinned to one CPU could not be parted by the scheduler).
-    p.set_relatives_busy(live > 1);
+    p.place.set_relatives_busy(live > 1);
     LAST_TOTAL.store(own + members.clone().map(|m| m.charge).sum::<u64>(), Ordering::Relaxed);
     LAST_LIVE.store(live, Ordering::Relaxed);
     LAST_RATE.store(me.rate, Ordering::Relaxed);

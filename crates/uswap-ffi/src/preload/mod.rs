@@ -11,7 +11,7 @@
 //! `USWAP_RECOMP_CPU_PERCENT` (period and CPU budget of background recompression, default
 //! 5000 ms and 5 %; it runs only for a pool tier with `recomp=`), `USWAP_WRITEBACK_AGE_MS`
 //! (pool objects unused this long are written back to the file by the same thread, default
-//! 60 000, 0 = off), `USWAP_PROMOTE=0` (no promotion of refaulted file objects into the pool)
+//! 60 000, 0 = off), `USWAP_PROMOTE=0` (no promotion of refaulted file objects into the pool),
 //! `USWAP_FOLLOW_CPU=0` (the event thread does not follow the faulting thread's CPU) and
 //! `USWAP_PIN_THREAD=0` (it follows, but does not pin the thread it follows beside it).
 //!

@@ -24,16 +24,12 @@
 
 use super::dl::{next, next_fn};
 use super::pager;
+use crate::gate::gettid;
 use libc::{
     c_char, c_int, c_void, cpu_set_t, pid_t, posix_spawn_file_actions_t, posix_spawnattr_t, pthread_attr_t, pthread_t,
     size_t, FILE,
 };
 use std::sync::atomic::AtomicUsize;
-
-fn gettid() -> i32 {
-    // SAFETY: gettid has no arguments and cannot fail.
-    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
-}
 
 /// Run `f` with the calling thread's pin lifted (when there is a pager).
 fn unpinned<R>(f: impl FnOnce() -> R) -> R {
@@ -130,139 +126,70 @@ pub unsafe extern "C" fn pthread_setaffinity_np(th: pthread_t, size: size_t, set
 
 type StartFn = extern "C" fn(*mut c_void) -> *mut c_void;
 
-/// `pthread_create(3)`: the new thread gets the program's mask, not a pin.
-///
-/// # Safety
-/// - As for `pthread_create(3)`.
-#[no_mangle]
-pub unsafe extern "C" fn pthread_create(
-    th: *mut pthread_t,
-    attr: *const pthread_attr_t,
-    start: StartFn,
-    arg: *mut c_void,
-) -> c_int {
-    let f = next_fn!(
-        c"pthread_create",
-        unsafe extern "C" fn(*mut pthread_t, *const pthread_attr_t, StartFn, *mut c_void) -> c_int,
-        libc::EAGAIN
-    );
-    // SAFETY: the caller's arguments.
-    unpinned(|| unsafe { f(th, attr, start, arg) })
-}
-
-/// `posix_spawn(3)` and `posix_spawnp(3)` (same arguments; the second takes a file name
-/// looked up in `PATH`).
-macro_rules! spawn_wrapper {
-    ($name:ident, $c:literal) => {
-        #[doc = concat!("`", stringify!($name), "(3)`.")]
+/// A wrapper `$name(args) -> ret` that calls the next definition of `$c` with the calling
+/// thread's pin lifted ([`unpinned`]), or returns `$fail` if there is none.
+macro_rules! unpinned_wrapper {
+    ($(#[$doc:meta])* $name:ident, $c:literal, ($($arg:ident: $ty:ty),*) -> $ret:ty, $fail:expr) => {
+        $(#[$doc])*
         ///
         /// # Safety
-        #[doc = concat!("- As for `", stringify!($name), "(3)`.")]
+        #[doc = concat!("- As for `", stringify!($name), "`.")]
         #[no_mangle]
-        pub unsafe extern "C" fn $name(
-            pid: *mut pid_t,
-            path: *const c_char,
-            actions: *const posix_spawn_file_actions_t,
-            attr: *const posix_spawnattr_t,
-            argv: *const *mut c_char,
-            envp: *const *mut c_char,
-        ) -> c_int {
-            type F = unsafe extern "C" fn(
-                *mut pid_t,
-                *const c_char,
-                *const posix_spawn_file_actions_t,
-                *const posix_spawnattr_t,
-                *const *mut c_char,
-                *const *mut c_char,
-            ) -> c_int;
-            let f = next_fn!($c, F, libc::ENOSYS);
-            // SAFETY: the caller's arguments.
-            unpinned(|| unsafe { f(pid, path, actions, attr, argv, envp) })
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            let f = next_fn!($c, unsafe extern "C" fn($($ty),*) -> $ret, $fail);
+            // SAFETY: the caller's arguments, as the next definition takes them.
+            unpinned(|| unsafe { f($($arg),*) })
         }
     };
 }
-spawn_wrapper!(posix_spawn, c"posix_spawn");
-spawn_wrapper!(posix_spawnp, c"posix_spawnp");
 
-/// `system(3)`.
-///
-/// # Safety
-/// - As for `system(3)`.
-#[no_mangle]
-pub unsafe extern "C" fn system(cmd: *const c_char) -> c_int {
-    let f = next_fn!(c"system", unsafe extern "C" fn(*const c_char) -> c_int, -1);
-    // SAFETY: the caller's argument.
-    unpinned(|| unsafe { f(cmd) })
-}
-
-/// `popen(3)`.
-///
-/// # Safety
-/// - As for `popen(3)`.
-#[no_mangle]
-pub unsafe extern "C" fn popen(cmd: *const c_char, mode: *const c_char) -> *mut FILE {
-    let f = next_fn!(c"popen", unsafe extern "C" fn(*const c_char, *const c_char) -> *mut FILE, std::ptr::null_mut());
-    // SAFETY: the caller's arguments.
-    unpinned(|| unsafe { f(cmd, mode) })
-}
-
-/// `execve(2)`: the new program starts with the program's mask (pinned again if it fails).
-///
-/// # Safety
-/// - As for `execve(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
-    type F = unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
-    let f = next_fn!(c"execve", F, -1);
-    // SAFETY: the caller's arguments.
-    unpinned(|| unsafe { f(path, argv, envp) })
-}
-
-/// `execv(3)`.
-///
-/// # Safety
-/// - As for `execv(3)`.
-#[no_mangle]
-pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
-    let f = next_fn!(c"execv", unsafe extern "C" fn(*const c_char, *const *const c_char) -> c_int, -1);
-    // SAFETY: the caller's arguments.
-    unpinned(|| unsafe { f(path, argv) })
-}
-
-/// `execvp(3)`.
-///
-/// # Safety
-/// - As for `execvp(3)`.
-#[no_mangle]
-pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
-    let f = next_fn!(c"execvp", unsafe extern "C" fn(*const c_char, *const *const c_char) -> c_int, -1);
-    // SAFETY: the caller's arguments.
-    unpinned(|| unsafe { f(file, argv) })
-}
-
-/// `execvpe(3)`.
-///
-/// # Safety
-/// - As for `execvpe(3)`.
-#[no_mangle]
-pub unsafe extern "C" fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
-    type F = unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
-    let f = next_fn!(c"execvpe", F, -1);
-    // SAFETY: the caller's arguments.
-    unpinned(|| unsafe { f(file, argv, envp) })
-}
-
-/// `fexecve(3)`.
-///
-/// # Safety
-/// - As for `fexecve(3)`.
-#[no_mangle]
-pub unsafe extern "C" fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
-    type F = unsafe extern "C" fn(c_int, *const *const c_char, *const *const c_char) -> c_int;
-    let f = next_fn!(c"fexecve", F, -1);
-    // SAFETY: the caller's arguments.
-    unpinned(|| unsafe { f(fd, argv, envp) })
-}
+unpinned_wrapper!(
+    /// `pthread_create(3)`: the new thread gets the program's mask, not a pin.
+    pthread_create, c"pthread_create",
+    (th: *mut pthread_t, attr: *const pthread_attr_t, start: StartFn, arg: *mut c_void) -> c_int, libc::EAGAIN
+);
+unpinned_wrapper!(
+    /// `posix_spawn(3)`.
+    posix_spawn, c"posix_spawn",
+    (pid: *mut pid_t, path: *const c_char, actions: *const posix_spawn_file_actions_t,
+     attr: *const posix_spawnattr_t, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int,
+    libc::ENOSYS
+);
+unpinned_wrapper!(
+    /// `posix_spawnp(3)`: `posix_spawn` of a file name looked up in `PATH`.
+    posix_spawnp, c"posix_spawnp",
+    (pid: *mut pid_t, file: *const c_char, actions: *const posix_spawn_file_actions_t,
+     attr: *const posix_spawnattr_t, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int,
+    libc::ENOSYS
+);
+unpinned_wrapper!(
+    /// `system(3)`.
+    system, c"system", (cmd: *const c_char) -> c_int, -1
+);
+unpinned_wrapper!(
+    /// `popen(3)`.
+    popen, c"popen", (cmd: *const c_char, mode: *const c_char) -> *mut FILE, std::ptr::null_mut()
+);
+unpinned_wrapper!(
+    /// `execve(2)`: the new program starts with the program's mask (pinned again if it fails).
+    execve, c"execve", (path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int, -1
+);
+unpinned_wrapper!(
+    /// `execv(3)`.
+    execv, c"execv", (path: *const c_char, argv: *const *const c_char) -> c_int, -1
+);
+unpinned_wrapper!(
+    /// `execvp(3)`.
+    execvp, c"execvp", (file: *const c_char, argv: *const *const c_char) -> c_int, -1
+);
+unpinned_wrapper!(
+    /// `execvpe(3)`.
+    execvpe, c"execvpe", (file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int, -1
+);
+unpinned_wrapper!(
+    /// `fexecve(3)`.
+    fexecve, c"fexecve", (fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int, -1
+);
 
 /// The next definitions of the trampolines' symbols, looked up at start-up ([`resolve`]).
 static NEXT_VFORK: AtomicUsize = AtomicUsize::new(0);

@@ -372,6 +372,16 @@ impl SwapSpace {
         self.clusters.get(ci).expect("made ready above")
     }
 
+    /// Make the next never-used cluster ready (free, at the tail of the free list) and return
+    /// it; None when every cluster is ready. List lock held (`l`).
+    fn ready_next_fresh(&self, l: &mut Lists) -> Option<usize> {
+        let fresh = self.clusters.ready();
+        (fresh < self.clusters.len()).then(|| {
+            self.make_ready(l, fresh + 1);
+            fresh
+        })
+    }
+
     /// Make the clusters up to `to` ready: free, at the tail of the free list. List lock held
     /// (`l`).
     fn make_ready(&self, l: &mut Lists, to: usize) {
@@ -499,9 +509,8 @@ impl SwapSpace {
                 // The free list holds no never-used cluster: make the next one ready there
                 // (the one `isolate_lock_in` would have taken, if another process's hold
                 // turned it away, is on the foreign list now).
-                let fresh = self.clusters.ready();
-                if l.first(L_FREE) == NIL && fresh < self.clusters.len() {
-                    self.make_ready(&mut l, fresh + 1);
+                if l.first(L_FREE) == NIL {
+                    self.ready_next_fresh(&mut l);
                 }
                 let mut ids = std::iter::once(L_FREE)
                     .chain((0..NR_ORDERS as u8).map(l_nonfull))
@@ -616,10 +625,9 @@ impl SwapSpace {
         for list in lists {
             // Never-used clusters first, in order (the order of a free list on which every
             // cluster started, with the freed ones behind).
-            let fresh = self.clusters.ready();
-            if list == L_FREE && fresh < self.clusters.len() {
-                self.make_ready(&mut l, fresh + 1);
-                let c = self.clusters.get(fresh).expect("made ready above");
+            let fresh = if list == L_FREE { self.ready_next_fresh(&mut l) } else { None };
+            if let Some(fresh) = fresh {
+                let c = self.clusters.get(fresh).expect("made ready");
                 if let Some(mut st) = c.state.try_lock() {
                     l.remove(fresh as u32);
                     st.flag = ClusterFlag::None;
@@ -727,7 +735,7 @@ impl SwapSpace {
 
     /// The cluster's table, allocating it if the cluster has none. Cluster lock held.
     fn ensure_table(&self, ci: usize) -> &SwapTable {
-        let c = &self.cluster(ci);
+        let c = self.cluster(ci);
         let mut p = c.table.load(Ordering::Relaxed);
         if p.is_null() {
             p = SwapTable::alloc_raw();
