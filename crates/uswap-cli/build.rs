@@ -25,7 +25,14 @@ fn main() {
     }
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
     let ffi = manifest.join("../uswap-ffi");
-    for d in ["../uswap-ffi/src", "../uswap-ffi/Cargo.toml", "../uswap/src", "../uswap-pager/src", "../../Cargo.lock"] {
+    for d in [
+        "../uswap-ffi/src",
+        "../uswap-ffi/build.rs",
+        "../uswap-ffi/Cargo.toml",
+        "../uswap/src",
+        "../uswap-pager/src",
+        "../../Cargo.lock",
+    ] {
         println!("cargo:rerun-if-changed={}", manifest.join(d).display());
     }
     // OUT_DIR is <target>/<profile>/build/uswap-cli-HASH/out: the target directory is 4 up.

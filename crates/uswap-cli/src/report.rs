@@ -268,6 +268,7 @@ pub fn pager(p: &Value, tiers: &str) -> Value {
             "store_errors": u(p, "/store_errors"),
             "handed_back": u(p, "/reclaim_handed_back"),
             "cow_skipped": u(p, "/reclaim_cow_skipped"),
+            "pinned_skipped": u(p, "/reclaim_pinned_skipped"),
             "write_protect_calls": u(p, "/wp_calls"),
             "madvise_calls": u(p, "/madvise_calls"),
         },

@@ -1108,6 +1108,8 @@ pub(crate) fn event_loop(p: &Pager) {
     let mut spin_preempted = 0u64;
     let mut follow = crate::cpu::Follower::new(&p.place);
     while !p.stop.load(Ordering::Acquire) {
+        // This thread's thread vector stays pinned where glibc keeps it (`own`).
+        crate::own::pin_thread_vector();
         let pending = !faults.is_empty() || !events.is_empty();
         if spin_until == 0 || now_ns() > spin_until {
             spin_until = 0;

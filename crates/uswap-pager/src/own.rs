@@ -10,6 +10,24 @@
 //! pointer and the signal stack the Rust runtime maps for it before the thread runs, and
 //! forgets them only as it is joined; [`is_own`] tells an adopter to keep away.
 //!
+//! One piece of a pager thread's memory is not the pager's to place: its *dynamic thread
+//! vector* (glibc's DTV, which every thread-local access of a shared library reads through
+//! `__tls_get_addr`). glibc allocates it with the global `calloc` when the thread is created,
+//! and when the executable defines `calloc` itself (rustc and Rust programs built with an
+//! unprefixed jemalloc, programs linked with tcmalloc) that is the program's heap: managed
+//! memory. Evicted, the event thread's next thread-local access waited for the event thread
+//! (`uswap run -- cargo build`: every pager thread of a `rustc` blocked in
+//! `__tls_get_addr`). So each pager thread *pins* its vector ([`pin_thread_vector`], x86-64
+//! glibc: the vector's address is at `%fs:8`, its length one entry below it) and reclaim
+//! passes over folios that hold a pinned range ([`pinned`]). A vector glibc moves later (it
+//! grows when more than a dozen libraries with thread-locals are loaded after the thread
+//! started) is pinned again by the thread's next loop. Pager threads also get stacks of an
+//! unusual size ([`STACK_PAD`]): a fork child starts its pager threads on the stacks glibc
+//! cached from the parent's threads, with their vectors, and the best fit for that size is a
+//! parent pager thread's stack, whose vector was pinned (so it is resident in the child),
+//! not a program thread's, whose vector may be swapped out with no event thread yet to
+//! bring it back.
+//!
 //! Locking: none for the table. A fixed table of atomic `(start, end)` pairs: [`add`] claims a
 //! free entry by CAS, [`remove`] clears it; readers scan without locks (signal-safe,
 //! allocation-free). A mapping added concurrently with a scan may be missed by that scan, so
@@ -61,6 +79,13 @@ impl Range {
 static OWN: [Range; MAX_OWN] = [const { Range { start: AtomicUsize::new(0), end: AtomicUsize::new(0) } }; MAX_OWN];
 static HIGH: AtomicUsize = AtomicUsize::new(0);
 static STACKS: [AtomicUsize; MAX_STACKS] = [const { AtomicUsize::new(0) }; MAX_STACKS];
+/// Pinned ranges (pager threads' dynamic thread vectors), one slot per thread.
+static PINNED: [Range; MAX_STACKS] =
+    [const { Range { start: AtomicUsize::new(0), end: AtomicUsize::new(0) } }; MAX_STACKS];
+/// Added to every pager thread's stack size (see the module's paragraph).
+pub const STACK_PAD: usize = 68 << 10;
+/// The default stack of a pager thread, before [`STACK_PAD`] (the Rust runtime's default).
+const DEFAULT_STACK: usize = 2 << 20;
 /// Own mappings that did not fit in the table (then adoption must be conservative).
 static OVERFLOW: AtomicUsize = AtomicUsize::new(0);
 
@@ -240,9 +265,11 @@ pub struct Thread<T> {
 struct ThreadMem {
     stack_slot: Option<usize>,
     sigaltstack: Option<(usize, usize)>,
+    /// Its slot in the pinned table (its dynamic thread vector).
+    pin_slot: Option<usize>,
 }
 
-/// Start a pager thread named `name` (with `stack_size` bytes of stack, or the default) that
+/// Start a pager thread named `name` (with `stack_size` bytes of stack, or 2 MiB, plus [`STACK_PAD`]) that
 /// runs `f`. A thread's memory is mapped before its code runs, by `pthread_create` (the
 /// stack) and by the Rust runtime's thread start (a signal stack, `MAP_PRIVATE|MAP_ANONYMOUS`,
 /// about 12 KiB here), and unmapped after it returns; none of that goes through [`Mapping`].
@@ -259,10 +286,7 @@ pub fn spawn<T: Send + 'static>(
 ) -> std::io::Result<Thread<T>> {
     let making = making();
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    let mut b = std::thread::Builder::new().name(name.into());
-    if let Some(n) = stack_size {
-        b = b.stack_size(n);
-    }
+    let b = std::thread::Builder::new().name(name.into()).stack_size(stack_size.unwrap_or(DEFAULT_STACK) + STACK_PAD);
     let handle = b.spawn(move || {
         let _ = tx.send(ThreadMem::record_this_thread());
         f()
@@ -315,7 +339,7 @@ impl ThreadMem {
         if let Some((start, len)) = sigaltstack {
             add(start, len);
         }
-        ThreadMem { stack_slot, sigaltstack }
+        ThreadMem { stack_slot, sigaltstack, pin_slot: pin_thread_vector() }
     }
 
     /// Forget what [`ThreadMem::record_this_thread`] recorded (under a [`Making`] guard).
@@ -326,7 +350,70 @@ impl ThreadMem {
         if let Some((start, len)) = self.sigaltstack {
             remove(start, len);
         }
+        if let Some(i) = self.pin_slot {
+            PINNED[i].end.store(0, Ordering::Release);
+            PINNED[i].start.store(0, Ordering::Release);
+        }
     }
+}
+
+thread_local! {
+    /// The calling pager thread's slot in [`PINNED`] and the vector pinned there
+    /// (`usize::MAX`: none yet).
+    static PIN: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((usize::MAX, 0)) };
+}
+
+/// Pin the calling pager thread's dynamic thread vector, or pin it again where glibc moved it
+/// (see the module's paragraph); cheap when it has not moved. Called by [`spawn`] before the
+/// thread runs its function, and by the pager threads' loops. Returns the thread's slot, or
+/// `None` where the vector cannot be found (not x86-64 glibc) or the table is full.
+pub fn pin_thread_vector() -> Option<usize> {
+    let (start, end) = thread_vector()?;
+    let (mut slot, at) = PIN.with(std::cell::Cell::get);
+    if slot != usize::MAX && at == start {
+        return Some(slot);
+    }
+    if slot == usize::MAX {
+        slot = PINNED.iter().position(|r| {
+            r.end.load(Ordering::Relaxed) == 0
+                && r.start.compare_exchange(0, usize::MAX, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        })?;
+    }
+    // Readers take an entry only when two readings agree (`Range::read`); the end goes first,
+    // so a reader sees the old range, nothing, or the new one.
+    let r = &PINNED[slot];
+    r.end.store(0, Ordering::Release);
+    r.start.store(start, Ordering::Release);
+    r.end.store(end, Ordering::Release);
+    PIN.with(|c| c.set((slot, start)));
+    Some(slot)
+}
+
+/// True if `[start, end)` holds a pinned range: reclaim must leave the folio resident.
+pub fn pinned(start: usize, end: usize) -> bool {
+    PINNED.iter().filter_map(Range::read).any(|(s, e)| s < end && e > start)
+}
+
+/// The calling thread's dynamic thread vector, `[start, end)` of its allocation.
+#[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
+fn thread_vector() -> Option<(usize, usize)> {
+    let dtv: usize;
+    // SAFETY: on x86-64 glibc `%fs` holds the thread's TCB (`tcbhead_t`), whose second word is
+    // the pointer to its dynamic thread vector; reading it has no side effect.
+    unsafe { std::arch::asm!("mov {}, qword ptr fs:[8]", out(reg) dtv, options(nostack, readonly, preserves_flags)) };
+    if dtv < PAGE {
+        return None;
+    }
+    // SAFETY: glibc allocates the vector with one 16-byte entry before the pointer, holding its
+    // length in entries (`allocate_dtv`); the thread's own vector stays allocated while it runs.
+    let len = unsafe { ((dtv - 16) as *const usize).read_volatile() };
+    (len > 0 && len < 1 << 20).then(|| (dtv - 16, dtv + (len + 1) * 16))
+}
+
+/// The calling thread's dynamic thread vector: not found on this platform.
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu")))]
+fn thread_vector() -> Option<(usize, usize)> {
+    None
 }
 
 /// The recorded ranges, as `(start, end)` (free entries, and entries being freed or claimed,

@@ -1170,6 +1170,7 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
         None
     };
     let mut skips = 4 * batch;
+    let mut pinned_skips = 64;
     let mut next = || loop {
         // Everything mapped is protected (a hot working set that fits the resident pages and
         // keeps coming back): take from it rather than evict nothing.
@@ -1177,6 +1178,22 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
         let (slot, gen, page, order) = decode(e);
         // SAFETY: as in shrink_inactive: inside enter/leave, used only in this batch.
         let r = unsafe { region::by_slot(slot, gen) };
+        // A folio holding a pager thread's thread vector stays (`own::pinned`); it goes back
+        // to the young end, and a batch that meets nothing else stops.
+        if let Some(reg) = r.filter(|reg| page < reg.npages) {
+            let start = reg.addr(page);
+            if crate::own::pinned(start, start + (PAGE_SIZE << order)) {
+                inc(&p.counters.reclaim_pinned_skipped, 1);
+                if !p.active.push(e) {
+                    p.protected.push(e);
+                }
+                if pinned_skips == 0 {
+                    return None;
+                }
+                pinned_skips -= 1;
+                continue;
+            }
+        }
         if let (Some(fd), Some(reg)) = (pagemap, r) {
             let n = 1usize << order;
             if skips >= n && page < reg.npages && crate::sys::all_shared(fd, reg.addr(page), n) && p.active.push(e) {
@@ -1263,6 +1280,8 @@ pub(crate) fn kswapd(p: &Pager) {
             continue;
         }
         let v = p.reclaim_wake.load(Ordering::Acquire);
+        // This thread's thread vector stays pinned where glibc keeps it (`own`).
+        crate::own::pin_thread_vector();
         region::enter();
         let mut n = 0;
         // A fork waits for this thread to be quiet (`Pager::quiesce`): stop between batches,
@@ -1334,8 +1353,16 @@ pub(crate) fn evict_region(r: &'static RegionInner) -> usize {
             if next_page >= r.npages {
                 return None;
             }
-            let pg = next_page;
+            let mut pg = next_page;
             next_page += 1 << fo;
+            // A folio holding a pager thread's thread vector stays (`own::pinned`).
+            while crate::own::pinned(r.addr(pg), r.addr(pg) + (PAGE_SIZE << fo)) {
+                if next_page >= r.npages {
+                    return None;
+                }
+                pg = next_page;
+                next_page += 1 << fo;
+            }
             Some((Some(r), pg, fo, true))
         };
         let n = evict_resident(p, false, false, MAX_BATCH_PAGES / 2, &mut next);

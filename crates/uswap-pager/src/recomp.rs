@@ -118,6 +118,8 @@ pub(crate) fn recompressor(p: &Pager) {
     let mut due = last.0 + ms(period_ms);
     while !p.stop.load(Ordering::Acquire) {
         let v = p.recomp_wake.load(Ordering::Acquire);
+        // This thread's thread vector stays pinned where glibc keeps it (`own`).
+        crate::own::pin_thread_vector();
         let now = crate::stats::now_ns();
         if now < due {
             // Drop wakes us early (and the loop then ends).

@@ -35,6 +35,7 @@ pub(crate) struct Counters {
     pub(crate) ev_deferred: AtomicU64,
     pub(crate) reclaim_aborted: AtomicU64,
     pub(crate) reclaim_cow_skipped: AtomicU64,
+    pub(crate) reclaim_pinned_skipped: AtomicU64,
     pub(crate) pages_mapped: AtomicU64,
     pub(crate) demoted_pages: AtomicU64,
     pub(crate) workingset_activate: AtomicU64,
@@ -208,6 +209,9 @@ pub struct PagerStats {
     /// page of theirs is shared copy-on-write with a fork relative: evicting them here frees
     /// no memory while the relative maps them ([`crate::Pager::set_cow_shared`]).
     pub reclaim_cow_skipped: u64,
+    /// Folios reclaim passed over because they hold a pager thread's thread vector
+    /// (`own::pinned`).
+    pub reclaim_pinned_skipped: u64,
     /// Live regions (adopted or mapped by the pager).
     pub regions_live: u64,
     /// Pages mapped by faults.
@@ -351,6 +355,7 @@ pub(crate) fn snapshot(p: &Pager, regions_live: usize) -> PagerStats {
         events_deferred: g(&c.ev_deferred),
         reclaim_aborted: g(&c.reclaim_aborted),
         reclaim_cow_skipped: g(&c.reclaim_cow_skipped),
+        reclaim_pinned_skipped: g(&c.reclaim_pinned_skipped),
         regions_live: regions_live as u64,
         pages_mapped: g(&c.pages_mapped),
         demoted_pages: g(&c.demoted_pages),

@@ -28,6 +28,14 @@ use crate::internal::{owns, usable_size, HEAP};
 use libc::{c_int, c_void, size_t};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+unsafe extern "C" {
+    /// glibc's `dladdr1` (`<dlfcn.h>`): `dladdr` plus, with [`RTLD_DL_SYMENT`], the matching
+    /// symbol-table entry.
+    fn dladdr1(addr: *const c_void, info: *mut libc::Dl_info, extra: *mut *mut c_void, flags: c_int) -> c_int;
+}
+/// `RTLD_DL_SYMENT` of `<dlfcn.h>`.
+const RTLD_DL_SYMENT: c_int = 1;
+
 /// The next allocator's entry points (resolved once).
 struct Next {
     malloc: AtomicUsize,
@@ -60,16 +68,51 @@ fn seen(r: *mut c_void, n: usize) -> *mut c_void {
 #[cold]
 fn resolve() {
     crate::reentry::internal(|| {
-        let get = |name: &std::ffi::CStr| {
-            // SAFETY: dlsym with a NUL-terminated name; RTLD_NEXT finds the definition after ours.
+        // The program's allocator is the first definition in the global scope: the
+        // executable's own when it defines one (it comes before this library), else the one
+        // after ours. Only this library's own calls reach us in the first case (it binds its
+        // references to its own definitions, see build.rs), and a block libc allocated for
+        // them came from the executable's allocator. The lookup starts from the main
+        // program's handle: `RTLD_DEFAULT` would search this library first (`-Bsymbolic`).
+        // SAFETY: dlopen(NULL) returns the main program's handle (loaded: nothing is loaded).
+        let main = unsafe { libc::dlopen(std::ptr::null(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+        let get = |name: &std::ffi::CStr, ours: usize| {
+            // SAFETY: dlsym on the main handle (or RTLD_DEFAULT if there was none) with a
+            // NUL-terminated name.
+            let first =
+                unsafe { libc::dlsym(if main.is_null() { libc::RTLD_DEFAULT } else { main }, name.as_ptr()) as usize };
+            // A definition, not the executable's PLT entry for it (a non-PIE executable that
+            // takes the function's address has an undefined symbol whose value is that entry,
+            // and dlsym returns it: node does, and its entry leads back here).
+            // SAFETY: dladdr1 fills `info` and points `sym` at the matching symbol-table entry
+            // (or fails) for any address; the entry lives as long as its object.
+            let defined = first != 0
+                && first != ours
+                && unsafe {
+                    let mut info: libc::Dl_info = std::mem::zeroed();
+                    let mut sym: *const libc::Elf64_Sym = std::ptr::null();
+                    dladdr1(
+                        first as *const libc::c_void,
+                        &mut info,
+                        (&mut sym as *mut *const libc::Elf64_Sym).cast(),
+                        RTLD_DL_SYMENT,
+                    ) != 0
+                        && !sym.is_null()
+                        && (*sym).st_shndx != 0
+                        && info.dli_saddr as usize == first
+                };
+            if defined {
+                return first;
+            }
+            // SAFETY: as above; RTLD_NEXT finds the definition after ours.
             unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) as usize }
         };
-        NEXT.free.store(get(c"free"), Ordering::Release);
-        NEXT.calloc.store(get(c"calloc"), Ordering::Release);
-        NEXT.realloc.store(get(c"realloc"), Ordering::Release);
-        NEXT.memalign.store(get(c"memalign"), Ordering::Release);
-        NEXT.usable.store(get(c"malloc_usable_size"), Ordering::Release);
-        NEXT.malloc.store(get(c"malloc"), Ordering::Release);
+        NEXT.free.store(get(c"free", free as *const () as usize), Ordering::Release);
+        NEXT.calloc.store(get(c"calloc", calloc as *const () as usize), Ordering::Release);
+        NEXT.realloc.store(get(c"realloc", realloc as *const () as usize), Ordering::Release);
+        NEXT.memalign.store(get(c"memalign", memalign as *const () as usize), Ordering::Release);
+        NEXT.usable.store(get(c"malloc_usable_size", malloc_usable_size as *const () as usize), Ordering::Release);
+        NEXT.malloc.store(get(c"malloc", malloc as *const () as usize), Ordering::Release);
     });
 }
 

@@ -58,6 +58,7 @@ pub mod scan;
 pub mod sched;
 pub mod signals;
 pub mod thrash;
+pub mod tls;
 
 use crate::fork;
 use crate::lock::RawLock;
@@ -170,6 +171,7 @@ pub(crate) fn ours() -> bool {
 static INIT: extern "C" fn() = init;
 
 extern "C" fn init() {
+    tls::init();
     fork::install_atfork();
     if mode() != BOOT {
         return;

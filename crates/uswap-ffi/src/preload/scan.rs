@@ -522,6 +522,8 @@ fn spawn(p: Arc<Pager>) -> std::io::Result<()> {
         let (mut window, mut last_second) = (super::thrash::Window::default(), std::time::Instant::now());
         loop {
             std::thread::sleep(std::time::Duration::from_millis(ms));
+            // This thread's thread vector stays pinned where glibc keeps it (`own`).
+            uswap_pager::own::pin_thread_vector();
             let rss = sample_rss();
             if last_second.elapsed() >= std::time::Duration::from_secs(1) {
                 last_second = std::time::Instant::now();
