@@ -295,12 +295,10 @@ extern "C" fn prepare() {
 fn tls_ranges() -> [(usize, usize); 2] {
     #[cfg(target_arch = "x86_64")]
     {
-        let (tcb, dtv): (usize, usize);
-        // SAFETY: on x86-64 glibc, %fs:0 is the thread's TCB (self pointer) and %fs:8 its DTV.
-        unsafe {
-            std::arch::asm!("mov {}, fs:0", out(reg) tcb, options(nostack, readonly));
-            std::arch::asm!("mov {}, fs:8", out(reg) dtv, options(nostack, readonly));
-        }
+        let tcb: usize;
+        // SAFETY: on x86-64 glibc, %fs:0 is the thread's TCB (self pointer).
+        unsafe { std::arch::asm!("mov {}, fs:0", out(reg) tcb, options(nostack, readonly)) };
+        let dtv = uswap_pager::own::thread_vector_at().unwrap_or(0);
         // The DTV's length is in the slot before it (glibc's dtv[-1].counter); bound it.
         let mut len = [0u8; 8];
         // SAFETY: len is 8 writable bytes.

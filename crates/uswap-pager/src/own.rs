@@ -82,6 +82,8 @@ static STACKS: [AtomicUsize; MAX_STACKS] = [const { AtomicUsize::new(0) }; MAX_S
 /// Pinned ranges (pager threads' dynamic thread vectors), one slot per thread.
 static PINNED: [Range; MAX_STACKS] =
     [const { Range { start: AtomicUsize::new(0), end: AtomicUsize::new(0) } }; MAX_STACKS];
+/// Slots of [`PINNED`] ever claimed (readers scan only these).
+static PIN_HIGH: AtomicUsize = AtomicUsize::new(0);
 /// Added to every pager thread's stack size (see the module's paragraph).
 pub const STACK_PAD: usize = 68 << 10;
 /// The default stack of a pager thread, before [`STACK_PAD`] (the Rust runtime's default).
@@ -368,16 +370,18 @@ thread_local! {
 /// thread runs its function, and by the pager threads' loops. Returns the thread's slot, or
 /// `None` where the vector cannot be found (not x86-64 glibc) or the table is full.
 pub fn pin_thread_vector() -> Option<usize> {
-    let (start, end) = thread_vector()?;
+    let dtv = thread_vector_at()?;
     let (mut slot, at) = PIN.with(std::cell::Cell::get);
-    if slot != usize::MAX && at == start {
+    if slot != usize::MAX && at == dtv {
         return Some(slot);
     }
+    let (start, end) = thread_vector(dtv)?;
     if slot == usize::MAX {
         slot = PINNED.iter().position(|r| {
             r.end.load(Ordering::Relaxed) == 0
                 && r.start.compare_exchange(0, usize::MAX, Ordering::AcqRel, Ordering::Relaxed).is_ok()
         })?;
+        PIN_HIGH.fetch_max(slot + 1, Ordering::AcqRel);
     }
     // Readers take an entry only when two readings agree (`Range::read`); the end goes first,
     // so a reader sees the old range, nothing, or the new one.
@@ -385,35 +389,40 @@ pub fn pin_thread_vector() -> Option<usize> {
     r.end.store(0, Ordering::Release);
     r.start.store(start, Ordering::Release);
     r.end.store(end, Ordering::Release);
-    PIN.with(|c| c.set((slot, start)));
+    PIN.with(|c| c.set((slot, dtv)));
     Some(slot)
 }
 
 /// True if `[start, end)` holds a pinned range: reclaim must leave the folio resident.
 pub fn pinned(start: usize, end: usize) -> bool {
-    PINNED.iter().filter_map(Range::read).any(|(s, e)| s < end && e > start)
+    PINNED[..PIN_HIGH.load(Ordering::Acquire)].iter().filter_map(Range::read).any(|(s, e)| s < end && e > start)
 }
 
-/// The calling thread's dynamic thread vector, `[start, end)` of its allocation.
+/// Where the calling thread's dynamic thread vector is (glibc's `dtv` pointer: its entry 0;
+/// one 16-byte entry before it holds its length in entries), or `None` on a platform where
+/// this is not known.
 #[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
-fn thread_vector() -> Option<(usize, usize)> {
+pub fn thread_vector_at() -> Option<usize> {
     let dtv: usize;
     // SAFETY: on x86-64 glibc `%fs` holds the thread's TCB (`tcbhead_t`), whose second word is
     // the pointer to its dynamic thread vector; reading it has no side effect.
     unsafe { std::arch::asm!("mov {}, qword ptr fs:[8]", out(reg) dtv, options(nostack, readonly, preserves_flags)) };
-    if dtv < PAGE {
-        return None;
-    }
-    // SAFETY: glibc allocates the vector with one 16-byte entry before the pointer, holding its
-    // length in entries (`allocate_dtv`); the thread's own vector stays allocated while it runs.
-    let len = unsafe { ((dtv - 16) as *const usize).read_volatile() };
-    (len > 0 && len < 1 << 20).then(|| (dtv - 16, dtv + (len + 1) * 16))
+    (dtv >= PAGE).then_some(dtv)
 }
 
-/// The calling thread's dynamic thread vector: not found on this platform.
+/// Where the calling thread's dynamic thread vector is: not known on this platform.
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu")))]
-fn thread_vector() -> Option<(usize, usize)> {
+pub fn thread_vector_at() -> Option<usize> {
     None
+}
+
+/// The calling pager thread's dynamic thread vector at `dtv`, `[start, end)` of its allocation.
+fn thread_vector(dtv: usize) -> Option<(usize, usize)> {
+    // SAFETY: glibc allocates the vector with one 16-byte entry before the pointer, holding its
+    // length in entries (`allocate_dtv`); the thread's own vector stays allocated while it runs,
+    // and a pager thread has just read it (its thread-locals), so it is resident.
+    let len = unsafe { ((dtv - 16) as *const usize).read_volatile() };
+    (len > 0 && len < 1 << 20).then(|| (dtv - 16, dtv + (len + 1) * 16))
 }
 
 /// The recorded ranges, as `(start, end)` (free entries, and entries being freed or claimed,

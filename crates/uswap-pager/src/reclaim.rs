@@ -1178,11 +1178,10 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
         let (slot, gen, page, order) = decode(e);
         // SAFETY: as in shrink_inactive: inside enter/leave, used only in this batch.
         let r = unsafe { region::by_slot(slot, gen) };
-        // A folio holding a pager thread's thread vector stays (`own::pinned`); it goes back
-        // to the young end, and a batch that meets nothing else stops.
+        // A folio holding a pager thread's thread vector stays; it goes back to the young end,
+        // and a batch that meets nothing else stops.
         if let Some(reg) = r.filter(|reg| page < reg.npages) {
-            let start = reg.addr(page);
-            if crate::own::pinned(start, start + (PAGE_SIZE << order)) {
+            if holds_pinned(reg, page, order) {
                 inc(&p.counters.reclaim_pinned_skipped, 1);
                 if !p.active.push(e) {
                     p.protected.push(e);
@@ -1341,6 +1340,13 @@ pub(crate) fn wake_mark(p: &Pager) -> u64 {
     limit - (limit / 32).max((p.cfg.reclaim_batch * PAGE_SIZE) as u64).min(limit / 4)
 }
 
+/// True if the folio at `page` (of `order`) holds a pinned range (`own::pinned`: a pager
+/// thread's thread vector), which reclaim leaves resident.
+fn holds_pinned(r: &RegionInner, page: usize, order: u32) -> bool {
+    let start = r.addr(page);
+    crate::own::pinned(start, start + (PAGE_SIZE << order))
+}
+
 /// Evict every resident and cached page of `r` to the store. Call inside enter()/leave().
 pub(crate) fn evict_region(r: &'static RegionInner) -> usize {
     let p = r.pager();
@@ -1355,8 +1361,8 @@ pub(crate) fn evict_region(r: &'static RegionInner) -> usize {
             }
             let mut pg = next_page;
             next_page += 1 << fo;
-            // A folio holding a pager thread's thread vector stays (`own::pinned`).
-            while crate::own::pinned(r.addr(pg), r.addr(pg) + (PAGE_SIZE << fo)) {
+            // A folio holding a pager thread's thread vector stays.
+            while holds_pinned(r, pg, fo) {
                 if next_page >= r.npages {
                     return None;
                 }
