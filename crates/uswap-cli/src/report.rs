@@ -318,6 +318,9 @@ pub fn process(v: &Value, tiers: &str) -> Value {
     // a copy (the parent could not share).
     m.insert("forks_file_shared".into(), json!(u(v, "/forks_file_shared")));
     m.insert("forks_file_copied".into(), json!(u(v, "/forks_file_copied")));
+    // Forks during whose hold the event thread had to work while the forking thread could
+    // still reach `clone` (uswap_pager's `forkhold`).
+    m.insert("forks_hold_forced".into(), json!(u(v, "/pager/fork_hold_forced")));
     if let Some(p) = v.get("pager") {
         if let Value::Object(pm) = pager(p, tiers) {
             m.extend(pm);

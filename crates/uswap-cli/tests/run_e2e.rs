@@ -313,6 +313,44 @@ fn fork_after_startup_memory_went_cold() {
     check_peak("fork_cold", &s, limit, r.secs);
 }
 
+/// `fork` while three threads fault: the copy must not catch the pager's event thread in the
+/// middle of an operation (a cluster or pool lock held, a page claimed), or the child waits
+/// for that lock forever (`uswap_pager::forkhold`). Before the fork hold, this test hung in
+/// 5 runs of 5: a child waiting in `forget_clean` → `Engine::put` for a pool class lock, or a
+/// child's event thread retrying forever a fault on a page its copy showed claimed (2 cargo
+/// builds in 13 hung the first way). The readers also
+/// allocate and free, so some fault while they hold a malloc arena lock, which the forking
+/// thread needs before its `clone` (the deadlock a plain stop of the event thread ran into).
+#[test]
+fn fork_while_other_threads_fault() {
+    let dir = tempdir();
+    let prog = compile("fork_busy", dir.path());
+    let limit = 32 * MIB;
+    let st = dir.path().join("stats.json");
+    let (lim, forks, bytes) = (limit_arg(limit), "200".to_string(), (3 * limit).to_string());
+    let args = [
+        OsStr::new("--limit"),
+        lim.as_ref(),
+        OsStr::new("--stats"),
+        st.as_os_str(),
+        OsStr::new("--"),
+        prog.as_os_str(),
+        forks.as_ref(),
+        bytes.as_ref(),
+        OsStr::new("3"),
+    ];
+    let r = uswap_run(&args);
+    if no_uffd(&r) {
+        return;
+    }
+    assert_eq!(r.out(), "children failed 0\nparent mismatches 0\nok\n", "fork_busy output; stderr:\n{}", r.stderr);
+    assert_eq!(r.code, Some(0), "fork_busy exit status; stderr:\n{}", r.stderr);
+    let s = stats(&st);
+    assert_eq!(num(&s, "/main/forks"), 200, "fork_busy: forks counted: {s:#}");
+    assert!(num(&s, "/main/swap/pswpin") * PAGE_BYTES >= limit, "fork_busy: too little swapped in: {s:#}");
+    eprintln!("fork_busy: {:.1} s, forks with a forced hold: {}", r.secs, num(&s, "/main/forks_hold_forced"));
+}
+
 #[test]
 fn read_write_files_through_swapped_out_memory() {
     let dir = tempdir();

@@ -30,7 +30,11 @@
 //! In-flight work must not be cut in half: the prepare handler takes [`crate::BIG`] (no region
 //! is being created, discarded or unmapped, no allocation is in the heap), closes the **gate**
 //! (every other thread that takes a SIGBUS now waits before entering the pager), and waits until
-//! no fault is in progress, so no page is `BUSY` or write-protected in the snapshot. It does
+//! no fault is in progress, so no page is `BUSY` or write-protected in the snapshot. Its last
+//! step puts each pager's event thread on its fork hold
+//! ([`uswap_pager::Pager::hold_for_fork`]): until the copy is made, it serves faults only
+//! while the forking thread waits for one of its own, so no fault resolution of the event
+//! thread is in flight in the copy either; the parent handler ends the hold. It does
 //! *not* hold the internal heap's lock across the fork: the pager's event thread must run during
 //! the fork (the kernel blocks `fork` until it has read `UFFD_EVENT_FORK`) and may allocate
 //! (thread start-up). The child force-unlocks it; the residual risk is a Rust allocation by one
@@ -288,6 +292,18 @@ extern "C" fn prepare() {
                 PIPE[1].store(fds[1], Ordering::Relaxed);
             }
         }
+        // Last: the event threads hold until the copy is made (`uswap_pager::forkhold`), so
+        // none has an operation in flight that the child would inherit half-done.
+        // SAFETY: under BIG; tracked pagers are alive.
+        for t in unsafe { table() }.pagers.iter().filter(|t| t.used) {
+            // SAFETY: as above.
+            if !unsafe { &*t.pager }.hold_for_fork() {
+                let msg =
+                    b"uswap: warning: fork while the pager's event thread stayed busy for 10 s; the child may hang\n";
+                // SAFETY: write(2) of a static buffer to stderr.
+                unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+            }
+        }
     }
 }
 
@@ -391,6 +407,7 @@ extern "C" fn parent() {
     for (i, t) in unsafe { table() }.pagers.iter().enumerate().filter(|(_, t)| t.used) {
         // SAFETY: as above.
         let p = unsafe { &*t.pager };
+        p.end_fork_hold();
         p.fork_share(ShareStep::Parent { child_took });
         if r >= 0 && t.files[0] >= 0 && child_took {
             let c = if SHARED[i].load(Ordering::Relaxed) { &FORKS_FILE_SHARED } else { &FORKS_FILE_COPIED };

@@ -141,8 +141,9 @@ pub(crate) enum Try {
 
 /// Serve a fault message on the thread that reads the uffd, without waiting for anything
 /// (see [`Wait::NoWait`]). `force`: map it even if the charge is over the limit (the fault
-/// has waited long enough for reclaim).
-pub(crate) fn try_fault(p: &Pager, addr: usize, write: bool, wp: bool, force: bool) -> Try {
+/// has waited long enough for reclaim). `wake`: wake the faulting thread (false during a fork
+/// hold, whose round wakes everyone at its end: [`crate::forkhold`]).
+pub(crate) fn try_fault(p: &Pager, addr: usize, write: bool, wp: bool, force: bool, wake: bool) -> Try {
     let _fault = uswap::sync::FaultScope::enter();
     region::enter();
     // SAFETY: between enter and leave; r is not used after the leaves below.
@@ -169,7 +170,7 @@ pub(crate) fn try_fault(p: &Pager, addr: usize, write: bool, wp: bool, force: bo
         }
     }
     crate::uffd::AGAIN.with(|c| c.set(false));
-    let done = resolve(p, r, pg, write, true, Wait::NoWait { wp });
+    let done = resolve(p, r, pg, write, wake, Wait::NoWait { wp });
     let again = crate::uffd::AGAIN.with(|c| c.replace(false));
     if done && !again {
         inc(&p.counters.faults, 1);
@@ -1080,7 +1081,13 @@ struct PendingFault {
     write: bool,
     wp: bool,
     since: u64,
+    /// The faulting thread (0 when the kernel does not say).
+    tid: u32,
 }
+
+/// Wake-ups a fork hold's round defers to its end, at most (further faults wait for the next
+/// round).
+const HOLD_WAKES: usize = 256;
 
 /// Read the uffd until the pager stops: events always, page faults in thread mode.
 ///
@@ -1107,6 +1114,8 @@ pub(crate) fn event_loop(p: &Pager) {
     // This thread's preemptions when its current spin began (see below).
     let mut spin_preempted = 0u64;
     let mut follow = crate::cpu::Follower::new(&p.place);
+    let mut hold_view = crate::forkhold::HoldView::default();
+    let mut hold_wakes: Vec<usize> = Vec::with_capacity(HOLD_WAKES);
     while !p.stop.load(Ordering::Acquire) {
         // This thread's thread vector stays pinned where glibc keeps it (`own`).
         crate::own::pin_thread_vector();
@@ -1142,6 +1151,8 @@ pub(crate) fn event_loop(p: &Pager) {
         } else {
             p.ev_quiet.store(false, Ordering::SeqCst);
         }
+        // A fork hold in force (checked after `ev_quiet` is false: `ForkHold::begin`).
+        let mut hold_tid = p.hold.check(&mut hold_view);
         let seq = p.ev_reads.fetch_add(1, Ordering::SeqCst) + 1;
         let n = {
             let _g = p.read_gate.lock();
@@ -1181,10 +1192,13 @@ pub(crate) fn event_loop(p: &Pager) {
                         inc(&p.counters.fault_wp, 1);
                     }
                     let a = addr as usize & !(PAGE_SIZE - 1);
-                    faults.push(PendingFault { addr: a, write, wp, since: 0 });
+                    faults.push(PendingFault { addr: a, write, wp, since: 0, tid });
                 }
                 Event::Fork { uffd } => {
                     inc(&p.counters.ev_fork, 1);
+                    // The copy is complete: the hold is over.
+                    p.hold.forked(&mut hold_view);
+                    hold_tid = None;
                     // The child's copy of the pager registers its regions on a uffd of its own
                     // (the LD_PRELOAD library's atfork handler, `Pager::restart_in_fork_child`);
                     // closing this one unregisters the copies the kernel made for it.
@@ -1211,6 +1225,23 @@ pub(crate) fn event_loop(p: &Pager) {
         if spin_began {
             spin_preempted = crate::cpu::preemptions();
         }
+        // During a fork hold: work only while the forking thread cannot be in `clone`, and
+        // wake nobody before the round's work is done.
+        let its_fault = hold_tid.is_some_and(|t| faults.iter().any(|f| f.tid as i32 == t));
+        let pending = !faults.is_empty() || !events.is_empty();
+        let (round, first_forced) = p.hold.round(&mut hold_view, hold_tid, its_fault, pending);
+        if round == crate::forkhold::Round::Wait {
+            p.ev_pending.store(events.len(), Ordering::SeqCst);
+            p.ev_done.store(seq, Ordering::SeqCst);
+            continue;
+        }
+        if first_forced {
+            inc(&p.counters.fork_hold_forced, 1);
+        }
+        let held = round != crate::forkhold::Round::Free;
+        if held {
+            p.hold.set_busy(true);
+        }
         // Events in order; stop at the first that must wait (later ones may depend on it).
         while let Some(&ev) = events.front() {
             let done = match ev {
@@ -1232,20 +1263,35 @@ pub(crate) fn event_loop(p: &Pager) {
                 if f.since == 0 {
                     f.since = now;
                 }
-                let force = now - f.since > THROTTLE_MAX_NS;
-                match try_fault(p, f.addr, f.write, f.wp, force) {
+                if held && hold_wakes.len() == HOLD_WAKES {
+                    return true;
+                }
+                // A hold's round maps over the limit: the reclaimer is paused for the fork.
+                let force = now - f.since > THROTTLE_MAX_NS || held;
+                let done = match try_fault(p, f.addr, f.write, f.wp, force, !held) {
                     Try::Done => {
                         inc(&p.counters.fault_held_ns, now - f.since);
-                        false
+                        true
                     }
-                    Try::Retry => true,
+                    Try::Retry => false,
                     // Registered memory no region knows: its pages were never evicted (every
                     // evicted page has a word), so a missing page reads as zero. While a remap
                     // is pending the address may be where moved pages are about to arrive.
-                    Try::NotOurs if remap_pending => true,
-                    Try::NotOurs => !serve_unowned(p, f.addr),
+                    Try::NotOurs if remap_pending => false,
+                    Try::NotOurs => serve_unowned(p, f.addr, !held),
+                };
+                if done && held {
+                    hold_wakes.push(f.addr);
                 }
+                !done
             });
+        }
+        if held {
+            // Nothing is in flight from here: a `clone` may copy us now.
+            p.hold.set_busy(false);
+            for a in hold_wakes.drain(..) {
+                let _ = p.uffd.wake(a, PAGE_SIZE);
+            }
         }
         p.ev_done.store(seq, Ordering::SeqCst);
     }
@@ -1254,19 +1300,20 @@ pub(crate) fn event_loop(p: &Pager) {
 /// A fault on registered memory that no region holds (grown by `mremap` in place, or not
 /// adopted yet): zero-fill a missing page, or lift a stale write protection, and wake the
 /// thread. Returns false to retry later (an event is pending).
-fn serve_unowned(p: &Pager, addr: usize) -> bool {
+fn serve_unowned(p: &Pager, addr: usize, wake: bool) -> bool {
     inc(&p.counters.fault_unowned, 1);
     crate::uffd::AGAIN.with(|c| c.set(false));
-    let ok = match p.uffd.zeropage(addr, PAGE_SIZE, true) {
+    let ok = match p.uffd.zeropage(addr, PAGE_SIZE, wake) {
         Ok(Filled::Done) => true,
-        Ok(Filled::Exists) => p.uffd.writeprotect(addr, PAGE_SIZE, false, true).is_ok(),
+        Ok(Filled::Exists) => p.uffd.writeprotect(addr, PAGE_SIZE, false, wake).is_ok(),
         Err(_) => false,
     };
     if crate::uffd::AGAIN.with(|c| c.replace(false)) {
         return false;
     }
-    if !ok {
-        // Unmapped meanwhile, or not ours at all: wake the thread so it sees what is there.
+    if !ok && wake {
+        // Unmapped meanwhile, or not ours at all: wake the thread so it sees what is there
+        // (during a fork hold the round's end does).
         let _ = p.uffd.wake(addr, PAGE_SIZE);
     }
     true

@@ -65,6 +65,7 @@ mod arena;
 mod bufs;
 mod cpu;
 mod fault;
+mod forkhold;
 mod handle;
 pub mod own;
 mod page;
@@ -298,6 +299,8 @@ pub struct Pager {
     pub(crate) vma_lock: sys::YieldLock,
     /// [`Pager::quiesce`] asks the pager's threads to hold no page (before a fork).
     pub(crate) pause: AtomicBool,
+    /// The event thread's fork hold ([`Pager::hold_for_fork`]).
+    pub(crate) hold: forkhold::ForkHold,
     /// The event thread is not resolving faults (idle in poll, or paused).
     pub(crate) ev_quiet: AtomicBool,
     /// The background reclaimer is paused.
@@ -438,6 +441,7 @@ impl Pager {
             ev_pending: std::sync::atomic::AtomicUsize::new(0),
             vma_lock: sys::YieldLock::new(),
             pause: AtomicBool::new(false),
+            hold: forkhold::ForkHold::default(),
             ev_quiet: AtomicBool::new(true),
             kswapd_quiet: AtomicBool::new(true),
             reclaim_stuck: AtomicBool::new(false),
@@ -492,6 +496,9 @@ impl Pager {
         // fork are not ours.
         self.ev_done.store(self.ev_reads.load(Ordering::SeqCst), Ordering::SeqCst);
         self.ev_pending.store(0, Ordering::SeqCst);
+        // The parent's event thread held for the fork (`forkhold`): nothing of its was in
+        // flight when the address space was copied, unless the hold had to be forced.
+        self.hold.reset_in_fork_child().map_err(PagerError::Os)?;
         self.vma_lock.force_unlock();
         self.read_gate.force_unlock();
         self.batches.reset_in_fork_child();
@@ -628,6 +635,22 @@ impl Pager {
             std::thread::yield_now();
         }
         true
+    }
+
+    /// The last step before a `fork` copies the address space, on the forking thread (its
+    /// atfork prepare handler, after [`Pager::quiesce`]): from here until the fork's event is
+    /// read or [`Pager::end_fork_hold`], the event thread does pager work only while this
+    /// thread cannot be in `clone` (see `forkhold`). Waits for the event thread to finish the
+    /// round it is in. False if it did not within ten seconds (the fork goes ahead, and its
+    /// child may find a lock the event thread held: a hang to report).
+    pub fn hold_for_fork(&self) -> bool {
+        self.hold.begin(&self.ev_quiet)
+    }
+
+    /// End of [`Pager::hold_for_fork`] (the parent's atfork handler, whether the fork
+    /// succeeded or not).
+    pub fn end_fork_hold(&self) {
+        self.hold.end();
     }
 
     /// End of [`Pager::quiesce`].

@@ -56,6 +56,7 @@ pub(crate) struct Counters {
     pub(crate) ev_remap: AtomicU64,
     pub(crate) ev_remove: AtomicU64,
     pub(crate) ev_fork: AtomicU64,
+    pub(crate) fork_hold_forced: AtomicU64,
     pub(crate) efault_retries: AtomicU64,
     pub(crate) store_errors: AtomicU64,
     pub(crate) clean_kept: AtomicU64,
@@ -282,6 +283,10 @@ pub struct PagerStats {
     pub events_remove: u64,
     /// fork events.
     pub events_fork: u64,
+    /// Forks during whose hold the event thread worked although the forking thread was not
+    /// waiting for a fault of its own (it had been off the CPU for 20 ms with work pending;
+    /// `forkhold`).
+    pub fork_hold_forced: u64,
     /// System calls retried after EFAULT by the prefaulting wrappers.
     pub efault_retries: u64,
     /// Store errors seen (evictions abandoned, page kept resident).
@@ -388,6 +393,7 @@ pub(crate) fn snapshot(p: &Pager, regions_live: usize) -> PagerStats {
         events_remap: g(&c.ev_remap),
         events_remove: g(&c.ev_remove),
         events_fork: g(&c.ev_fork),
+        fork_hold_forced: g(&c.fork_hold_forced),
         efault_retries: g(&c.efault_retries),
         store_errors: g(&c.store_errors),
         inactive_bypassed: p.ws.bypassed(),
