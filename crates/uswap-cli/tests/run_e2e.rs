@@ -315,8 +315,8 @@ fn fork_after_startup_memory_went_cold() {
 
 /// `fork` while three threads fault: the copy must not catch the pager's event thread in the
 /// middle of an operation (a cluster or pool lock held, a page claimed), or the child waits
-/// for that lock forever (`uswap_pager::forkhold`). Before the fork hold, this test hung in
-/// 5 runs of 5: a child waiting in `forget_clean` → `Engine::put` for a pool class lock, or a
+/// for that lock forever (`uswap_pager::forkhold`). Before the fork hold, this program hung in
+/// each of 7 runs (150-300 forks): a child waiting in `forget_clean` → `Engine::put` for a pool class lock, or a
 /// child's event thread retrying forever a fault on a page its copy showed claimed (2 cargo
 /// builds in 13 hung the first way). The readers also
 /// allocate and free, so some fault while they hold a malloc arena lock, which the forking

@@ -5,8 +5,9 @@
 //! other threads, so an operation the event thread had in flight at that instant stays in
 //! flight in the child forever: a cluster lock, a pool class lock, a claimed page. The
 //! child's first `put` or swap-in then waits for a lock nobody will release. Seen as rustc
-//! forking its linker (2 cargo builds in 13 hung, 2026-11-28) and in `tests/fork_hold.rs`
-//! (a program forking while three threads fault hung at its first fork).
+//! forking its linker (2 cargo builds in 13 hung, 2026-11-28) and in the e2e test
+//! `fork_while_other_threads_fault` (`crates/uswap-cli/tests/run_e2e.rs`: a program forking
+//! while three threads fault hung in each of 7 runs).
 //!
 //! The background threads stop for a fork ([`crate::Pager::quiesce`]); the event thread
 //! cannot. The forking thread still runs glibc's own fork preparation after the last atfork
