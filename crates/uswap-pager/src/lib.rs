@@ -81,6 +81,7 @@ pub mod syscall;
 pub mod tree;
 pub mod uffd;
 mod vma;
+mod words;
 
 /// The bottom layer's lock-free kernels, public only under `--cfg loom`, for the loom models
 /// (`tests/loom_claim.rs`).
@@ -501,6 +502,7 @@ impl Pager {
         self.hold.reset_in_fork_child().map_err(PagerError::Os)?;
         self.vma_lock.force_unlock();
         self.read_gate.force_unlock();
+        words::reset_in_fork_child();
         self.batches.reset_in_fork_child();
         self.bufs.reset_in_fork_child();
         self.place.reset_in_fork_child();

@@ -58,14 +58,17 @@ pub(crate) fn leave() {
     ACTIVE.fetch_sub(1, Ordering::SeqCst);
 }
 
-/// Recently found regions by address (`(addr >> 16) % HINTS`): slot + 1, 0 = none. A hint is
-/// only a guess, checked against the slot's range like a scan would.
-const HINTS: usize = 512;
+/// Recently found regions by address (`(addr >> 14) % HINTS`): slot + 1, 0 = none. A hint is
+/// only a guess, checked against the slot's range like a scan would. One hint per 16 KiB over
+/// 1 GiB (256 KiB of table, touched only where regions are): a runtime that maps its heap in
+/// 16 KiB pieces (Ruby 3.1) has a region per piece, and with one hint per 64 KiB over 32 MiB
+/// most of its faults missed and scanned the registry (11 500 regions).
+const HINTS: usize = 1 << 16;
 static HINT: [AtomicU32; HINTS] = [const { AtomicU32::new(0) }; HINTS];
 
 #[inline]
 fn hint_index(addr: usize) -> usize {
-    (addr >> 16) % HINTS
+    (addr >> 14) % HINTS
 }
 
 /// The live region in slot `s` if it contains `addr` at a page that is still the region's.
@@ -212,7 +215,7 @@ pub(crate) struct RegionInner {
     /// The pager (outlives the region: the Region holds an Arc).
     pub(crate) pager: *const Pager,
     /// The state words (`npages` of them), then one 4-byte shadow per page.
-    words: crate::own::Mapping,
+    words: crate::words::Words,
     /// Registry slot.
     pub(crate) slot: usize,
     /// Registry generation.
@@ -236,7 +239,7 @@ pub(crate) struct RegionInner {
     map_base: usize,
 }
 
-// SAFETY: every shared field is atomic or immutable (the words' mapping is Send + Sync itself);
+// SAFETY: every shared field is atomic or immutable (the words are Send + Sync themselves);
 // `pager` points to a Pager, which is Sync, that outlives the region.
 unsafe impl Send for RegionInner {}
 // SAFETY: as above.
@@ -247,8 +250,8 @@ impl RegionInner {
     #[inline]
     pub(crate) fn word(&self, i: usize) -> &AtomicPageWord {
         assert!(i < self.npages, "page {i} of a region of {} pages", self.npages);
-        // SAFETY: i < npages and the words mapping holds npages words (8-aligned: the mapping
-        // is page-aligned) for the region's life; any bits are a valid PageWord.
+        // SAFETY: i < npages and the words hold npages words (8-aligned, see `words`) for the
+        // region's life; any bits are a valid PageWord.
         unsafe { &*self.words.as_ptr().cast::<AtomicPageWord>().add(i) }
     }
 
@@ -257,7 +260,7 @@ impl RegionInner {
     #[inline]
     pub(crate) fn words(&self, first: usize, n: usize) -> &[AtomicPageWord] {
         assert!(first <= self.npages && n <= self.npages - first, "pages {first}+{n} of {}", self.npages);
-        // SAFETY: the run lies within the npages words of the mapping, which lives as long as
+        // SAFETY: the run lies within the npages words, which live as long as
         // the region (8-aligned; any bits are a valid PageWord).
         unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<AtomicPageWord>().add(first), n) }
     }
@@ -269,7 +272,7 @@ impl RegionInner {
     pub(crate) fn shadow(&self, i: usize) -> &AtomicU32 {
         assert!(i < self.npages, "page {i} of a region of {} pages", self.npages);
         // SAFETY: i < npages, and the npages shadows follow the npages words in the same
-        // mapping (4-aligned), which lives as long as the region.
+        // block (4-aligned), which lives as long as the region.
         unsafe { &*self.words.as_ptr().cast::<AtomicU64>().add(self.npages).cast::<AtomicU32>().add(i) }
     }
 
@@ -327,7 +330,7 @@ struct Placement {
 fn publish_region(pager: &Pager, pl: Placement) -> Result<*mut RegionInner, crate::PagerError> {
     let npages = pl.len / crate::PAGE_SIZE;
     // The state words, then one 4-byte shadow per page (see `RegionInner::shadow`).
-    let words = crate::own::Mapping::new(npages * WORD_BYTES)
+    let words = crate::words::Words::new(npages * WORD_BYTES)
         .map_err(|e| crate::PagerError::Os(format!("mmap of page table: {e}")))?;
     // Claim a registry slot.
     let mut slot = None;
