@@ -316,30 +316,23 @@ fn fork_after_startup_memory_went_cold() {
 /// `fork` while three threads fault: the copy must not catch the pager's event thread in the
 /// middle of an operation (a cluster or pool lock held, a page claimed), or the child waits
 /// for that lock forever (`uswap_pager::forkhold`). Before the fork hold, this program hung in
-/// each of 7 runs (150-300 forks): a child waiting in `forget_clean` → `Engine::put` for a pool class lock, or a
-/// child's event thread retrying forever a fault on a page its copy showed claimed (2 cargo
-/// builds in 13 hung the first way). The readers also
-/// allocate and free, so some fault while they hold a malloc arena lock, which the forking
-/// thread needs before its `clone` (the deadlock a plain stop of the event thread ran into).
+/// each of 7 runs (150-300 forks): a child waiting in `forget_clean` → `Engine::put` for a
+/// pool class lock, or a child's event thread retrying forever a fault on a page its copy
+/// showed claimed (2 cargo builds in 13 hung the first way). The readers also allocate and
+/// free, so some fault while they hold a malloc arena lock, which the forking thread needs
+/// before its `clone` (the deadlock a plain stop of the event thread ran into).
 #[test]
 fn fork_while_other_threads_fault() {
     let dir = tempdir();
     let prog = compile("fork_busy", dir.path());
     let limit = 32 * MIB;
     let st = dir.path().join("stats.json");
-    let (lim, forks, bytes) = (limit_arg(limit), "200".to_string(), (3 * limit).to_string());
-    let args = [
-        OsStr::new("--limit"),
-        lim.as_ref(),
-        OsStr::new("--stats"),
-        st.as_os_str(),
-        OsStr::new("--"),
-        prog.as_os_str(),
-        forks.as_ref(),
-        bytes.as_ref(),
-        OsStr::new("3"),
-    ];
-    let r = uswap_run(&args);
+    let bytes = (3 * limit).to_string();
+    let r = uswap_run_stats(
+        &limit_arg(limit),
+        &st,
+        &[prog.as_os_str(), OsStr::new("200"), bytes.as_ref(), OsStr::new("3")],
+    );
     if no_uffd(&r) {
         return;
     }
