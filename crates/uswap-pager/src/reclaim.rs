@@ -341,16 +341,20 @@ pub(crate) fn entry(r: &RegionInner, page: usize, order: u32) -> u64 {
     entry_raw(r.slot, r.gen, page, order)
 }
 
-/// Encode a folio reference from its parts.
+/// Encode a folio reference from its parts: slot (16 bits), generation (12,
+/// [`region::GEN_MASK`]), order (4), first page (32).
 #[inline]
 pub(crate) fn entry_raw(slot: usize, gen: u32, page: usize, order: u32) -> u64 {
-    (slot as u64 & 0x3fff) | (u64::from(gen & 0x3fff) << 14) | (u64::from(order) << 28) | ((page as u64) << 32)
+    (slot as u64 & 0xffff)
+        | (u64::from(gen & region::GEN_MASK) << 16)
+        | (u64::from(order & 0xf) << 28)
+        | ((page as u64) << 32)
 }
 
 /// Decode a folio reference.
 #[inline]
 pub(crate) fn decode(e: u64) -> (usize, u32, usize, u32) {
-    ((e & 0x3fff) as usize, ((e >> 14) & 0x3fff) as u32, (e >> 32) as usize, ((e >> 28) & 0xf) as u32)
+    ((e & 0xffff) as usize, ((e >> 16) as u32) & region::GEN_MASK, (e >> 32) as usize, ((e >> 28) & 0xf) as u32)
 }
 
 /// Split the claimed pages of `[first, first + n)` (bit i of `mask` set = page claimed) into
@@ -1699,7 +1703,9 @@ mod tests {
 
     #[test]
     fn entries_roundtrip() {
-        let e = entry_raw(16383, 0x3ffe, 123_456, 4);
-        assert_eq!(decode(e), (16383, 0x3ffe, 123_456, 4));
+        let e = entry_raw(crate::region::MAX_REGIONS - 1, 0xffe, 123_456, 4);
+        assert_eq!(decode(e), (crate::region::MAX_REGIONS - 1, 0xffe, 123_456, 4));
+        let e = entry_raw(5, 0, usize::from(u16::MAX) << 8, 9);
+        assert_eq!(decode(e), (5, 0, usize::from(u16::MAX) << 8, 9));
     }
 }

@@ -26,8 +26,15 @@ pub(crate) fn cached_obj(w: PageWord, order: u32) -> crate::arena::Obj {
 /// Bytes of per-page state: the state word and the shadow.
 const WORD_BYTES: usize = 12;
 
-/// Maximum number of live regions in the process.
-pub(crate) const MAX_REGIONS: usize = 16384;
+/// Maximum number of live regions in the process (a slot index fits the 16 bits a reclaim
+/// queue entry has for it, `reclaim::entry_raw`). 16384 before 2026-11-28: Ruby 3.1 maps its
+/// heap in 16 KiB pieces, a region each, and a 5M-entry Hash ran out (12 400 adoptions
+/// refused, 267 MiB left outside the pager).
+pub(crate) const MAX_REGIONS: usize = 1 << 16;
+/// Bits of a slot's generation kept in a reclaim queue entry (12): an entry left in a queue
+/// after its region was retired names the slot's next region only after 4096 reuses of the
+/// slot, and then at worst picks a wrong folio to evict (reclaim checks every page word).
+pub(crate) const GEN_MASK: u32 = 0xfff;
 
 struct Slot {
     start: AtomicUsize,
@@ -348,7 +355,7 @@ fn publish_region(pager: &Pager, pl: Placement) -> Result<*mut RegionInner, crat
         return Err(crate::PagerError::Os(format!("too many regions (at most {MAX_REGIONS})")));
     };
     let s = &REGISTRY[slot];
-    let gen = s.gen.fetch_add(1, Ordering::AcqRel).wrapping_add(1) & 0x3fff;
+    let gen = s.gen.fetch_add(1, Ordering::AcqRel).wrapping_add(1) & GEN_MASK;
     s.gen.store(gen, Ordering::Release);
     let inner = Box::into_raw(Box::new(RegionInner {
         start: pl.start,
