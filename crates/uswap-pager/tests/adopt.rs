@@ -16,10 +16,24 @@ fn adopt_never_registers_the_pagers_own_memory() {
     let Some(p) = common::pager(PagerConfig { limit_bytes: 64 << 20, folio_size: 4096, ..Default::default() }) else {
         return;
     };
-    let len = 4096;
+    // Large enough that the region's page words get a mapping of their own (over
+    // `words::SLAB_MAX`, 2 KiB of words: smaller regions take theirs from a slab, which maps
+    // only now and then).
+    let len = 1 << 20;
     let mut landed = 0;
     for _ in 0..200 {
         let a = common::anon_map(len);
+        // The kernel places a new mapping in the highest gap that fits: fill the page-sized
+        // gaps above ours (left by mappings freed before), so the freed range is the first
+        // the pager's next mapping can take. The fillers stay mapped.
+        loop {
+            let f = common::anon_map(4096);
+            if f < a {
+                // SAFETY: the filler just made; nothing uses it.
+                assert_eq!(unsafe { libc::munmap(f as *mut libc::c_void, 4096) }, 0);
+                break;
+            }
+        }
         // SAFETY: the mapping just made, unmapped at once; only its address is used.
         assert_eq!(unsafe { libc::munmap(a as *mut libc::c_void, len) }, 0);
         match p.adopt(a, len) {
