@@ -138,6 +138,11 @@ impl ForkHold {
     /// End the hold (the parent's atfork handler: the fork is over, whether it succeeded).
     pub(crate) fn end(&self) {
         self.tid.store(0, Ordering::SeqCst);
+        self.close_fds();
+    }
+
+    /// Close the forking thread's procfs descriptors.
+    fn close_fds(&self) {
         close(self.sched_fd.swap(-1, Ordering::SeqCst));
         close(self.wchan_fd.swap(-1, Ordering::SeqCst));
     }
@@ -208,8 +213,7 @@ impl ForkHold {
     pub(crate) fn reset_in_fork_child(&self) -> Result<(), String> {
         let busy = self.busy.swap(false, Ordering::SeqCst);
         self.tid.store(0, Ordering::SeqCst);
-        close(self.sched_fd.swap(-1, Ordering::SeqCst));
-        close(self.wchan_fd.swap(-1, Ordering::SeqCst));
+        self.close_fds();
         if busy {
             return Err(format!(
                 "the fork copied the pager while it worked for a thread the forking thread may \
@@ -223,41 +227,31 @@ impl ForkHold {
 
     /// Whether the forking thread is blocked in a userfaultfd fault (its `wchan`).
     fn in_uffd_fault(&self) -> bool {
-        let fd = self.wchan_fd.load(Ordering::SeqCst);
-        if fd < 0 {
-            return false;
-        }
         let mut buf = [0u8; 64];
-        // SAFETY: pread into our own buffer of its length (a raw system call).
-        let n = unsafe { libc::syscall(libc::SYS_pread64, fd, buf.as_mut_ptr(), buf.len(), 0i64) };
-        usize::try_from(n).is_ok_and(|n| buf[..n.min(buf.len())].starts_with(b"handle_userfault"))
+        read_start(&self.wchan_fd, &mut buf).starts_with(b"handle_userfault")
     }
 
     /// The forking thread's run time in ns (the first field of its schedstat), or u64::MAX
     /// when it cannot be read.
     fn ran_ns(&self) -> u64 {
-        let fd = self.sched_fd.load(Ordering::SeqCst);
-        if fd < 0 {
-            return u64::MAX;
-        }
         let mut buf = [0u8; 64];
-        // SAFETY: pread into our own buffer of its length (a raw system call: the preload
-        // interposes nothing on this thread's path).
-        let n = unsafe { libc::syscall(libc::SYS_pread64, fd, buf.as_mut_ptr(), buf.len(), 0i64) };
-        let Ok(n) = usize::try_from(n) else { return u64::MAX };
-        let digits = buf[..n.min(buf.len())].iter().take_while(|b| b.is_ascii_digit());
-        let mut v: u64 = 0;
-        let mut any = false;
-        for &d in digits {
-            v = v.saturating_mul(10).saturating_add(u64::from(d - b'0'));
-            any = true;
-        }
-        if any {
-            v
-        } else {
-            u64::MAX
-        }
+        let text = read_start(&self.sched_fd, &mut buf);
+        let digits = text.iter().position(|b| !b.is_ascii_digit()).unwrap_or(text.len());
+        std::str::from_utf8(&text[..digits]).ok().and_then(|d| d.parse().ok()).unwrap_or(u64::MAX)
     }
+}
+
+/// The start of the procfs file open on `fd` (a raw `pread`: the preload interposes nothing on
+/// the event thread's path), in `buf`; empty when there is none or the read fails.
+fn read_start<'b>(fd: &AtomicI32, buf: &'b mut [u8]) -> &'b [u8] {
+    let fd = fd.load(Ordering::SeqCst);
+    if fd < 0 {
+        return &[];
+    }
+    // SAFETY: pread into our own buffer of its length.
+    let n = unsafe { libc::syscall(libc::SYS_pread64, fd, buf.as_mut_ptr(), buf.len(), 0i64) };
+    let n = usize::try_from(n).unwrap_or(0).min(buf.len());
+    &buf[..n]
 }
 
 fn close(fd: i32) {
