@@ -16,10 +16,20 @@ use std::path::{Path, PathBuf};
 static EMBEDDED: Option<&[u8]> = Some(include_bytes!(env!("USWAP_EMBED_PATH")));
 #[cfg(not(uswap_embed))]
 static EMBEDDED: Option<&[u8]> = None;
+/// [`hash`] of [`EMBEDDED`], computed by build.rs (hashing 30 MiB took 25-30 ms of every
+/// `uswap run`).
+#[cfg(uswap_embed)]
+const EMBEDDED_HASH: Option<&str> = Some(env!("USWAP_EMBED_HASH"));
+#[cfg(not(uswap_embed))]
+const EMBEDDED_HASH: Option<&str> = None;
 
-/// FNV-1a 64: names the cache file by content (not a security boundary: the directory is ours).
+// `fn fnv1a(&[u8]) -> u64`, the hash that names the cache file; build.rs includes the same
+// file to compute EMBEDDED_HASH, so the two cannot differ.
+include!("fnv1a.rs");
+
+/// Names the cache file by content (not a security boundary: the directory is ours).
 fn hash(b: &[u8]) -> u64 {
-    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3))
+    fnv1a(b)
 }
 
 /// A private directory for the cache: created 0700 if missing; refused unless it is a real
@@ -65,10 +75,13 @@ fn same_content(p: &Path, bytes: &[u8]) -> bool {
 }
 
 /// Write `bytes` to `dir/libuswap_ffi-HASH.so` unless it is already there with this content.
-pub fn cached(dir: &Path, bytes: &[u8]) -> Result<PathBuf, String> {
+/// `known` is the bytes' [`hash`] in hex if the caller has it (build.rs computed the embedded
+/// copy's); else it is computed here.
+pub fn cached(dir: &Path, bytes: &[u8], known: Option<&str>) -> Result<PathBuf, String> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let p = dir.join(format!("libuswap_ffi-{:016x}.so", hash(bytes)));
+    let name = known.map_or_else(|| format!("{:016x}", hash(bytes)), str::to_owned);
+    let p = dir.join(format!("libuswap_ffi-{name}.so"));
     if same_content(&p, bytes) {
         return Ok(p);
     }
@@ -113,7 +126,7 @@ pub fn locate() -> Result<PathBuf, String> {
     }
     let mut why = String::new();
     if let Some(b) = EMBEDDED {
-        match private_dir().and_then(|d| cached(&d, b)) {
+        match private_dir().and_then(|d| cached(&d, b, EMBEDDED_HASH)) {
             Ok(p) => return Ok(p),
             Err(e) => why = format!(" (the built-in copy could not be written: {e})"),
         }
@@ -140,11 +153,13 @@ mod tests {
     fn the_cache_is_written_once_and_private() {
         use std::os::unix::fs::PermissionsExt;
         let d = tempfile::tempdir().unwrap();
-        let a = cached(d.path(), b"lib one").unwrap();
+        let a = cached(d.path(), b"lib one", None).unwrap();
         assert_eq!(std::fs::read(&a).unwrap(), b"lib one");
         assert_eq!(std::fs::metadata(&a).unwrap().permissions().mode() & 0o777, 0o500);
-        assert_eq!(cached(d.path(), b"lib one").unwrap(), a);
-        let b = cached(d.path(), b"lib two").unwrap();
+        assert_eq!(cached(d.path(), b"lib one", None).unwrap(), a);
+        let known = format!("{:016x}", hash(b"lib one"));
+        assert_eq!(cached(d.path(), b"lib one", Some(&known)).unwrap(), a, "the same name from a known hash");
+        let b = cached(d.path(), b"lib two", None).unwrap();
         assert_ne!(a, b);
         assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 2, "no temporary file left");
     }

@@ -52,6 +52,10 @@ static REGISTRY: [Slot; MAX_REGIONS] = [const {
     }
 }; MAX_REGIONS];
 static HIGH: AtomicUsize = AtomicUsize::new(0);
+/// Where the search for a free slot starts: no slot below it was free when it was last moved
+/// up (a hint; the search wraps round). Before, every new region scanned from slot 0, past
+/// every live one.
+static FREE_FROM: AtomicUsize = AtomicUsize::new(0);
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 
 /// Mark this thread as using region pointers from the registry (handler, reclaim, events).
@@ -158,6 +162,35 @@ pub fn overlaps(a: usize, b: usize) -> bool {
 pub(crate) unsafe fn for_each_of(p: &Pager, mut f: impl FnMut(&'static RegionInner)) {
     let n = HIGH.load(Ordering::Acquire);
     for s in &REGISTRY[..n] {
+        let ptr = s.ptr.load(Ordering::Acquire);
+        if !ptr.is_null() {
+            // SAFETY: a non-null slot pointer names a live RegionInner, kept alive while the
+            // caller is inside enter() (this function's contract).
+            let r = unsafe { &*ptr };
+            if std::ptr::eq(r.pager, p) {
+                f(r);
+            }
+        }
+    }
+}
+
+/// Call `f` for every live region of pager `p` that overlaps `[a, b)`.
+///
+/// The slots' own ranges are checked first, so regions elsewhere cost a read of two words
+/// each and no visit to their `RegionInner` (28 600 regions of a Ruby heap made every
+/// adoption and unmap event chase 28 600 pointers: 8 % of a run's samples). `f` checks the
+/// overlap itself, as before: a slot's range is only a filter.
+///
+/// # Safety
+/// - As for [`lookup`]: the caller is between [`enter`] and [`leave`] and uses the references
+///   `f` gets (`'static` only in name) only until its matching [`leave`].
+pub(crate) unsafe fn for_each_in(p: &Pager, a: usize, b: usize, mut f: impl FnMut(&'static RegionInner)) {
+    let n = HIGH.load(Ordering::Acquire);
+    for s in &REGISTRY[..n] {
+        let (st, en) = (s.start.load(Ordering::Relaxed), s.end.load(Ordering::Relaxed));
+        if en == 0 || st >= b || en <= a {
+            continue;
+        }
         let ptr = s.ptr.load(Ordering::Acquire);
         if !ptr.is_null() {
             // SAFETY: a non-null slot pointer names a live RegionInner, kept alive while the
@@ -339,9 +372,11 @@ fn publish_region(pager: &Pager, pl: Placement) -> Result<*mut RegionInner, crat
     // The state words, then one 4-byte shadow per page (see `RegionInner::shadow`).
     let words = crate::words::Words::new(npages * WORD_BYTES)
         .map_err(|e| crate::PagerError::Os(format!("mmap of page table: {e}")))?;
-    // Claim a registry slot.
+    // Claim a registry slot: the lowest free one at or above the cursor (slots below it
+    // were all taken when it was set; a retirement moves it down).
     let mut slot = None;
-    for (i, s) in REGISTRY.iter().enumerate() {
+    let from = FREE_FROM.load(Ordering::Relaxed).min(MAX_REGIONS);
+    for (i, s) in REGISTRY.iter().enumerate().skip(from).chain(REGISTRY.iter().enumerate().take(from)) {
         if s.ptr.load(Ordering::Relaxed).is_null()
             && s.start.load(Ordering::Relaxed) == 0
             && s.start.compare_exchange(0, pl.start, Ordering::AcqRel, Ordering::Relaxed).is_ok()
@@ -349,6 +384,9 @@ fn publish_region(pager: &Pager, pl: Placement) -> Result<*mut RegionInner, crat
             slot = Some(i);
             break;
         }
+    }
+    if let Some(i) = slot {
+        let _ = FREE_FROM.compare_exchange(from, i + 1, Ordering::Relaxed, Ordering::Relaxed);
     }
     let Some(slot) = slot else {
         drop(words);
@@ -453,10 +491,12 @@ pub(crate) unsafe fn free_unpublished(inner: *mut RegionInner, release: impl FnO
             }
         }
     }
+    let slot = r.slot;
     // SAFETY: inner came from Box::into_raw in publish_region and is no longer reachable
     // (dropping it unmaps its words).
     drop(unsafe { Box::from_raw(inner) });
     s.start.store(0, Ordering::SeqCst);
+    FREE_FROM.fetch_min(slot, Ordering::Relaxed);
 }
 
 /// Publish a region over the program's existing mapping `[start, start + len)` (page aligned,
@@ -537,4 +577,62 @@ pub(crate) fn adopted_of(p: &Pager) -> Vec<*mut RegionInner> {
         }
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{PagerConfig, PagerError};
+
+    /// `for_each_in` visits exactly the regions `for_each_of` finds overlapping the range, and
+    /// regions published into slots freed by retired ones are found.
+    #[test]
+    fn for_each_in_finds_exactly_the_overlapping_regions() {
+        let p = match crate::Pager::new(PagerConfig { limit_bytes: 16 << 20, ..Default::default() }) {
+            Ok(p) => p,
+            Err(PagerError::Unavailable(w)) => {
+                assert!(std::env::var_os("USWAP_REQUIRE_UFFD").is_none(), "userfaultfd unavailable: {w}");
+                eprintln!("SKIPPED: userfaultfd unavailable: {w}");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let mut regions: Vec<crate::Region> = (0..24).map(|_| p.map(64 << 10).unwrap()).collect();
+        let seen = |a: usize, b: usize| {
+            let (mut got, mut want) = (Vec::new(), Vec::new());
+            enter();
+            // SAFETY: between enter and leave; only the start addresses are kept.
+            unsafe {
+                for_each_in(&p, a, b, |r| got.push(r.start));
+                for_each_of(&p, |r| {
+                    if r.start < b && r.start + r.len > a {
+                        want.push(r.start);
+                    }
+                });
+            }
+            leave();
+            got.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(got, want, "[{a:#x}, {b:#x})");
+            got.len()
+        };
+        for r in &regions {
+            let a = r.as_ptr() as usize;
+            assert!(seen(a, a + 1) >= 1);
+            assert!(seen(a + (64 << 10) - 1, a + (64 << 10) + 4096) >= 1);
+            seen(a - 4096, a + (64 << 10) + 4096);
+        }
+        assert_eq!(seen(0, usize::MAX), live_regions_of(&p));
+        assert_eq!(seen(1 << 12, 1 << 13), 0);
+        // Retire every other region, then map as many again (into the freed slots, unless
+        // another test took them meanwhile: the registry is the process's).
+        let kept: Vec<_> = regions.drain(..).enumerate().filter(|(i, _)| i % 2 == 0).map(|(_, r)| r).collect();
+        p.reap();
+        let again: Vec<crate::Region> = (0..12).map(|_| p.map(64 << 10).unwrap()).collect();
+        assert_eq!(seen(0, usize::MAX), live_regions_of(&p));
+        for r in kept.iter().chain(&again) {
+            let a = r.as_ptr() as usize;
+            assert!(manages(a), "{a:#x} found after the slots were reused");
+        }
+    }
 }

@@ -62,7 +62,7 @@ pub(crate) fn adopt(p: &Pager, start: usize, len: usize) -> Result<usize, PagerE
         }
     };
     // SAFETY: between enter and leave; the references are not used after the leave.
-    unsafe { region::for_each_of(p, visit) };
+    unsafe { region::for_each_in(p, start, end, visit) };
     region::leave();
     taken.sort_unstable();
     let mut adopted = 0;
@@ -252,7 +252,7 @@ pub(crate) fn discard(p: &Pager, start: usize, len: usize) {
         }
     };
     // SAFETY: between enter and leave; the references are not used after the leave.
-    unsafe { region::for_each_of(p, visit) };
+    unsafe { region::for_each_in(p, start, end, visit) };
     region::leave();
 }
 
@@ -303,7 +303,7 @@ pub(crate) fn release(p: &Pager, start: usize, end: usize, unmap: bool) -> bool 
         });
     };
     // SAFETY: between enter and leave; the references are not used after the leave.
-    unsafe { region::for_each_of(p, visit) };
+    unsafe { region::for_each_in(p, start, end, visit) };
     region::leave();
     if !complete {
         inc(&p.counters.ev_deferred, 1);
@@ -332,7 +332,7 @@ pub(crate) fn remap(p: &Pager, from: usize, to: usize, len: usize) -> bool {
         clear &= unmap_pages(r, lo, hi);
     };
     // SAFETY: between enter and leave; the references are not used after the leave.
-    unsafe { region::for_each_of(p, visit) };
+    unsafe { region::for_each_in(p, to, to + len, visit) };
     if !clear {
         region::leave();
         inc(&p.counters.ev_deferred, 1);
@@ -347,7 +347,7 @@ pub(crate) fn remap(p: &Pager, from: usize, to: usize, len: usize) -> bool {
         }
     };
     // SAFETY: between enter and leave; the references are not used after the leave.
-    unsafe { region::for_each_of(p, visit) };
+    unsafe { region::for_each_in(p, from, end, visit) };
     // Claim every page first (all or nothing), so no other thread changes them mid-move.
     let mut claimed: Vec<(&'static RegionInner, usize, Vec<PageWord>)> = Vec::new();
     'outer: for &(r, i0, m) in &moved {
