@@ -275,6 +275,60 @@ fn fork_copy_on_write_both_ways_two_generations() {
     check_peak("fork", &s, limit, r.secs);
 }
 
+/// A swap file on io_uring (`engine=uring`) works across `fork`: the child takes rings of its
+/// own (the inherited ones are mapped shared with the parent). Before, every fork child exited
+/// ("the swap file uses io_uring, whose ring cannot be shared with a child"): a Redis BGSAVE
+/// failed at once. The pool is kept small so the pages the processes read back come from the
+/// file, through the child's and the grandchild's new rings.
+#[test]
+fn fork_with_an_io_uring_swap_file() {
+    let dir = tempdir();
+    let prog = compile("fork", dir.path());
+    let limit = 32 * MIB;
+    let st = dir.path().join("stats.json");
+    let tiers = format!("zero,lz4:pool=2M,file:{}:engine=uring", dir.path().display());
+    let bytes = (4 * limit).to_string();
+    let (lim, stp) = (limit_arg(limit), st.as_os_str().to_owned());
+    let args: Vec<&OsStr> = vec![
+        OsStr::new("--limit"),
+        OsStr::new(&lim),
+        OsStr::new("--tiers"),
+        OsStr::new(&tiers),
+        OsStr::new("--stats"),
+        &stp,
+        OsStr::new("--"),
+        prog.as_os_str(),
+        OsStr::new(&bytes),
+    ];
+    let r = uswap_run(&args);
+    if no_uffd(&r) {
+        return;
+    }
+    assert_eq!(r.code, Some(0), "fork exit status; stdout:\n{}\nstderr:\n{}", r.out(), r.stderr);
+    let out = r.out();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 9, "every check of the three processes printed: {}", r.out());
+    for l in &lines {
+        assert!(l.contains("mismatches 0 ") || l.ends_with("exit status 0"), "fork: {l}\nstderr:\n{}", r.stderr);
+    }
+    let s = stats(&st);
+    let procs: Vec<&serde_json::Value> =
+        std::iter::once(&s["main"]).chain(s["other_processes"].as_array().into_iter().flatten()).collect();
+    assert_eq!(procs.len(), 3, "statistics of the parent, the child and the grandchild: {s:#}");
+    for p in &procs {
+        let file = p["tiers"].as_object().and_then(|t| t.iter().find(|(k, _)| k.starts_with("file:"))).map(|(_, v)| v);
+        assert!(file.is_some(), "a file tier in every process: {p:#}");
+    }
+    let file_pages: u64 = procs
+        .iter()
+        .filter_map(|p| p["tiers"].as_object())
+        .flat_map(|t| {
+            t.iter().filter(|(k, _)| k.starts_with("file:")).map(|(_, v)| v["stored_pages"].as_u64().unwrap_or(0))
+        })
+        .sum();
+    assert!(file_pages * PAGE_BYTES >= limit, "the pages went to the io_uring file: {s:#}");
+}
+
 /// A fork child starts its pager thread before any thread of its own can serve a fault, and
 /// glibc's `pthread_create` on a cached stack reaches the dynamic loader's start-up data (a
 /// lazily bound `_dl_allocate_tls_init`: libc's link map, the TLS slot-info list). With that

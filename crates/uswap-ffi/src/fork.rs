@@ -69,19 +69,11 @@ struct Tracked {
     features: u64,
     pidfds: [i32; MAX_FDS],
     files: [i32; MAX_FDS],
-    uring: bool,
 }
 
 const NO_FDS: [i32; MAX_FDS] = [-1; MAX_FDS];
-const EMPTY: Tracked = Tracked {
-    used: false,
-    pager: std::ptr::null(),
-    uffd: -1,
-    features: 0,
-    pidfds: NO_FDS,
-    files: NO_FDS,
-    uring: false,
-};
+const EMPTY: Tracked =
+    Tracked { used: false, pager: std::ptr::null(), uffd: -1, features: 0, pidfds: NO_FDS, files: NO_FDS };
 
 struct Table {
     pagers: [Tracked; MAX_PAGERS],
@@ -159,8 +151,6 @@ pub unsafe fn track_pager(pager: &uswap_pager::Pager, before: &[(i32, String)]) 
         } else if what.contains("[pidfd]") && np < MAX_FDS {
             t.pidfds[np] = *fd;
             np += 1;
-        } else if what.contains("io_uring") {
-            t.uring = true;
         } else if what.starts_with('/') && nf < MAX_FDS && is_regular(*fd) {
             t.files[nf] = *fd;
             nf += 1;
@@ -463,9 +453,6 @@ extern "C" fn child() {
 }
 
 fn rebuild_child(idx: usize, t: &Tracked) -> Result<(), String> {
-    if t.uring {
-        return Err("the swap file uses io_uring, whose ring cannot be shared with a child".into());
-    }
     // 1. Swap files: shared with the parent through the store's cluster holds, or, if the
     // parent could not share them, private copies (the parent waits for us either way).
     // SAFETY: tracked pagers are alive while tracked (track_pager's contract).

@@ -98,6 +98,12 @@ pub trait IoEngine: Send + Sync {
     fn submit(&self, buf: IoBuf, ops: &[IoOp]) -> IoResult;
     /// Release the disk blocks of a byte range (discard); reads of it return zeros.
     fn punch_hole(&self, off: u64, len: u64) -> Result<(), TierError>;
+    /// In a `fork` child, before its first I/O: take whatever an engine cannot share with the
+    /// parent anew (io_uring's rings). The caller guarantees no I/O of the parent was in
+    /// flight at the fork (the pager is quiesced) and that the child runs one thread.
+    fn after_fork_child(&self) -> Result<(), TierError> {
+        Ok(())
+    }
 }
 
 fn check_ops(buf: &IoBuf, ops: &[IoOp]) -> Result<(), TierError> {
@@ -296,6 +302,17 @@ impl IoEngine for UringEngine {
     fn punch_hole(&self, off: u64, len: u64) -> Result<(), TierError> {
         punch(&self.file, off, len)
     }
+    /// A child's rings of its own. The inherited ones are the parent's: their queues are
+    /// mapped shared with it, so a request the child put there would be the parent's to reap
+    /// (and the reverse). Dropping them unmaps the child's view and closes its descriptors;
+    /// the parent's rings stay as they are.
+    fn after_fork_child(&self) -> Result<(), TierError> {
+        for r in self.rings.iter() {
+            let fresh = io_uring::IoUring::new(self.depth as u32).map_err(|e| TierError::io("io_uring setup", &e))?;
+            drop(std::mem::replace(&mut *lock(r), fresh));
+        }
+        Ok(())
+    }
 }
 
 impl Drop for UringEngine {
@@ -418,6 +435,9 @@ impl IoEngine for FaultEngine {
     fn punch_hole(&self, off: u64, len: u64) -> Result<(), TierError> {
         self.inner.punch_hole(off, len)
     }
+    fn after_fork_child(&self) -> Result<(), TierError> {
+        self.inner.after_fork_child()
+    }
 }
 
 #[cfg(test)]
@@ -473,6 +493,43 @@ mod tests {
             let (b, r) = eng.submit(IoBuf::new(4096), &[IoOp::write(0, 4000, 200)]);
             assert!(r.is_err() && b.is_some());
         }
+    }
+
+    /// A fork child that takes rings of its own reads what the parent wrote and writes what the
+    /// parent then reads, the parent's rings untouched; one that used the inherited rings
+    /// would have put its requests in the parent's queues.
+    #[test]
+    fn an_io_uring_engine_works_on_both_sides_of_a_fork() {
+        let f = Arc::new(tempfile::tempfile().unwrap());
+        let eng = UringEngine::new(f.clone(), 2, 8).expect("io_uring (this test needs it)");
+        let mut b = IoBuf::new(4096);
+        b.as_mut_slice().fill(0x5a);
+        let (b, r) = eng.submit(b, &[IoOp::write(0, 0, 4096)]);
+        r.unwrap();
+        let mut b = b.unwrap();
+        // SAFETY: fork; the child only runs the engine and `_exit`s.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            let ok = eng.after_fork_child().is_ok() && {
+                let (b, r) = eng.submit(IoBuf::new(4096), &[IoOp::read(0, 0, 4096)]);
+                r.is_ok() && b.is_some_and(|b| b.as_slice().iter().all(|&x| x == 0x5a)) && {
+                    let mut w = IoBuf::new(4096);
+                    w.as_mut_slice().fill(0xc3);
+                    eng.submit(w, &[IoOp::write(8192, 0, 4096)]).1.is_ok()
+                }
+            };
+            // SAFETY: leaving the child without running the test harness's exit handlers.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child status {status:#x}");
+        b.as_mut_slice().fill(0);
+        let (b, r) = eng.submit(b, &[IoOp::read(8192, 0, 4096)]);
+        r.unwrap();
+        assert!(b.unwrap().as_slice().iter().all(|&x| x == 0xc3), "the parent reads the child's write");
     }
 
     #[test]
