@@ -89,7 +89,8 @@ Environment:
                      with a warning instead of exiting with 125
   USWAP_MMAP_MIN     smallest anonymous mapping adopted when the program maps it (default 16K)
   USWAP_SCAN_MS      how often the resident set is checked for memory mapped where no call
-                     is seen, e.g. glibc's heap (default 1 ms)
+                     is seen, e.g. glibc's heap, while it moves (default 1 ms; up to 5 ms
+                     while it stays put)
   USWAP_INACTIVE_PERCENT  share of the limit for the inactive list, unmapped pages kept
                      uncompressed for a cheap refault (default 5)
   USWAP_POOL_PERCENT share of the limit for the compressed pool when a file tier takes the

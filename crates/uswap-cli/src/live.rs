@@ -139,8 +139,11 @@ pub fn status_sum<P: std::fmt::Display>(pids: impl IntoIterator<Item = P>, key: 
 /// size above `peak`. The counters are per-CPU batched in the kernel and may lag the page
 /// tables by 32 pages per CPU; 512 KiB per process covers that on the machines we run on.
 fn may_exceed(counters: u64, procs: usize, peak: u64) -> bool {
-    counters + procs as u64 * (512 << 10) > peak
+    counters + procs as u64 * COUNTER_LAG > peak
 }
+
+/// How far a process's `/proc/PID/status` counters may lag its page tables (see [`may_exceed`]).
+const COUNTER_LAG: u64 = 512 << 10;
 
 /// The sum of `pss_key` (`Pss:` or `Pss_Anon:`) over `pids` if it may be above `peak`: the
 /// page tables are walked only when the counters that bound it (`VmRSS:`, `RssAnon:`) allow
@@ -148,6 +151,38 @@ fn may_exceed(counters: u64, procs: usize, peak: u64) -> bool {
 pub fn pss_if_above<P: std::fmt::Display>(pids: &[P], pss_key: &str, peak: u64) -> Option<u64> {
     let bound = if pss_key == "Pss_Anon:" { "RssAnon:" } else { "VmRSS:" };
     may_exceed(status_sum(pids, bound), pids.len(), peak).then(|| smaps_sum(pids, pss_key))
+}
+
+/// [`pss_if_above`] that also skips the walk when it cannot find a new peak: the processes
+/// are the same as at the last walk, their counters (`RssAnon:` or `VmRSS:`) sum to no more
+/// than then, and that walk found no page shared between them (the proportional sum equal to
+/// the counters' within their lag). Pages come to be shared only through a `fork`, which
+/// brings a new process, so the sum is still the counters', at most the last reading. A program at rest under its limit
+/// had its page tables walked every 200 ms: 86 % of the runner's time, about 1 % of a CPU
+/// (more with a large resident set).
+#[derive(Default)]
+pub struct PssWatch {
+    /// (processes, counters' sum) at the last walk that found nothing shared.
+    unshared: Option<(Vec<String>, u64)>,
+}
+
+impl PssWatch {
+    /// As [`pss_if_above`].
+    pub fn read<P: std::fmt::Display>(&mut self, pids: &[P], pss_key: &str, peak: u64) -> Option<u64> {
+        let bound = if pss_key == "Pss_Anon:" { "RssAnon:" } else { "VmRSS:" };
+        let counters = status_sum(pids, bound);
+        if !may_exceed(counters, pids.len(), peak) {
+            return None;
+        }
+        let names: Vec<String> = pids.iter().map(|p| p.to_string()).collect();
+        if self.unshared.as_ref().is_some_and(|(n, c)| *n == names && counters <= *c) {
+            return None;
+        }
+        let pss = smaps_sum(pids, pss_key);
+        let unshared = pss + pids.len() as u64 * COUNTER_LAG >= counters;
+        self.unshared = unshared.then_some((names, counters));
+        Some(pss)
+    }
 }
 
 fn proc_sum<P: std::fmt::Display>(pids: impl IntoIterator<Item = P>, file: &str, key: &str) -> u64 {
@@ -611,6 +646,39 @@ pub fn prometheus(doc: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A process alone: once walked, a reading with its counters no higher is skipped. With a
+    /// fork child sharing its pages: every reading walks (the shared part can move while the
+    /// counters stay).
+    #[test]
+    fn pss_watch_skips_walks_only_while_nothing_is_shared() {
+        let me = std::process::id();
+        let mut w = PssWatch::default();
+        // Other tests of this binary allocate meanwhile: of 50 readings some must find the
+        // counters no higher than at the last walk.
+        let walks: Vec<bool> = (0..50).map(|_| w.read(&[me], "Pss_Anon:", 0).is_some()).collect();
+        assert!(walks[0], "the first reading walks");
+        assert!(walks.contains(&false), "a reading with nothing grown and nothing shared was never skipped");
+        let mut block = vec![1u8; 16 << 20];
+        std::hint::black_box(&mut block);
+        // SAFETY: fork; the child only sleeps until killed.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0);
+        if child == 0 {
+            loop {
+                // SAFETY: pause(2) in the child.
+                unsafe { libc::pause() };
+            }
+        }
+        let pids = [me, child as u32];
+        let walked = (0..5).filter(|_| w.read(&pids, "Pss_Anon:", 0).is_some()).count();
+        // SAFETY: our own child.
+        unsafe {
+            libc::kill(child, libc::SIGKILL);
+            libc::waitpid(child, std::ptr::null_mut(), 0);
+        }
+        assert_eq!(walked, 5, "16 MiB shared with a fork child: every reading walks");
+    }
 
     /// The reading sees the largest value so far, and a reading that declines (`None`) leaves
     /// the peak as it was.

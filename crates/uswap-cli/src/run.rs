@@ -411,9 +411,10 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
 /// from outside, across processes. Each sample also looks for processes that run without
 /// the pager and counts their memory against the limit ([`crate::unmanaged`]).
 fn sample_tree(watch: std::sync::Arc<std::sync::Mutex<crate::unmanaged::Watch>>) -> live::PeakSampler {
+    let mut pss = live::PssWatch::default();
     live::PeakSampler::start(std::time::Duration::from_millis(TREE_SAMPLE_MS), move |peak| {
         let pids = watch.lock().unwrap_or_else(std::sync::PoisonError::into_inner).sample();
-        live::pss_if_above(&pids, "Pss_Anon:", peak).map(|v| (v, pids.len() as u64))
+        pss.read(&pids, "Pss_Anon:", peak).map(|v| (v, pids.len() as u64))
     })
 }
 
