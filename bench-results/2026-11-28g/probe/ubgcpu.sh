@@ -14,7 +14,7 @@ else
 fi
 RP=$!
 for i in $(seq 50); do redis-cli -p $PORT ping >/dev/null 2>&1 && break; sleep 0.2; done
-python3 $D/load.py 402653 $PORT >/dev/null
+python3 $D/../../2026-11-28c/probe/load.py 402653 $PORT >/dev/null
 redis-benchmark -p $PORT -t get -n 2000000 -r 402653 -c 8 -q >/dev/null 2>&1 &
 BP=$!
 if [ -n "$BEFORE" ]; then eval "$BEFORE"; fi
