@@ -24,7 +24,8 @@
 //!   it is woken. The event thread does all its queued work (events, then every fault), with
 //!   every wake-up deferred to the end, the forking thread's included. By then nothing is in
 //!   flight.
-//! - **The forking thread has not run for [`FORCE_AFTER_NS`] while work is pending.** It
+//! - **The forking thread has slept for [`FORCE_AFTER_NS`] while work is pending** (no run
+//!   time gained, and asleep in the kernel: not merely waiting for a CPU). It
 //!   waits for a lock, and the holder may be a thread that waits for a fault (an arena lock
 //!   taken by a thread that faulted inside `malloc`). The work is done anyway
 //!   (`fork_hold_forced`). If something else wakes the forking thread meanwhile and its
@@ -188,8 +189,10 @@ impl ForkHold {
         }
         let now = now_ns();
         let ran = self.ran_ns();
-        // Unreadable (u64::MAX): the time since the hold began decides alone.
-        if ran != view.ran_ns && ran != u64::MAX {
+        // Unreadable (u64::MAX): the time since the hold began decides alone. A thread that
+        // is runnable (waiting for a CPU, `wchan` 0) counts as running: it is not blocked on
+        // anything, and may be in `clone` the moment it gets a CPU.
+        if (ran != view.ran_ns && ran != u64::MAX) || !self.asleep() {
             view.ran_ns = ran;
             view.still_since = now;
         }
@@ -229,6 +232,18 @@ impl ForkHold {
     fn in_uffd_fault(&self) -> bool {
         let mut buf = [0u8; 64];
         read_start(&self.wchan_fd, &mut buf).starts_with(b"handle_userfault")
+    }
+
+    /// Whether the forking thread sleeps in the kernel (its `wchan` names where), as a thread
+    /// waiting for a lock does. The kernel shows 0 for a thread that runs or waits for a CPU:
+    /// on a loaded machine a runnable thread can wait 20 ms for one, and a round forced then
+    /// was caught by its `clone` (the e2e test `fork_while_other_threads_fault`, once in CI,
+    /// 2026-11-28: the child exited with the message of [`ForkHold::reset_in_fork_child`]).
+    /// True when `wchan` cannot be read (the time alone decides, as before).
+    fn asleep(&self) -> bool {
+        let mut buf = [0u8; 64];
+        let w = read_start(&self.wchan_fd, &mut buf);
+        !(w == b"0" || w.starts_with(b"0\n"))
     }
 
     /// The forking thread's run time in ns (the first field of its schedstat), or u64::MAX
