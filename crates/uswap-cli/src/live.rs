@@ -149,17 +149,16 @@ const COUNTER_LAG: u64 = 512 << 10;
 /// page tables are walked only when the counters that bound it (`VmRSS:`, `RssAnon:`) allow
 /// a new peak.
 pub fn pss_if_above<P: std::fmt::Display>(pids: &[P], pss_key: &str, peak: u64) -> Option<u64> {
-    let bound = if pss_key == "Pss_Anon:" { "RssAnon:" } else { "VmRSS:" };
-    may_exceed(status_sum(pids, bound), pids.len(), peak).then(|| smaps_sum(pids, pss_key))
+    PssWatch::default().read(pids, pss_key, peak)
 }
 
 /// [`pss_if_above`] that also skips the walk when it cannot find a new peak: the processes
 /// are the same as at the last walk, their counters (`RssAnon:` or `VmRSS:`) sum to no more
 /// than then, and that walk found no page shared between them (the proportional sum equal to
 /// the counters' within their lag). Pages come to be shared only through a `fork`, which
-/// brings a new process, so the sum is still the counters', at most the last reading. A program at rest under its limit
-/// had its page tables walked every 200 ms: 86 % of the runner's time, about 1 % of a CPU
-/// (more with a large resident set).
+/// brings a new process, so the sum is still the counters', at most the last reading. A
+/// program at rest under its limit had its page tables walked every 200 ms: 86 % of the
+/// runner's time, about 1 % of a CPU (more with a large resident set).
 #[derive(Default)]
 pub struct PssWatch {
     /// (processes, counters' sum) at the last walk that found nothing shared.

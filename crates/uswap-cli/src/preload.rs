@@ -16,21 +16,17 @@ use std::path::{Path, PathBuf};
 static EMBEDDED: Option<&[u8]> = Some(include_bytes!(env!("USWAP_EMBED_PATH")));
 #[cfg(not(uswap_embed))]
 static EMBEDDED: Option<&[u8]> = None;
-/// [`hash`] of [`EMBEDDED`], computed by build.rs (hashing 30 MiB took 25-30 ms of every
+/// `fnv1a` of [`EMBEDDED`], computed by build.rs (hashing 30 MiB took 25-30 ms of every
 /// `uswap run`).
 #[cfg(uswap_embed)]
 const EMBEDDED_HASH: Option<&str> = Some(env!("USWAP_EMBED_HASH"));
 #[cfg(not(uswap_embed))]
 const EMBEDDED_HASH: Option<&str> = None;
 
-// `fn fnv1a(&[u8]) -> u64`, the hash that names the cache file; build.rs includes the same
-// file to compute EMBEDDED_HASH, so the two cannot differ.
+// `fn fnv1a(&[u8]) -> u64`, the hash that names the cache file by content (not a security
+// boundary: the directory is ours); build.rs includes the same file to compute
+// EMBEDDED_HASH, so the two cannot differ.
 include!("fnv1a.rs");
-
-/// Names the cache file by content (not a security boundary: the directory is ours).
-fn hash(b: &[u8]) -> u64 {
-    fnv1a(b)
-}
 
 /// A private directory for the cache: created 0700 if missing; refused unless it is a real
 /// directory owned by us and closed to others.
@@ -75,12 +71,12 @@ fn same_content(p: &Path, bytes: &[u8]) -> bool {
 }
 
 /// Write `bytes` to `dir/libuswap_ffi-HASH.so` unless it is already there with this content.
-/// `known` is the bytes' [`hash`] in hex if the caller has it (build.rs computed the embedded
+/// `known` is the bytes' `fnv1a` in hex if the caller has it (build.rs computed the embedded
 /// copy's); else it is computed here.
 pub fn cached(dir: &Path, bytes: &[u8], known: Option<&str>) -> Result<PathBuf, String> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let name = known.map_or_else(|| format!("{:016x}", hash(bytes)), str::to_owned);
+    let name = known.map_or_else(|| format!("{:016x}", fnv1a(bytes)), str::to_owned);
     let p = dir.join(format!("libuswap_ffi-{name}.so"));
     if same_content(&p, bytes) {
         return Ok(p);
@@ -157,7 +153,7 @@ mod tests {
         assert_eq!(std::fs::read(&a).unwrap(), b"lib one");
         assert_eq!(std::fs::metadata(&a).unwrap().permissions().mode() & 0o777, 0o500);
         assert_eq!(cached(d.path(), b"lib one", None).unwrap(), a);
-        let known = format!("{:016x}", hash(b"lib one"));
+        let known = format!("{:016x}", fnv1a(b"lib one"));
         assert_eq!(cached(d.path(), b"lib one", Some(&known)).unwrap(), a, "the same name from a known hash");
         let b = cached(d.path(), b"lib two", None).unwrap();
         assert_ne!(a, b);

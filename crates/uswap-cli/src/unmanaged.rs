@@ -12,9 +12,9 @@
 //! them in the tree's peak, and lists them in the statistics (`unmanaged_processes`).
 //!
 //! *Which processes are the tree's*: the program, every process holding a slot of the budget
-//! file, and their descendants (through `/proc/PID/task/*/children`, or by parent pid from every
-//! `/proc/PID/stat` on a kernel without those files). A process that
-//! left the tree by double-forking away from a process without a pager is not seen.
+//! file, and their descendants (through `/proc/PID/task/*/children`, or by parent pid from
+//! every `/proc/PID/stat` on a kernel without those files). A process that left the tree by
+//! double-forking away from a process without a pager is not seen.
 //! *Which are managed*: those whose `/proc/PID/maps` names the library. A process is judged
 //! once per image (pid, start time and `/proc/PID/exe`), and only after two readings a tree
 //! sample apart both lack the library: a program caught between `execve` and the dynamic

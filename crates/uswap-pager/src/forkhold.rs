@@ -243,7 +243,7 @@ impl ForkHold {
     fn asleep(&self) -> bool {
         let mut buf = [0u8; 64];
         let w = read_start(&self.wchan_fd, &mut buf);
-        !(w == b"0" || w.starts_with(b"0\n"))
+        w.strip_suffix(b"\n").unwrap_or(w) != b"0"
     }
 
     /// The forking thread's run time in ns (the first field of its schedstat), or u64::MAX

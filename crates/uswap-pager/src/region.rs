@@ -159,19 +159,9 @@ pub fn overlaps(a: usize, b: usize) -> bool {
 /// # Safety
 /// - As for [`lookup`]: the caller is between [`enter`] and [`leave`] and uses the references
 ///   `f` gets (`'static` only in name) only until its matching [`leave`].
-pub(crate) unsafe fn for_each_of(p: &Pager, mut f: impl FnMut(&'static RegionInner)) {
-    let n = HIGH.load(Ordering::Acquire);
-    for s in &REGISTRY[..n] {
-        let ptr = s.ptr.load(Ordering::Acquire);
-        if !ptr.is_null() {
-            // SAFETY: a non-null slot pointer names a live RegionInner, kept alive while the
-            // caller is inside enter() (this function's contract).
-            let r = unsafe { &*ptr };
-            if std::ptr::eq(r.pager, p) {
-                f(r);
-            }
-        }
-    }
+pub(crate) unsafe fn for_each_of(p: &Pager, f: impl FnMut(&'static RegionInner)) {
+    // SAFETY: the caller's obligations are for_each_in's.
+    unsafe { for_each_in(p, 0, usize::MAX, f) }
 }
 
 /// Call `f` for every live region of pager `p` that overlaps `[a, b)`.

@@ -6,8 +6,8 @@
 //! `USWAP_LIMIT` (bytes), `USWAP_TIERS`, `USWAP_FOLIO` (bytes), `USWAP_STATS_DIR` (each process
 //! writes `<pid>.json` there at exit), `USWAP_MMAP_MIN` (smallest anonymous mapping adopted at
 //! `mmap` time, default 16 KiB), `USWAP_SCAN_MS` (how often the resident set is checked for
-//! memory to reconcile while it moves, default 1 ms; up to 5 ms while it stays put), `USWAP_ON_ERROR=warn` (run unmanaged, with a warning,
-//! if the pager cannot start; default: print why and exit 125), `USWAP_RECOMP_MS` and
+//! memory to reconcile while it moves, default 1 ms; up to 5 ms while it stays put),
+//! `USWAP_ON_ERROR=warn` (run unmanaged, with a warning, if the pager cannot start; default: print why and exit 125), `USWAP_RECOMP_MS` and
 //! `USWAP_RECOMP_CPU_PERCENT` (period and CPU budget of background recompression, default
 //! 5000 ms and 5 %; it runs only for a pool tier with `recomp=`), `USWAP_WRITEBACK_AGE_MS`
 //! (pool objects unused this long are written back to the file by the same thread, default

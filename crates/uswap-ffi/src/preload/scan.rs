@@ -4,8 +4,8 @@
 //! glibc's brk heap, the blocks and thread arenas glibc maps with its internal `mmap`, and
 //! whatever a runtime maps through a raw system call never pass through this library. The
 //! `uswap-scan` thread watches the resident set size (`/proc/self/statm`, every
-//! `USWAP_SCAN_MS` while it moves, backing off to 5 ms while it stays put: [`Poll`]) and, when it has grown by 1/128 of the limit since the last pass (or every
-//! 500 ms), reads `/proc/self/maps` and adopts every anonymous private writable mapping that is
+//! `USWAP_SCAN_MS` while it moves, backing off to 5 ms while it stays put: [`Poll`]) and,
+//! when it has grown by 1/128 of the limit since the last pass (or every 500 ms), reads `/proc/self/maps` and adopts every anonymous private writable mapping that is
 //! not the pager's own, not a thread stack (a small `PROT_NONE` guard right below it) and not a
 //! loaded object's `.bss` (anonymous memory right after one of its file mappings: libc's malloc
 //! state lives there, and the pager's threads use it). Each pass also retires regions the
@@ -557,8 +557,8 @@ fn spawn(p: Arc<Pager>) -> std::io::Result<()> {
 
 /// How long the scan thread sleeps between two readings of the resident set: the configured
 /// period (`USWAP_SCAN_MS`, 1 ms) while the resident set moves, doubling while it stays put,
-/// up to [`Poll::IDLE_MS`] (5 ms). At a fixed 1 ms the thread woke 1 000 times a second whatever
-/// the program did: 2 % of a CPU for a program asleep, about 3 % of both CPUs for a
+/// up to [`Poll::IDLE_MS`] (5 ms). At a fixed 1 ms the thread woke 1 000 times a second
+/// whatever the program did: 2 % of a CPU for a program asleep, about 3 % of both CPUs for a
 /// `make -j2` of C files (two such threads). A program that starts filling new memory after
 /// a quiet spell is seen at most [`Poll::IDLE_MS`] later, and at the configured period from
 /// then on; blocks of [`NEW_MEMORY_MIN`] or more from its allocator do not wait for the

@@ -692,13 +692,8 @@ impl Backend for FileTier {
                 self.space.freeze_held();
                 true
             }
-            ShareStep::Child { shared } if self.io.after_fork_child().is_err() => {
-                // No I/O engine: nothing read or written from here on would be right.
-                if shared {
-                    let _ = self.holds.forked_child();
-                }
-                false
-            }
+            // No I/O engine: the child does not take its row (its parent gives it up).
+            ShareStep::Child { .. } if self.io.after_fork_child().is_err() => false,
             ShareStep::Child { shared: true } => self.holds.forked_child(),
             ShareStep::Child { shared: false } => {
                 self.holds.go_private();
