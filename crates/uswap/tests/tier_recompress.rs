@@ -263,12 +263,15 @@ fn loading_recompressed_objects_allocates_nothing() {
     }
     let list: Vec<(u64, Vec<u8>)> = model.values().cloned().collect();
     let (tx, rx) = std::sync::mpsc::channel::<Vec<(u64, Vec<u8>)>>();
+    let (warm_tx, warm_rx) = std::sync::mpsc::channel::<()>();
     let p2 = pool.clone();
-    // A "fault thread": one warm-up load (lz4) before any zstd object exists.
+    // A "fault thread": one warm-up load (lz4) before any zstd object exists, and before the
+    // recompression below may move the object it loads (its handle would then be stale).
     let t = std::thread::spawn(move || {
         let mut out = vec![0u8; 16 * PAGE_SIZE];
         let (h, d) = &list[0];
         p2.load(*h, &mut out[..d.len()]).unwrap();
+        warm_tx.send(()).unwrap();
         let after = rx.recv().unwrap();
         ARMED.with(|a| a.set(true));
         for (h, d) in &after {
@@ -278,6 +281,7 @@ fn loading_recompressed_objects_allocates_nothing() {
         ARMED.with(|a| a.set(false));
         ALLOCS.with(Cell::get)
     });
+    warm_rx.recv().unwrap();
     let r = pool.recompress(false, &mut relocate_in(&mut model, 0));
     assert!(r.objects > 100, "{r:?}");
     tx.send(model.values().cloned().collect()).unwrap();
