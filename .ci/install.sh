@@ -33,6 +33,9 @@ need java default-jre-headless
 need javac default-jdk-headless
 need awk mawk
 need sha256sum coreutils
+# Go: the end-to-end tests build a Go program (which `uswap run` refuses); machines of this
+# project's kind have it in /usr/local/go, elsewhere Debian's package provides it.
+if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then pkgs+=(golang-go); fi
 # libc.a: the end-to-end tests link static programs (refused as the program; found and
 # counted when a shell starts one).
 if ! command -v cc >/dev/null 2>&1 || [ "$(cc -print-file-name=libc.a)" = libc.a ]; then pkgs+=(libc6-dev); fi
@@ -50,6 +53,6 @@ if [ ${#pkgs[@]} -gt 0 ]; then
   fi
 fi
 echo "install: $(cargo --version), $(rustc --version)"
-for t in python3 node java redis-server sqlite3 gdb xz perl; do
+for t in python3 node java redis-server sqlite3 gdb xz perl go; do
   printf 'install: %-13s %s\n' "$t" "$(command -v "$t")"
 done

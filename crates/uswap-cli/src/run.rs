@@ -133,56 +133,7 @@ fn find_program(p: &OsString) -> Result<PathBuf, RunError> {
     }
 }
 
-/// What kind of executable a file is.
-#[derive(Debug, PartialEq, Eq)]
-pub enum ExeKind {
-    /// ELF with an interpreter (PT_INTERP).
-    Dynamic,
-    /// ELF without one: the LD_PRELOAD library would never be loaded.
-    Static,
-    /// A script (#!) or something the kernel will sort out.
-    Other,
-}
-
-/// Classify an executable by its ELF program headers.
-pub fn exe_kind(path: &Path) -> std::io::Result<ExeKind> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut f = std::fs::File::open(path)?;
-    let mut h = [0u8; 64];
-    let n = f.read(&mut h)?;
-    if n < 64 || &h[..4] != b"\x7fELF" {
-        return Ok(ExeKind::Other);
-    }
-    let le = h[5] == 1;
-    let rd16 = |b: &[u8]| if le { u16::from_le_bytes([b[0], b[1]]) } else { u16::from_be_bytes([b[0], b[1]]) };
-    let rd32 = |b: &[u8]| {
-        let a = [b[0], b[1], b[2], b[3]];
-        if le {
-            u32::from_le_bytes(a)
-        } else {
-            u32::from_be_bytes(a)
-        }
-    };
-    let rd64 = |b: &[u8]| {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(&b[..8]);
-        if le {
-            u64::from_le_bytes(a)
-        } else {
-            u64::from_be_bytes(a)
-        }
-    };
-    let (phoff, phentsize, phnum) = match h[4] {
-        2 => (rd64(&h[32..]), rd16(&h[54..]), rd16(&h[56..])),
-        1 => (u64::from(rd32(&h[28..])), rd16(&h[42..]), rd16(&h[44..])),
-        _ => return Ok(ExeKind::Other),
-    };
-    let mut ph = vec![0u8; usize::from(phentsize) * usize::from(phnum)];
-    f.seek(SeekFrom::Start(phoff))?;
-    f.read_exact(&mut ph)?;
-    let interp = ph.chunks(usize::from(phentsize).max(4)).any(|e| rd32(e) == 3);
-    Ok(if interp { ExeKind::Dynamic } else { ExeKind::Static })
-}
+pub use uswap_pager::exe::{exe_kind, ExeKind, GO_REFUSED};
 
 static CHILD: AtomicI32 = AtomicI32::new(0);
 
@@ -262,6 +213,13 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
     }
     let prog = find_program(&a.command[0])?;
     match exe_kind(&prog) {
+        Ok(ExeKind::Go) => {
+            return Err(usage(format!(
+                "{} is a Go program, which uswap cannot page yet: {GO_REFUSED}. It was not started; run it \
+                 without uswap (a memory cgroup limits it, e.g. systemd-run --scope -p MemoryMax=...).",
+                prog.display()
+            )))
+        }
         Ok(ExeKind::Static) => {
             return Err(usage(format!(
                 "{} is statically linked: uswap puts a program under the pager with an LD_PRELOAD library, \
@@ -557,29 +515,6 @@ fn summary(prog: &Path, limit: u64, peak: u64, doc: &serde_json::Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn classifies_executables() {
-        assert_eq!(exe_kind(Path::new("/bin/sh")).unwrap(), ExeKind::Dynamic);
-        let d = std::env::temp_dir().join(format!("uswap-exe-kind-{}", std::process::id()));
-        std::fs::write(&d, b"#!/bin/sh\necho hi\n").unwrap();
-        assert_eq!(exe_kind(&d).unwrap(), ExeKind::Other);
-        // A minimal static ELF header: no program header is PT_INTERP.
-        let mut h = vec![0u8; 64 + 56];
-        h[..4].copy_from_slice(b"\x7fELF");
-        h[4] = 2;
-        h[5] = 1;
-        h[32..40].copy_from_slice(&64u64.to_le_bytes());
-        h[54..56].copy_from_slice(&56u16.to_le_bytes());
-        h[56..58].copy_from_slice(&1u16.to_le_bytes());
-        h[64..68].copy_from_slice(&1u32.to_le_bytes()); // PT_LOAD
-        std::fs::write(&d, &h).unwrap();
-        assert_eq!(exe_kind(&d).unwrap(), ExeKind::Static);
-        h[64..68].copy_from_slice(&3u32.to_le_bytes()); // PT_INTERP
-        std::fs::write(&d, &h).unwrap();
-        assert_eq!(exe_kind(&d).unwrap(), ExeKind::Dynamic);
-        std::fs::remove_file(&d).unwrap();
-    }
 
     #[test]
     fn parses_limits_and_folios() {

@@ -31,6 +31,8 @@ use std::path::{Path, PathBuf};
 pub enum Reason {
     /// Its executable has no ELF interpreter: the LD_PRELOAD library is never loaded.
     Static,
+    /// A Go program: the preload leaves it alone ([`crate::run::GO_REFUSED`]).
+    Go,
     /// Its executable is setuid or setgid: the dynamic loader ignores `LD_PRELOAD`.
     Setuid,
     /// Its environment has no `LD_PRELOAD` naming the library (the program cleared it).
@@ -44,6 +46,7 @@ impl Reason {
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::Static => "statically linked",
+            Reason::Go => "Go program: the Go runtime's own madvise calls are not seen",
             Reason::Setuid => "setuid or setgid",
             Reason::NoPreload => "LD_PRELOAD removed from its environment",
             Reason::NotLoaded => "the library is not loaded",
@@ -196,8 +199,10 @@ fn command_of(pid: i32) -> String {
 /// Why `pid`, whose maps lack the library `lib`, runs without it.
 fn reason_of(pid: i32, exe: &Path, lib: &str) -> Reason {
     use std::os::unix::fs::MetadataExt;
-    if crate::run::exe_kind(exe).ok() == Some(crate::run::ExeKind::Static) {
-        return Reason::Static;
+    match crate::run::exe_kind(exe) {
+        Ok(crate::run::ExeKind::Static) => return Reason::Static,
+        Ok(crate::run::ExeKind::Go) => return Reason::Go,
+        _ => {}
     }
     if std::fs::metadata(exe).is_ok_and(|m| m.mode() & 0o6000 != 0) {
         return Reason::Setuid;
@@ -265,15 +270,18 @@ impl Watch {
                 Some(Seen::Unmanaged(i)) => *i,
                 _ => {
                     let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { continue };
-                    if maps.contains(&self.lib) {
+                    // A Go program maps the library but the library leaves it alone (see
+                    // `exe::GO_REFUSED`).
+                    let go = matches!(crate::run::exe_kind(&key.2), Ok(crate::run::ExeKind::Go));
+                    if maps.contains(&self.lib) && !go {
                         self.seen.insert(key, Seen::Managed);
                         continue;
                     }
-                    if seen.is_none() {
+                    if seen.is_none() && !go {
                         self.seen.insert(key, Seen::Maybe);
                         continue;
                     }
-                    let reason = reason_of(pid, &key.2, &self.lib);
+                    let reason = if go { Reason::Go } else { reason_of(pid, &key.2, &self.lib) };
                     let u = Unmanaged {
                         pid,
                         command: command_of(pid),

@@ -691,6 +691,82 @@ fn static_program_is_refused() {
     refused(&[OsStr::new("--limit"), "32M".as_ref(), "--".as_ref(), prog.as_os_str()], 2, "statically linked");
 }
 
+/// The Go toolchain: `go` on PATH, else the usual install directory. None (the caller skips,
+/// saying so) where there is none, unless `USWAP_REQUIRE_RUNTIMES` is set (CI), where that fails.
+fn go_tool() -> Option<PathBuf> {
+    let on_path =
+        std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join("go")).find(|g| g.is_file()));
+    let go = on_path.or_else(|| Some(PathBuf::from("/usr/local/go/bin/go")).filter(|g| g.is_file()));
+    if go.is_none() {
+        assert!(
+            std::env::var_os("USWAP_REQUIRE_RUNTIMES").is_none(),
+            "no Go toolchain and USWAP_REQUIRE_RUNTIMES is set"
+        );
+        eprintln!("SKIPPED: no Go toolchain (go) on PATH or in /usr/local/go/bin");
+    }
+    go
+}
+
+/// Build tests/programs/gohold.go into `dir/name` with `go build` and `extra` flags.
+fn go_build(go: &std::path::Path, dir: &std::path::Path, name: &str, cgo: bool, extra: &[&str]) -> PathBuf {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/gohold.go");
+    let out = dir.join(name);
+    let o = Command::new(go)
+        .arg("build")
+        .args(extra)
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .env("CGO_ENABLED", if cgo { "1" } else { "0" })
+        .env("GOTOOLCHAIN", "local")
+        .env("GOFLAGS", "")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", go.display()));
+    assert!(o.status.success(), "go build {name} failed:\n{}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+/// A Go program is refused, built either way (`go build` links statically without cgo; with
+/// the external linker it is dynamic and would load the library): the Go runtime gives memory
+/// back with `madvise` system calls of its own, which uswap does not see, so pages it had
+/// swapped out came back stale (a Go heap failed the runtime's check "found pointer to free
+/// object"). One started deeper in the tree runs without the pager (the library leaves it
+/// alone), is reported, and counts against the limit; its output is right.
+#[test]
+fn a_go_program_is_refused_and_one_in_the_tree_runs_without_the_pager() {
+    let Some(go) = go_tool() else { return };
+    let dir = tempdir();
+    let stat = go_build(&go, dir.path(), "gohold_static", false, &[]);
+    let dynamic = go_build(&go, dir.path(), "gohold_dynamic", true, &["-ldflags=-linkmode=external"]);
+    for prog in [&stat, &dynamic] {
+        refused(
+            &[OsStr::new("--limit"), "64M".as_ref(), "--".as_ref(), prog.as_os_str(), "1".as_ref(), "0".as_ref()],
+            2,
+            "is a Go program",
+        );
+    }
+    let native = Command::new(&dynamic).args(["40", "2"]).output().expect("run gohold natively");
+    assert!(native.status.success(), "gohold natively: {native:?}");
+    let limit = 64 * MIB;
+    let st = dir.path().join("stats.json");
+    let script = format!("{} 40 2; echo done", dynamic.display());
+    let r = uswap_run_stats(&limit_arg(limit), &st, &["sh".as_ref(), "-c".as_ref(), script.as_ref()]);
+    if no_uffd(&r) {
+        return;
+    }
+    assert_eq!(r.code, Some(0), "exit status; stdout:\n{}\nstderr:\n{}", r.out(), r.stderr);
+    assert_eq!(r.out(), format!("{}done\n", String::from_utf8_lossy(&native.stdout)), "stderr:\n{}", r.stderr);
+    assert!(r.stderr.contains("runs without the pager (Go program"), "no warning in:\n{}", r.stderr);
+    let s = stats(&st);
+    let un = s["unmanaged_processes"].as_array().unwrap_or_else(|| panic!("no unmanaged_processes: {s:#}"));
+    assert_eq!(un.len(), 1, "{s:#}");
+    assert!(un[0]["reason"].as_str().is_some_and(|r| r.starts_with("Go program")), "{s:#}");
+    assert!(num(&un[0], "/peak_anon_bytes") >= 40 * MIB, "{s:#}");
+    // No pager ran in it: a pager leaves a record of its process in the statistics.
+    let paged = records(&s).into_iter().any(|p| p["argv"][0].as_str().is_some_and(|a| a.ends_with("gohold_dynamic")));
+    assert!(!paged, "the Go process ran under a pager: {s:#}");
+}
+
 /// A statically linked program in the tree never loads the library, so no pager holds its
 /// memory: `uswap run` finds it, warns, lists it in the statistics, and counts its memory
 /// against the limit, so that a managed process of the same tree gives up as much (as a memory

@@ -64,6 +64,7 @@
 mod arena;
 mod bufs;
 mod cpu;
+pub mod exe;
 mod fault;
 mod forkhold;
 mod handle;

@@ -176,6 +176,14 @@ extern "C" fn init() {
     if mode() != BOOT {
         return;
     }
+    // A Go program is left alone, without a pager (`uswap_pager::exe::GO_REFUSED`: the Go
+    // runtime's own madvise calls would go unseen); `uswap run` refuses one as the program it
+    // runs, and counts one found deeper in the tree against the limit.
+    let exe = internal(|| uswap_pager::exe::exe_kind(std::path::Path::new("/proc/self/exe")));
+    if matches!(exe, Ok(uswap_pager::exe::ExeKind::Go)) {
+        STATE.store(FAILED, Ordering::Release);
+        return;
+    }
     let res = internal(start);
     match res {
         Ok(()) => {
