@@ -260,6 +260,11 @@ pub fn uswap_run<S: AsRef<OsStr>>(args: &[S]) -> Ran {
 
 /// [`uswap_run`] with extra environment variables for the program (`USWAP_MMAP_MIN`, …).
 pub fn uswap_run_env<S: AsRef<OsStr>>(args: &[S], envs: &[(&str, &str)]) -> Ran {
+    uswap_run_within(args, envs, timeout())
+}
+
+/// [`uswap_run_env`] with a deadline of its own (a test whose program is slow by design).
+pub fn uswap_run_within<S: AsRef<OsStr>>(args: &[S], envs: &[(&str, &str)], deadline: Duration) -> Ran {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
     cmd.arg("run").args(args).env("USWAP_PRELOAD", preload()).env_remove("LD_PRELOAD");
     cmd.envs(envs.iter().copied());
@@ -267,7 +272,7 @@ pub fn uswap_run_env<S: AsRef<OsStr>>(args: &[S], envs: &[(&str, &str)]) -> Ran 
         "uswap run {}",
         args.iter().map(|a| a.as_ref().to_string_lossy().into_owned()).collect::<Vec<_>>().join(" ")
     );
-    run(cmd, &what)
+    run_with(cmd, &what, deadline)
 }
 
 /// `uswap run --limit LIMIT --stats STATS -- PROGRAM ARGS…`.
