@@ -385,19 +385,12 @@ fn fork_while_other_threads_fault() {
     // 200 forks of a thrashing program: 101-110 s for a release build and 123 s for a debug
     // one on a slow day (2026-11-28, 87 us cross-CPU wake-ups), over the default 60 s; a
     // hang still ends in the stacks, later.
-    let limit_s = limit_arg(limit);
-    let args = [
-        OsStr::new("--limit"),
-        limit_s.as_ref(),
-        OsStr::new("--stats"),
-        st.as_os_str(),
-        OsStr::new("--"),
-        prog.as_os_str(),
-        OsStr::new("200"),
-        bytes.as_ref(),
-        OsStr::new("3"),
-    ];
-    let r = uswap_run_within(&args, &[], timeout_or(300));
+    let r = uswap_run_stats_within(
+        &limit_arg(limit),
+        &st,
+        &[prog.as_os_str(), OsStr::new("200"), bytes.as_ref(), OsStr::new("3")],
+        timeout_or(300),
+    );
     if no_uffd(&r) {
         return;
     }

@@ -277,10 +277,15 @@ pub fn uswap_run_within<S: AsRef<OsStr>>(args: &[S], envs: &[(&str, &str)], dead
 
 /// `uswap run --limit LIMIT --stats STATS -- PROGRAM ARGS…`.
 pub fn uswap_run_stats(limit: &str, stats: &Path, program: &[&OsStr]) -> Ran {
+    uswap_run_stats_within(limit, stats, program, timeout())
+}
+
+/// [`uswap_run_stats`] with a deadline of its own.
+pub fn uswap_run_stats_within(limit: &str, stats: &Path, program: &[&OsStr], deadline: Duration) -> Ran {
     let mut args =
         vec![OsStr::new("--limit"), OsStr::new(limit), OsStr::new("--stats"), stats.as_os_str(), OsStr::new("--")];
     args.extend_from_slice(program);
-    uswap_run(&args)
+    uswap_run_within(&args, &[], deadline)
 }
 
 /// True (with a printed reason) when the runner refused because userfaultfd is not permitted.
