@@ -196,12 +196,13 @@ fn command_of(pid: i32) -> String {
     s
 }
 
-/// Why `pid`, whose maps lack the library `lib`, runs without it.
-fn reason_of(pid: i32, exe: &Path, lib: &str) -> Reason {
+/// Why `pid`, whose executable `exe` is of `kind` and whose maps lack the library `lib` (or
+/// which is a Go program, left alone by the library), runs without it.
+fn reason_of(pid: i32, exe: &Path, kind: Option<crate::run::ExeKind>, lib: &str) -> Reason {
     use std::os::unix::fs::MetadataExt;
-    match crate::run::exe_kind(exe) {
-        Ok(crate::run::ExeKind::Static) => return Reason::Static,
-        Ok(crate::run::ExeKind::Go) => return Reason::Go,
+    match kind {
+        Some(crate::run::ExeKind::Static) => return Reason::Static,
+        Some(crate::run::ExeKind::Go) => return Reason::Go,
         _ => {}
     }
     if std::fs::metadata(exe).is_ok_and(|m| m.mode() & 0o6000 != 0) {
@@ -272,7 +273,8 @@ impl Watch {
                     let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { continue };
                     // A Go program maps the library but the library leaves it alone (see
                     // `exe::GO_REFUSED`).
-                    let go = matches!(crate::run::exe_kind(&key.2), Ok(crate::run::ExeKind::Go));
+                    let kind = crate::run::exe_kind(&key.2).ok();
+                    let go = kind == Some(crate::run::ExeKind::Go);
                     if maps.contains(&self.lib) && !go {
                         self.seen.insert(key, Seen::Managed);
                         continue;
@@ -281,7 +283,7 @@ impl Watch {
                         self.seen.insert(key, Seen::Maybe);
                         continue;
                     }
-                    let reason = if go { Reason::Go } else { reason_of(pid, &key.2, &self.lib) };
+                    let reason = reason_of(pid, &key.2, kind, &self.lib);
                     let u = Unmanaged {
                         pid,
                         command: command_of(pid),

@@ -1,18 +1,18 @@
 //! The LD_PRELOAD library behind `uswap run`: pages an unmodified program's anonymous memory
 //! where it lies.
 //!
-//! Activation: the library is inert unless `USWAP_LIMIT` is set in the environment (a program
-//! that links it for the C ABI is not touched). Configuration, set by `uswap run`:
-//! `USWAP_LIMIT` (bytes), `USWAP_TIERS`, `USWAP_FOLIO` (bytes), `USWAP_STATS_DIR` (each process
-//! writes `<pid>.json` there at exit), `USWAP_MMAP_MIN` (smallest anonymous mapping adopted at
-//! `mmap` time, default 16 KiB), `USWAP_SCAN_MS` (how often the resident set is checked for
-//! memory to reconcile while it moves, default 1 ms; up to 5 ms while it stays put),
-//! `USWAP_ON_ERROR=warn` (run unmanaged, with a warning, if the pager cannot start; default: print why and exit 125), `USWAP_RECOMP_MS` and
-//! `USWAP_RECOMP_CPU_PERCENT` (period and CPU budget of background recompression, default
-//! 5000 ms and 5 %; it runs only for a pool tier with `recomp=`), `USWAP_WRITEBACK_AGE_MS`
-//! (pool objects unused this long are written back to the file by the same thread, default
-//! 60 000, 0 = off), `USWAP_PROMOTE=0` (no promotion of refaulted file objects into the pool),
-//! `USWAP_FOLLOW_CPU=0` (the event thread does not follow the faulting thread's CPU) and
+//! Activation: the library is inert unless `USWAP_LIMIT` is set in the environment (a program that
+//! links it for the C ABI is not touched). Configuration, set by `uswap run`: `USWAP_LIMIT`
+//! (bytes), `USWAP_TIERS`, `USWAP_FOLIO` (bytes), `USWAP_STATS_DIR` (each process writes
+//! `<pid>.json` there at exit), `USWAP_MMAP_MIN` (smallest anonymous mapping adopted at `mmap`
+//! time, default 16 KiB), `USWAP_SCAN_MS` (how often the resident set is checked for memory to
+//! reconcile while it moves, default 1 ms; up to 5 ms while it stays put), `USWAP_ON_ERROR=warn`
+//! (run unmanaged, with a warning, if the pager cannot start; default: print why and exit 125),
+//! `USWAP_RECOMP_MS` and `USWAP_RECOMP_CPU_PERCENT` (period and CPU budget of background
+//! recompression, default 5000 ms and 5 %; it runs only for a pool tier with `recomp=`),
+//! `USWAP_WRITEBACK_AGE_MS` (pool objects unused this long are written back to the file by the same
+//! thread, default 60 000, 0 = off), `USWAP_PROMOTE=0` (no promotion of refaulted file objects into
+//! the pool), `USWAP_FOLLOW_CPU=0` (the event thread does not follow the faulting thread's CPU) and
 //! `USWAP_PIN_THREAD=0` (it follows, but does not pin the thread it follows beside it).
 //!
 //! The program keeps its own allocator (glibc malloc, jemalloc, pymalloc, a JVM's or V8's

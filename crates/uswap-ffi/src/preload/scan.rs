@@ -5,8 +5,9 @@
 //! whatever a runtime maps through a raw system call never pass through this library. The
 //! `uswap-scan` thread watches the resident set size (`/proc/self/statm`, every
 //! `USWAP_SCAN_MS` while it moves, backing off to 5 ms while it stays put: [`Poll`]) and,
-//! when it has grown by 1/128 of the limit since the last pass (or every 500 ms), reads `/proc/self/maps` and adopts every anonymous private writable mapping that is
-//! not the pager's own, not a thread stack (a small `PROT_NONE` guard right below it) and not a
+//! when it has grown by 1/128 of the limit since the last pass (or every 500 ms), reads
+//! `/proc/self/maps` and adopts every anonymous private writable mapping that is not the
+//! pager's own, not a thread stack (a small `PROT_NONE` guard right below it) and not a
 //! loaded object's `.bss` (anonymous memory right after one of its file mappings: libc's malloc
 //! state lives there, and the pager's threads use it). Each pass also retires regions the
 //! program has unmapped, and measures the anonymous memory outside the pager. The stack rule is
