@@ -28,8 +28,9 @@
 //! not a program thread's, whose vector may be swapped out with no event thread yet to
 //! bring it back.
 //!
-//! Locking: none for the table. A fixed table of atomic `(start, end)` pairs: [`add`] claims a
-//! free entry by CAS, [`remove`] clears it; readers scan without locks (signal-safe,
+//! Locking: none for the table. A fixed table of atomic words, each one whole range (start
+//! page and length): [`add`] claims a free entry by CAS, [`remove`] trims or clears one by CAS
+//! from the value it read; readers scan without locks (signal-safe,
 //! allocation-free). A mapping added concurrently with a scan may be missed by that scan, so
 //! own mappings are made under a [`Making`] guard, and an adopter registers a range only under
 //! an [`Adopting`] guard: the two exclude each other (a Dekker pair of SeqCst counters, no
@@ -42,7 +43,7 @@
 //! until it is recorded, and from when it is forgotten until it is gone. A [`Mapping`] has no lock:
 //! it is immutable after creation, and its contents are its user's to synchronize.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// The kernel's page: what `mmap` and `munmap` work in.
 const PAGE: usize = crate::PAGE_SIZE;
@@ -55,33 +56,51 @@ const PAGE: usize = crate::PAGE_SIZE;
 const MAX_OWN: usize = 1 << 16;
 const MAX_STACKS: usize = 64;
 
-struct Range {
-    start: AtomicUsize,
-    end: AtomicUsize,
-}
+/// One recorded range in one atomic word, so a reader never sees half of one entry and half
+/// of another: the start's page number in the high 35 bits, the length in pages in the low 29
+/// (0: free). Two words (start, end) were read torn: an entry freed and claimed again for a
+/// mapping at the same address (`mmap` hands the same one back) between a reader's two loads
+/// read as a range nobody recorded, double reading did not catch it when the addresses
+/// repeated, and [`remove`] then cleared or trimmed another thread's new entry (1 run in about
+/// 30 of `a_mapping_made_where_another_was_just_freed_stays_own` under a full test run).
+/// Every change is one CAS from the value its writer read.
+struct Range(AtomicU64);
+
+/// Bits of a [`Range`] word that hold the length in pages.
+const LEN_BITS: u32 = 29;
+/// The longest range one entry holds, in pages (a longer one takes several entries).
+const MAX_ENTRY_PAGES: usize = (1 << LEN_BITS) - 1;
+/// A [`PINNED`] slot claimed by a thread that has not stored its range yet.
+const CLAIMED: u64 = u64::MAX;
 
 impl Range {
-    /// The entry's `(start, end)`, or `None` if it is free or changing. Read twice and kept
-    /// only if both readings agree: an entry freed (`end`, then `start` cleared) and claimed
-    /// again (`start`, then `end` set) between two plain loads reads as one occupant's start
-    /// with the next one's end, a range nobody recorded. [`add`] took such a range for one
-    /// covering its new mapping and recorded nothing, and [`remove`] cleared another thread's
-    /// new entry for one overlapping its range (own memory left unrecorded, 1 run in 10 of
-    /// `a_mapping_made_where_another_was_just_freed_stays_own`). An entry only its owner
-    /// changes (the one a [`remove`] is after) always reads the same.
+    /// The word for `[start, end)` (page aligned, at most [`MAX_ENTRY_PAGES`] long), or `None`
+    /// for an address a word cannot hold (above 2^47: only with an explicit high hint).
+    fn pack(start: usize, end: usize) -> Option<u64> {
+        let (page, pages) = (start / PAGE, (end - start) / PAGE);
+        (pages > 0 && pages <= MAX_ENTRY_PAGES && end <= 1 << 47).then_some(((page as u64) << LEN_BITS) | pages as u64)
+    }
+
+    /// `(start, end)` of a word, `None` for a free or claimed entry.
+    fn unpack(w: u64) -> Option<(usize, usize)> {
+        if w == 0 || w == CLAIMED {
+            return None;
+        }
+        let start = (w >> LEN_BITS) as usize * PAGE;
+        Some((start, start + (w & MAX_ENTRY_PAGES as u64) as usize * PAGE))
+    }
+
+    /// The entry's `(start, end)`, or `None` if it is free.
     fn read(&self) -> Option<(usize, usize)> {
-        let once = || (self.start.load(Ordering::Acquire), self.end.load(Ordering::Acquire));
-        let first = once();
-        (first.1 != 0 && once() == first).then_some(first)
+        Range::unpack(self.0.load(Ordering::Acquire))
     }
 }
 
-static OWN: [Range; MAX_OWN] = [const { Range { start: AtomicUsize::new(0), end: AtomicUsize::new(0) } }; MAX_OWN];
+static OWN: [Range; MAX_OWN] = [const { Range(AtomicU64::new(0)) }; MAX_OWN];
 static HIGH: AtomicUsize = AtomicUsize::new(0);
 static STACKS: [AtomicUsize; MAX_STACKS] = [const { AtomicUsize::new(0) }; MAX_STACKS];
 /// Pinned ranges (pager threads' dynamic thread vectors), one slot per thread.
-static PINNED: [Range; MAX_STACKS] =
-    [const { Range { start: AtomicUsize::new(0), end: AtomicUsize::new(0) } }; MAX_STACKS];
+static PINNED: [Range; MAX_STACKS] = [const { Range(AtomicU64::new(0)) }; MAX_STACKS];
 /// Slots of [`PINNED`] ever claimed (readers scan only these).
 static PIN_HIGH: AtomicUsize = AtomicUsize::new(0);
 /// Added to every pager thread's stack size (see the module's paragraph).
@@ -180,18 +199,31 @@ pub fn add(start: usize, len: usize) {
     insert(start, len);
 }
 
-/// Record `[start, start + len)` (page aligned) in a free slot, covered already or not.
+/// Record `[start, start + len)` (page aligned) in free slots (one per [`MAX_ENTRY_PAGES`]),
+/// covered already or not. What does not fit is counted in [`OVERFLOW`].
 fn insert(start: usize, len: usize) {
-    for (i, r) in OWN.iter().enumerate() {
-        if r.end.load(Ordering::Relaxed) == 0
-            && r.start.compare_exchange(0, start, Ordering::AcqRel, Ordering::Relaxed).is_ok()
-        {
-            r.end.store(start + len, Ordering::Release);
-            HIGH.fetch_max(i + 1, Ordering::AcqRel);
+    let end = start + len;
+    let mut at = start;
+    while at < end {
+        let to = end.min(at + MAX_ENTRY_PAGES * PAGE);
+        if !insert_one(at, to) {
+            OVERFLOW.fetch_add(1, Ordering::Relaxed);
             return;
         }
+        at = to;
     }
-    OVERFLOW.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Record `[start, end)` in one free slot; false if the table is full or the range unfit.
+fn insert_one(start: usize, end: usize) -> bool {
+    let Some(w) = Range::pack(start, end) else { return false };
+    for (i, r) in OWN.iter().enumerate() {
+        if r.0.load(Ordering::Relaxed) == 0 && r.0.compare_exchange(0, w, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            HIGH.fetch_max(i + 1, Ordering::AcqRel);
+            return true;
+        }
+    }
+    false
 }
 
 /// Held around the `munmap` of an own range (or the `mremap` that moves it away): the range
@@ -230,24 +262,31 @@ pub fn remove(start: usize, len: usize) {
     let start = start & !(PAGE - 1);
     let n = HIGH.load(Ordering::Acquire);
     for r in &OWN[..n] {
-        let Some((s, e)) = r.read() else { continue };
-        if s >= end || e <= start {
-            continue;
-        }
-        if start <= s && end >= e {
-            r.end.store(0, Ordering::Release);
-            r.start.store(0, Ordering::Release);
-        } else if start <= s {
-            r.start.store(end, Ordering::Release);
-        } else {
+        let mut w = r.0.load(Ordering::Acquire);
+        // An entry changed under us (another thread's remove trimmed it) is looked at again.
+        while let Some((s, e)) = Range::unpack(w) {
+            if s >= end || e <= start {
+                break;
+            }
             // The part above the hole is recorded before the entry shrinks: a mapping of
             // another thread's in it that found this entry covering it (and so recorded
             // nothing) must never look unrecorded, not even for a moment (it did, in
             // `a_mapping_made_where_another_was_just_freed_stays_own` under a full test run).
-            if end < e {
+            // Recorded twice if the CAS below loses; harmless (a later remove clears both).
+            if start > s && end < e {
                 insert(end, e - end);
             }
-            r.end.store(start, Ordering::Release);
+            let new = if start <= s && end >= e {
+                0
+            } else if start <= s {
+                Range::pack(end, e).unwrap_or(0)
+            } else {
+                Range::pack(s, start).unwrap_or(0)
+            };
+            match r.0.compare_exchange(w, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(now) => w = now,
+            }
         }
     }
 }
@@ -353,8 +392,7 @@ impl ThreadMem {
             remove(start, len);
         }
         if let Some(i) = self.pin_slot {
-            PINNED[i].end.store(0, Ordering::Release);
-            PINNED[i].start.store(0, Ordering::Release);
+            PINNED[i].0.store(0, Ordering::Release);
         }
     }
 }
@@ -378,17 +416,16 @@ pub fn pin_thread_vector() -> Option<usize> {
     let (start, end) = thread_vector(dtv)?;
     if slot == usize::MAX {
         slot = PINNED.iter().position(|r| {
-            r.end.load(Ordering::Relaxed) == 0
-                && r.start.compare_exchange(0, usize::MAX, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+            r.0.load(Ordering::Relaxed) == 0
+                && r.0.compare_exchange(0, CLAIMED, Ordering::AcqRel, Ordering::Relaxed).is_ok()
         })?;
         PIN_HIGH.fetch_max(slot + 1, Ordering::AcqRel);
     }
-    // Readers take an entry only when two readings agree (`Range::read`); the end goes first,
-    // so a reader sees the old range, nothing, or the new one.
-    let r = &PINNED[slot];
-    r.end.store(0, Ordering::Release);
-    r.start.store(start, Ordering::Release);
-    r.end.store(end, Ordering::Release);
+    // One store: a reader sees the old range or the new one. A vector too odd for a word
+    // (never on x86-64) leaves the slot claimed and nothing pinned.
+    let start = start & !(PAGE - 1);
+    let end = end.div_ceil(PAGE) * PAGE;
+    PINNED[slot].0.store(Range::pack(start, end).unwrap_or(CLAIMED), Ordering::Release);
     PIN.with(|c| c.set((slot, dtv)));
     Some(slot)
 }
@@ -425,8 +462,7 @@ fn thread_vector(dtv: usize) -> Option<(usize, usize)> {
     (len > 0 && len < 1 << 20).then(|| (dtv - 16, dtv + (len + 1) * 16))
 }
 
-/// The recorded ranges, as `(start, end)` (free entries, and entries being freed or claimed,
-/// left out: see [`Range::read`]).
+/// The recorded ranges, as `(start, end)` (free entries left out).
 fn entries() -> impl Iterator<Item = (usize, usize)> {
     OWN[..HIGH.load(Ordering::Acquire)].iter().filter_map(Range::read)
 }
@@ -672,6 +708,26 @@ mod tests {
         let threads: Vec<_> = (0..3).map(|_| std::thread::spawn(churn)).collect();
         let lost: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
         assert_eq!(lost, 0, "live own mappings found unrecorded");
+    }
+
+    /// A range longer than one entry holds is recorded in several, and forgotten whole; a hole
+    /// punched in it leaves both sides recorded. (Addresses only: nothing is mapped there.)
+    #[test]
+    fn a_range_longer_than_an_entry_is_recorded_and_forgotten_whole() {
+        let start = 1usize << 40;
+        let len = 3 * MAX_ENTRY_PAGES * PAGE + 5 * PAGE;
+        add(start, len);
+        let end = start + len;
+        assert!(is_own(start, start + 1) && is_own(end - 1, end));
+        assert!((0..4).all(|k| is_own(start + k * MAX_ENTRY_PAGES * PAGE, start + k * MAX_ENTRY_PAGES * PAGE + 1)));
+        let hole = start + MAX_ENTRY_PAGES * PAGE + 7 * PAGE;
+        remove(hole, 2 * PAGE);
+        assert!(!is_own(hole, hole + 2 * PAGE));
+        assert!(is_own(hole - 1, hole) && is_own(hole + 2 * PAGE, hole + 2 * PAGE + 1));
+        remove(start, len);
+        assert!(!is_own(start, end), "a forgotten range is not own");
+        assert_eq!(Range::unpack(Range::pack(start, start + PAGE).unwrap()), Some((start, start + PAGE)));
+        assert_eq!(Range::pack(start, start), None, "an empty range has no word");
     }
 
     #[test]
