@@ -37,7 +37,9 @@ plus the uncompressed swap cache, plus the compressed pool, each counted as the 
 On top comes a fixed overhead, which the summary prints: the RSS when the pager started (the
 program's binary and libraries, the preload library, the pager's tables), what uswap's own heap
 grew by (the engine's tables), and file-backed pages loaded since (libraries opened later,
-program text, mapped files: not anonymous memory; the kernel reclaims them by itself). The
+program text, mapped files: not anonymous memory; the kernel reclaims them by itself). Shared
+memory (MAP_SHARED or memfd: a ZGC heap, PostgreSQL's shared buffers) cannot be swapped by
+uswap: it is counted against the limit and named in the summary, not fixed overhead. The
 limit covers the whole process tree (pipelines, exec, fork, shells), as a memory cgroup's
 memory.max: each process's pager takes a share, its charge plus what the tree leaves free, or
 over the limit its charge in proportion (pages shared copy-on-write counted in proportion).

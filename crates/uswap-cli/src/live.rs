@@ -124,7 +124,7 @@ impl Drop for TreeDir {
 
 /// The sum of one `smaps_rollup` field (`Pss:`, `Pss_Anon:`, in bytes) over processes `pids`
 /// (those gone meanwhile count 0). Each read walks the process's page tables.
-fn smaps_sum<P: std::fmt::Display>(pids: impl IntoIterator<Item = P>, key: &str) -> u64 {
+pub fn smaps_sum<P: std::fmt::Display>(pids: impl IntoIterator<Item = P>, key: &str) -> u64 {
     proc_sum(pids, "smaps_rollup", key)
 }
 

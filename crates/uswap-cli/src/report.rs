@@ -312,6 +312,8 @@ pub fn process(v: &Value, tiers: &str) -> Value {
     m.insert("fixed_overhead_bytes".into(), json!(fixed));
     m.insert("rss_at_start_bytes".into(), json!(u(v, "/rss_at_start_bytes")));
     m.insert("file_rss_growth_bytes".into(), json!(u(v, "/file_rss_growth_bytes")));
+    // Shared memory (not in the fixed overhead: the pager cannot swap it).
+    m.insert("shmem_rss_growth_bytes".into(), json!(u(v, "/shmem_rss_growth_bytes")));
     m.insert("engine_meta_peak_bytes".into(), json!(u(v, "/engine_meta_peak_bytes")));
     m.insert("forks".into(), json!(u(v, "/forks")));
     // Of the forks, per swap file: children sharing it (nothing copied) and children that got
@@ -381,6 +383,9 @@ pub struct Run<'a> {
     pub tree_peak: TreePeak,
     /// The processes of the tree found running without the pager.
     pub unmanaged: &'a [crate::unmanaged::Unmanaged],
+    /// The largest shared memory the tree held (not swappable by uswap, counted against the
+    /// limit: see `unmanaged::tree_shmem`).
+    pub shmem_peak: u64,
 }
 
 /// The largest anonymous memory of the whole tree seen while it ran.
@@ -436,6 +441,7 @@ pub fn run_report(r: &Run, procs: &[Value]) -> Value {
             "processes": r.tree_peak.processes,
             "samples": r.tree_peak.samples,
             "every_ms": r.tree_peak.every_ms,
+            "shmem_bytes": r.shmem_peak,
         },
         "main": main,
         "other_processes": others,
@@ -579,6 +585,7 @@ mod tests {
             peak_rss: 1,
             tree_peak: TreePeak::default(),
             unmanaged: &[],
+            shmem_peak: 0,
         };
         let d = run_report(&r, &[sample(), json!({"pid": 8, "argv": ["b"]})]);
         assert_eq!(d["schema_version"], SCHEMA_VERSION);

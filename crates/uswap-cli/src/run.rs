@@ -327,7 +327,10 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
     };
     let procs = live::read_procs(&statsdir);
     drop(tree);
-    let unmanaged = watch.lock().unwrap_or_else(std::sync::PoisonError::into_inner).found().to_vec();
+    let (unmanaged, shmem_peak) = {
+        let w = watch.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        (w.found().to_vec(), w.shmem_peak())
+    };
     let r = crate::report::Run {
         command: &command,
         pid,
@@ -341,6 +344,7 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
         peak_rss,
         tree_peak,
         unmanaged: &unmanaged,
+        shmem_peak,
     };
     let doc = crate::report::run_report(&r, &procs);
     match &a.stats {
@@ -450,7 +454,18 @@ fn summary(prog: &Path, limit: u64, peak: u64, doc: &serde_json::Value) {
                 );
             }
             let unmanaged = doc["unmanaged_processes"].as_array().map_or(0, Vec::len);
-            if peak > bound && unmanaged > 0 {
+            let shmem = main.map_or(0, |m| u(m, "/shmem_rss_growth_bytes"));
+            if shmem >= 1 << 20 {
+                // Not fixed overhead, and not managed: said whether or not it went over.
+                eprintln!(
+                    "uswap: {name}: shared memory (MAP_SHARED or memfd) grew by {}: uswap cannot swap it out; it is \
+                     counted against the limit",
+                    human(shmem)
+                );
+            }
+            if peak > bound && shmem >= 1 << 20 {
+                eprintln!("uswap: over because of the shared memory above");
+            } else if peak > bound && unmanaged > 0 {
                 // The peak RSS is the largest of the program's and its waited-for children's.
                 eprintln!("uswap: over because {unmanaged} process(es) of the tree ran without the pager (below)");
             } else if peak > bound {
@@ -508,6 +523,13 @@ fn summary(prog: &Path, limit: u64, peak: u64, doc: &serde_json::Value) {
             human(limit + own),
             human(tp.abs_diff(limit + own)),
             if tp > limit + own { "over" } else { "under" }
+        );
+    }
+    let shm = u(doc, "/tree_peak/shmem_bytes");
+    if u(doc, "/tree_peak/processes") > 1 && shm >= 1 << 20 {
+        eprintln!(
+            "uswap: the tree's shared memory peaked at {}: not swappable by uswap, counted against the limit",
+            human(shm)
         );
     }
 }

@@ -10,6 +10,8 @@
 //! RSS to the tree's budget file (`uswap_pager::tree::set_unmanaged`), and every pager of the
 //! tree takes its share of the limit less that. It warns once per process on stderr, includes
 //! them in the tree's peak, and lists them in the statistics (`unmanaged_processes`).
+//! *Shared memory* of any process of the tree (managed or not) is counted the same way
+//! ([`tree_shmem`]): the pager manages private anonymous memory only.
 //!
 //! *Which processes are the tree's*: the program, every process holding a slot of the budget
 //! file, and their descendants (through `/proc/PID/task/*/children`, or by parent pid from
@@ -95,7 +97,53 @@ pub struct Watch {
     found: Vec<Unmanaged>,
     /// Print a warning for each (not with `--quiet`).
     warn: bool,
+    /// The tree's shared memory at the last sample and at its largest (see [`tree_shmem`]).
+    shmem: (u64, u64),
+    /// The shared-memory warning was printed.
+    shmem_warned: bool,
 }
+
+/// Shared memory the tree's programs hold (`MAP_SHARED|MAP_ANONYMOUS`, `memfd_create`,
+/// `/dev/shm`: a JVM's ZGC heap, PostgreSQL's shared buffers, Python's `mmap.mmap(-1, n)`), in
+/// bytes. The kernel swaps it (to swap, with the memory cgroup charging it); the pager manages
+/// private anonymous memory only, so it is memory nobody else limits, and the watch counts it
+/// against the limit like an unmanaged process's. Each page once: the sum of `Pss_Shmem` (a
+/// page that several processes map, or one process maps several times, as ZGC's views of its
+/// heap do, is shared out among the mappings), less uswap's own shared memory in each process
+/// (the file tier's holds, the cipher's counter: mappings named
+/// [`uswap::tier::shared::SHARED_NAME`], at their full size, an upper bound). The page walk
+/// (`smaps_rollup`) is made only in a process whose `RssShmem` (every mapping's pages) is
+/// more than its own mappings' size.
+fn tree_shmem(pids: &[i32]) -> u64 {
+    let mut total = 0;
+    for &pid in pids {
+        let rss = crate::live::status_sum([pid], "RssShmem:");
+        if rss == 0 {
+            continue;
+        }
+        let own = own_shared_bytes(pid);
+        if rss > own {
+            total += crate::live::smaps_sum([pid], "Pss_Shmem:").saturating_sub(own);
+        }
+    }
+    total
+}
+
+/// The size of uswap's own shared mappings in `pid` (see [`tree_shmem`]), from its maps.
+fn own_shared_bytes(pid: i32) -> u64 {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    maps.lines()
+        .filter(|l| l.contains(uswap::tier::shared::SHARED_NAME))
+        .filter_map(|l| {
+            let (a, b) = l.split(' ').next()?.split_once('-')?;
+            Some(u64::from_str_radix(b, 16).ok()? - u64::from_str_radix(a, 16).ok()?)
+        })
+        .sum()
+}
+
+/// Shared memory below which the watch says nothing (a multiprocessing semaphore, a small
+/// `/dev/shm` buffer).
+const SHMEM_WARN: u64 = 4 << 20;
 
 /// `(pid, parent pid, state, start time)` of `roots` and their descendants: read from each
 /// process's `/proc/PID/task/*/children` (the children of each of its threads) where the
@@ -242,7 +290,16 @@ impl Watch {
     /// A watch over the tree of `root`, whose processes take their shares from `budget`, with
     /// the library at `lib`.
     pub fn new(root: i32, budget: PathBuf, lib: &Path, warn: bool) -> Watch {
-        Watch { root, budget, lib: lib.to_string_lossy().into_owned(), seen: HashMap::new(), found: Vec::new(), warn }
+        Watch {
+            root,
+            budget,
+            lib: lib.to_string_lossy().into_owned(),
+            seen: HashMap::new(),
+            found: Vec::new(),
+            warn,
+            shmem: (0, 0),
+            shmem_warned: false,
+        }
     }
 
     /// Read the tree once: judge new process images, publish the unmanaged memory to the
@@ -313,7 +370,18 @@ impl Watch {
             (rec.anon_bytes, rec.running) = (anon, true);
             unmanaged_bytes += anon;
         }
-        uswap_pager::tree::set_unmanaged(&self.budget, unmanaged_bytes);
+        let shmem = tree_shmem(&pids);
+        self.shmem = (shmem, self.shmem.1.max(shmem));
+        if shmem >= SHMEM_WARN && self.warn && !self.shmem_warned {
+            self.shmem_warned = true;
+            eprintln!(
+                "uswap: warning: the program holds {} of shared memory (MAP_SHARED or memfd: a JVM's ZGC heap, \
+                 PostgreSQL's shared buffers, Python's mmap.mmap(-1, n)), which uswap cannot swap out; it counts \
+                 against the limit, and the rest of the tree gives up memory for it",
+                uswap::size::format(shmem)
+            );
+        }
+        uswap_pager::tree::set_unmanaged(&self.budget, unmanaged_bytes + shmem);
         if !self.found.is_empty() {
             // For `uswap status` and the metrics file (beside the budget file, in the tree's
             // directory; not a process record: its name is no pid).
@@ -329,6 +397,11 @@ impl Watch {
     /// Every process found running without the pager so far.
     pub fn found(&self) -> &[Unmanaged] {
         &self.found
+    }
+
+    /// The largest shared memory the tree held at a sample (see [`tree_shmem`]).
+    pub fn shmem_peak(&self) -> u64 {
+        self.shmem.1
     }
 }
 

@@ -2,7 +2,8 @@
  *
  * MODE "hold": written once, left alone for SECONDS, then checked. MODE "cycle": written and
  * read back in full passes until SECONDS have gone by (pass k writes seed k + 1), so the whole
- * block is the working set. The test links it statically for one process of the tree (which
+ * block is the working set. MODE "shared": as "hold", in shared anonymous memory
+ * (MAP_SHARED|MAP_ANONYMOUS, which no pager manages). The test links it statically for one process of the tree (which
  * then runs without the pager) and dynamically for another.
  *
  * Prints "MODE: passes N mismatches M hash H" (H over the last pass's pages). Exit status 0
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 static double now(void) {
@@ -24,14 +26,20 @@ static double now(void) {
 
 int main(int argc, char **argv) {
     if (argc != 4) {
-        fprintf(stderr, "usage: hold MIB SECONDS hold|cycle\n");
+        fprintf(stderr, "usage: hold MIB SECONDS hold|cycle|shared\n");
         return 2;
     }
     uint64_t pages = strtoull(argv[1], NULL, 10) * 256;
     double secs = atof(argv[2]);
     int cycle = strcmp(argv[3], "cycle") == 0;
-    uint64_t *mem = malloc(pages * PAGE_BYTES);
-    if (!mem) {
+    uint64_t *mem;
+    if (strcmp(argv[3], "shared") == 0) {
+        mem = mmap(NULL, pages * PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (mem == MAP_FAILED) {
+            perror("mmap");
+            return 1;
+        }
+    } else if (!(mem = malloc(pages * PAGE_BYTES))) {
         perror("malloc");
         return 1;
     }

@@ -313,8 +313,11 @@ fn start() -> Result<(), String> {
         uswap_pager::tree::attach(&path);
     }
     let (rss, shared) = scan::statm();
+    let (file, shmem) = scan::file_and_shmem();
     RSS_AT_START.store(rss, Ordering::Relaxed);
-    scan::FILE_AT_START.store(shared, Ordering::Relaxed);
+    scan::FILE_AT_START.store(file, Ordering::Relaxed);
+    scan::SHMEM_AT_START.store(shmem, Ordering::Relaxed);
+    scan::SHARED_AT_SPLIT.store(shared, Ordering::Relaxed);
     HEAP_AT_START.store(crate::internal::mapped_bytes(), Ordering::Relaxed);
     // Whatever the program has mapped so far (its brk heap, what the loader allocated), then
     // the reconciler keeps up with what it maps where no call of ours sees it.
@@ -384,6 +387,9 @@ pub fn stats_json() -> Option<serde_json::Value> {
         "fixed_overhead_bytes": RSS_AT_START.load(Ordering::Relaxed) + heap_growth + scan::file_growth_peak() + scan::engine_meta_peak(),
         "engine_meta_peak_bytes": scan::engine_meta_peak(),
         "file_rss_growth_bytes": scan::file_growth_peak(),
+        // Not in the fixed overhead: shared memory the pager cannot swap (see
+        // `scan::file_and_shmem`); the summary names it when the peak goes over.
+        "shmem_rss_growth_bytes": scan::shmem_growth_peak(),
         "internal_heap_bytes": crate::internal::mapped_bytes(),
         "internal_heap_growth_bytes": heap_growth,
         "adopt_calls": c.adopt_calls.load(Ordering::Relaxed),

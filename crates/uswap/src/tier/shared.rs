@@ -1,4 +1,4 @@
-//! [`SharedMap`]: an owned anonymous `MAP_SHARED` mapping, the memory a process shares with
+//! [`SharedMap`]: an owned `MAP_SHARED` mapping of a memfd, the memory a process shares with
 //! its `fork` descendants (the cipher's nonce counter, the file tier's cluster holds).
 //!
 //! A private mapping would be copied at `fork`; this one stays the same memory in every
@@ -11,7 +11,10 @@
 use crate::error::TierError;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
-/// An anonymous shared mapping of whole pages, unmapped on drop (in this process only: the
+/// How uswap's own shared memory shows in `/proc/PID/maps` (`/memfd:uswap-shared (deleted)`).
+pub const SHARED_NAME: &str = "/memfd:uswap-shared";
+
+/// A shared mapping of whole pages of a memfd (see [`SHARED_NAME`]), unmapped on drop (in this process only: the
 /// others keep their views).
 pub struct SharedMap {
     ptr: *mut u8,
@@ -25,25 +28,43 @@ unsafe impl Sync for SharedMap {}
 
 impl SharedMap {
     /// Map `len` bytes (rounded up to whole pages), zeroed; pages get memory when first
-    /// touched (`MAP_NORESERVE`).
+    /// touched. The memory is a memfd named [`SHARED_NAME`], so that `/proc/PID/maps` tells
+    /// uswap's own shared memory from a program's (`uswap run` counts the program's against
+    /// the limit, and must not count this).
     pub fn new(len: usize) -> Result<SharedMap, TierError> {
         let len = len.max(1).next_multiple_of(4096);
-        // SAFETY: an anonymous shared mapping at an address the kernel picks; no memory of ours
-        // is affected.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_mmap,
-                std::ptr::null_mut::<libc::c_void>(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1 as libc::c_long,
-                0 as libc::c_long,
-            )
-        };
-        if r < 0 {
-            return Err(TierError::Io { op: "mmap shared", msg: std::io::Error::last_os_error().to_string() });
+        let io = |op| TierError::Io { op, msg: std::io::Error::last_os_error().to_string() };
+        // SAFETY: memfd_create with a NUL-terminated name and valid flags returns a new
+        // descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_memfd_create, c"uswap-shared".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io("memfd_create"));
         }
+        let fd = fd as libc::c_int;
+        // SAFETY: ftruncate of the descriptor just made; a shared mapping of it at an address
+        // the kernel picks (no memory of ours is affected); then the descriptor is closed (the
+        // mapping keeps the memory).
+        let r = unsafe {
+            let r = if libc::syscall(libc::SYS_ftruncate, fd, len as libc::c_long) < 0 {
+                -1
+            } else {
+                libc::syscall(
+                    libc::SYS_mmap,
+                    std::ptr::null_mut::<libc::c_void>(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED | libc::MAP_NORESERVE,
+                    libc::c_long::from(fd),
+                    0 as libc::c_long,
+                )
+            };
+            let e = std::io::Error::last_os_error();
+            libc::syscall(libc::SYS_close, fd);
+            if r < 0 {
+                return Err(TierError::Io { op: "mmap shared", msg: e.to_string() });
+            }
+            r
+        };
         Ok(SharedMap { ptr: r as *mut u8, len })
     }
 
