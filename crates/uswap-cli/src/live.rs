@@ -21,32 +21,46 @@ use std::path::{Path, PathBuf};
 /// The snapshot interval `uswap run` asks the preload library for.
 pub const SNAPSHOT_MS: u64 = 500;
 
-/// The directory holding one tree directory per running `uswap run`, created (mode 0700) if
-/// missing. An error says why it cannot be used (then the run keeps its statistics in a
-/// private temporary directory, and `uswap status` cannot see it).
+/// The directory holding one tree directory per running `uswap run` (and the cached preload
+/// library, `crate::preload`), created if missing. An error says why it cannot be used (then
+/// the run keeps its statistics in a private temporary directory, and `uswap status` cannot
+/// see it).
 pub fn run_dir() -> Result<PathBuf, String> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     // SAFETY: getuid cannot fail.
     let uid = unsafe { libc::getuid() };
     let dir = match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
         Some(d) => PathBuf::from(d).join("uswap"),
         None => PathBuf::from(format!("/tmp/uswap-{uid}")),
     };
-    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+    owned_dir(&dir, uid)?;
+    Ok(dir)
+}
+
+/// Make `dir` (mode 0711) unless it exists, and check that it is a real directory of `uid` that
+/// nobody else may write or list. Others may *traverse* it: a program that drops privileges
+/// under `uswap run` (`runuser`, `gosu`, a server's own `setuid`) must still be able to load
+/// the cached library by its name (with 0700 its loader printed "cannot be preloaded" and it
+/// ran without the pager). A 0700 directory of an older uswap is opened up to 0711.
+pub fn owned_dir(dir: &std::path::Path, uid: u32) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    match std::fs::DirBuilder::new().mode(0o711).create(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(format!("{}: {e}", dir.display())),
     }
-    let m = std::fs::symlink_metadata(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    if !m.is_dir() || m.uid() != uid || m.permissions().mode() & 0o077 != 0 {
+    let m = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mode = m.permissions().mode() & 0o7777;
+    if !m.is_dir() || m.uid() != uid || mode & 0o066 != 0 {
         return Err(format!(
-            "{} is not a directory of user {uid} that only its owner may use (mode {:o}, owner {})",
+            "{} is not a directory of user {uid} that nobody else may write or list (mode {mode:o}, owner {})",
             dir.display(),
-            m.permissions().mode() & 0o7777,
             m.uid()
         ));
     }
-    Ok(dir)
+    if mode & 0o011 != 0o011 {
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o011));
+    }
+    Ok(())
 }
 
 /// A process's start time in clock ticks since boot (`/proc/PID/stat` field 22): with the pid,
@@ -644,6 +658,32 @@ pub fn prometheus(doc: &Value) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// The run directory is made 0711 (others may traverse it to load the cached library, not
+    /// list or write it), an older 0700 one is opened to 0711, and one others may list or
+    /// write is refused.
+    #[test]
+    fn the_run_directory_is_traversable_and_nothing_more() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = tempfile::tempdir().unwrap();
+        // SAFETY: getuid cannot fail.
+        let uid = unsafe { libc::getuid() };
+        let mode = |d: &std::path::Path| std::fs::metadata(d).unwrap().permissions().mode() & 0o7777;
+        let d = base.path().join("new");
+        owned_dir(&d, uid).unwrap();
+        assert_eq!(mode(&d), 0o711);
+        let old = base.path().join("old");
+        std::fs::create_dir(&old).unwrap();
+        std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o700)).unwrap();
+        owned_dir(&old, uid).unwrap();
+        assert_eq!(mode(&old), 0o711, "a 0700 directory is opened to traversal");
+        for bad in [0o755, 0o733, 0o777] {
+            std::fs::set_permissions(&old, std::fs::Permissions::from_mode(bad)).unwrap();
+            let e = owned_dir(&old, uid).expect_err("a directory others may list or write is refused");
+            assert!(e.contains("nobody else may write or list"), "{e}");
+        }
+        assert!(owned_dir(&d, uid + 1).is_err(), "another user's directory is refused");
+    }
+
     use super::*;
 
     /// A process alone: once walked, a reading with its counters no higher is skipped. With a

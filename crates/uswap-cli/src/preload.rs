@@ -2,8 +2,9 @@
 //! release builds (see build.rs), else `libuswap_ffi.so` next to the binary (`deps/` in a cargo
 //! target directory, `../lib/` when installed by a package).
 //!
-//! The embedded copy is written once to a private cache file, `$XDG_RUNTIME_DIR/uswap/` or
-//! `/tmp/uswap-$UID/` (directory mode 0700, owned by us, not a symlink), named by the content's
+//! The embedded copy is written once to a cache file, `$XDG_RUNTIME_DIR/uswap/` or
+//! `/tmp/uswap-$UID/` (directory mode 0711, owned by us, not a symlink: others may load the
+//! library by name, as a program that drops privileges must, but not list or write), named by the content's
 //! hash, written to a temporary name and renamed, so concurrent runs never see half a file. A
 //! file path (not a memfd) because every program started below `uswap run` inherits LD_PRELOAD,
 //! including those started after their parent closed all its file descriptors.
@@ -28,21 +29,16 @@ const EMBEDDED_HASH: Option<&str> = None;
 // EMBEDDED_HASH, so the two cannot differ.
 include!("fnv1a.rs");
 
-/// A private directory for the cache: created 0700 if missing; refused unless it is a real
-/// directory owned by us and closed to others.
+/// The cache's directory (see [`crate::live::owned_dir`]: ours, closed to writing and listing
+/// by others, open to traversal so that a program that drops privileges can load the library).
 fn private_dir() -> Result<PathBuf, String> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
     let d = match std::env::var_os("XDG_RUNTIME_DIR").filter(|s| !s.is_empty()) {
         Some(r) => PathBuf::from(r).join("uswap"),
         None => std::env::temp_dir().join(format!("uswap-{uid}")),
     };
-    let _ = std::fs::DirBuilder::new().mode(0o700).create(&d);
-    let md = std::fs::symlink_metadata(&d).map_err(|e| format!("{}: {e}", d.display()))?;
-    if !md.is_dir() || md.uid() != uid || md.permissions().mode() & 0o077 != 0 {
-        return Err(format!("{} is not a private directory of this user (mode 0700)", d.display()));
-    }
+    crate::live::owned_dir(&d, uid)?;
     Ok(d)
 }
 
@@ -79,6 +75,8 @@ pub fn cached(dir: &Path, bytes: &[u8], known: Option<&str>) -> Result<PathBuf, 
     let name = known.map_or_else(|| format!("{:016x}", fnv1a(bytes)), str::to_owned);
     let p = dir.join(format!("libuswap_ffi-{name}.so"));
     if same_content(&p, bytes) {
+        // Readable by all (a copy an older uswap wrote 0500 is opened up; see `private_dir`).
+        let _ = std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o555));
         return Ok(p);
     }
     let tmp = dir.join(format!(".libuswap_ffi-{}.tmp", std::process::id()));
@@ -86,7 +84,7 @@ pub fn cached(dir: &Path, bytes: &[u8], known: Option<&str>) -> Result<PathBuf, 
         .write(true)
         .create(true)
         .truncate(true)
-        .mode(0o500)
+        .mode(0o555)
         .open(&tmp)
         .map_err(|e| format!("{}: {e}", tmp.display()))?;
     f.write_all(bytes).and_then(|()| f.sync_all()).map_err(|e| format!("{}: {e}", tmp.display()))?;
@@ -146,12 +144,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_cache_is_written_once_and_private() {
+    fn the_cache_is_written_once_and_readable_by_all() {
         use std::os::unix::fs::PermissionsExt;
         let d = tempfile::tempdir().unwrap();
         let a = cached(d.path(), b"lib one", None).unwrap();
         assert_eq!(std::fs::read(&a).unwrap(), b"lib one");
-        assert_eq!(std::fs::metadata(&a).unwrap().permissions().mode() & 0o777, 0o500);
+        assert_eq!(std::fs::metadata(&a).unwrap().permissions().mode() & 0o777, 0o555);
         assert_eq!(cached(d.path(), b"lib one", None).unwrap(), a);
         let known = format!("{:016x}", fnv1a(b"lib one"));
         assert_eq!(cached(d.path(), b"lib one", Some(&known)).unwrap(), a, "the same name from a known hash");

@@ -863,6 +863,50 @@ fn shared_memory_is_reported_and_counted_against_the_limit() {
     check_tree_peak("shared memory beside a cycler", &s, limit - 40 * MIB);
 }
 
+/// A program that drops privileges under `uswap run` (`runuser`, `gosu` and `setpriv` in a
+/// container's entry point, a server's own `setuid`) must still load the library: the cache
+/// directory is open to traversal by others (0711), the library readable (0555). Before, it was
+/// 0700 and the loader of the process running as another user printed "cannot be preloaded":
+/// the process ran without the pager and was only counted. Here `runuser -u nobody` runs a
+/// process cycling over 96 MiB under a 48 MiB limit: it must be paged (the tree stays within
+/// the limit) with every byte right.
+#[test]
+fn a_program_that_drops_privileges_is_still_paged() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempdir();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod the test directory");
+    let hold = compile("hold", dir.path());
+    let runuser = ["/usr/sbin/runuser", "/sbin/runuser", "/usr/bin/runuser"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("this test needs runuser (util-linux)");
+    let limit = 48 * MIB;
+    let st = dir.path().join("stats.json");
+    let r = uswap_run_stats(
+        &limit_arg(limit),
+        &st,
+        &[
+            runuser.as_ref(),
+            "-u".as_ref(),
+            "nobody".as_ref(),
+            "--".as_ref(),
+            hold.as_os_str(),
+            "96".as_ref(),
+            "3".as_ref(),
+            "cycle".as_ref(),
+        ],
+    );
+    if no_uffd(&r) {
+        return;
+    }
+    assert_eq!(r.code, Some(0), "exit status; stdout:\n{}\nstderr:\n{}", r.out(), r.stderr);
+    assert!(r.out().lines().any(|l| l.starts_with("cycle: ") && l.contains(" mismatches 0 ")), "{}", r.out());
+    assert!(!r.stderr.contains("cannot be preloaded"), "the library was not loaded as nobody:\n{}", r.stderr);
+    let s = stats(&st);
+    assert_eq!(s["unmanaged_processes"].as_array().map_or(0, Vec::len), 0, "{s:#}");
+    check_tree_peak("a process run as nobody", &s, limit);
+}
+
 #[test]
 fn exit_status_passes_through() {
     let dir = tempdir();
