@@ -867,9 +867,11 @@ fn shared_memory_is_reported_and_counted_against_the_limit() {
 /// container's entry point, a server's own `setuid`) must still load the library: the cache
 /// directory is open to traversal by others (0711), the library readable (0555). Before, it was
 /// 0700 and the loader of the process running as another user printed "cannot be preloaded":
-/// the process ran without the pager and was only counted. Here `runuser -u nobody` runs a
-/// process cycling over 96 MiB under a 48 MiB limit: it must be paged (the tree stays within
-/// the limit) with every byte right.
+/// the process ran without the pager and was only counted (the directory's mode is checked by
+/// `live`'s `the_run_directory_is_traversable_and_nothing_more`; a debug build's tests use the
+/// library of the build, not the cached copy). Here `runuser -u nobody` runs a process cycling
+/// over 96 MiB under a 48 MiB limit: it must be paged (the tree stays within the limit) with
+/// every byte right.
 #[test]
 fn a_program_that_drops_privileges_is_still_paged() {
     use std::os::unix::fs::PermissionsExt;
