@@ -501,14 +501,35 @@ fn summary(prog: &Path, limit: u64, peak: u64, doc: &serde_json::Value) {
             human(hwm)
         );
     }
-    for un in doc["unmanaged_processes"].as_array().into_iter().flatten() {
-        eprintln!(
-            "uswap: pid {} ({}) ran without the pager ({}): anonymous memory peaked at {}, not swappable, counted against the limit",
-            u(un, "/pid"),
-            un["command"].as_str().unwrap_or(""),
-            un["reason"].as_str().unwrap_or(""),
-            human(u(un, "/peak_anon_bytes"))
-        );
+    // By reason, in the order found: each process when there are a few, else one line.
+    let listed: Vec<&serde_json::Value> = doc["unmanaged_processes"].as_array().into_iter().flatten().collect();
+    let mut reasons: Vec<&str> = Vec::new();
+    for un in &listed {
+        let r = un["reason"].as_str().unwrap_or("");
+        if !reasons.contains(&r) {
+            reasons.push(r);
+        }
+    }
+    for reason in reasons {
+        let of: Vec<&&serde_json::Value> = listed.iter().filter(|un| un["reason"].as_str() == Some(reason)).collect();
+        if of.len() <= 3 {
+            for un in of {
+                eprintln!(
+                    "uswap: pid {} ({}) ran without the pager ({reason}): anonymous memory peaked at {}, not swappable, counted against the limit",
+                    u(un, "/pid"),
+                    un["command"].as_str().unwrap_or(""),
+                    human(u(un, "/peak_anon_bytes"))
+                );
+            }
+        } else if let Some(big) = of.iter().max_by_key(|un| u(un, "/peak_anon_bytes")) {
+            eprintln!(
+                "uswap: {} processes ran without the pager ({reason}): anonymous memory peaked at {} in the largest, pid {} ({}); not swappable, counted against the limit (all in --stats)",
+                of.len(),
+                human(u(big, "/peak_anon_bytes")),
+                u(big, "/pid"),
+                big["command"].as_str().unwrap_or("")
+            );
+        }
     }
     let tp = u(doc, "/tree_peak/anon_pss_bytes");
     if u(doc, "/tree_peak/processes") > 1 && tp > 0 {

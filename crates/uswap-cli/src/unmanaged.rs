@@ -29,12 +29,15 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// Why a process runs without the pager.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Reason {
     /// Its executable has no ELF interpreter: the LD_PRELOAD library is never loaded.
     Static,
     /// A Go program: the preload leaves it alone ([`crate::run::GO_REFUSED`]).
     Go,
+    /// It may not open a userfaultfd with fork events (it dropped root privileges): the
+    /// preload leaves it alone.
+    NoUffd,
     /// Its executable is setuid or setgid: the dynamic loader ignores `LD_PRELOAD`.
     Setuid,
     /// Its environment has no `LD_PRELOAD` naming the library (the program cleared it).
@@ -49,6 +52,7 @@ impl Reason {
         match self {
             Reason::Static => "statically linked",
             Reason::Go => "Go program: the Go runtime's own madvise calls are not seen",
+            Reason::NoUffd => "it dropped root privileges: a pager needs userfaultfd fork events (CAP_SYS_PTRACE)",
             Reason::Setuid => "setuid or setgid",
             Reason::NoPreload => "LD_PRELOAD removed from its environment",
             Reason::NotLoaded => "the library is not loaded",
@@ -101,6 +105,9 @@ pub struct Watch {
     shmem: (u64, u64),
     /// The shared-memory warning was printed.
     shmem_warned: bool,
+    /// Reasons warned about: one warning per reason (a shell loop that starts a short process
+    /// as another user every 200 ms printed a line for each).
+    warned: HashSet<Reason>,
 }
 
 /// Shared memory the tree's programs hold (`MAP_SHARED|MAP_ANONYMOUS`, `memfd_create`,
@@ -244,14 +251,12 @@ fn command_of(pid: i32) -> String {
     s
 }
 
-/// Why `pid`, whose executable `exe` is of `kind` and whose maps lack the library `lib` (or
-/// which is a Go program, left alone by the library), runs without it.
+/// Why `pid`, whose executable `exe` is of `kind` and whose maps lack the library `lib`, runs
+/// without it.
 fn reason_of(pid: i32, exe: &Path, kind: Option<crate::run::ExeKind>, lib: &str) -> Reason {
     use std::os::unix::fs::MetadataExt;
-    match kind {
-        Some(crate::run::ExeKind::Static) => return Reason::Static,
-        Some(crate::run::ExeKind::Go) => return Reason::Go,
-        _ => {}
+    if kind == Some(crate::run::ExeKind::Static) {
+        return Reason::Static;
     }
     if std::fs::metadata(exe).is_ok_and(|m| m.mode() & 0o6000 != 0) {
         return Reason::Setuid;
@@ -267,6 +272,19 @@ fn reason_of(pid: i32, exe: &Path, kind: Option<crate::run::ExeKind>, lib: &str)
         }
         Err(_) => Reason::NotLoaded,
     }
+}
+
+/// Why the library stands aside in a process whose maps are `maps` (its mark, see
+/// `uswap_pager::tree::INERT_MARK`), if it does.
+fn inert_reason(maps: &str) -> Option<Reason> {
+    use uswap_pager::tree::{INERT_GO, INERT_MARK, INERT_NO_UFFD};
+    let at = maps.find(INERT_MARK)? + INERT_MARK.len();
+    let why = maps[at..].split([' ', '\n']).next().unwrap_or("");
+    Some(match why {
+        INERT_GO => Reason::Go,
+        INERT_NO_UFFD => Reason::NoUffd,
+        _ => Reason::NotLoaded,
+    })
 }
 
 /// The file in the tree's directory that lists the processes found so far.
@@ -299,6 +317,7 @@ impl Watch {
             warn,
             shmem: (0, 0),
             shmem_warned: false,
+            warned: HashSet::new(),
         }
     }
 
@@ -328,19 +347,20 @@ impl Watch {
                 Some(Seen::Unmanaged(i)) => *i,
                 _ => {
                     let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { continue };
-                    // A Go program maps the library but the library leaves it alone (see
-                    // `exe::GO_REFUSED`).
+                    // A process where the library stands aside maps it but has no pager: a Go
+                    // program (`exe::GO_REFUSED`, also told by its executable), or one that may
+                    // not open a full userfaultfd (`tree::INERT_MARK`).
                     let kind = crate::run::exe_kind(&key.2).ok();
-                    let go = kind == Some(crate::run::ExeKind::Go);
-                    if maps.contains(&self.lib) && !go {
+                    let aside = inert_reason(&maps).or((kind == Some(crate::run::ExeKind::Go)).then_some(Reason::Go));
+                    if maps.contains(&self.lib) && aside.is_none() {
                         self.seen.insert(key, Seen::Managed);
                         continue;
                     }
-                    if seen.is_none() && !go {
+                    if seen.is_none() && aside.is_none() {
                         self.seen.insert(key, Seen::Maybe);
                         continue;
                     }
-                    let reason = reason_of(pid, &key.2, kind, &self.lib);
+                    let reason = aside.unwrap_or_else(|| reason_of(pid, &key.2, kind, &self.lib));
                     let u = Unmanaged {
                         pid,
                         command: command_of(pid),
@@ -349,10 +369,11 @@ impl Watch {
                         anon_bytes: 0,
                         running: true,
                     };
-                    if self.warn {
+                    if self.warn && self.warned.insert(reason) {
                         eprintln!(
                             "uswap: warning: pid {pid} ({}) runs without the pager ({}): its memory cannot be \
-                             swapped out; it counts against the limit, and the rest of the tree gives up memory for it",
+                             swapped out; it counts against the limit, and the rest of the tree gives up memory for it \
+                             (others found for the same reason are listed at the end)",
                             u.command,
                             reason.as_str()
                         );
@@ -408,6 +429,18 @@ impl Watch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_librarys_mark_names_why_it_stands_aside() {
+        let maps = "7f00-7f01 r--s 00000000 00:01 9 /memfd:uswap-inert:no-uffd (deleted)\n";
+        assert_eq!(inert_reason(maps), Some(Reason::NoUffd));
+        assert_eq!(inert_reason("7f00-7f01 r--s 00000000 00:01 9 /memfd:uswap-inert:go (deleted)"), Some(Reason::Go));
+        assert_eq!(
+            inert_reason("7f00-7f01 r--s 0 00:01 9 /memfd:uswap-inert:new-reason (deleted)"),
+            Some(Reason::NotLoaded)
+        );
+        assert_eq!(inert_reason("7f00-7f01 rw-s 00000000 00:01 9 /memfd:uswap-shared (deleted)\n"), None);
+    }
 
     #[test]
     fn stat_lines_parse_past_odd_command_names() {

@@ -8,7 +8,7 @@
 //! - **the userfaultfd**: the child's fd still names the *parent's* uffd (ioctls on it would
 //!   fill pages of the parent), and the kernel drops the child's registration (the pager closes
 //!   the `UFFD_EVENT_FORK` descriptor), so a swapped-out page would read as zeros in the child.
-//!   The child handler opens a new uffd with the same features, `dup2`s it onto the old fd
+//!   The child handler opens a new uffd with the same features, `dup3`s it onto the old fd
 //!   number (the pager keeps using that number) and registers every tracked region again. It
 //!   retries on `EBUSY` until the parent's event thread has closed the fork descriptor.
 //! - **the pidfd** the pager uses for batched `process_madvise`: it names the parent; the child
@@ -21,7 +21,8 @@
 //!   confirms or gives the share up by what it reads (a byte, or end of file when the fork
 //!   failed or the child died). Only when sharing is impossible (the pagers did not go quiet,
 //!   no holds row free) does the child copy the file's data extents into a new unlinked file in
-//!   the same directory and `dup2` it onto the old number, the parent waiting meanwhile.
+//!   the same directory and `dup3` it onto the old number (close-on-exec, like every fd of
+//!   the pager's), the parent waiting meanwhile.
 //! - **threads**: the child has none of the pager's threads;
 //!   `Pager::restart_in_fork_child` starts the child's event thread on its new uffd (it serves
 //!   the child's faults in thread fault mode, and fork and unmap events, which would otherwise
@@ -468,21 +469,24 @@ fn rebuild_child(idx: usize, t: &Tracked) -> Result<(), String> {
     }
     // 2. pidfds: name ourselves.
     for &fd in t.pidfds.iter().filter(|&&f| f >= 0) {
-        // SAFETY: pidfd_open(getpid(), 0) returns a new fd; dup2 replaces our old number.
+        // SAFETY: pidfd_open(getpid(), 0) returns a new fd; dup3 replaces our old number.
         unsafe {
             let n = libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) as i32;
             if n < 0 {
                 return Err(format!("pidfd_open: {}", std::io::Error::last_os_error()));
             }
-            libc::dup2(n, fd);
+            libc::dup3(n, fd, libc::O_CLOEXEC);
             libc::close(n);
         }
     }
     // 3. A uffd of our own on the old number, every region registered again.
     let u = uffd::Uffd::open(t.features, uffd::feature::THREAD_ID, true)?;
-    // SAFETY: replacing the inherited fd number (the parent's uffd) with ours.
-    if unsafe { libc::dup2(u.raw(), t.uffd) } < 0 {
-        return Err(format!("dup2: {}", std::io::Error::last_os_error()));
+    // SAFETY: replacing the inherited fd number (the parent's uffd) with ours. Close-on-exec
+    // as every descriptor of the pager's: `dup2` cleared it, and a program the child then
+    // exec'd inherited this uffd (and the pidfds and swap file copies below: a deleted file's
+    // blocks held while the program ran).
+    if unsafe { libc::dup3(u.raw(), t.uffd, libc::O_CLOEXEC) } < 0 {
+        return Err(format!("dup3: {}", std::io::Error::last_os_error()));
     }
     let t0 = std::time::Instant::now();
     let mut err = None;
@@ -527,7 +531,7 @@ fn clone_file_onto(fd: i32) -> Result<(), String> {
     let target = std::fs::read_link(format!("/proc/self/fd/{fd}")).map_err(|e| e.to_string())?;
     let dir = target.parent().ok_or("swap file has no directory")?.to_path_buf();
     let cdir = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
-    // SAFETY: fcntl/open/lseek/copy_file_range/ftruncate/dup2 on fds we own, with valid pointers.
+    // SAFETY: fcntl/open/lseek/copy_file_range/ftruncate/dup3 on fds we own, with valid pointers.
     unsafe {
         let fl = libc::fcntl(fd, libc::F_GETFL);
         let direct = if fl >= 0 { fl & libc::O_DIRECT } else { 0 };
@@ -562,10 +566,10 @@ fn clone_file_onto(fd: i32) -> Result<(), String> {
             }
             off = hole;
         }
-        if libc::dup2(nfd, fd) < 0 {
+        if libc::dup3(nfd, fd, libc::O_CLOEXEC) < 0 {
             let e = std::io::Error::last_os_error();
             libc::close(nfd);
-            return Err(format!("dup2: {e}"));
+            return Err(format!("dup3: {e}"));
         }
         libc::close(nfd);
     }

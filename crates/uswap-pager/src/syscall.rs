@@ -81,6 +81,9 @@ const MAX_RETRIES: u32 = 1000;
 /// Run `call` (a raw system call returning -1/errno on failure) over user buffers `bufs`,
 /// prefaulting those in managed regions and retrying on `EFAULT`.
 fn retry_efault(bufs: &[(usize, usize)], write: bool, mut call: impl FnMut() -> isize) -> isize {
+    // A call that succeeds after an EFAULT retry leaves errno as it found it, as libc's do.
+    // SAFETY: reading this thread's errno.
+    let errno_at_entry = unsafe { *libc::__errno_location() };
     let mine = bufs.iter().any(|&(p, l)| in_any_region(p, l));
     if mine {
         for &(p, l) in bufs {
@@ -91,6 +94,10 @@ fn retry_efault(bufs: &[(usize, usize)], write: bool, mut call: impl FnMut() -> 
     let mut tries = 0;
     loop {
         let r = call();
+        if r >= 0 && tries > 0 {
+            // SAFETY: writing this thread's errno.
+            unsafe { *libc::__errno_location() = errno_at_entry };
+        }
         if r >= 0 || !mine || tries >= MAX_RETRIES {
             return r;
         }

@@ -44,6 +44,17 @@
 
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
+/// What `uswap run`'s watch finds in `/proc/PID/maps` of a process where the preload library
+/// stands aside (`/memfd:uswap-inert:REASON (deleted)`, a one-page memfd mapping the library
+/// leaves): the process maps the library but runs without a pager, so the watch counts it as
+/// unmanaged instead of taking it for a managed one. REASON: [`INERT_GO`], [`INERT_NO_UFFD`].
+pub const INERT_MARK: &str = "/memfd:uswap-inert:";
+/// A Go program (`crate::exe::GO_REFUSED`).
+pub const INERT_GO: &str = "go";
+/// A process that may not open a userfaultfd with fork events
+/// (`crate::uffd::Uffd::fork_events_permitted`): one that dropped root privileges.
+pub const INERT_NO_UFFD: &str = "no-uffd";
+
 /// "uswaptre".
 const MAGIC: u64 = 0x7573_7761_7074_7265;
 /// Processes one tree may have under the pager at once (more run with the whole limit each,

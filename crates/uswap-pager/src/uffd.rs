@@ -239,6 +239,20 @@ impl Uffd {
         }
     }
 
+    /// True if this process may open a userfaultfd that handles faults the kernel takes inside
+    /// system calls too (not `UFFD_USER_MODE_ONLY`) and delivers fork events
+    /// (`UFFD_FEATURE_EVENT_FORK`, which needs `CAP_SYS_PTRACE`): root does. A process that
+    /// dropped root privileges under `uswap run` does not: a pager there would fail a `read(2)`
+    /// into swapped-out memory with EFAULT, and at a `fork` its child's ranges would lose their
+    /// registration until its pager is rebuilt, while glibc's fork code already touches memory
+    /// that may be swapped out (the rebuild also asks for fork events, and the child died).
+    pub fn fork_events_permitted() -> bool {
+        let Ok((fd, false)) = Self::open_fd(libc::O_CLOEXEC) else { return false };
+        let mut api = g::uffdio_api { api: u64::from(g::UFFD_API), features: feature::EVENT_FORK, ioctls: 0 };
+        // SAFETY: a valid fd and a properly sized uffdio_api.
+        unsafe { libc::ioctl(fd.as_raw_fd(), io::UFFDIO_API as _, &mut api) == 0 }
+    }
+
     /// A new userfaultfd, and whether it handles user-mode faults only.
     fn open_fd(flags: i32) -> Result<(OwnedFd, bool), String> {
         // SAFETY: plain open of a device node with a NUL-terminated path.

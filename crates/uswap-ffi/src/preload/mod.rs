@@ -173,6 +173,11 @@ static INIT: extern "C" fn() = init;
 extern "C" fn init() {
     tls::init();
     fork::install_atfork();
+    // The `vfork` and `execl` trampolines jump to the next definitions, looked up now (a
+    // `vfork` child must not enter `dlsym`), whether or not a pager starts: looked up only in
+    // `start`, they failed every `vfork` with ENOSYS in a process where the library stands
+    // aside (dash's pipelines under `runuser -u USER`: "Cannot fork").
+    internal(sched::resolve);
     if mode() != BOOT {
         return;
     }
@@ -181,7 +186,14 @@ extern "C" fn init() {
     // runs, and counts one found deeper in the tree against the limit.
     let exe = internal(|| uswap_pager::exe::exe_kind(std::path::Path::new("/proc/self/exe")));
     if matches!(exe, Ok(uswap_pager::exe::ExeKind::Go)) {
-        STATE.store(FAILED, Ordering::Release);
+        stand_aside(INERT_GO);
+        return;
+    }
+    // A process that dropped root privileges (`runuser`, `gosu`, a server's `setuid`) may get
+    // no fork events, and only a user-mode userfaultfd if any: it runs without a pager and is
+    // counted (`uswap_pager::uffd::Uffd::fork_events_permitted`).
+    if !internal(uswap_pager::uffd::Uffd::fork_events_permitted) {
+        stand_aside(INERT_NO_UFFD);
         return;
     }
     let res = internal(start);
@@ -209,6 +221,39 @@ extern "C" fn init() {
             }
             STATE.store(FAILED, Ordering::Release);
         }
+    }
+}
+
+/// The marks left where the library stands aside (`uswap_pager::tree::INERT_MARK`): a Go
+/// program (`uswap_pager::exe::GO_REFUSED`).
+const INERT_GO: &std::ffi::CStr = c"uswap-inert:go";
+/// ... and a process that may not open a full userfaultfd (it dropped privileges).
+const INERT_NO_UFFD: &std::ffi::CStr = c"uswap-inert:no-uffd";
+
+/// Run without a pager (the library passes every call through) and leave `mark` in the maps
+/// (see `uswap_pager::tree::INERT_MARK`; a page of address space, never touched).
+fn stand_aside(mark: &std::ffi::CStr) {
+    STATE.store(FAILED, Ordering::Release);
+    // SAFETY: memfd_create with a NUL-terminated name; ftruncate, mmap and close of the new
+    // descriptor (a fresh shared mapping at an address the kernel picks: it replaces nothing;
+    // it is never unmapped, so that the mark stays).
+    unsafe {
+        let fd = libc::syscall(libc::SYS_memfd_create, mark.as_ptr(), libc::MFD_CLOEXEC) as libc::c_int;
+        if fd < 0 {
+            return;
+        }
+        if libc::syscall(libc::SYS_ftruncate, fd, 4096 as libc::c_long) == 0 {
+            libc::syscall(
+                libc::SYS_mmap,
+                std::ptr::null_mut::<libc::c_void>(),
+                4096usize,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                libc::c_long::from(fd),
+                0 as libc::c_long,
+            );
+        }
+        libc::syscall(libc::SYS_close, fd);
     }
 }
 
@@ -304,7 +349,6 @@ fn start() -> Result<(), String> {
     crate::BIG.unlock();
     r?;
     crate::gate::install_gate()?;
-    sched::resolve();
     let _ = PAGER.set(pager.clone());
     fork::on_child_rebuilt(restart_scan_in_child);
     // One limit for the tree `uswap run` started (its budget file): from now on this process's
@@ -452,6 +496,8 @@ impl Reserved {
     }
 }
 
+use crate::reentry::KeepErrno;
+
 fn is_anon_private(flags: c_int, fd: c_int) -> bool {
     let bad = libc::MAP_GROWSDOWN | libc::MAP_STACK | libc::MAP_HUGETLB;
     flags & libc::MAP_ANONYMOUS != 0 && flags & 0x03 == libc::MAP_PRIVATE && flags & bad == 0 && fd == -1
@@ -494,6 +540,7 @@ pub unsafe extern "C" fn mmap(
         }
         return r;
     }
+    let keep = KeepErrno::new();
     // SAFETY: forwarded to the kernel.
     let r = unsafe { crate::internal::sys_mmap(addr, len, prot, flags, fd, off) };
     if r == libc::MAP_FAILED || mode() == OFF {
@@ -501,7 +548,7 @@ pub unsafe extern "C" fn mmap(
     }
     let a = r as usize;
     if !ready() || !is_anon_private(flags, fd) {
-        return r;
+        return keep.ok(r);
     }
     if prot & libc::PROT_WRITE == 0 {
         if prot == libc::PROT_NONE {
@@ -510,14 +557,14 @@ pub unsafe extern "C" fn mmap(
                 m.insert(a, a + len.div_ceil(4096) * 4096);
             });
         }
-        return r;
+        return keep.ok(r);
     }
     if len < MMAP_MIN.load(Ordering::Relaxed) {
         COUNTERS.mmap_small.fetch_add(1, Ordering::Relaxed);
-        return r;
+        return keep.ok(r);
     }
     adopt(a, len);
-    r
+    keep.ok(r)
 }
 
 /// `mmap64(2)`.
@@ -553,12 +600,17 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
         }
         return r;
     }
+    let keep = KeepErrno::new();
     // SAFETY: forwarded.
     let r = unsafe { crate::internal::sys_munmap(addr, len) };
     if r == 0 && mode() != OFF && ready() {
         RESERVED.cut(addr as usize, (addr as usize).saturating_add(len));
     }
-    r
+    if r == 0 {
+        keep.ok(r)
+    } else {
+        r
+    }
 }
 
 /// `madvise(2)`: `MADV_DONTNEED`, `MADV_FREE` and `MADV_REMOVE` on managed memory free the
@@ -568,6 +620,7 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
 /// - As for `madvise(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
+    let keep = KeepErrno::new();
     let releasing = matches!(advice, libc::MADV_DONTNEED | libc::MADV_FREE | libc::MADV_REMOVE);
     if releasing && ready() && !ours() && (addr as usize).is_multiple_of(4096) {
         let (a, b) = (addr as usize, (addr as usize).saturating_add(len));
@@ -578,7 +631,12 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) 
         }
     }
     // SAFETY: forwarded.
-    unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) as c_int }
+    let r = unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) as c_int };
+    if r == 0 {
+        keep.ok(r)
+    } else {
+        r
+    }
 }
 
 /// `mprotect(2)`: a reservation made writable is adopted.
@@ -587,16 +645,20 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) 
 /// - As for `mprotect(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -> c_int {
+    let keep = KeepErrno::new();
     // SAFETY: forwarded.
     let r = unsafe { libc::syscall(libc::SYS_mprotect, addr, len, prot) } as c_int;
-    if r == 0 && prot & libc::PROT_WRITE != 0 && ready() && !ours() {
+    if r != 0 {
+        return r;
+    }
+    if prot & libc::PROT_WRITE != 0 && ready() && !ours() {
         let a = addr as usize;
         let b = a.saturating_add(len);
         if RESERVED.contains(a, b) {
             adopt(a, len);
         }
     }
-    r
+    keep.ok(r)
 }
 
 /// `mremap(2)` (declared variadic in C; the optional fifth argument is read only with
@@ -627,6 +689,7 @@ pub unsafe extern "C" fn mremap(
         }
         return r;
     }
+    let keep = KeepErrno::new();
     // SAFETY: forwarded.
     let r = unsafe { libc::syscall(libc::SYS_mremap, old, old_len, new_len, flags, new_addr) } as *mut c_void;
     if r == libc::MAP_FAILED || mode() == OFF {
@@ -639,5 +702,5 @@ pub unsafe extern "C" fn mremap(
             adopt(r as usize, new_len);
         }
     }
-    r
+    keep.ok(r)
 }

@@ -78,15 +78,23 @@ fn filtered(how: libc::c_int, set: *const libc::sigset_t, out: &mut libc::sigset
         return set;
     }
     // SAFETY: set points to a valid sigset (caller's contract); out is ours.
-    unsafe {
-        *out = *set;
-        if GATE_ON.load(Ordering::Acquire) {
-            libc::sigdelset(out, libc::SIGBUS);
-        }
-        libc::sigdelset(out, 32);
-        libc::sigdelset(out, 33);
+    unsafe { *out = *set };
+    if GATE_ON.load(Ordering::Acquire) {
+        unblocked(out, libc::SIGBUS);
     }
+    unblocked(out, 32);
+    unblocked(out, 33);
     out
+}
+
+/// Take signal `sig` (1-64) out of `set`, as the kernel reads it: bit `sig - 1` of its first
+/// word. Not `sigdelset`: glibc's refuses its internal signals 32 and 33 with EINVAL, setting
+/// `errno` under a call that then succeeds (see `crate::reentry::KeepErrno`).
+fn unblocked(set: &mut libc::sigset_t, sig: libc::c_int) {
+    // SAFETY: a sigset_t is at least 8 bytes, suitably aligned for u64 on Linux; the kernel
+    // reads its first 64 bits as the mask of signals 1-64.
+    let word = unsafe { &mut *(set as *mut libc::sigset_t).cast::<u64>() };
+    *word &= !(1u64 << (sig - 1));
 }
 
 /// `pthread_sigmask(3)`: returns an error number.
@@ -99,16 +107,18 @@ pub unsafe extern "C" fn pthread_sigmask(
     set: *const libc::sigset_t,
     old: *mut libc::sigset_t,
 ) -> libc::c_int {
+    let keep = crate::reentry::KeepErrno::new();
     // SAFETY: zeroed sigset is valid storage.
     let mut tmp: libc::sigset_t = unsafe { std::mem::zeroed() };
     let s = filtered(how, set, &mut tmp);
     // SAFETY: rt_sigprocmask with valid (or null) pointers and the kernel's sigset size.
     let r = unsafe { libc::syscall(libc::SYS_rt_sigprocmask, how, s, old, 8usize) };
     if r < 0 {
-        // SAFETY: errno of this thread.
-        unsafe { *libc::__errno_location() }
+        // SAFETY: errno of this thread (pthread_sigmask returns it and leaves errno alone).
+        let e = unsafe { *libc::__errno_location() };
+        keep.ok(e)
     } else {
-        0
+        keep.ok(0)
     }
 }
 
@@ -122,9 +132,15 @@ pub unsafe extern "C" fn sigprocmask(
     set: *const libc::sigset_t,
     old: *mut libc::sigset_t,
 ) -> libc::c_int {
+    let keep = crate::reentry::KeepErrno::new();
     // SAFETY: as pthread_sigmask.
     let mut tmp: libc::sigset_t = unsafe { std::mem::zeroed() };
     let s = filtered(how, set, &mut tmp);
     // SAFETY: as above.
-    unsafe { libc::syscall(libc::SYS_rt_sigprocmask, how, s, old, 8usize) as libc::c_int }
+    let r = unsafe { libc::syscall(libc::SYS_rt_sigprocmask, how, s, old, 8usize) as libc::c_int };
+    if r == 0 {
+        keep.ok(r)
+    } else {
+        r
+    }
 }
