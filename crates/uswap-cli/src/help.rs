@@ -82,7 +82,8 @@ Exit status:
   125      a process could not be put under the pager at start (the library says why)
   2        bad option, limit, folio or tiers; unusable swap file or directory; a statically
            linked program (the preload library would never load); a Go program (the Go
-           runtime's own madvise calls go unseen: not paged yet)
+           runtime's own madvise calls go unseen: not paged yet); a program built with a
+           sanitizer (its runtime must load first and maps its own shadow memory)
   1        userfaultfd is not permitted (root or CAP_SYS_PTRACE, vm.unprivileged_userfaultfd=1,
            or access to /dev/userfaultfd), or another failure before the program started
 

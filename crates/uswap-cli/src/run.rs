@@ -228,6 +228,15 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
                 prog.display()
             )))
         }
+        Ok(ExeKind::Sanitized(name)) => {
+            return Err(usage(format!(
+                "{} is built with {name}, whose runtime must be the first library the program loads (it \
+                 refuses to start after uswap's LD_PRELOAD library) and which maps its own shadow memory: \
+                 uswap cannot page it. It was not started; run it without uswap, or a build without the \
+                 sanitizer under uswap.",
+                prog.display()
+            )))
+        }
         Ok(_) => {}
         Err(e) => return Err(RunError(format!("{}: {e}", prog.display()), 126)),
     }

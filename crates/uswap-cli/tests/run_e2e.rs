@@ -958,6 +958,22 @@ fn interposed_calls_leave_errno_alone() {
     assert_eq!(r.out(), String::from_utf8_lossy(&native.stdout), "stderr:\n{}", r.stderr);
 }
 
+/// A program built with AddressSanitizer refuses to start after an LD_PRELOAD library ("ASan
+/// runtime does not come first in initial library list", advice to preload it), and with the
+/// check off crashed in the library's `malloc` during its own start-up. `uswap run` refuses it
+/// with the reason (exit 2), found in its dynamic string table (`exe::ExeKind::Sanitized`).
+#[test]
+fn a_sanitized_program_is_refused_with_the_reason() {
+    let dir = tempdir();
+    let prog = try_compile("static_hello", dir.path(), &["-fsanitize=address"])
+        .unwrap_or_else(|e| panic!("this test needs gcc with AddressSanitizer (libasan): {e}"));
+    refused(
+        &[OsStr::new("--limit"), "32M".as_ref(), "--".as_ref(), prog.as_os_str()],
+        2,
+        "is built with AddressSanitizer",
+    );
+}
+
 #[test]
 fn exit_status_passes_through() {
     let dir = tempdir();

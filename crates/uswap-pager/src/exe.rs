@@ -1,7 +1,7 @@
 //! What kind of executable a file is, from its ELF program headers: whether the dynamic loader
-//! runs it (so the preload library is loaded at all), and whether the Go toolchain built it
+//! runs it (so the preload library is loaded at all), whether the Go toolchain built it
 //! (the Go runtime gives memory back with system calls of its own, which the preload does not
-//! see: [`GO_REFUSED`]). Used by `uswap run` before it starts a program, by its watch over the
+//! see: [`GO_REFUSED`]), and whether a sanitizer instruments it (from its dynamic string table). Used by `uswap run` before it starts a program, by its watch over the
 //! tree, and by the preload library at start-up.
 //!
 //! Locking: none (plain reads of one file).
@@ -20,9 +20,24 @@ pub enum ExeKind {
     /// with `madvise` system calls of its own, which the preload does not see (see
     /// [`GO_REFUSED`]).
     Go,
+    /// A dynamic ELF built with a sanitizer (AddressSanitizer, ThreadSanitizer,
+    /// MemorySanitizer): its runtime must be the first library loaded (an LD_PRELOAD library
+    /// before it makes it refuse to start) and maps terabytes of shadow memory of its own. The
+    /// name is the sanitizer's.
+    Sanitized(&'static str),
     /// A script (#!) or something the kernel will sort out.
     Other,
 }
+
+/// The sanitizers' start-up symbols, which an instrumented executable references (GCC, with
+/// the runtime in a shared library) or defines and exports (Clang, with it linked in): found
+/// in the dynamic string table either way.
+const SANITIZERS: [(&[u8], &str); 4] = [
+    (b"__asan_init", "AddressSanitizer"),
+    (b"__tsan_init", "ThreadSanitizer"),
+    (b"__msan_init", "MemorySanitizer"),
+    (b"__hwasan_init", "HWAddressSanitizer"),
+];
 
 /// Why a Go program is not put under the pager (the refusal, and the reason of a Go process
 /// found in the tree).
@@ -80,10 +95,50 @@ pub fn exe_kind(path: &Path) -> std::io::Result<ExeKind> {
             return Ok(ExeKind::Go);
         }
     }
-    Ok(if entries().any(|e| rd32(e) == PT_INTERP) { ExeKind::Dynamic } else { ExeKind::Static })
+    if !entries().any(|e| rd32(e) == PT_INTERP) {
+        return Ok(ExeKind::Static);
+    }
+    // The dynamic string table: DT_STRTAB (an address) and DT_STRSZ from PT_DYNAMIC, the
+    // address turned into a file offset through the PT_LOAD segment that holds it (ELF64 only:
+    // the sanitizers run on 64-bit targets).
+    if h[4] == 2 {
+        let seg = |e: &[u8]| (rd64(&e[8..]), rd64(&e[16..]), rd64(&e[32..]));
+        let mut strtab = None;
+        for e in entries().filter(|e| rd32(e) == PT_DYNAMIC) {
+            let (off, _, size) = seg(e);
+            let mut dynamic = vec![0u8; size.min(64 << 10) as usize];
+            f.seek(SeekFrom::Start(off))?;
+            if f.read_exact(&mut dynamic).is_err() {
+                continue;
+            }
+            let tag = |t: u64| dynamic.chunks_exact(16).find(|d| rd64(d) == t).map(|d| rd64(&d[8..]));
+            strtab = tag(DT_STRTAB).zip(tag(DT_STRSZ));
+        }
+        let at = strtab.and_then(|(addr, size)| {
+            entries().filter(|e| rd32(e) == PT_LOAD).map(seg).find_map(|(off, vaddr, filesz)| {
+                (addr >= vaddr && addr + size <= vaddr + filesz).then_some((off + (addr - vaddr), size))
+            })
+        });
+        if let Some((off, size)) = at {
+            let mut strings = vec![0u8; size.min(16 << 20) as usize];
+            f.seek(SeekFrom::Start(off))?;
+            if f.read_exact(&mut strings).is_ok() {
+                for (sym, name) in SANITIZERS {
+                    if strings.split(|&b| b == 0).any(|s| s == sym) {
+                        return Ok(ExeKind::Sanitized(name));
+                    }
+                }
+            }
+        }
+    }
+    Ok(ExeKind::Dynamic)
 }
 
+const PT_LOAD: u32 = 1;
+const PT_DYNAMIC: u32 = 2;
 const PT_INTERP: u32 = 3;
+const DT_STRTAB: u64 = 5;
+const DT_STRSZ: u64 = 10;
 const PT_NOTE: u32 = 4;
 /// The Go linker's build-id note (`.note.go.buildid`, kept by `-ldflags=-s`): owner "Go", type 4.
 const NT_GO_BUILDID: u32 = 4;
@@ -128,6 +183,8 @@ mod tests {
             let mut e = [0u8; 56];
             e[..4].copy_from_slice(&ty.to_le_bytes());
             e[8..16].copy_from_slice(&off.to_le_bytes());
+            // p_vaddr = p_offset: addresses in the file are their offsets.
+            e[16..24].copy_from_slice(&off.to_le_bytes());
             e[32..40].copy_from_slice(&size.to_le_bytes());
             h.extend_from_slice(&e);
         }
@@ -171,6 +228,22 @@ mod tests {
         let other = notes(&[(b"Go\0\0", 1, b"abc/def")]);
         assert_eq!(kind(&elf(&[(3, 0, 0), (4, at, other.len() as u64)], &other)), ExeKind::Dynamic);
         assert_eq!(kind(&elf(&[(1, 0, 0), (4, at, go.len() as u64 - 16)], &go[..go.len() - 16])), ExeKind::Static);
+        // A sanitizer's start-up symbol in the dynamic string table (DT_STRTAB, DT_STRSZ in
+        // PT_DYNAMIC; the table inside the PT_LOAD segment that maps the whole file).
+        let sanitized = |strings: &[u8]| {
+            let at = 64 + 3 * 56;
+            let mut tail = Vec::new();
+            for (tag, val) in [(5u64, at + 48), (10, strings.len() as u64), (0, 0)] {
+                tail.extend_from_slice(&tag.to_le_bytes());
+                tail.extend_from_slice(&val.to_le_bytes());
+            }
+            tail.extend_from_slice(strings);
+            let len = at + tail.len() as u64;
+            kind(&elf(&[(1, 0, len), (3, 0, 0), (2, at, 48)], &tail))
+        };
+        assert_eq!(sanitized(b"\0libc.so.6\0__asan_init\0malloc\0"), ExeKind::Sanitized("AddressSanitizer"));
+        assert_eq!(sanitized(b"\0__tsan_init\0"), ExeKind::Sanitized("ThreadSanitizer"));
+        assert_eq!(sanitized(b"\0libc.so.6\0__asan_init_v8\0"), ExeKind::Dynamic, "a longer name is another symbol");
         std::fs::remove_file(&d).unwrap();
     }
 }

@@ -1,5 +1,6 @@
-/* Linked with -static by the test: `uswap run` must refuse it (the LD_PRELOAD library would
- * never be loaded, so its memory would be neither paged nor limited). */
+/* Linked with -static by a test: `uswap run` must refuse it (the LD_PRELOAD library would
+ * never be loaded, so its memory would be neither paged nor limited). Built with
+ * -fsanitize=address by another: refused too (the sanitizer's runtime must load first). */
 #include <stdio.h>
 
 int main(void) {
