@@ -33,6 +33,8 @@ need java default-jre-headless
 need javac default-jdk-headless
 need awk mawk
 need sha256sum coreutils
+# runuser: an end-to-end test runs a process as nobody (a program that drops privileges).
+need runuser util-linux
 # Go: the end-to-end tests build a Go program (which `uswap run` refuses); machines of this
 # project's kind have it in /usr/local/go, elsewhere Debian's package provides it.
 if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then pkgs+=(golang-go); fi
