@@ -2,8 +2,9 @@
 //! how they are read back, and what `uswap status`, `uswap top` and `run --metrics-file` show.
 //!
 //! Each `uswap run` makes a *tree directory* `<run dir>/<runner pid>/` (the run directory is
-//! `$XDG_RUNTIME_DIR/uswap`, else `/tmp/uswap-<uid>`, mode 0700 and owned by the user, so
-//! nobody else can read or plant statistics) holding `run.json` (the command, the limit, the
+//! `$XDG_RUNTIME_DIR/uswap`, else `/tmp/uswap-<uid>`, mode 0711 and owned by the user: others
+//! may pass through it to load the cached library but not list or write it; the tree
+//! directory is 0700, so nobody else can read or plant statistics) holding `run.json` (the command, the limit, the
 //! runner's pid and start time) and, for every process of the tree, the preload library's
 //! statistics: `<pid>.json`, a snapshot rewritten every `USWAP_STATS_INTERVAL_MS` (500 ms under
 //! `uswap run`), and `<pid>.final.json`, written by `exit(3)`. A process that ends any other
@@ -106,7 +107,9 @@ impl TreeDir {
             if why.is_none() && i == 0 && d.exists() {
                 let _ = std::fs::remove_dir_all(&d);
             }
-            if std::fs::create_dir(&d).is_ok() {
+            // 0700: the run directory lets others through (to load the cached library), the
+            // tree's own statistics stay the user's.
+            if std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700).create(&d).is_ok() {
                 return Ok((TreeDir { path: d }, why));
             }
         }

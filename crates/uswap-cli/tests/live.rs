@@ -151,7 +151,10 @@ fn status_with_nothing_running_says_so() {
         .output()
         .expect("uswap run");
     let err = String::from_utf8_lossy(&r.stderr);
-    assert!(err.contains("`uswap status` will not see this run") && err.contains("only its owner"), "{err}");
+    assert!(
+        err.contains("`uswap status` will not see this run") && err.contains("nobody else may write or list"),
+        "{err}"
+    );
 }
 
 /// The anonymous memory of a tree, as the kernel apportions it: the sum of `Pss_Anon` over
