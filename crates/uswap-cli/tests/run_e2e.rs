@@ -19,7 +19,7 @@ mod common;
 
 use common::*;
 use std::ffi::{OsStr, OsString};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 // ---------------------------------------------------------------------------------------------
@@ -771,6 +771,29 @@ fn a_go_program_is_refused_and_one_in_the_tree_runs_without_the_pager() {
     assert!(!paged, "the Go process ran under a pager: {s:#}");
 }
 
+/// Run `sh -c script` (a holder, `hold … MODE`, beside `hold 64 3 cycle`) under `limit` with
+/// statistics; check both outputs (nothing mismatched) and that stderr holds `warning`. Returns
+/// the statistics, or `None` where userfaultfd is not permitted.
+fn holder_beside_a_cycler(
+    dir: &Path,
+    script: &str,
+    limit: u64,
+    mode: &str,
+    warning: &str,
+) -> Option<serde_json::Value> {
+    let st = dir.join("stats.json");
+    let r = uswap_run_stats(&limit_arg(limit), &st, &["sh".as_ref(), "-c".as_ref(), script.as_ref()]);
+    if no_uffd(&r) {
+        return None;
+    }
+    assert_eq!(r.code, Some(0), "exit status; stdout:\n{}\nstderr:\n{}", r.out(), r.stderr);
+    let out = r.out();
+    assert!(out.lines().any(|l| l.starts_with(&format!("{mode}: passes 1 seed 1 mismatches 0 "))), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("cycle: ") && l.contains(" mismatches 0 ")), "{out}");
+    assert!(r.stderr.contains(warning), "no {warning:?} in:\n{}", r.stderr);
+    Some(stats(&st))
+}
+
 /// A statically linked program in the tree never loads the library, so no pager holds its
 /// memory: `uswap run` finds it, warns, lists it in the statistics, and counts its memory
 /// against the limit, so that a managed process of the same tree gives up as much (as a memory
@@ -786,18 +809,9 @@ fn a_static_process_in_the_tree_is_reported_and_counted_against_the_limit() {
     let Some(held) = compile_static("hold", &sdir) else { return };
     let cycler = compile("hold", dir.path());
     let limit = 64 * MIB;
-    let st = dir.path().join("stats.json");
     let script = format!("{} 40 6 hold & sleep 1; {} 64 3 cycle; wait", held.display(), cycler.display());
-    let r = uswap_run_stats(&limit_arg(limit), &st, &["sh".as_ref(), "-c".as_ref(), script.as_ref()]);
-    if no_uffd(&r) {
-        return;
-    }
-    assert_eq!(r.code, Some(0), "exit status; stdout:\n{}\nstderr:\n{}", r.out(), r.stderr);
-    let out = r.out();
-    assert!(out.lines().any(|l| l.starts_with("hold: passes 1 seed 1 mismatches 0 ")), "{out}");
-    assert!(out.lines().any(|l| l.starts_with("cycle: ") && l.contains(" mismatches 0 ")), "{out}");
-    assert!(r.stderr.contains("runs without the pager (statically linked)"), "no warning in:\n{}", r.stderr);
-    let s = stats(&st);
+    let warning = "runs without the pager (statically linked)";
+    let Some(s) = holder_beside_a_cycler(dir.path(), &script, limit, "hold", warning) else { return };
     let un = s["unmanaged_processes"].as_array().unwrap_or_else(|| panic!("no unmanaged_processes: {s:#}"));
     assert_eq!(un.len(), 1, "{s:#}");
     assert_eq!(un[0]["reason"], "statically linked", "{s:#}");
@@ -828,18 +842,9 @@ fn shared_memory_is_reported_and_counted_against_the_limit() {
     let dir = tempdir();
     let hold = compile("hold", dir.path());
     let limit = 64 * MIB;
-    let st = dir.path().join("stats.json");
     let script = format!("{h} 40 6 shared & sleep 1; {h} 64 3 cycle; wait", h = hold.display());
-    let r = uswap_run_stats(&limit_arg(limit), &st, &["sh".as_ref(), "-c".as_ref(), script.as_ref()]);
-    if no_uffd(&r) {
-        return;
-    }
-    assert_eq!(r.code, Some(0), "exit status; stdout:\n{}\nstderr:\n{}", r.out(), r.stderr);
-    let out = r.out();
-    assert!(out.lines().any(|l| l.starts_with("shared: passes 1 seed 1 mismatches 0 ")), "{out}");
-    assert!(out.lines().any(|l| l.starts_with("cycle: ") && l.contains(" mismatches 0 ")), "{out}");
-    assert!(r.stderr.contains("of shared memory (MAP_SHARED or memfd"), "no warning in:\n{}", r.stderr);
-    let s = stats(&st);
+    let warning = "of shared memory (MAP_SHARED or memfd";
+    let Some(s) = holder_beside_a_cycler(dir.path(), &script, limit, "shared", warning) else { return };
     let shm = num(&s, "/tree_peak/shmem_bytes");
     // (Less uswap's own shared memory in the holder, counted at its full size: under 1 MiB.)
     assert!((39 * MIB..=44 * MIB).contains(&shm), "the tree's shared memory {}: {s:#}", mib(shm));
@@ -883,27 +888,17 @@ fn a_program_that_drops_privileges_is_counted_not_paged() {
     let hold = compile("hold", dir.path());
     let runuser = ["/usr/sbin/runuser", "/sbin/runuser", "/usr/bin/runuser"]
         .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
+        .find(|p| Path::new(p).exists())
         .expect("this test needs runuser (util-linux)");
     let limit = 64 * MIB;
-    let st = dir.path().join("stats.json");
     // As nobody, a shell runs a pipeline first: dash starts the command after it with `vfork`,
     // whose trampoline had no next definition where the library stood aside ("Cannot fork").
     let script = format!(
         "{runuser} -u nobody -- sh -c 'echo x | cat >/dev/null; {h} 40 6 hold' & sleep 1; {h} 64 3 cycle; wait",
         h = hold.display()
     );
-    let r = uswap_run_stats(&limit_arg(limit), &st, &["sh".as_ref(), "-c".as_ref(), script.as_ref()]);
-    if no_uffd(&r) {
-        return;
-    }
-    assert_eq!(r.code, Some(0), "exit status; stdout:\n{}\nstderr:\n{}", r.out(), r.stderr);
-    let out = r.out();
-    assert!(out.lines().any(|l| l.starts_with("hold: passes 1 seed 1 mismatches 0 ")), "{out}");
-    assert!(out.lines().any(|l| l.starts_with("cycle: ") && l.contains(" mismatches 0 ")), "{out}");
-    assert!(!r.stderr.contains("cannot be preloaded"), "the library was not loaded as nobody:\n{}", r.stderr);
-    assert!(r.stderr.contains("runs without the pager (it dropped root privileges"), "no warning in:\n{}", r.stderr);
-    let s = stats(&st);
+    let warning = "runs without the pager (it dropped root privileges";
+    let Some(s) = holder_beside_a_cycler(dir.path(), &script, limit, "hold", warning) else { return };
     let un = s["unmanaged_processes"].as_array().unwrap_or_else(|| panic!("no unmanaged_processes: {s:#}"));
     let held = un
         .iter()

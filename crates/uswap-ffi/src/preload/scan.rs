@@ -444,24 +444,28 @@ fn measure(p: &Pager, first: bool) {
     }
 }
 
-/// Resident and shared (file-backed + shared memory) bytes from `/proc/self/statm`, read
-/// with raw calls into a stack buffer ((0, 0) if unreadable).
-pub fn statm() -> (u64, u64) {
-    let mut buf = [0u8; 128];
-    // SAFETY: open/read/close of a procfs file into a stack buffer.
+/// The start of a procfs file `path`, read with raw calls into `buf` (one `read`: these files
+/// are generated whole), or `None` if it cannot be read.
+fn read_proc<'a>(path: &std::ffi::CStr, buf: &'a mut [u8]) -> Option<&'a [u8]> {
+    // SAFETY: open/read/close of a procfs file into the caller's buffer.
     let n = unsafe {
-        let fd = libc::open(c"/proc/self/statm".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
         if fd < 0 {
-            return (0, 0);
+            return None;
         }
         let n = libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len());
         libc::close(fd);
         n
     };
-    if n <= 0 {
-        return (0, 0);
-    }
-    let Ok(s) = std::str::from_utf8(&buf[..n as usize]) else { return (0, 0) };
+    (n > 0).then(|| &buf[..n as usize])
+}
+
+/// Resident and shared (file-backed + shared memory) bytes from `/proc/self/statm`, read
+/// with raw calls into a stack buffer ((0, 0) if unreadable).
+pub fn statm() -> (u64, u64) {
+    let mut buf = [0u8; 128];
+    let Some(text) = read_proc(c"/proc/self/statm", &mut buf) else { return (0, 0) };
+    let Ok(s) = std::str::from_utf8(text) else { return (0, 0) };
     let mut f = s.split_ascii_whitespace().skip(1).map(|v| v.parse::<u64>().unwrap_or(0) * 4096);
     (f.next().unwrap_or(0), f.next().unwrap_or(0))
 }
@@ -473,20 +477,7 @@ pub fn statm() -> (u64, u64) {
 /// kernel's own swap, which uswap stands in for, so it is memory nobody limits).
 pub fn file_and_shmem() -> (u64, u64) {
     let mut buf = [0u8; 4096];
-    // SAFETY: open/read/close of a procfs file into a stack buffer.
-    let n = unsafe {
-        let fd = libc::open(c"/proc/self/status".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return (0, 0);
-        }
-        let n = libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len());
-        libc::close(fd);
-        n
-    };
-    if n <= 0 {
-        return (0, 0);
-    }
-    let text = &buf[..n as usize];
+    let Some(text) = read_proc(c"/proc/self/status", &mut buf) else { return (0, 0) };
     let field = |key: &[u8]| -> u64 {
         text.split(|&b| b == b'\n')
             .find_map(|l| l.strip_prefix(key))
