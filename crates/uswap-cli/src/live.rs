@@ -92,6 +92,7 @@ impl TreeDir {
     /// Make this runner's tree directory, in the run directory if it can be used, else in a
     /// private temporary directory (with the reason, for a warning).
     pub fn create() -> Result<(TreeDir, Option<String>), String> {
+        use std::os::unix::fs::DirBuilderExt;
         let me = std::process::id();
         let (base, why) = match run_dir() {
             Ok(d) => (d, None),
@@ -109,7 +110,7 @@ impl TreeDir {
             }
             // 0700: the run directory lets others through (to load the cached library), the
             // tree's own statistics stay the user's.
-            if std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700).create(&d).is_ok() {
+            if std::fs::DirBuilder::new().mode(0o700).create(&d).is_ok() {
                 return Ok((TreeDir { path: d }, why));
             }
         }

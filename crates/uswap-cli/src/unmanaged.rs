@@ -101,10 +101,9 @@ pub struct Watch {
     found: Vec<Unmanaged>,
     /// Print a warning for each (not with `--quiet`).
     warn: bool,
-    /// The tree's shared memory at the last sample and at its largest (see [`tree_shmem`]).
-    shmem: (u64, u64),
-    /// The shared-memory warning was printed.
-    shmem_warned: bool,
+    /// The largest shared memory the tree held at a sample (see [`tree_shmem`]); the warning
+    /// is printed when it first reaches [`SHMEM_WARN`].
+    shmem_peak: u64,
     /// Reasons warned about: one warning per reason (a shell loop that starts a short process
     /// as another user every 200 ms printed a line for each).
     warned: HashSet<Reason>,
@@ -315,8 +314,7 @@ impl Watch {
             seen: HashMap::new(),
             found: Vec::new(),
             warn,
-            shmem: (0, 0),
-            shmem_warned: false,
+            shmem_peak: 0,
             warned: HashSet::new(),
         }
     }
@@ -392,9 +390,7 @@ impl Watch {
             unmanaged_bytes += anon;
         }
         let shmem = tree_shmem(&pids);
-        self.shmem = (shmem, self.shmem.1.max(shmem));
-        if shmem >= SHMEM_WARN && self.warn && !self.shmem_warned {
-            self.shmem_warned = true;
+        if shmem >= SHMEM_WARN && self.shmem_peak < SHMEM_WARN && self.warn {
             eprintln!(
                 "uswap: warning: the program holds {} of shared memory (MAP_SHARED or memfd: a JVM's ZGC heap, \
                  PostgreSQL's shared buffers, Python's mmap.mmap(-1, n)), which uswap cannot swap out; it counts \
@@ -402,6 +398,7 @@ impl Watch {
                 uswap::size::format(shmem)
             );
         }
+        self.shmem_peak = self.shmem_peak.max(shmem);
         uswap_pager::tree::set_unmanaged(&self.budget, unmanaged_bytes + shmem);
         if !self.found.is_empty() {
             // For `uswap status` and the metrics file (beside the budget file, in the tree's
@@ -422,7 +419,7 @@ impl Watch {
 
     /// The largest shared memory the tree held at a sample (see [`tree_shmem`]).
     pub fn shmem_peak(&self) -> u64 {
-        self.shmem.1
+        self.shmem_peak
     }
 }
 

@@ -89,9 +89,7 @@ pub fn exe_kind(path: &Path) -> std::io::Result<ExeKind> {
         } else {
             (u64::from(rd32(&e[4..])), u64::from(rd32(&e[16..])))
         };
-        let mut notes = vec![0u8; size.min(64 << 10) as usize];
-        f.seek(SeekFrom::Start(off))?;
-        if f.read_exact(&mut notes).is_ok() && has_go_note(&notes, rd32) {
+        if read_at(&mut f, off, size.min(64 << 10))?.is_some_and(|notes| has_go_note(&notes, rd32)) {
             return Ok(ExeKind::Go);
         }
     }
@@ -106,11 +104,7 @@ pub fn exe_kind(path: &Path) -> std::io::Result<ExeKind> {
         let mut strtab = None;
         for e in entries().filter(|e| rd32(e) == PT_DYNAMIC) {
             let (off, _, size) = seg(e);
-            let mut dynamic = vec![0u8; size.min(64 << 10) as usize];
-            f.seek(SeekFrom::Start(off))?;
-            if f.read_exact(&mut dynamic).is_err() {
-                continue;
-            }
+            let Some(dynamic) = read_at(&mut f, off, size.min(64 << 10))? else { continue };
             let tag = |t: u64| dynamic.chunks_exact(16).find(|d| rd64(d) == t).map(|d| rd64(&d[8..]));
             strtab = tag(DT_STRTAB).zip(tag(DT_STRSZ));
         }
@@ -120,9 +114,7 @@ pub fn exe_kind(path: &Path) -> std::io::Result<ExeKind> {
             })
         });
         if let Some((off, size)) = at {
-            let mut strings = vec![0u8; size.min(16 << 20) as usize];
-            f.seek(SeekFrom::Start(off))?;
-            if f.read_exact(&mut strings).is_ok() {
+            if let Some(strings) = read_at(&mut f, off, size.min(16 << 20))? {
                 for (sym, name) in SANITIZERS {
                     if strings.split(|&b| b == 0).any(|s| s == sym) {
                         return Ok(ExeKind::Sanitized(name));
@@ -137,9 +129,17 @@ pub fn exe_kind(path: &Path) -> std::io::Result<ExeKind> {
 const PT_LOAD: u32 = 1;
 const PT_DYNAMIC: u32 = 2;
 const PT_INTERP: u32 = 3;
+const PT_NOTE: u32 = 4;
 const DT_STRTAB: u64 = 5;
 const DT_STRSZ: u64 = 10;
-const PT_NOTE: u32 = 4;
+
+/// `len` bytes of `f` at `off`, or `None` if the file is shorter (a truncated segment).
+fn read_at(f: &mut std::fs::File, off: u64, len: u64) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut buf = vec![0u8; len as usize];
+    f.seek(SeekFrom::Start(off))?;
+    Ok(f.read_exact(&mut buf).is_ok().then_some(buf))
+}
 /// The Go linker's build-id note (`.note.go.buildid`, kept by `-ldflags=-s`): owner "Go", type 4.
 const NT_GO_BUILDID: u32 = 4;
 

@@ -247,10 +247,7 @@ impl Uffd {
     /// registration until its pager is rebuilt, while glibc's fork code already touches memory
     /// that may be swapped out (the rebuild also asks for fork events, and the child died).
     pub fn fork_events_permitted() -> bool {
-        let Ok((fd, false)) = Self::open_fd(libc::O_CLOEXEC) else { return false };
-        let mut api = g::uffdio_api { api: u64::from(g::UFFD_API), features: feature::EVENT_FORK, ioctls: 0 };
-        // SAFETY: a valid fd and a properly sized uffdio_api.
-        unsafe { libc::ioctl(fd.as_raw_fd(), io::UFFDIO_API as _, &mut api) == 0 }
+        Self::open(feature::EVENT_FORK, 0, false).is_ok_and(|u| !u.user_mode_only())
     }
 
     /// A new userfaultfd, and whether it handles user-mode faults only.

@@ -62,7 +62,7 @@ pub mod tls;
 
 use crate::fork;
 use crate::lock::RawLock;
-use crate::reentry::{in_internal, internal};
+use crate::reentry::{in_internal, internal, KeepErrno};
 use libc::{c_int, c_void, size_t};
 use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
@@ -231,29 +231,12 @@ const INERT_GO: &std::ffi::CStr = c"uswap-inert:go";
 const INERT_NO_UFFD: &std::ffi::CStr = c"uswap-inert:no-uffd";
 
 /// Run without a pager (the library passes every call through) and leave `mark` in the maps
-/// (see `uswap_pager::tree::INERT_MARK`; a page of address space, never touched).
+/// (see `uswap_pager::tree::INERT_MARK`): a page of a memfd of that name, never touched and
+/// never unmapped.
 fn stand_aside(mark: &std::ffi::CStr) {
     STATE.store(FAILED, Ordering::Release);
-    // SAFETY: memfd_create with a NUL-terminated name; ftruncate, mmap and close of the new
-    // descriptor (a fresh shared mapping at an address the kernel picks: it replaces nothing;
-    // it is never unmapped, so that the mark stays).
-    unsafe {
-        let fd = libc::syscall(libc::SYS_memfd_create, mark.as_ptr(), libc::MFD_CLOEXEC) as libc::c_int;
-        if fd < 0 {
-            return;
-        }
-        if libc::syscall(libc::SYS_ftruncate, fd, 4096 as libc::c_long) == 0 {
-            libc::syscall(
-                libc::SYS_mmap,
-                std::ptr::null_mut::<libc::c_void>(),
-                4096usize,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                libc::c_long::from(fd),
-                0 as libc::c_long,
-            );
-        }
-        libc::syscall(libc::SYS_close, fd);
+    if let Ok(m) = uswap::tier::shared::SharedMap::named(mark, 4096) {
+        std::mem::forget(m);
     }
 }
 
@@ -262,19 +245,6 @@ fn parse_num(name: &std::ffi::CStr, default: u64) -> Result<u64, String> {
         None => Ok(default),
         Some(v) => uswap::config::parse_size(&name.to_string_lossy(), v).map_err(|e| e.to_string()),
     }
-}
-
-/// VmRSS or VmHWM of this process from /proc/self/status, in bytes.
-pub fn proc_status_bytes(key: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix(key))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .map(|kb| kb * 1024)
-        .unwrap_or(0)
 }
 
 /// Fork child: our pager runs again; its reconciler thread must too.
@@ -392,8 +362,8 @@ pub fn write_stats(final_: bool) {
             // SAFETY: getppid cannot fail.
             o.insert("ppid".into(), unsafe { libc::getppid() }.into());
             o.insert("argv".into(), argv.into());
-            o.insert("vm_hwm_bytes".into(), proc_status_bytes("VmHWM:").into());
-            o.insert("vm_rss_bytes".into(), proc_status_bytes("VmRSS:").into());
+            o.insert("vm_hwm_bytes".into(), scan::status_bytes("VmHWM:").into());
+            o.insert("vm_rss_bytes".into(), scan::status_bytes("VmRSS:").into());
             o.insert("final".into(), final_.into());
             let ms =
                 std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
@@ -495,8 +465,6 @@ impl Reserved {
         })
     }
 }
-
-use crate::reentry::KeepErrno;
 
 fn is_anon_private(flags: c_int, fd: c_int) -> bool {
     let bad = libc::MAP_GROWSDOWN | libc::MAP_STACK | libc::MAP_HUGETLB;

@@ -406,7 +406,7 @@ fn pass_locked(p: &Pager, first: bool) {
 }
 
 fn measure(p: &Pager, first: bool) {
-    let anon = super::proc_status_bytes("RssAnon:");
+    let anon = status_bytes("RssAnon:");
     if first {
         ANON_AT_START.store(anon, Ordering::Relaxed);
         return;
@@ -478,14 +478,24 @@ pub fn statm() -> (u64, u64) {
 pub fn file_and_shmem() -> (u64, u64) {
     let mut buf = [0u8; 4096];
     let Some(text) = read_proc(c"/proc/self/status", &mut buf) else { return (0, 0) };
-    let field = |key: &[u8]| -> u64 {
-        text.split(|&b| b == b'\n')
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024)
-    };
-    (field(b"RssFile:"), field(b"RssShmem:"))
+    (status_field(text, "RssFile:"), status_field(text, "RssShmem:"))
+}
+
+/// One `key` (`VmRSS:`, `RssAnon:` …) of this process's `/proc/self/status`, in bytes (0 if
+/// unreadable), read with raw calls into a stack buffer.
+pub fn status_bytes(key: &str) -> u64 {
+    let mut buf = [0u8; 4096];
+    read_proc(c"/proc/self/status", &mut buf).map_or(0, |text| status_field(text, key))
+}
+
+/// The value of `key` in a `/proc/PID/status` text (`RssAnon:   1234 kB`), in bytes; 0 if
+/// absent.
+fn status_field(text: &[u8], key: &str) -> u64 {
+    text.split(|&b| b == b'\n')
+        .find_map(|l| l.strip_prefix(key.as_bytes()))
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
 }
 
 /// File-backed resident bytes when the pager started.
@@ -507,10 +517,8 @@ static SHMEM_GROWTH_PEAK: AtomicU64 = AtomicU64::new(0);
 /// See [`SHMEM_GROWTH_PEAK`] (read again now: the statistics are written at the end, maybe
 /// between two samples).
 pub fn shmem_growth_peak() -> u64 {
-    let (_, shmem) = file_and_shmem();
-    SHMEM_GROWTH_PEAK
-        .fetch_max(shmem.saturating_sub(SHMEM_AT_START.load(Ordering::Relaxed)), Ordering::Relaxed)
-        .max(shmem.saturating_sub(SHMEM_AT_START.load(Ordering::Relaxed)))
+    let growth = file_and_shmem().1.saturating_sub(SHMEM_AT_START.load(Ordering::Relaxed));
+    SHMEM_GROWTH_PEAK.fetch_max(growth, Ordering::Relaxed).max(growth)
 }
 
 /// See [`FILE_GROWTH_PEAK`].

@@ -107,19 +107,16 @@ pub unsafe extern "C" fn pthread_sigmask(
     set: *const libc::sigset_t,
     old: *mut libc::sigset_t,
 ) -> libc::c_int {
+    // pthread_sigmask returns its error and leaves errno alone.
     let keep = crate::reentry::KeepErrno::new();
     // SAFETY: zeroed sigset is valid storage.
     let mut tmp: libc::sigset_t = unsafe { std::mem::zeroed() };
     let s = filtered(how, set, &mut tmp);
     // SAFETY: rt_sigprocmask with valid (or null) pointers and the kernel's sigset size.
     let r = unsafe { libc::syscall(libc::SYS_rt_sigprocmask, how, s, old, 8usize) };
-    if r < 0 {
-        // SAFETY: errno of this thread (pthread_sigmask returns it and leaves errno alone).
-        let e = unsafe { *libc::__errno_location() };
-        keep.ok(e)
-    } else {
-        keep.ok(0)
-    }
+    // SAFETY: errno of this thread.
+    let e = if r < 0 { unsafe { *libc::__errno_location() } } else { 0 };
+    keep.ok(e)
 }
 
 /// `sigprocmask(2)`: returns -1 and sets errno on error.
@@ -132,15 +129,9 @@ pub unsafe extern "C" fn sigprocmask(
     set: *const libc::sigset_t,
     old: *mut libc::sigset_t,
 ) -> libc::c_int {
-    let keep = crate::reentry::KeepErrno::new();
     // SAFETY: as pthread_sigmask.
     let mut tmp: libc::sigset_t = unsafe { std::mem::zeroed() };
     let s = filtered(how, set, &mut tmp);
-    // SAFETY: as above.
-    let r = unsafe { libc::syscall(libc::SYS_rt_sigprocmask, how, s, old, 8usize) as libc::c_int };
-    if r == 0 {
-        keep.ok(r)
-    } else {
-        r
-    }
+    // SAFETY: as above. (`filtered` sets no errno: a success leaves it alone.)
+    unsafe { libc::syscall(libc::SYS_rt_sigprocmask, how, s, old, 8usize) as libc::c_int }
 }

@@ -32,13 +32,18 @@ impl SharedMap {
     /// uswap's own shared memory from a program's (`uswap run` counts the program's against
     /// the limit, and must not count this).
     pub fn new(len: usize) -> Result<SharedMap, TierError> {
+        SharedMap::named(c"uswap-shared", len)
+    }
+
+    /// [`SharedMap::new`] with a memfd named `name` (`/memfd:NAME (deleted)` in the maps:
+    /// the preload library's mark where it stands aside is one, never touched).
+    pub fn named(name: &std::ffi::CStr, len: usize) -> Result<SharedMap, TierError> {
         let len = len.max(1).next_multiple_of(4096);
-        let io = |op| TierError::Io { op, msg: std::io::Error::last_os_error().to_string() };
         // SAFETY: memfd_create with a NUL-terminated name and valid flags returns a new
         // descriptor or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_memfd_create, c"uswap-shared".as_ptr(), libc::MFD_CLOEXEC) };
+        let fd = unsafe { libc::syscall(libc::SYS_memfd_create, name.as_ptr(), libc::MFD_CLOEXEC) };
         if fd < 0 {
-            return Err(io("memfd_create"));
+            return Err(TierError::Io { op: "memfd_create", msg: std::io::Error::last_os_error().to_string() });
         }
         let fd = fd as libc::c_int;
         // SAFETY: ftruncate of the descriptor just made; a shared mapping of it at an address
