@@ -323,6 +323,7 @@ pub fn process(v: &Value, tiers: &str) -> Value {
     // Forks during whose hold the event thread had to work while the forking thread could
     // still reach `clone` (uswap_pager's `forkhold`).
     m.insert("forks_hold_forced".into(), json!(u(v, "/pager/fork_hold_forced")));
+    m.insert("fork_child_faults".into(), json!(u(v, "/pager/fork_child_faults")));
     if let Some(p) = v.get("pager") {
         if let Value::Object(pm) = pager(p, tiers) {
             m.extend(pm);

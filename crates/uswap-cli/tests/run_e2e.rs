@@ -367,6 +367,35 @@ fn fork_after_startup_memory_went_cold() {
     check_peak("fork_cold", &s, limit, r.secs);
 }
 
+/// glibc's `fork` walks every thread's descriptor (at the top of its stack) and clears their
+/// thread-specific blocks in the child before any atfork handler runs, so before the child
+/// has a pager: pages swapped out at the fork must read as they were there too
+/// (`uswap_pager`'s `forkserve`: the parent's event thread serves them). Closing the fork
+/// descriptor at once, as before, left them zeros: every child of this program died of
+/// SIGSEGV in glibc's `reclaim_stacks` (6 of 6 forks, 2 runs of 2), as Redis's BGSAVE child did
+/// in the runtimes suite (then hung in its SIGSEGV handler on a lock held across the fork).
+#[test]
+fn fork_reads_swapped_out_thread_descriptors() {
+    let dir = tempdir();
+    let prog = compile("fork_idle", dir.path());
+    let limit = 16 * MIB;
+    let st = dir.path().join("stats.json");
+    let (forks, bytes) = (6u64, (4 * limit).to_string());
+    let r =
+        uswap_run_stats(&limit_arg(limit), &st, &[prog.as_os_str(), OsStr::new("8"), bytes.as_ref(), OsStr::new("6")]);
+    if no_uffd(&r) {
+        return;
+    }
+    let want = "children failed 0\nparent mismatches 0\nthreads with wrong keys 0\nok\n";
+    assert_eq!(r.out(), want, "fork_idle output; stderr:\n{}", r.stderr);
+    assert_eq!(r.code, Some(0), "fork_idle exit status; stderr:\n{}", r.stderr);
+    let s = stats(&st);
+    assert_eq!(num(&s, "/main/forks"), forks, "fork_idle: forks counted: {s:#}");
+    // The sleeping threads' descriptors at least were swapped out and served to each child.
+    assert!(num(&s, "/main/fork_child_faults") >= forks, "fork_idle: no page served to a fork child: {s:#}");
+    check_peak("fork_idle", &s, limit, r.secs);
+}
+
 /// `fork` while three threads fault: the copy must not catch the pager's event thread in the
 /// middle of an operation (a cluster or pool lock held, a page claimed), or the child waits
 /// for that lock forever (`uswap_pager::forkhold`). Before the fork hold, this program hung in

@@ -6,11 +6,16 @@
 //! the same entry of the child's own copy of the store. What `fork` does not copy correctly are
 //! the kernel objects, and each would lose or corrupt data if left alone:
 //! - **the userfaultfd**: the child's fd still names the *parent's* uffd (ioctls on it would
-//!   fill pages of the parent), and the kernel drops the child's registration (the pager closes
-//!   the `UFFD_EVENT_FORK` descriptor), so a swapped-out page would read as zeros in the child.
-//!   The child handler opens a new uffd with the same features, `dup3`s it onto the old fd
-//!   number (the pager keeps using that number) and registers every tracked region again. It
-//!   retries on `EBUSY` until the parent's event thread has closed the fork descriptor.
+//!   fill pages of the parent). The kernel's copy of the child's registrations is the
+//!   `UFFD_EVENT_FORK` descriptor the parent's event thread reads; until this child handler
+//!   runs, that thread serves the child's faults from the parent's state (glibc's fork code
+//!   touches other threads' descriptors and heap blocks before any handler:
+//!   `uswap_pager`'s `forkserve`). The child handler first tells it to let go
+//!   ([`uswap_pager::Pager::fork_child_release`]), opens a new uffd with the same features,
+//!   `dup3`s it onto the old fd number (the pager keeps using that number) and registers every
+//!   tracked region again, retrying on `EBUSY` until the parent's event thread has closed the
+//!   fork descriptor. The parent's handler waits for the child's byte on a pipe (or end of
+//!   file) before it lets its pagers work again.
 //! - **the pidfd** the pager uses for batched `process_madvise`: it names the parent; the child
 //!   gets a pidfd of its own on the same number (else its evictions would drop the *parent's*
 //!   pages).
@@ -273,15 +278,13 @@ extern "C" fn prepare() {
             // it copies them.
             SHARED[i].store(quiet && internal(|| p.fork_share(ShareStep::Prepare)), Ordering::Relaxed);
         }
-        // SAFETY: under BIG.
-        let files = unsafe { table() }.pagers.iter().any(|p| p.used && p.files[0] >= 0);
-        if files {
-            let mut fds = [-1i32; 2];
-            // SAFETY: pipe2 writes two fds into the array.
-            if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0 {
-                PIPE[0].store(fds[0], Ordering::Relaxed);
-                PIPE[1].store(fds[1], Ordering::Relaxed);
-            }
+        // The child says on this pipe when it runs on its own pager (the parent's pagers serve
+        // its faults until then, and wait), and whether it took its share of the swap files.
+        let mut fds = [-1i32; 2];
+        // SAFETY: pipe2 writes two fds into the array.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0 {
+            PIPE[0].store(fds[0], Ordering::Relaxed);
+            PIPE[1].store(fds[1], Ordering::Relaxed);
         }
         // Last: the event threads hold until the copy is made (`uswap_pager::forkhold`), so
         // none has an operation in flight that the child would inherit half-done.
@@ -429,6 +432,12 @@ extern "C" fn child() {
         internal(|| {
             // SAFETY: single-threaded child, BIG is held by us (the forking thread).
             let tab = unsafe { table() };
+            // First: the parents' event threads, which served this child's faults so far
+            // (glibc's fork code runs before this handler), let go of its registrations.
+            for t in tab.pagers.iter().filter(|t| t.used) {
+                // SAFETY: tracked pagers are alive while tracked (track_pager's contract).
+                unsafe { &*t.pager }.fork_child_release();
+            }
             for (i, t) in tab.pagers.iter().enumerate() {
                 if !t.used {
                     continue;

@@ -186,6 +186,18 @@ pub(crate) fn try_fault(p: &Pager, addr: usize, write: bool, wp: bool, force: bo
     }
 }
 
+/// In a fork child: page `addr`, which the parent filled for it before its pager ran
+/// (`forkserve`), is present; run the fault path on it so that its word agrees (the fill
+/// finds the page present, frees its entry and publishes it resident).
+pub(crate) fn settle_present(p: &Pager, addr: usize) {
+    for _ in 0..1000 {
+        if !matches!(try_fault(p, addr, true, false, true, false), Try::Retry) {
+            return;
+        }
+        std::thread::yield_now();
+    }
+}
+
 /// How far over the limit the charge may go before faults wait for the reclaimer.
 fn throttle_slack(p: &Pager) -> u64 {
     (p.limit() / 64).max(4 * p.cfg.folio_size as u64)
@@ -1116,21 +1128,38 @@ pub(crate) fn event_loop(p: &Pager) {
     let mut follow = crate::cpu::Follower::new(&p.place);
     let mut hold_view = crate::forkhold::HoldView::default();
     let mut hold_wakes: Vec<usize> = Vec::with_capacity(HOLD_WAKES);
+    // A fork child served from our state until its own pager runs (`forkserve`).
+    let mut child: Option<crate::forkserve::Child> = None;
     while !p.stop.load(Ordering::Acquire) {
         // This thread's thread vector stays pinned where glibc keeps it (`own`).
         crate::own::pin_thread_vector();
+        if let Some(c) = &mut child {
+            if c.step(p, &mut msgs) {
+                // Closes the descriptor: the child registers its own uffd.
+                child = None;
+                p.fork_serve.end();
+            } else {
+                spin_until = 0;
+            }
+        }
         let pending = !faults.is_empty() || !events.is_empty();
         if spin_until == 0 || now_ns() > spin_until {
             spin_until = 0;
             // The uffd is non-blocking: the thread only ever waits here, on the uffd and on the
             // stop eventfd that `Pager::drop` writes, so teardown never waits for a timeout or
-            // a fault that will not come. With work pending it wakes every 100 µs to retry.
+            // a fault that will not come. With work pending it wakes every 100 µs to retry;
+            // while it serves a fork child, every millisecond (to see it take over).
             let mut pfd = [
                 libc::pollfd { fd: p.uffd.raw(), events: libc::POLLIN, revents: 0 },
                 libc::pollfd { fd: stop_fd, events: libc::POLLIN, revents: 0 },
+                libc::pollfd { fd: child.as_ref().map_or(-1, |c| c.raw()), events: libc::POLLIN, revents: 0 },
             ];
             p.ev_quiet.store(true, Ordering::SeqCst);
-            if pending {
+            if child.is_some() {
+                let ts = libc::timespec { tv_sec: 0, tv_nsec: if pending { 100_000 } else { 1_000_000 } };
+                // SAFETY: three valid pollfds (a negative fd is ignored) and a valid timeout.
+                unsafe { libc::ppoll(pfd.as_mut_ptr(), 3, &ts, std::ptr::null()) };
+            } else if pending {
                 let ts = libc::timespec { tv_sec: 0, tv_nsec: 100_000 };
                 // SAFETY: two valid pollfds and a valid timeout.
                 unsafe { libc::ppoll(pfd.as_mut_ptr(), 2, &ts, std::ptr::null()) };
@@ -1153,6 +1182,7 @@ pub(crate) fn event_loop(p: &Pager) {
         }
         // A fork hold in force (checked after `ev_quiet` is false: `ForkHold::begin`).
         let mut hold_tid = p.hold.check(&mut hold_view);
+        let hold_gen = hold_tid.map(|_| p.hold.generation());
         let seq = p.ev_reads.fetch_add(1, Ordering::SeqCst) + 1;
         let n = {
             let _g = p.read_gate.lock();
@@ -1201,9 +1231,16 @@ pub(crate) fn event_loop(p: &Pager) {
                     hold_tid = None;
                     // The child's copy of the pager registers its regions on a uffd of its own
                     // (the LD_PRELOAD library's atfork handler, `Pager::restart_in_fork_child`);
-                    // closing this one unregisters the copies the kernel made for it.
-                    // SAFETY: the kernel gave us this fd.
-                    unsafe { libc::close(uffd) };
+                    // until then this descriptor holds its registrations, and its faults are
+                    // served from our state (`forkserve`), which must not change meanwhile. A
+                    // fork no atfork handler held for (a raw `clone`), or a second one, is
+                    // let go at once: closing it unregisters the child's copies.
+                    if child.is_none() {
+                        child = crate::forkserve::Child::begin(p, uffd, hold_gen);
+                    } else {
+                        // SAFETY: the kernel gave us this fd.
+                        unsafe { libc::close(uffd) };
+                    }
                 }
                 ev @ Event::Remap { .. } => {
                     inc(&p.counters.ev_remap, 1);
@@ -1229,7 +1266,11 @@ pub(crate) fn event_loop(p: &Pager) {
         // wake nobody before the round's work is done.
         let its_fault = hold_tid.is_some_and(|t| faults.iter().any(|f| f.tid as i32 == t));
         let pending = !faults.is_empty() || !events.is_empty();
-        let (round, first_forced) = p.hold.round(&mut hold_view, hold_tid, its_fault, pending);
+        let (mut round, mut first_forced) = p.hold.round(&mut hold_view, hold_tid, its_fault, pending);
+        if child.is_some() {
+            // Serving a fork child: our state stays what its copy is.
+            (round, first_forced) = (crate::forkhold::Round::Wait, false);
+        }
         if round == crate::forkhold::Round::Wait {
             p.ev_pending.store(events.len(), Ordering::SeqCst);
             p.ev_done.store(seq, Ordering::SeqCst);

@@ -142,6 +142,16 @@ impl ForkHold {
         self.close_fds();
     }
 
+    /// The hold of generation `gen` is over: the parent's handler ended it, or a later hold began.
+    pub(crate) fn ended(&self, gen: u64) -> bool {
+        self.tid.load(Ordering::SeqCst) == 0 || self.gen.load(Ordering::SeqCst) != gen
+    }
+
+    /// The generation of the last hold begun (in a fork child: the one its fork was taken in).
+    pub(crate) fn generation(&self) -> u64 {
+        self.gen.load(Ordering::SeqCst)
+    }
+
     /// Close the forking thread's procfs descriptors.
     fn close_fds(&self) {
         close(self.sched_fd.swap(-1, Ordering::SeqCst));

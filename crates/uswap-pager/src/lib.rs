@@ -67,6 +67,7 @@ mod cpu;
 pub mod exe;
 mod fault;
 mod forkhold;
+mod forkserve;
 mod handle;
 pub mod own;
 mod page;
@@ -303,6 +304,8 @@ pub struct Pager {
     pub(crate) pause: AtomicBool,
     /// The event thread's fork hold ([`Pager::hold_for_fork`]).
     pub(crate) hold: forkhold::ForkHold,
+    /// Serving a fork child's faults until its own pager runs.
+    pub(crate) fork_serve: forkserve::ForkServe,
     /// The event thread is not resolving faults (idle in poll, or paused).
     pub(crate) ev_quiet: AtomicBool,
     /// The background reclaimer is paused.
@@ -444,6 +447,7 @@ impl Pager {
             vma_lock: sys::YieldLock::new(),
             pause: AtomicBool::new(false),
             hold: forkhold::ForkHold::default(),
+            fork_serve: forkserve::ForkServe::new(),
             ev_quiet: AtomicBool::new(true),
             kswapd_quiet: AtomicBool::new(true),
             reclaim_stuck: AtomicBool::new(false),
@@ -464,6 +468,15 @@ impl Pager {
         let th = pager.spawn_threads().map_err(os)?;
         *pager.threads.lock().unwrap_or_else(|e| e.into_inner()) = th;
         Ok(pager)
+    }
+
+    /// In a fork child, first thing (before it registers anything): the parent's event thread,
+    /// which has served this child's faults from the parent's state since the fork (glibc's
+    /// own fork code runs before any atfork handler, and touches pages that may be swapped
+    /// out), may stop and close the kernel's copy of the registrations. The child's new uffd
+    /// can be registered once it has (`EBUSY` until then).
+    pub fn fork_child_release(&self) {
+        self.fork_serve.release(self.hold.generation());
     }
 
     /// Restart the pager in a fork child.
@@ -516,6 +529,11 @@ impl Pager {
         // SAFETY: between enter and leave.
         unsafe { reclaim::forget_clean(self) };
         region::leave();
+        // Pages the parent's event thread filled for this child before it had a uffd of its own
+        // (`forkserve`) are present: their words become resident, their entries freed, as a
+        // fault that finds its page present does.
+        self.fork_serve.reset_in_fork_child();
+        self.fork_serve.take_served(self.hold.generation(), |a| fault::settle_present(self, a));
         let Ok(mut threads) = self.threads.try_lock() else {
             return Err(PagerError::Os("the pager was being dropped during fork".into()));
         };
@@ -581,6 +599,8 @@ impl Pager {
     /// from then on. Call before the madvise itself, from a program thread (it waits for pages
     /// other threads hold).
     pub fn discard_range(&self, start: usize, len: usize) {
+        // Not while a fork child is served from this process's state (`forkserve`).
+        self.fork_serve.wait_idle();
         let _signals = sys::SignalsBlocked::new();
         vma::discard(self, start, len)
     }

@@ -57,6 +57,7 @@ pub(crate) struct Counters {
     pub(crate) ev_remove: AtomicU64,
     pub(crate) ev_fork: AtomicU64,
     pub(crate) fork_hold_forced: AtomicU64,
+    pub(crate) fork_child_faults: AtomicU64,
     pub(crate) efault_retries: AtomicU64,
     pub(crate) store_errors: AtomicU64,
     pub(crate) clean_kept: AtomicU64,
@@ -287,6 +288,9 @@ pub struct PagerStats {
     /// waiting for a fault of its own (it had been off the CPU for 20 ms with work pending;
     /// `forkhold`).
     pub fork_hold_forced: u64,
+    /// Pages the event thread filled for fork children from this process's state, before the
+    /// child's own pager ran (glibc's fork code touched them: `forkserve`).
+    pub fork_child_faults: u64,
     /// System calls retried after EFAULT by the prefaulting wrappers.
     pub efault_retries: u64,
     /// Store errors seen (evictions abandoned, page kept resident).
@@ -394,6 +398,7 @@ pub(crate) fn snapshot(p: &Pager, regions_live: usize) -> PagerStats {
         events_remove: g(&c.ev_remove),
         events_fork: g(&c.ev_fork),
         fork_hold_forced: g(&c.fork_hold_forced),
+        fork_child_faults: g(&c.fork_child_faults),
         efault_retries: g(&c.efault_retries),
         store_errors: g(&c.store_errors),
         inactive_bypassed: p.ws.bypassed(),

@@ -288,6 +288,23 @@ impl Uffd {
         Err(format!("userfaultfd: {}", std::io::Error::from_raw_os_error(e)))
     }
 
+    /// The descriptor a `UFFD_EVENT_FORK` delivered (the child's registrations, with our
+    /// features), made non-blocking.
+    ///
+    /// # Safety
+    /// - `fd` is that descriptor, owned by the caller and closed by no one else.
+    pub(crate) unsafe fn from_fork_event(fd: RawFd) -> Uffd {
+        // SAFETY: fcntl on the caller's descriptor (raw: nothing interposed).
+        unsafe {
+            let fl = libc::syscall(libc::SYS_fcntl, fd, libc::F_GETFL);
+            if fl >= 0 {
+                libc::syscall(libc::SYS_fcntl, fd, libc::F_SETFL, fl | libc::c_long::from(libc::O_NONBLOCK));
+            }
+        }
+        // SAFETY: the caller owns `fd` (this function's contract).
+        Uffd { fd: unsafe { OwnedFd::from_raw_fd(fd) }, user_mode_only: false }
+    }
+
     /// The raw fd.
     pub fn raw(&self) -> RawFd {
         self.fd.as_raw_fd()

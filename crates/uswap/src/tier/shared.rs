@@ -73,6 +73,39 @@ impl SharedMap {
         Ok(SharedMap { ptr: r as *mut u8, len })
     }
 
+    /// Give this process a view of its own: a fresh zeroed memfd (named as by [`SharedMap::new`]) mapped over the same
+    /// addresses (`MAP_FIXED`), no longer shared with the processes it was shared with. For a
+    /// fork child whose copy must stop being the parent's (its own children share the new one).
+    pub fn renew(&self) -> Result<(), TierError> {
+        // SAFETY: as in `named`: a new memfd, sized, mapped shared over our own mapping's exact
+        // range (which stays mapped throughout: MAP_FIXED replaces it atomically), then closed.
+        unsafe {
+            let fd = libc::syscall(libc::SYS_memfd_create, c"uswap-shared".as_ptr(), libc::MFD_CLOEXEC);
+            if fd < 0 {
+                return Err(TierError::Io { op: "memfd_create", msg: std::io::Error::last_os_error().to_string() });
+            }
+            let r = if libc::syscall(libc::SYS_ftruncate, fd, self.len as libc::c_long) < 0 {
+                -1
+            } else {
+                libc::syscall(
+                    libc::SYS_mmap,
+                    self.ptr,
+                    self.len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                    fd,
+                    0 as libc::c_long,
+                )
+            };
+            let e = std::io::Error::last_os_error();
+            libc::syscall(libc::SYS_close, fd);
+            if r < 0 {
+                return Err(TierError::Io { op: "mmap shared", msg: e.to_string() });
+            }
+        }
+        Ok(())
+    }
+
     /// The 4-byte atomic at byte offset `off` (a multiple of 4, inside the mapping).
     pub fn u32_at(&self, off: usize) -> &AtomicU32 {
         assert!(off.is_multiple_of(4) && off + 4 <= self.len, "u32 at {off} of {}", self.len);

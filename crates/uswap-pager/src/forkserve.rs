@@ -1,0 +1,258 @@
+//! Serving a fork child's faults until its own pager runs.
+//!
+//! glibc's `fork` runs code in the child before any atfork handler: it walks every thread's
+//! descriptor (at the top of the thread's stack), marks each free and clears its
+//! thread-specific blocks (`reclaim_stacks`), and resets its locks and name-service state. Any
+//! of those pages may be swapped out at the fork, in the parent and so in the child, whose
+//! pager the LD_PRELOAD library's child handler rebuilds only afterwards (`uswap_ffi::fork`).
+//! The event thread used to close the `UFFD_EVENT_FORK` descriptor at once, which dropped the
+//! child's registrations, and such a page read as zeros: `redis-server`'s BGSAVE child died in
+//! `reclaim_stacks` on a zeroed thread descriptor (its SIGSEGV handler then waited forever for a
+//! jemalloc lock held across the fork, and the parent for the child: a hang in the end-to-end
+//! tests, 2026-11-28).
+//!
+//! So the event thread keeps that descriptor (the kernel's copy of the registrations, on the
+//! child's memory) and serves the child's faults itself, from the parent's state, which is
+//! still exactly what the child's copy holds: from the fork event until the child has taken
+//! over, the parent's pager changes nothing (the event thread's rounds wait, the reclaimer and
+//! the recompressor are quiesced for the fork, and [`crate::Pager::discard_range`] waits; a
+//! discard already under way at the fork event is the one thing not held). A swapped-out page
+//! is loaded from the store, a swap-cache page copied from the cache, any other page is zeros
+//! (it was missing in the parent too); a write-protect fault (a clean page's protection) is
+//! lifted, and the child's pager forgets clean pages anyway.
+//!
+//! The child's handler first calls [`crate::Pager::fork_child_release`]: a word in a page
+//! shared with the child ([`ForkServe`]'s slot). The event thread then closes the descriptor,
+//! which lets the child register its regions on a uffd of its own. The pages served are listed
+//! in the same page, and the child's pager settles them as it restarts: they are present, so
+//! their entries are freed and they count as resident. The serving also ends when the
+//! parent's handler ends the fork hold (the child wrote its byte, or died first). A child
+//! that has not taken over after ten seconds (stopped, or traced) gets a warning on stderr, and
+//! the parent's pager keeps waiting for it.
+//!
+//! Locking: atomics only. The slot is written by one side at a time: the parent's event thread
+//! writes the list before it closes the descriptor, the child reads it after its registration
+//! succeeded (which needs that close); `released` is the child's.
+
+use crate::page::{kind, PageWord};
+use crate::region;
+use crate::stats::{inc, now_ns};
+use crate::uffd::{Event, Filled, Uffd};
+use crate::{Pager, PAGE_SIZE};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use uswap::tier::shared::SharedMap;
+
+/// Slot layout (8-byte words): the generation the child released, the generation of the
+/// served list, its length, then the addresses.
+const RELEASED: usize = 0;
+const LIST_GEN: usize = 8;
+const LIST_LEN: usize = 16;
+const LIST: usize = 24;
+const SLOT_BYTES: usize = 4096;
+const LIST_MAX: usize = (SLOT_BYTES - LIST) / 8;
+
+/// After this long without the child taking over, say so (once).
+const WARN_AFTER_NS: u64 = 10_000_000_000;
+
+/// A pager's side of the serving: the page it shares with its fork children, and whether a
+/// child is being served now.
+pub(crate) struct ForkServe {
+    /// None when the shared page could not be made: fork descriptors are then closed at once
+    /// (the behaviour before this module).
+    slot: Option<SharedMap>,
+    /// The slot could not be made this process's own (a fork child's `renew` failed): unused.
+    off: AtomicBool,
+    active: AtomicBool,
+}
+
+impl ForkServe {
+    pub(crate) fn new() -> ForkServe {
+        ForkServe { slot: SharedMap::new(SLOT_BYTES).ok(), off: AtomicBool::new(false), active: AtomicBool::new(false) }
+    }
+
+    /// The serving of a child is over (its descriptor closed).
+    pub(crate) fn end(&self) {
+        self.active.store(false, Ordering::SeqCst);
+    }
+
+    /// A child is being served: the parent's pager state must not change.
+    pub(crate) fn active(&self) -> bool {
+        self.active.load(Ordering::SeqCst)
+    }
+
+    /// Wait while a child is being served (a program thread about to change the pager's state).
+    pub(crate) fn wait_idle(&self) {
+        while self.active() {
+            std::thread::yield_now();
+        }
+    }
+
+    /// The shared page, if there is one for this process to use.
+    fn slot(&self) -> Option<&SharedMap> {
+        self.slot.as_ref().filter(|_| !self.off.load(Ordering::SeqCst))
+    }
+
+    fn word(&self, off: usize) -> Option<&AtomicU64> {
+        self.slot().map(|s| s.u64_at(off))
+    }
+
+    /// In a fork child: no child of its own is being served.
+    pub(crate) fn reset_in_fork_child(&self) {
+        self.active.store(false, Ordering::SeqCst);
+    }
+
+    /// In a fork child, first thing: the parent's event thread may stop serving this child
+    /// (fork generation `gen`) and close its descriptor.
+    pub(crate) fn release(&self, gen: u64) {
+        if let Some(w) = self.word(RELEASED) {
+            w.store(gen, Ordering::SeqCst);
+        }
+    }
+
+    /// In a fork child, after its registration succeeded: call `f` for every page the parent
+    /// served it (fork generation `gen`), then make the slot this process's own (its children's,
+    /// no longer its parent's).
+    pub(crate) fn take_served(&self, gen: u64, mut f: impl FnMut(usize)) {
+        let Some(slot) = self.slot() else { return };
+        if slot.u64_at(LIST_GEN).load(Ordering::SeqCst) == gen {
+            let n = (slot.u64_at(LIST_LEN).load(Ordering::SeqCst) as usize).min(LIST_MAX);
+            for i in 0..n {
+                f(slot.u64_at(LIST + 8 * i).load(Ordering::Relaxed) as usize);
+            }
+        }
+        if slot.renew().is_err() {
+            // Still the parent's: this process's fork children are not served through it.
+            self.off.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+/// The fork child being served, held by the event thread.
+pub(crate) struct Child {
+    uffd: Uffd,
+    gen: u64,
+    since: u64,
+    warned: bool,
+    /// Its queued faults (address, write-protect): one at a time in practice (the child has one
+    /// thread), kept when an ioctl must wait for an event of the child.
+    pending: [(usize, bool); 8],
+    npending: usize,
+}
+
+impl Child {
+    /// At a fork event (descriptor `fd`): serve the child if the fork is one the atfork
+    /// handlers hold for (`gen`: the hold's generation) and the slot exists; else close the
+    /// descriptor at once.
+    pub(crate) fn begin(p: &Pager, fd: i32, gen: Option<u64>) -> Option<Child> {
+        // SAFETY: the kernel gave this descriptor to this thread with the event.
+        let uffd = unsafe { Uffd::from_fork_event(fd) };
+        let (Some(gen), Some(slot)) = (gen, p.fork_serve.slot()) else {
+            return None; // dropping `uffd` closes it
+        };
+        slot.u64_at(LIST_LEN).store(0, Ordering::SeqCst);
+        slot.u64_at(LIST_GEN).store(gen, Ordering::SeqCst);
+        p.fork_serve.active.store(true, Ordering::SeqCst);
+        Some(Child { uffd, gen, since: now_ns(), warned: false, pending: [(0, false); 8], npending: 0 })
+    }
+
+    /// The descriptor to poll.
+    pub(crate) fn raw(&self) -> i32 {
+        self.uffd.raw()
+    }
+
+    /// Read the child's messages and serve its faults; true when the serving is over (the
+    /// descriptor is closed when `self` is dropped).
+    pub(crate) fn step(&mut self, p: &Pager, msgs: &mut [linux_raw_sys::general::uffd_msg]) -> bool {
+        let n = self.uffd.read_msgs(msgs).unwrap_or(0);
+        for m in &msgs[..n] {
+            // Other events (the child's munmap, madvise) are only read: that unblocks it; its
+            // pager does not see them, as it saw nothing of the child's before this module.
+            if let Event::Pagefault { addr, wp, .. } = crate::uffd::decode(m) {
+                if self.npending < self.pending.len() {
+                    self.pending[self.npending] = (addr as usize & !(PAGE_SIZE - 1), wp);
+                    self.npending += 1;
+                }
+            }
+        }
+        let mut i = 0;
+        while i < self.npending {
+            let (a, wp) = self.pending[i];
+            if serve(p, &self.uffd, a, wp, self.gen) {
+                self.npending -= 1;
+                self.pending[i] = self.pending[self.npending];
+            } else {
+                i += 1;
+            }
+        }
+        let released = p.fork_serve.word(RELEASED).is_some_and(|w| w.load(Ordering::SeqCst) == self.gen);
+        if released || p.hold.ended(self.gen) {
+            return true;
+        }
+        if !self.warned && now_ns() - self.since > WARN_AFTER_NS {
+            self.warned = true;
+            let msg = b"uswap: warning: a fork child has not started in 10 s (stopped or traced?); its parent's pager waits for it\n";
+            // SAFETY: write(2) of a static buffer to stderr.
+            unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+        }
+        false
+    }
+}
+
+/// Serve the child's fault at page `a`; false to retry later (an event of the child is
+/// pending, or the page is held: neither lasts).
+fn serve(p: &Pager, u: &Uffd, a: usize, wp: bool, gen: u64) -> bool {
+    crate::uffd::AGAIN.with(|c| c.set(false));
+    let again = || crate::uffd::AGAIN.with(|c| c.replace(false));
+    if wp {
+        let _ = u.writeprotect(a, PAGE_SIZE, false, true);
+        return !again();
+    }
+    let mut buf = p.bufs.take();
+    region::enter();
+    // SAFETY: between enter and leave; `r` and the cache pointer are not used after the leave.
+    let r = unsafe { region::lookup(a) };
+    let w = r.map_or(PageWord::NONE, |r| r.word((a - r.start) / PAGE_SIZE).load(Ordering::Acquire));
+    let src: *const u8 = match (w.kind(), r) {
+        (kind::SWAPPED, _) => {
+            let page = &mut buf[..PAGE_SIZE];
+            if p.store.load(w.payload(), page).is_err() {
+                let msg = b"uswap-pager: serving a fork child: stored data is corrupt or missing\n";
+                // SAFETY: write(2) of a static message to stderr, then abort, as the fault
+                // path does on a failed swap-in.
+                unsafe {
+                    libc::write(2, msg.as_ptr().cast(), msg.len());
+                    libc::abort()
+                }
+            }
+            page.as_ptr()
+        }
+        (kind::CACHED, Some(r)) => {
+            let pg = (a - r.start) / PAGE_SIZE;
+            let head = pg & !((1usize << w.order()) - 1);
+            p.cache.ptr(region::cached_obj(w, w.order())).wrapping_add((pg - head) * PAGE_SIZE)
+        }
+        (kind::BUSY, _) => {
+            region::leave();
+            return false;
+        }
+        _ => p.bufs.zero(),
+    };
+    // SAFETY: `src` is one readable page (a buffer, the cache object, or the zero page); `a`
+    // is the page the child faulted on, registered on its descriptor.
+    let res = unsafe { u.copy(a, src, PAGE_SIZE, false, true) };
+    region::leave();
+    if again() {
+        return false;
+    }
+    if matches!(res, Ok(Filled::Done)) {
+        inc(&p.counters.fork_child_faults, 1);
+        if let Some(slot) = p.fork_serve.slot() {
+            let n = slot.u64_at(LIST_LEN).load(Ordering::SeqCst) as usize;
+            if n < LIST_MAX && slot.u64_at(LIST_GEN).load(Ordering::SeqCst) == gen {
+                slot.u64_at(LIST + 8 * n).store(a as u64, Ordering::Relaxed);
+                slot.u64_at(LIST_LEN).store(n as u64 + 1, Ordering::SeqCst);
+            }
+        }
+    }
+    true
+}
