@@ -139,7 +139,8 @@ Examples:
   uswap status --interval 0    one reading, no rates
 
 Each `uswap run` keeps its processes' statistics in $XDG_RUNTIME_DIR/uswap/<pid>/ (else
-/tmp/uswap-<uid>/<pid>/), rewritten every 500 ms while they run. A process that ended
+/dev/shm/uswap-<uid>/<pid>/, or /tmp/uswap-<uid>/<pid>/ where /dev/shm is not a tmpfs),
+rewritten every 500 ms while they run. A process that ended
 without exit(3) (_exit, a signal) shows its last snapshot.";
 
 /// `uswap top --help`.

@@ -2,7 +2,10 @@
 //! how they are read back, and what `uswap status`, `uswap top` and `run --metrics-file` show.
 //!
 //! Each `uswap run` makes a *tree directory* `<run dir>/<runner pid>/` (the run directory is
-//! `$XDG_RUNTIME_DIR/uswap`, else `/tmp/uswap-<uid>`, mode 0711 and owned by the user: others
+//! `$XDG_RUNTIME_DIR/uswap`, else `/dev/shm/uswap-<uid>` where `/dev/shm` is a tmpfs, else
+//! `/tmp/uswap-<uid>`; in memory because every process of a tree writes a file there when it
+//! exits, which cost 0.45 ms on the ext4 `/tmp` here against 0.02 ms on tmpfs, a sixth of what
+//! `uswap run` adds to a short-lived process; mode 0711 and owned by the user: others
 //! may pass through it to load the cached library but not list or write it; the tree
 //! directory is 0700, so nobody else can read or plant statistics) holding `run.json` (the command, the limit, the
 //! runner's pid and start time) and, for every process of the tree, the preload library's
@@ -31,10 +34,21 @@ pub fn run_dir() -> Result<PathBuf, String> {
     let uid = unsafe { libc::getuid() };
     let dir = match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
         Some(d) => PathBuf::from(d).join("uswap"),
+        None if is_tmpfs(Path::new("/dev/shm")) => PathBuf::from(format!("/dev/shm/uswap-{uid}")),
         None => PathBuf::from(format!("/tmp/uswap-{uid}")),
     };
     owned_dir(&dir, uid)?;
     Ok(dir)
+}
+
+/// Whether `dir` is a directory on a tmpfs (memory, not a disk).
+fn is_tmpfs(dir: &Path) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else { return false };
+    // SAFETY: statfs of a NUL-terminated path into a zeroed struct of the right type.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    (unsafe { libc::statfs(c.as_ptr(), &mut st) }) == 0 && st.f_type as i64 == TMPFS_MAGIC && dir.is_dir()
 }
 
 /// Make `dir` (mode 0711) unless it exists, and check that it is a real directory of `uid` that

@@ -139,12 +139,18 @@ fn tree_shmem(pids: &[i32]) -> u64 {
 fn own_shared_bytes(pid: i32) -> u64 {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
     maps.lines()
-        .filter(|l| l.contains(uswap::tier::shared::SHARED_NAME))
+        .filter(|l| l.contains(uswap::tier::shared::SHARED_NAME) || is_tree_budget(l))
         .filter_map(|l| {
             let (a, b) = l.split(' ').next()?.split_once('-')?;
             Some(u64::from_str_radix(b, 16).ok()? - u64::from_str_radix(a, 16).ok()?)
         })
         .sum()
+}
+
+/// A `/proc/PID/maps` line of a tree's budget file (`<tree dir>/budget`, mapped shared by every
+/// process of the tree; on a tmpfs it is shared memory, and uswap's own).
+fn is_tree_budget(line: &str) -> bool {
+    line.trim_end().ends_with("/budget") && line.contains("/uswap")
 }
 
 /// Shared memory below which the watch says nothing (a multiprocessing semaphore, a small

@@ -1148,17 +1148,19 @@ pub(crate) fn event_loop(p: &Pager) {
             // The uffd is non-blocking: the thread only ever waits here, on the uffd and on the
             // stop eventfd that `Pager::drop` writes, so teardown never waits for a timeout or
             // a fault that will not come. With work pending it wakes every 100 µs to retry;
-            // while it serves a fork child, every millisecond (to see it take over).
+            // while it serves a fork child, also on the eventfd the child writes when it takes
+            // over (and every millisecond).
             let mut pfd = [
                 libc::pollfd { fd: p.uffd.raw(), events: libc::POLLIN, revents: 0 },
                 libc::pollfd { fd: stop_fd, events: libc::POLLIN, revents: 0 },
                 libc::pollfd { fd: child.as_ref().map_or(-1, |c| c.raw()), events: libc::POLLIN, revents: 0 },
+                libc::pollfd { fd: p.fork_serve.wake_fd(), events: libc::POLLIN, revents: 0 },
             ];
             p.ev_quiet.store(true, Ordering::SeqCst);
             if child.is_some() {
                 let ts = libc::timespec { tv_sec: 0, tv_nsec: if pending { 100_000 } else { 1_000_000 } };
-                // SAFETY: three valid pollfds (a negative fd is ignored) and a valid timeout.
-                unsafe { libc::ppoll(pfd.as_mut_ptr(), 3, &ts, std::ptr::null()) };
+                // SAFETY: four valid pollfds (a negative fd is ignored) and a valid timeout.
+                unsafe { libc::ppoll(pfd.as_mut_ptr(), 4, &ts, std::ptr::null()) };
             } else if pending {
                 let ts = libc::timespec { tv_sec: 0, tv_nsec: 100_000 };
                 // SAFETY: two valid pollfds and a valid timeout.
@@ -1378,6 +1380,31 @@ mod tests {
             }
             Err(e) => panic!("{e}"),
         }
+    }
+
+    /// With `lazy_background` only the event thread starts with the pager; the reclaimer starts
+    /// at `start_background` (once, however often it is called), and pages then still go out
+    /// under the limit and come back intact.
+    #[test]
+    fn lazy_background_threads_start_when_asked_and_reclaim() {
+        let cfg = PagerConfig {
+            limit_bytes: 8 << 20,
+            tiers: "zero,lz4".into(),
+            fault_mode: crate::FaultMode::Thread,
+            lazy_background: true,
+            ..Default::default()
+        };
+        let Some(p) = pager(cfg) else { return };
+        assert_eq!(p.threads.lock().unwrap().len(), 1, "only the event thread before start_background");
+        p.start_background();
+        p.start_background();
+        assert_eq!(p.threads.lock().unwrap().len(), 2, "the event thread and the reclaimer");
+        let mut r = p.map(32 << 20).unwrap();
+        for (i, b) in r.as_mut_slice().iter_mut().enumerate().step_by(PAGE_SIZE) {
+            *b = (i / PAGE_SIZE) as u8 | 1;
+        }
+        assert!(r.as_slice().iter().enumerate().step_by(PAGE_SIZE).all(|(i, &b)| b == (i / PAGE_SIZE) as u8 | 1));
+        assert!(p.stats().evicted_pages > 0, "nothing was evicted under the limit");
     }
 
     /// A swap-in that finds a page of its folio present already (an earlier copy of the folio,

@@ -39,7 +39,7 @@ use crate::region;
 use crate::stats::{inc, now_ns};
 use crate::uffd::{Event, Filled, Uffd};
 use crate::{Pager, PAGE_SIZE};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use uswap::tier::shared::SharedMap;
 
 /// Slot layout (8-byte words): the generation the child released, the generation of the
@@ -63,11 +63,19 @@ pub(crate) struct ForkServe {
     /// The slot could not be made this process's own (a fork child's `renew` failed): unused.
     off: AtomicBool,
     active: AtomicBool,
+    /// An eventfd the child writes when it releases (inherited: the same object in both), so
+    /// the event thread does not wait for its poll's timeout; -1 if none could be made.
+    wake_fd: AtomicI32,
 }
 
 impl ForkServe {
     pub(crate) fn new() -> ForkServe {
-        ForkServe { slot: SharedMap::new(SLOT_BYTES).ok(), off: AtomicBool::new(false), active: AtomicBool::new(false) }
+        ForkServe {
+            slot: SharedMap::new(SLOT_BYTES).ok(),
+            off: AtomicBool::new(false),
+            active: AtomicBool::new(false),
+            wake_fd: AtomicI32::new(new_eventfd()),
+        }
     }
 
     /// The serving of a child is over (its descriptor closed).
@@ -96,9 +104,36 @@ impl ForkServe {
         self.slot().map(|s| s.u64_at(off))
     }
 
-    /// In a fork child: no child of its own is being served.
+    /// In a fork child (after [`ForkServe::release`]): no child of its own is being served, and
+    /// its wake-up eventfd is its own (the inherited one is the parent's).
     pub(crate) fn reset_in_fork_child(&self) {
         self.active.store(false, Ordering::SeqCst);
+        let old = self.wake_fd.load(Ordering::SeqCst);
+        let new = new_eventfd();
+        if old >= 0 && new >= 0 {
+            // SAFETY: dup3 puts the new eventfd on the inherited number (which this process
+            // then no longer shares with its parent); the temporary number is closed.
+            unsafe {
+                libc::syscall(libc::SYS_dup3, new, old, libc::O_CLOEXEC);
+                libc::syscall(libc::SYS_close, new);
+            }
+        } else if new >= 0 {
+            self.wake_fd.store(new, Ordering::SeqCst);
+        }
+    }
+
+    /// The eventfd to poll while a child is served (-1: none), and reset it after a wake-up.
+    pub(crate) fn wake_fd(&self) -> i32 {
+        self.wake_fd.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn clear_wake(&self) {
+        let fd = self.wake_fd();
+        if fd >= 0 {
+            let mut v = 0u64;
+            // SAFETY: a non-blocking read of 8 bytes from our eventfd into a local.
+            unsafe { libc::syscall(libc::SYS_read, fd, (&mut v as *mut u64).cast::<libc::c_void>(), 8) };
+        }
     }
 
     /// In a fork child, first thing: the parent's event thread may stop serving this child
@@ -106,6 +141,12 @@ impl ForkServe {
     pub(crate) fn release(&self, gen: u64) {
         if let Some(w) = self.word(RELEASED) {
             w.store(gen, Ordering::SeqCst);
+            let fd = self.wake_fd();
+            if fd >= 0 {
+                let one = 1u64;
+                // SAFETY: write of 8 bytes from a local to the eventfd inherited from the parent.
+                unsafe { libc::syscall(libc::SYS_write, fd, (&one as *const u64).cast::<libc::c_void>(), 8) };
+            }
         }
     }
 
@@ -125,6 +166,12 @@ impl ForkServe {
             self.off.store(true, Ordering::SeqCst);
         }
     }
+}
+
+/// A non-blocking, close-on-exec eventfd, or -1.
+fn new_eventfd() -> i32 {
+    // SAFETY: eventfd2 with valid flags returns a new descriptor or -1.
+    unsafe { libc::syscall(libc::SYS_eventfd2, 0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) as i32 }
 }
 
 /// The fork child being served, held by the event thread.
@@ -163,6 +210,7 @@ impl Child {
     /// Read the child's messages and serve its faults; true when the serving is over (the
     /// descriptor is closed when `self` is dropped).
     pub(crate) fn step(&mut self, p: &Pager, msgs: &mut [linux_raw_sys::general::uffd_msg]) -> bool {
+        p.fork_serve.clear_wake();
         let n = self.uffd.read_msgs(msgs).unwrap_or(0);
         for m in &msgs[..n] {
             // Other events (the child's munmap, madvise) are only read: that unblocks it; its

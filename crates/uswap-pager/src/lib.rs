@@ -211,6 +211,12 @@ pub struct PagerConfig {
     /// With `follow_cpu`: pin the followed thread beside the event thread too (the `cpu`
     /// module), while it has the faults to itself and no other process of the tree is busy.
     pub pin_thread: bool,
+    /// Start the background reclaimer and the recompressor only when
+    /// [`Pager::start_background`] is called (the LD_PRELOAD library's scanner does, once the
+    /// charge reaches half the limit), not with the pager: most processes of a shell script or
+    /// a build never come near their limit, and each thread costs its start-up (about 0.2 ms
+    /// here) at every exec and in every fork child.
+    pub lazy_background: bool,
 }
 
 impl Default for PagerConfig {
@@ -239,6 +245,7 @@ impl Default for PagerConfig {
             promote: true,
             follow_cpu: true,
             pin_thread: true,
+            lazy_background: false,
         }
     }
 }
@@ -304,6 +311,8 @@ pub struct Pager {
     pub(crate) pause: AtomicBool,
     /// The event thread's fork hold ([`Pager::hold_for_fork`]).
     pub(crate) hold: forkhold::ForkHold,
+    /// The background threads run (see [`PagerConfig::lazy_background`]).
+    background: AtomicBool,
     /// Serving a fork child's faults until its own pager runs.
     pub(crate) fork_serve: forkserve::ForkServe,
     /// The event thread is not resolving faults (idle in poll, or paused).
@@ -447,6 +456,7 @@ impl Pager {
             vma_lock: sys::YieldLock::new(),
             pause: AtomicBool::new(false),
             hold: forkhold::ForkHold::default(),
+            background: AtomicBool::new(false),
             fork_serve: forkserve::ForkServe::new(),
             ev_quiet: AtomicBool::new(true),
             kswapd_quiet: AtomicBool::new(true),
@@ -465,7 +475,7 @@ impl Pager {
         if pager.cfg.fault_mode == FaultMode::Sigbus {
             fault::install_sigbus_handler().map_err(PagerError::Os)?;
         }
-        let th = pager.spawn_threads().map_err(os)?;
+        let th = pager.spawn_threads(!pager.cfg.lazy_background).map_err(os)?;
         *pager.threads.lock().unwrap_or_else(|e| e.into_inner()) = th;
         Ok(pager)
     }
@@ -540,12 +550,29 @@ impl Pager {
         // The parent's threads do not exist here: forget their handles (joining one would be
         // undefined).
         std::mem::forget(std::mem::take(&mut *threads));
-        *threads = self.spawn_threads().map_err(|e| PagerError::Os(e.to_string()))?;
+        *threads = self.spawn_threads(!self.cfg.lazy_background).map_err(|e| PagerError::Os(e.to_string()))?;
         Ok(())
     }
 
-    /// Start the event thread (and the background reclaimer and recompressor when configured).
-    fn spawn_threads(&self) -> std::io::Result<Vec<own::Thread<()>>> {
+    /// Start the background reclaimer and the recompressor (when configured) if they are not
+    /// running yet ([`PagerConfig::lazy_background`]). Call it where no `fork` can copy the
+    /// process meanwhile (the preload's scanner holds the library's lock, as its prepare handler
+    /// does).
+    pub fn start_background(&self) {
+        if self.background.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let Ok(mut threads) = self.threads.lock() else { return };
+        match self.spawn_background() {
+            Ok(mut th) => threads.append(&mut th),
+            Err(_) => self.background.store(false, Ordering::SeqCst),
+        }
+    }
+
+    /// Start the event thread (and the background reclaimer and recompressor when configured,
+    /// with `background`).
+    fn spawn_threads(&self, background: bool) -> std::io::Result<Vec<own::Thread<()>>> {
+        self.background.store(background, Ordering::SeqCst);
         let p = PagerPtr(self as *const Pager);
         let ev = own::spawn("uswap-uffd", None, move || {
             let p = p;
@@ -554,6 +581,15 @@ impl Pager {
             fault::event_loop(unsafe { &*p.0 })
         })?;
         let mut th = vec![ev];
+        if background {
+            th.append(&mut self.spawn_background()?);
+        }
+        Ok(th)
+    }
+
+    /// Start the background reclaimer and the recompressor (when configured).
+    fn spawn_background(&self) -> std::io::Result<Vec<own::Thread<()>>> {
+        let mut th = Vec::new();
         if self.cfg.reclaim == ReclaimMode::Background {
             let p = PagerPtr(self as *const Pager);
             th.push(own::spawn("uswap-kswapd", None, move || {

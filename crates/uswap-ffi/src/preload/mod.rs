@@ -300,6 +300,9 @@ fn start() -> Result<(), String> {
         follow_cpu: env(c"USWAP_FOLLOW_CPU") != Some("0"),
         // ... and pins the thread it follows there (`USWAP_PIN_THREAD=0`: it does not).
         pin_thread: env(c"USWAP_PIN_THREAD") != Some("0"),
+        // The reclaimer and recompressor start when the scanner sees the charge at half the
+        // limit: a shell's or a build's many small processes never start them.
+        lazy_background: true,
         ..Default::default()
     };
     // glibc trims its heaps with its internal madvise(MADV_DONTNEED), which no interposed symbol

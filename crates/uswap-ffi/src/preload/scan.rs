@@ -401,6 +401,12 @@ fn pass_locked(p: &Pager, first: bool) {
         SKIPPED_BYTES.store(skipped, Ordering::Relaxed);
         p.reap();
         PASSES.fetch_add(1, Ordering::Relaxed);
+        // The background reclaimer and recompressor start once the charge reaches half the
+        // limit in force (`PagerConfig::lazy_background`); under BIG, so no fork copies a
+        // thread half started.
+        if p.charged_bytes().saturating_mul(2) >= p.limit() {
+            p.start_background();
+        }
         measure(p, first);
     });
 }
