@@ -5,7 +5,11 @@
 //! The holds live in an anonymous `MAP_SHARED` mapping made with the file tier, so every
 //! `fork` descendant that still has the tier sees the same memory: per cluster a count of
 //! holders, and a table of rows, one per process, each with a state word, the process's start
-//! time and a bitmap of the clusters it holds. A process holds a cluster while its copy of the
+//! time and a bitmap of the clusters it holds. The rows' headers lie together, apart from their
+//! bitmaps: counting or reaping the rows reads 64 KiB, not a page of every row (with a 64 GiB
+//! file's 32 768 clusters a row is 4 KiB, and every process that wrote its statistics read 1024
+//! pages of this mapping: 0.5 ms and 4 MiB of shared memory, allocated by the reads, at every
+//! exit of a short-lived process). A process holds a cluster while its copy of the
 //! tables may name a slot in it (the allocator claims a free cluster with one CAS of its count
 //! from 0 to 1, and releases it when its last slot here is freed). The count is the number of
 //! rows whose bit is set, plus at most one claim in flight per process (a process killed
@@ -63,9 +67,11 @@ pub struct FileHolds {
     nr_clusters: usize,
     /// Bitmap words per row.
     words: usize,
-    /// Byte offset of row 0.
+    /// Byte offset of row 0's header (the headers follow one another, `ROW_HEAD` bytes each).
+    heads_at: usize,
+    /// Byte offset of row 0's bitmap.
     rows_at: usize,
-    /// Bytes per row.
+    /// Bytes per row's bitmap.
     row_len: usize,
     /// This process's row (a fork child's copy names the parent's until `forked_child`).
     me: AtomicUsize,
@@ -102,12 +108,14 @@ impl FileHolds {
         use std::os::unix::fs::MetadataExt;
         let md = file.metadata().map_err(|e| TierError::io("stat swap file", &e))?;
         let words = nr_clusters.div_ceil(64);
-        let rows_at = (64 + nr_clusters * 4).next_multiple_of(64);
-        let row_len = (ROW_HEAD + words * 8).next_multiple_of(64);
+        let heads_at = (64 + nr_clusters * 4).next_multiple_of(64);
+        let rows_at = heads_at + NR_ROWS * ROW_HEAD;
+        let row_len = (words * 8).next_multiple_of(64);
         let h = FileHolds {
             map: SharedMap::new(rows_at + NR_ROWS * row_len)?,
             nr_clusters,
             words,
+            heads_at,
             rows_at,
             row_len,
             me: AtomicUsize::new(0),
@@ -130,14 +138,14 @@ impl FileHolds {
     /// Word `i` of row `row`'s header (`STATE`, `START`, `STAMP`).
     fn head(&self, row: usize, i: usize) -> &AtomicU64 {
         assert!(row < NR_ROWS && i < ROW_HEAD / 8);
-        self.map.u64_at(self.rows_at + row * self.row_len + i * 8)
+        self.map.u64_at(self.heads_at + row * ROW_HEAD + i * 8)
     }
     fn state(&self, row: usize) -> &AtomicU64 {
         self.head(row, STATE)
     }
     fn bits(&self, row: usize, w: usize) -> &AtomicU64 {
         assert!(row < NR_ROWS && w < self.words);
-        self.map.u64_at(self.rows_at + row * self.row_len + ROW_HEAD + w * 8)
+        self.map.u64_at(self.rows_at + row * self.row_len + w * 8)
     }
     fn has(&self, row: usize, ci: usize) -> bool {
         self.bits(row, ci / 64).load(Ordering::Acquire) >> (ci % 64) & 1 != 0
@@ -351,5 +359,24 @@ impl Drop for FileHolds {
             }
             self.forked_parent(false);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counting the sharers (every statistics snapshot does) and reaping read the rows'
+    /// headers, not a page of every row: with a 64 GiB file (32 768 clusters, 4 KiB bitmaps)
+    /// they used to fault in 1024 pages of shared memory.
+    #[test]
+    fn counting_rows_reads_only_their_headers() {
+        let file = tempfile::tempfile().unwrap();
+        let h = FileHolds::new(32_768, &file).unwrap();
+        assert_eq!(h.sharers(), 1);
+        h.reap();
+        assert_eq!(h.sharers(), 1);
+        let touched = h.map.resident_bytes();
+        assert!(touched <= 192 << 10, "{touched} bytes of the holds touched to count and reap the rows");
     }
 }

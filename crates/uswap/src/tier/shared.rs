@@ -106,6 +106,18 @@ impl SharedMap {
         Ok(())
     }
 
+    /// Bytes of the mapping that have memory (`mincore`): the pages touched so far.
+    pub fn resident_bytes(&self) -> u64 {
+        let pages = self.len / 4096;
+        let mut v = vec![0u8; pages];
+        // SAFETY: mincore of our own mapping into a vector of one byte per page.
+        let r = unsafe { libc::mincore(self.ptr.cast(), self.len, v.as_mut_ptr()) };
+        if r != 0 {
+            return 0;
+        }
+        v.iter().filter(|&&b| b & 1 != 0).count() as u64 * 4096
+    }
+
     /// The 4-byte atomic at byte offset `off` (a multiple of 4, inside the mapping).
     pub fn u32_at(&self, off: usize) -> &AtomicU32 {
         assert!(off.is_multiple_of(4) && off + 4 <= self.len, "u32 at {off} of {}", self.len);
