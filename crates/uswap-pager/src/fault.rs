@@ -1338,6 +1338,11 @@ pub(crate) fn event_loop(p: &Pager) {
         }
         p.ev_done.store(seq, Ordering::SeqCst);
     }
+    if child.take().is_some() {
+        // Stopping while a fork child was served: its descriptor closes with it, and nothing
+        // waits for the serving any more.
+        p.fork_serve.end();
+    }
 }
 
 /// A fault on registered memory that no region holds (grown by `mremap` in place, or not
