@@ -1285,8 +1285,25 @@ pub(crate) fn kswapd(p: &Pager) {
         let v = p.reclaim_wake.load(Ordering::Acquire);
         // This thread's thread vector stays pinned where glibc keeps it (`own`).
         crate::own::pin_thread_vector();
-        region::enter();
         let mut n = 0;
+        // A pool far over its cap goes to the file first, coldest objects first, even under
+        // the low mark, down to half as much again as its cap: the cap is the pool's share of
+        // the limit, and what it holds over it is taken from the resident pages (git's
+        // already-compressed pack data filled a 40M limit's pool to 10 MB against a cap of
+        // 3.3 MB, and the working set thrashed in what was left). Not down to the cap itself:
+        // the pool gives memory back only as whole pages empty, so a pool a little over it
+        // was written back to nothing (a 16M limit's, of compressible data). Bounded like the
+        // reclaim below.
+        let pool_high = p.pool_cap() + p.pool_cap() / 2;
+        while p.pool_capped
+            && !p.pause.load(Ordering::SeqCst)
+            && p.pool_bytes() > pool_high
+            && n < 32
+            && p.store.shrink_ram(pool_high, 256) > 0
+        {
+            n += 1;
+        }
+        region::enter();
         // A fork waits for this thread to be quiet (`Pager::quiesce`): stop between batches,
         // not after 64 of them, or a busy machine can make the fork go ahead without us.
         while !p.pause.load(Ordering::SeqCst) && p.charged_bytes() > low(p.limit()) && n < 64 && reclaim_batch(p) {
