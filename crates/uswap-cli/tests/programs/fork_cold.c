@@ -20,13 +20,6 @@ static uint64_t npages;
 
 static void *idle(void *arg) { return arg; }
 
-static uint64_t fill_and_check(uint64_t seed) {
-    for (uint64_t p = 0; p < npages; p++) fill_page(mem + p * PAGE_WORDS, seed, p);
-    uint64_t bad = 0, h = FNV_OFFSET;
-    for (uint64_t p = 0; p < npages; p++) bad += check_page(mem + p * PAGE_WORDS, seed, p, &h);
-    return bad;
-}
-
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: fork_cold ROUNDS BYTES\n");
@@ -44,7 +37,7 @@ int main(int argc, char **argv) {
     uint64_t bad = 0;
     for (int r = 0; r < rounds; r++) {
         uint64_t seed = 10 + r;
-        bad += fill_and_check(seed);
+        bad += fill_and_check_all(mem, npages, seed);
         fflush(stdout);
         pid_t c = fork();
         if (c < 0) {

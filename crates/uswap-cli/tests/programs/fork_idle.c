@@ -37,13 +37,6 @@ static void *sleeper(void *arg) {
     return 0;
 }
 
-static uint64_t pass(uint64_t seed) {
-    for (uint64_t p = 0; p < npages; p++) fill_page(mem + p * PAGE_WORDS, seed, p);
-    uint64_t bad = 0, h = FNV_OFFSET;
-    for (uint64_t p = 0; p < npages; p++) bad += check_page(mem + p * PAGE_WORDS, seed, p, &h);
-    return bad;
-}
-
 int main(int argc, char **argv) {
     if (argc != 4) {
         fprintf(stderr, "usage: fork_idle THREADS BYTES FORKS\n");
@@ -65,8 +58,8 @@ int main(int argc, char **argv) {
     uint64_t bad = 0;
     int failed = 0;
     for (int f = 0; f < forks; f++) {
-        bad += pass(f + 1);
-        bad += pass(f + 100);
+        bad += fill_and_check_all(mem, npages, f + 1);
+        bad += fill_and_check_all(mem, npages, f + 100);
         fflush(stdout);
         pid_t c = fork();
         if (c < 0) {

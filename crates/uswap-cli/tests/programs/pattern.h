@@ -64,4 +64,12 @@ static inline uint64_t check_page(const volatile uint64_t *src, uint64_t seed, u
     return bad;
 }
 
+/* Write `npages` pages with `seed` from `mem` on, then read them all back: the wrong words. */
+static inline uint64_t fill_and_check_all(uint64_t *mem, uint64_t npages, uint64_t seed) {
+    for (uint64_t p = 0; p < npages; p++) fill_page(mem + p * PAGE_WORDS, seed, p);
+    uint64_t bad = 0, h = FNV_OFFSET;
+    for (uint64_t p = 0; p < npages; p++) bad += check_page(mem + p * PAGE_WORDS, seed, p, &h);
+    return bad;
+}
+
 #endif
