@@ -22,6 +22,10 @@ use crate::report;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
+/// The tree's shared budget file in its tree directory (`uswap_pager::tree`), mapped by every
+/// process of the tree.
+pub const BUDGET_FILE: &str = "budget";
+
 /// The snapshot interval `uswap run` asks the preload library for.
 pub const SNAPSHOT_MS: u64 = 500;
 

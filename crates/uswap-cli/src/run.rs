@@ -271,7 +271,7 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
         .env("USWAP_STATS_DIR", &statsdir);
     // One limit for the whole tree (uswap_pager::tree): every process under the pager takes
     // its share from this file.
-    let budget = statsdir.join("budget");
+    let budget = statsdir.join(crate::live::BUDGET_FILE);
     uswap_pager::tree::create(&budget, limit).map_err(|e| RunError(format!("{}: {e}", budget.display()), 1))?;
     cmd.env("USWAP_TREE_BUDGET", &budget);
     if std::env::var_os("USWAP_STATS_INTERVAL_MS").is_none() {

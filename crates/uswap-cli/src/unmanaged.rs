@@ -150,7 +150,7 @@ fn own_shared_bytes(pid: i32) -> u64 {
 /// A `/proc/PID/maps` line of a tree's budget file (`<tree dir>/budget`, mapped shared by every
 /// process of the tree; on a tmpfs it is shared memory, and uswap's own).
 fn is_tree_budget(line: &str) -> bool {
-    line.trim_end().ends_with("/budget") && line.contains("/uswap")
+    line.trim_end().strip_suffix(crate::live::BUDGET_FILE).is_some_and(|p| p.ends_with('/')) && line.contains("/uswap")
 }
 
 /// Shared memory below which the watch says nothing (a multiprocessing semaphore, a small
@@ -498,7 +498,7 @@ mod tests {
         // a child sleeping holding 16 MiB (python3 keeps the test free of a static binary).
         let dir = std::env::temp_dir().join(format!("uswap-unmanaged-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let budget = dir.join("budget");
+        let budget = dir.join(crate::live::BUDGET_FILE);
         uswap_pager::tree::create(&budget, 64 << 20).unwrap();
         // The interpreter itself, not a version manager's shim (which runs helpers of its own).
         let py = std::process::Command::new("python3")

@@ -376,14 +376,6 @@ fn large_ok(p: &Pager, r: &RegionInner) -> bool {
     }
 }
 
-fn fatal(msg: &str) -> ! {
-    // SAFETY: write(2) of a static message to stderr, then abort: both signal-safe.
-    unsafe {
-        libc::write(2, msg.as_ptr().cast(), msg.len());
-        libc::abort()
-    }
-}
-
 /// What a fill's claimed pages become when published.
 #[derive(Copy, Clone)]
 enum Mapped<'k> {
@@ -643,7 +635,7 @@ fn uncache_by_page(
         if reclaim::store_folio(p, d, 0, &mut nw).is_ok() {
             c.set(i, PageWord::swapped(0, nw[0].payload()));
         } else {
-            fatal("uswap-pager: a cached page could be neither mapped nor stored\n");
+            crate::sys::fatal("uswap-pager: a cached page could be neither mapped nor stored\n");
         }
     }
     p.resident_pages.fetch_add(mapped, Ordering::AcqRel);
@@ -768,7 +760,7 @@ fn fill_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write
         });
     }
     if res.is_err() {
-        fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
+        crate::sys::fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
     }
     // Copy.
     let clean = all && !write && e_head + (n as u64) < CLEAN_MAX_ENTRY && p.keep.keep(p);
@@ -821,7 +813,7 @@ fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord
     // Load.
     let buf = &mut data[..PAGE_SIZE];
     if p.store.load(e, buf).is_err() {
-        fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
+        crate::sys::fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
     }
     // Copy.
     let clean = !write && e < CLEAN_MAX_ENTRY && p.keep.keep(p);
@@ -917,7 +909,7 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write
             let dst = &mut buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE];
             if c.old(i).kind() == kind::SWAPPED {
                 if p.store.load(c.old(i).payload(), dst).is_err() {
-                    fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
+                    crate::sys::fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
                 }
             } else {
                 dst.fill(0);
@@ -1137,7 +1129,6 @@ pub(crate) fn event_loop(p: &Pager) {
             if c.step(p, &mut msgs) {
                 // Closes the descriptor: the child registers its own uffd.
                 child = None;
-                p.fork_serve.end();
             } else {
                 spin_until = 0;
             }
@@ -1337,11 +1328,6 @@ pub(crate) fn event_loop(p: &Pager) {
             }
         }
         p.ev_done.store(seq, Ordering::SeqCst);
-    }
-    if child.take().is_some() {
-        // Stopping while a fork child was served: its descriptor closes with it, and nothing
-        // waits for the serving any more.
-        p.fork_serve.end();
     }
 }
 

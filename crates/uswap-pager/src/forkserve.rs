@@ -39,7 +39,7 @@ use crate::region;
 use crate::stats::{inc, now_ns};
 use crate::uffd::{Event, Filled, Uffd};
 use crate::{Pager, PAGE_SIZE};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use uswap::tier::shared::SharedMap;
 
 /// Slot layout (8-byte words): the generation the child released, the generation of the
@@ -65,7 +65,7 @@ pub(crate) struct ForkServe {
     active: AtomicBool,
     /// An eventfd the child writes when it releases (inherited: the same object in both), so
     /// the event thread does not wait for its poll's timeout; -1 if none could be made.
-    wake_fd: AtomicI32,
+    wake_fd: i32,
 }
 
 impl ForkServe {
@@ -74,13 +74,8 @@ impl ForkServe {
             slot: SharedMap::new(SLOT_BYTES).ok(),
             off: AtomicBool::new(false),
             active: AtomicBool::new(false),
-            wake_fd: AtomicI32::new(new_eventfd()),
+            wake_fd: new_eventfd(),
         }
-    }
-
-    /// The serving of a child is over (its descriptor closed).
-    pub(crate) fn end(&self) {
-        self.active.store(false, Ordering::SeqCst);
     }
 
     /// A child is being served: the parent's pager state must not change.
@@ -105,30 +100,29 @@ impl ForkServe {
     }
 
     /// In a fork child (after [`ForkServe::release`]): no child of its own is being served, and
-    /// its wake-up eventfd is its own (the inherited one is the parent's).
+    /// its wake-up eventfd is its own, on the inherited number (if a new one cannot be made, it
+    /// keeps sharing the parent's: spurious wake-ups, no more).
     pub(crate) fn reset_in_fork_child(&self) {
         self.active.store(false, Ordering::SeqCst);
-        let old = self.wake_fd.load(Ordering::SeqCst);
         let new = new_eventfd();
-        if old >= 0 && new >= 0 {
+        if self.wake_fd >= 0 && new >= 0 {
             // SAFETY: dup3 puts the new eventfd on the inherited number (which this process
             // then no longer shares with its parent); the temporary number is closed.
             unsafe {
-                libc::syscall(libc::SYS_dup3, new, old, libc::O_CLOEXEC);
+                libc::syscall(libc::SYS_dup3, new, self.wake_fd, libc::O_CLOEXEC);
                 libc::syscall(libc::SYS_close, new);
             }
-        } else if new >= 0 {
-            self.wake_fd.store(new, Ordering::SeqCst);
         }
     }
 
-    /// The eventfd to poll while a child is served (-1: none), and reset it after a wake-up.
+    /// The eventfd to poll while a child is served (-1: none).
     pub(crate) fn wake_fd(&self) -> i32 {
-        self.wake_fd.load(Ordering::SeqCst)
+        self.wake_fd
     }
 
+    /// Reset the eventfd after a wake-up.
     pub(crate) fn clear_wake(&self) {
-        let fd = self.wake_fd();
+        let fd = self.wake_fd;
         if fd >= 0 {
             let mut v = 0u64;
             // SAFETY: a non-blocking read of 8 bytes from our eventfd into a local.
@@ -141,7 +135,7 @@ impl ForkServe {
     pub(crate) fn release(&self, gen: u64) {
         if let Some(w) = self.word(RELEASED) {
             w.store(gen, Ordering::SeqCst);
-            let fd = self.wake_fd();
+            let fd = self.wake_fd;
             if fd >= 0 {
                 let one = 1u64;
                 // SAFETY: write of 8 bytes from a local to the eventfd inherited from the parent.
@@ -174,8 +168,10 @@ fn new_eventfd() -> i32 {
     unsafe { libc::syscall(libc::SYS_eventfd2, 0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) as i32 }
 }
 
-/// The fork child being served, held by the event thread.
-pub(crate) struct Child {
+/// The fork child being served, held by the event thread. Dropping it closes the descriptor
+/// and ends the serving (`ForkServe::active`), however the event loop lets go of it.
+pub(crate) struct Child<'p> {
+    serve: &'p ForkServe,
     uffd: Uffd,
     gen: u64,
     since: u64,
@@ -186,11 +182,11 @@ pub(crate) struct Child {
     npending: usize,
 }
 
-impl Child {
+impl<'p> Child<'p> {
     /// At a fork event (descriptor `fd`): serve the child if the fork is one the atfork
     /// handlers hold for (`gen`: the hold's generation) and the slot exists; else close the
     /// descriptor at once.
-    pub(crate) fn begin(p: &Pager, fd: i32, gen: Option<u64>) -> Option<Child> {
+    pub(crate) fn begin(p: &'p Pager, fd: i32, gen: Option<u64>) -> Option<Child<'p>> {
         // SAFETY: the kernel gave this descriptor to this thread with the event.
         let uffd = unsafe { Uffd::from_fork_event(fd) };
         let (Some(gen), Some(slot)) = (gen, p.fork_serve.slot()) else {
@@ -199,7 +195,15 @@ impl Child {
         slot.u64_at(LIST_LEN).store(0, Ordering::SeqCst);
         slot.u64_at(LIST_GEN).store(gen, Ordering::SeqCst);
         p.fork_serve.active.store(true, Ordering::SeqCst);
-        Some(Child { uffd, gen, since: now_ns(), warned: false, pending: [(0, false); 8], npending: 0 })
+        Some(Child {
+            serve: &p.fork_serve,
+            uffd,
+            gen,
+            since: now_ns(),
+            warned: false,
+            pending: [(0, false); 8],
+            npending: 0,
+        })
     }
 
     /// The descriptor to poll.
@@ -246,6 +250,12 @@ impl Child {
     }
 }
 
+impl Drop for Child<'_> {
+    fn drop(&mut self) {
+        self.serve.active.store(false, Ordering::SeqCst);
+    }
+}
+
 /// Serve the child's fault at page `a`; false to retry later (an event of the child is
 /// pending, or the page is held: neither lasts).
 fn serve(p: &Pager, u: &Uffd, a: usize, wp: bool, gen: u64) -> bool {
@@ -264,13 +274,7 @@ fn serve(p: &Pager, u: &Uffd, a: usize, wp: bool, gen: u64) -> bool {
         (kind::SWAPPED, _) => {
             let page = &mut buf[..PAGE_SIZE];
             if p.store.load(w.payload(), page).is_err() {
-                let msg = b"uswap-pager: serving a fork child: stored data is corrupt or missing\n";
-                // SAFETY: write(2) of a static message to stderr, then abort, as the fault
-                // path does on a failed swap-in.
-                unsafe {
-                    libc::write(2, msg.as_ptr().cast(), msg.len());
-                    libc::abort()
-                }
+                crate::sys::fatal("uswap-pager: serving a fork child: stored data is corrupt or missing\n");
             }
             page.as_ptr()
         }

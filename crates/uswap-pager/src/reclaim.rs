@@ -1295,12 +1295,7 @@ pub(crate) fn kswapd(p: &Pager) {
         // was written back to nothing (a 16M limit's, of compressible data). Bounded like the
         // reclaim below.
         let pool_high = p.pool_cap() + p.pool_cap() / 2;
-        while p.pool_capped
-            && !p.pause.load(Ordering::SeqCst)
-            && p.pool_bytes() > pool_high
-            && n < 32
-            && p.store.shrink_ram(pool_high, 256) > 0
-        {
+        while p.pool_capped && !p.pause.load(Ordering::SeqCst) && n < 32 && p.store.shrink_ram(pool_high, 256) > 0 {
             n += 1;
         }
         region::enter();

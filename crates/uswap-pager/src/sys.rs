@@ -9,6 +9,16 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
+/// Print `msg` on stderr and abort: a stored page cannot be brought back, and running on
+/// would hand the program wrong data. Signal-safe (write(2), abort), nothing allocated.
+pub(crate) fn fatal(msg: &str) -> ! {
+    // SAFETY: write(2) of the message to stderr, then abort: both signal-safe.
+    unsafe {
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+        libc::abort()
+    }
+}
+
 /// Wait on a futex word while it equals `val`, at most `timeout_ms`.
 pub(crate) fn futex_wait(w: &AtomicU32, val: u32, timeout_ms: u64) {
     let ts = libc::timespec { tv_sec: (timeout_ms / 1000) as _, tv_nsec: ((timeout_ms % 1000) * 1_000_000) as _ };

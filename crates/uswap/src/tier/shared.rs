@@ -39,71 +39,19 @@ impl SharedMap {
     /// the preload library's mark where it stands aside is one, never touched).
     pub fn named(name: &std::ffi::CStr, len: usize) -> Result<SharedMap, TierError> {
         let len = len.max(1).next_multiple_of(4096);
-        // SAFETY: memfd_create with a NUL-terminated name and valid flags returns a new
-        // descriptor or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_memfd_create, name.as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(TierError::Io { op: "memfd_create", msg: std::io::Error::last_os_error().to_string() });
-        }
-        let fd = fd as libc::c_int;
-        // SAFETY: ftruncate of the descriptor just made; a shared mapping of it at an address
-        // the kernel picks (no memory of ours is affected); then the descriptor is closed (the
-        // mapping keeps the memory).
-        let r = unsafe {
-            let r = if libc::syscall(libc::SYS_ftruncate, fd, len as libc::c_long) < 0 {
-                -1
-            } else {
-                libc::syscall(
-                    libc::SYS_mmap,
-                    std::ptr::null_mut::<libc::c_void>(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED | libc::MAP_NORESERVE,
-                    libc::c_long::from(fd),
-                    0 as libc::c_long,
-                )
-            };
-            let e = std::io::Error::last_os_error();
-            libc::syscall(libc::SYS_close, fd);
-            if r < 0 {
-                return Err(TierError::Io { op: "mmap shared", msg: e.to_string() });
-            }
-            r
-        };
-        Ok(SharedMap { ptr: r as *mut u8, len })
+        // SAFETY: no address given: the kernel picks one, no memory of ours is affected.
+        let ptr = unsafe { map_memfd(name, len, std::ptr::null_mut()) }?;
+        Ok(SharedMap { ptr, len })
     }
 
-    /// Give this process a view of its own: a fresh zeroed memfd (named as by [`SharedMap::new`]) mapped over the same
-    /// addresses (`MAP_FIXED`), no longer shared with the processes it was shared with. For a
-    /// fork child whose copy must stop being the parent's (its own children share the new one).
+    /// Give this process a view of its own: a fresh zeroed memfd (named as by
+    /// [`SharedMap::new`]) mapped over the same addresses (`MAP_FIXED`), no longer shared with
+    /// the processes it was shared with. For a fork child whose copy must stop being the
+    /// parent's (its own children share the new one).
     pub fn renew(&self) -> Result<(), TierError> {
-        // SAFETY: as in `named`: a new memfd, sized, mapped shared over our own mapping's exact
-        // range (which stays mapped throughout: MAP_FIXED replaces it atomically), then closed.
-        unsafe {
-            let fd = libc::syscall(libc::SYS_memfd_create, c"uswap-shared".as_ptr(), libc::MFD_CLOEXEC);
-            if fd < 0 {
-                return Err(TierError::Io { op: "memfd_create", msg: std::io::Error::last_os_error().to_string() });
-            }
-            let r = if libc::syscall(libc::SYS_ftruncate, fd, self.len as libc::c_long) < 0 {
-                -1
-            } else {
-                libc::syscall(
-                    libc::SYS_mmap,
-                    self.ptr,
-                    self.len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED | libc::MAP_NORESERVE | libc::MAP_FIXED,
-                    fd,
-                    0 as libc::c_long,
-                )
-            };
-            let e = std::io::Error::last_os_error();
-            libc::syscall(libc::SYS_close, fd);
-            if r < 0 {
-                return Err(TierError::Io { op: "mmap shared", msg: e.to_string() });
-            }
-        }
-        Ok(())
+        // SAFETY: our own mapping's exact range, which stays mapped throughout (MAP_FIXED
+        // replaces it atomically) and is only reached through atomics.
+        unsafe { map_memfd(c"uswap-shared", self.len, self.ptr) }.map(|_| ())
     }
 
     /// Bytes of the mapping that have memory (`mincore`): the pages touched so far.
@@ -131,6 +79,47 @@ impl SharedMap {
         assert!(off.is_multiple_of(8) && off + 8 <= self.len, "u64 at {off} of {}", self.len);
         // SAFETY: as in `u32_at`.
         unsafe { AtomicU64::from_ptr(self.ptr.add(off).cast()) }
+    }
+}
+
+/// A new memfd named `name`, `len` bytes, mapped shared read-write at `at` (`MAP_FIXED`) or,
+/// if `at` is null, where the kernel picks; the descriptor is closed (the mapping keeps the
+/// memory). Raw system calls: no interposed `mmap` is involved.
+///
+/// # Safety
+/// - A non-null `at` is the start of `len` bytes of mapping that the caller owns and that
+///   nothing reaches except as atomics (their content is replaced by zeros).
+unsafe fn map_memfd(name: &std::ffi::CStr, len: usize, at: *mut u8) -> Result<*mut u8, TierError> {
+    let io = |op, e: std::io::Error| TierError::Io { op, msg: e.to_string() };
+    // SAFETY: memfd_create with a NUL-terminated name and valid flags returns a new descriptor
+    // or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_memfd_create, name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io("memfd_create", std::io::Error::last_os_error()));
+    }
+    let fixed = if at.is_null() { 0 } else { libc::MAP_FIXED };
+    // SAFETY: ftruncate and a shared mapping of the descriptor just made, at `at` only as the
+    // caller allows (this function's contract); then the descriptor is closed.
+    unsafe {
+        let r = if libc::syscall(libc::SYS_ftruncate, fd, len as libc::c_long) < 0 {
+            -1
+        } else {
+            libc::syscall(
+                libc::SYS_mmap,
+                at,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_NORESERVE | fixed,
+                fd,
+                0 as libc::c_long,
+            )
+        };
+        let e = std::io::Error::last_os_error();
+        libc::syscall(libc::SYS_close, fd);
+        if r < 0 {
+            return Err(io("mmap shared", e));
+        }
+        Ok(r as *mut u8)
     }
 }
 
