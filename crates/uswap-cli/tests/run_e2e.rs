@@ -374,6 +374,11 @@ fn fork_after_startup_memory_went_cold() {
 /// descriptor at once, as before, left them zeros: every child of this program died of
 /// SIGSEGV in glibc's `reclaim_stacks` (6 of 6 forks, 2 runs of 2), as Redis's BGSAVE child did
 /// in the runtimes suite (then hung in its SIGSEGV handler on a lock held across the fork).
+/// The program also loads a locale first, as CPython does: a new thread's start reads its data
+/// (a heap block, swapped out too), and the child's event thread, started once the child had a
+/// uffd of its own, faulted on it and waited for itself (`python-fork` hung in CI 1 run in a
+/// few; this test hung 1 run of 1): the child's pager threads now start while the parent still
+/// serves the child.
 #[test]
 fn fork_reads_swapped_out_thread_descriptors() {
     let dir = tempdir();

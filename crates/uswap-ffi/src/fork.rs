@@ -432,17 +432,25 @@ extern "C" fn child() {
         internal(|| {
             // SAFETY: single-threaded child, BIG is held by us (the forking thread).
             let tab = unsafe { table() };
-            // First: the parents' event threads, which served this child's faults so far
-            // (glibc's fork code runs before this handler), let go of its registrations.
-            for t in tab.pagers.iter().filter(|t| t.used) {
+            // First, while the parents' event threads still serve this child's faults (glibc's
+            // fork code runs before this handler): every pager's threads, which wait until
+            // their pager is rebuilt (starting a thread touches program memory).
+            let mut started: [Option<uswap_pager::ForkChildThreads>; MAX_PAGERS] = [const { None }; MAX_PAGERS];
+            for (i, t) in tab.pagers.iter().enumerate().filter(|(_, t)| t.used) {
                 // SAFETY: tracked pagers are alive while tracked (track_pager's contract).
+                match unsafe { &*t.pager }.start_threads_in_fork_child() {
+                    Ok(s) => started[i] = Some(s),
+                    Err(e) => die(&format!("uswap: fork: cannot start the pager's threads in the child: {e}\n")),
+                }
+            }
+            // Then the parents' event threads let go of the child's registrations.
+            for t in tab.pagers.iter().filter(|t| t.used) {
+                // SAFETY: as above.
                 unsafe { &*t.pager }.fork_child_release();
             }
             for (i, t) in tab.pagers.iter().enumerate() {
-                if !t.used {
-                    continue;
-                }
-                if let Err(e) = rebuild_child(i, t) {
+                let Some(s) = started[i].take() else { continue };
+                if let Err(e) = rebuild_child(i, t, s) {
                     die(&format!("uswap: fork: cannot rebuild the pager in the child: {e}\n"));
                 }
             }
@@ -462,7 +470,7 @@ extern "C" fn child() {
     BIG.force_unlock();
 }
 
-fn rebuild_child(idx: usize, t: &Tracked) -> Result<(), String> {
+fn rebuild_child(idx: usize, t: &Tracked, started: uswap_pager::ForkChildThreads) -> Result<(), String> {
     // 1. Swap files: shared with the parent through the store's cluster holds, or, if the
     // parent could not share them, private copies (the parent waits for us either way).
     // SAFETY: tracked pagers are alive while tracked (track_pager's contract).
@@ -523,10 +531,9 @@ fn rebuild_child(idx: usize, t: &Tracked) -> Result<(), String> {
     }
     // The pager keeps using the number; our temporary one goes.
     drop(u);
-    // 4. The pager's own threads: its event thread serves our faults (thread fault mode) and
-    // events (fork and unmap events block their thread until read).
-    // SAFETY: tracked pagers are alive while tracked (track_pager's contract).
-    pager.restart_in_fork_child().map_err(|e| e.to_string())?;
+    // 4. The pager's own threads (started before the release) run: its event thread serves our
+    // faults (thread fault mode) and events (fork and unmap events block their thread until read).
+    pager.restart_in_fork_child(started).map_err(|e| e.to_string())?;
     // Threads of the pager's owner (the preload library's reconciler).
     if let Some(hook) = CHILD_HOOK.get() {
         hook(t.pager);

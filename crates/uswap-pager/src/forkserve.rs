@@ -162,6 +162,30 @@ impl ForkServe {
     }
 }
 
+/// Where a fork child's pager threads, started while the parent still serves the child's
+/// faults, wait until the child's pager is set up ([`crate::Pager::start_threads_in_fork_child`]).
+#[derive(Default)]
+pub(crate) struct StartGate {
+    open: std::sync::Mutex<bool>,
+    opened: std::sync::Condvar,
+}
+
+impl StartGate {
+    /// Wait until [`StartGate::open`].
+    pub(crate) fn wait(&self) {
+        let mut g = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        while !*g {
+            g = self.opened.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Let every waiter (and later caller of [`StartGate::wait`]) go.
+    pub(crate) fn open(&self) {
+        *self.open.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.opened.notify_all();
+    }
+}
+
 /// A non-blocking, close-on-exec eventfd, or -1.
 fn new_eventfd() -> i32 {
     // SAFETY: eventfd2 with valid flags returns a new descriptor or -1.

@@ -267,6 +267,14 @@ pub enum PagerError {
     Busy(String),
 }
 
+/// A fork child's pager threads, started by [`Pager::start_threads_in_fork_child`] and waiting
+/// for [`Pager::restart_in_fork_child`]. Dropped without that, they wait forever: the child
+/// cannot go on without its pager anyway (the preload library's handler exits it).
+#[must_use = "the threads wait until restart_in_fork_child is given this"]
+pub struct ForkChildThreads {
+    gate: Arc<forkserve::StartGate>,
+}
+
 /// A pager: one userfaultfd, one store, one limit, any number of regions.
 pub struct Pager {
     pub(crate) cfg: PagerConfig,
@@ -475,12 +483,34 @@ impl Pager {
         if pager.cfg.fault_mode == FaultMode::Sigbus {
             fault::install_sigbus_handler().map_err(PagerError::Os)?;
         }
-        let th = pager.spawn_threads(!pager.cfg.lazy_background).map_err(os)?;
+        let th = pager.spawn_threads(!pager.cfg.lazy_background, None).map_err(os)?;
         *pager.threads.lock().unwrap_or_else(|e| e.into_inner()) = th;
         Ok(pager)
     }
 
-    /// In a fork child, first thing (before it registers anything): the parent's event thread,
+    /// In a fork child, first thing (before [`Pager::fork_child_release`], and for every pager
+    /// before any is released): start the child's pager threads while the parent's event thread
+    /// still serves this child's faults. A new thread's start touches program memory that may be
+    /// swapped out (glibc's `__ctype_init` reads the locale data `setlocale` allocated on the
+    /// program's heap), and once the child has a uffd of its own only its event thread serves
+    /// it: started after the registration, the event thread faulted on that page and waited for
+    /// itself (`python-fork` in CI, 2026-11-29: the child hung in `start_thread`, and its parent
+    /// on the atfork pipe). The threads wait until [`Pager::restart_in_fork_child`], given the
+    /// returned [`ForkChildThreads`], has set up the child's pager.
+    pub fn start_threads_in_fork_child(&self) -> Result<ForkChildThreads, PagerError> {
+        let Ok(mut threads) = self.threads.try_lock() else {
+            return Err(PagerError::Os("the pager was being dropped during fork".into()));
+        };
+        // The parent's threads do not exist here: forget their handles (joining one would be
+        // undefined).
+        std::mem::forget(std::mem::take(&mut *threads));
+        let gate = Arc::new(forkserve::StartGate::default());
+        *threads =
+            self.spawn_threads(!self.cfg.lazy_background, Some(&gate)).map_err(|e| PagerError::Os(e.to_string()))?;
+        Ok(ForkChildThreads { gate })
+    }
+
+    /// In a fork child (before it registers anything): the parent's event thread,
     /// which has served this child's faults from the parent's state since the fork (glibc's
     /// own fork code runs before any atfork handler, and touches pages that may be swapped
     /// out), may stop and close the kernel's copy of the registrations. The child's new uffd
@@ -497,11 +527,11 @@ impl Pager {
     /// the same descriptor number and registers every region on it again; this then gives the
     /// child a stop eventfd of its own (the inherited one is shared with the parent, whose
     /// `Drop` would wake this child's event thread forever) and starts the child's event
-    /// thread, which serves its faults in [`FaultMode::Thread`] and its events in every mode.
-    /// The parent's thread handles are forgotten, never joined.
+    /// thread, which serves its faults in [`FaultMode::Thread`] and its events in every mode:
+    /// the threads [`Pager::start_threads_in_fork_child`] started run from here.
     ///
     /// Call it only in a fork child before it starts other threads.
-    pub fn restart_in_fork_child(&self) -> Result<(), PagerError> {
+    pub fn restart_in_fork_child(&self, started: ForkChildThreads) -> Result<(), PagerError> {
         let os = |what: &str| PagerError::Os(format!("{what}: {}", std::io::Error::last_os_error()));
         // SAFETY: eventfd with valid flags returns a new fd or -1.
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
@@ -544,13 +574,7 @@ impl Pager {
         // fault that finds its page present does.
         self.fork_serve.reset_in_fork_child();
         self.fork_serve.take_served(self.hold.generation(), |a| fault::settle_present(self, a));
-        let Ok(mut threads) = self.threads.try_lock() else {
-            return Err(PagerError::Os("the pager was being dropped during fork".into()));
-        };
-        // The parent's threads do not exist here: forget their handles (joining one would be
-        // undefined).
-        std::mem::forget(std::mem::take(&mut *threads));
-        *threads = self.spawn_threads(!self.cfg.lazy_background).map_err(|e| PagerError::Os(e.to_string()))?;
+        started.gate.open();
         Ok(())
     }
 
@@ -563,38 +587,51 @@ impl Pager {
             return;
         }
         let Ok(mut threads) = self.threads.lock() else { return };
-        match self.spawn_background() {
+        match self.spawn_background(None) {
             Ok(mut th) => threads.append(&mut th),
             Err(_) => self.background.store(false, Ordering::SeqCst),
         }
     }
 
     /// Start the event thread (and the background reclaimer and recompressor when configured,
-    /// with `background`).
-    fn spawn_threads(&self, background: bool) -> std::io::Result<Vec<own::Thread<()>>> {
+    /// with `background`); with a `gate`, each waits for it to open before it does anything.
+    fn spawn_threads(
+        &self,
+        background: bool,
+        gate: Option<&Arc<forkserve::StartGate>>,
+    ) -> std::io::Result<Vec<own::Thread<()>>> {
         self.background.store(background, Ordering::SeqCst);
         let p = PagerPtr(self as *const Pager);
+        let g = gate.cloned();
         let ev = own::spawn("uswap-uffd", None, move || {
             let p = p;
             sys::block_async_signals_forever();
+            if let Some(g) = g {
+                g.wait();
+            }
             // SAFETY: the pager outlives this thread (joined in Drop).
             fault::event_loop(unsafe { &*p.0 })
         })?;
         let mut th = vec![ev];
         if background {
-            th.append(&mut self.spawn_background()?);
+            th.append(&mut self.spawn_background(gate)?);
         }
         Ok(th)
     }
 
-    /// Start the background reclaimer and the recompressor (when configured).
-    fn spawn_background(&self) -> std::io::Result<Vec<own::Thread<()>>> {
+    /// Start the background reclaimer and the recompressor (when configured); with a `gate`,
+    /// each waits for it to open first.
+    fn spawn_background(&self, gate: Option<&Arc<forkserve::StartGate>>) -> std::io::Result<Vec<own::Thread<()>>> {
         let mut th = Vec::new();
         if self.cfg.reclaim == ReclaimMode::Background {
             let p = PagerPtr(self as *const Pager);
+            let g = gate.cloned();
             th.push(own::spawn("uswap-kswapd", None, move || {
                 let p = p;
                 sys::block_async_signals_forever();
+                if let Some(g) = g {
+                    g.wait();
+                }
                 // SAFETY: as above.
                 reclaim::kswapd(unsafe { &*p.0 })
             })?);
@@ -602,9 +639,13 @@ impl Pager {
         let moves = self.store.tiers_movable() && (self.cfg.writeback_age_ms > 0 || self.cfg.promote);
         if self.cfg.recompress_ms > 0 && (self.store.recompress_configured() || moves) {
             let p = PagerPtr(self as *const Pager);
+            let g = gate.cloned();
             th.push(own::spawn("uswap-recomp", None, move || {
                 let p = p;
                 sys::block_async_signals_forever();
+                if let Some(g) = g {
+                    g.wait();
+                }
                 // SAFETY: as above.
                 recomp::recompressor(unsafe { &*p.0 })
             })?);

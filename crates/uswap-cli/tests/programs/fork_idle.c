@@ -10,9 +10,12 @@
  * child checks a sample of pages and exits with the number of wrong words. Prints the failed
  * children, the parent's wrong words and sleeping threads that lost their values, and "ok" when
  * all are 0. The threads' stacks have no guard page, so they are plain anonymous memory the
- * pager adopts (as a JVM's thread stacks are). */
+ * pager adopts (as a JVM's thread stacks are). The program first loads the C.UTF-8 locale, as
+ * CPython does at start: glibc keeps its data in a heap block that also goes cold, and that
+ * every new thread reads as it starts (__ctype_init), a fork child's pager threads included. */
 #include "pattern.h"
 
+#include <locale.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +48,10 @@ int main(int argc, char **argv) {
     int nthreads = atoi(argv[1]), forks = atoi(argv[3]);
     npages = strtoull(argv[2], 0, 0) / PAGE_BYTES;
     if (nthreads < 1 || nthreads > 64 || npages == 0 || forks < 1) return 2;
+    if (!setlocale(LC_ALL, "C.UTF-8")) {
+        fprintf(stderr, "fork_idle: no C.UTF-8 locale\n");
+        return 2;
+    }
     for (int k = 0; k < KEYS; k++) pthread_key_create(&keys[k], 0);
     /* No guard page: the stacks are plain anonymous memory, which the pager adopts. */
     pthread_attr_t a;
