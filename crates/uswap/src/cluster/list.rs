@@ -3,12 +3,14 @@
 //! Every cluster is on at most one list. The links are two `u32` arrays indexed by cluster
 //! number plus the id of the list the cluster is on, so the lists cost 10 bytes per cluster
 //! and no allocation after creation. The arrays hold every value one up (`c + 1`, `id + 1`),
-//! so that zero means "no cluster" and "on no list": they are allocated zeroed, and the pages
-//! of the clusters a space never uses are never written (a 64 GiB virtual space has 32 768
-//! clusters, 320 KiB of links, in every process).
+//! so that zero means "no cluster" and "on no list": they lie in fresh mappings
+//! ([`PageVec::zeroed`]), and the pages of the clusters a space never uses are never written
+//! (a 64 GiB virtual space has 32 768 clusters, 320 KiB of links, in every process).
 //!
 //! Locking: none here. The whole structure lives behind the space's list lock
 //! (`SwapSpace::lists`).
+
+use crate::tier::pages::PageVec;
 
 /// "No cluster".
 pub(super) const NIL: u32 = u32::MAX;
@@ -24,7 +26,7 @@ struct Head {
 
 /// An array of links stored one up (see the module's paragraph): zero reads as `u32::MAX`
 /// (`NIL`) or `u16::MAX` (`OFF`).
-struct OneUp<T>(Box<[T]>);
+struct OneUp<T: Copy>(PageVec<T>);
 
 impl OneUp<u32> {
     fn get(&self, i: usize) -> u32 {
@@ -57,9 +59,9 @@ impl Lists {
     pub(super) fn new(nr_lists: usize, nr_clusters: usize) -> Self {
         Lists {
             heads: vec![Head { first: NIL, last: NIL, len: 0 }; nr_lists].into_boxed_slice(),
-            next: OneUp(vec![0; nr_clusters].into_boxed_slice()),
-            prev: OneUp(vec![0; nr_clusters].into_boxed_slice()),
-            on: OneUp(vec![0; nr_clusters].into_boxed_slice()),
+            next: OneUp(PageVec::zeroed(nr_clusters)),
+            prev: OneUp(PageVec::zeroed(nr_clusters)),
+            on: OneUp(PageVec::zeroed(nr_clusters)),
         }
     }
 
