@@ -85,10 +85,23 @@ impl RawLock {
         }
     }
 
-    /// Make the lock free without waking anyone: in a fork child, where the holder (the forking
-    /// thread, now the only thread) took it in the prepare handler.
+    /// Make the lock free: in a fork child, where the holder (the forking thread) took it in
+    /// the prepare handler. Threads the child's handler started meanwhile may already wait for
+    /// it, and are woken: the child's reconciler, started while the forking thread still held
+    /// the lock, slept forever in its first pass when this only cleared the word (its
+    /// `FUTEX_WAIT` saw 2, and a later holder's unlock found 1 and woke nobody).
     pub fn force_unlock(&self) {
-        self.state.store(0, Ordering::Release);
+        if self.state.swap(0, Ordering::Release) == 2 {
+            // SAFETY: FUTEX_WAKE on a valid aligned u32.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    self.state.as_ptr(),
+                    libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                    i32::MAX,
+                );
+            }
+        }
     }
 }
 
@@ -96,6 +109,33 @@ impl RawLock {
 mod tests {
     use super::*;
     use std::sync::Arc;
+
+    /// A thread that went to sleep on the lock before a fork child's handler forced it free
+    /// gets it (it slept forever when `force_unlock` only cleared the word).
+    #[test]
+    fn force_unlock_wakes_a_sleeping_waiter() {
+        let l = Arc::new(RawLock::new());
+        l.lock();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let l2 = l.clone();
+        std::thread::spawn(move || {
+            l2.lock();
+            l2.unlock();
+            let _ = tx.send(());
+        });
+        // Wait until the waiter has announced itself (state 2), then give it time to sleep.
+        let t0 = std::time::Instant::now();
+        while l.state.load(Ordering::Acquire) != 2 {
+            assert!(t0.elapsed().as_secs() < 10, "the waiter never waited");
+            std::thread::yield_now();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        l.force_unlock();
+        assert!(
+            rx.recv_timeout(std::time::Duration::from_secs(10)).is_ok(),
+            "the waiter still sleeps 10 s after force_unlock"
+        );
+    }
 
     #[test]
     fn lock_excludes() {

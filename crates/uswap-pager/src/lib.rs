@@ -505,8 +505,10 @@ impl Pager {
         // undefined).
         std::mem::forget(std::mem::take(&mut *threads));
         let gate = Arc::new(forkserve::StartGate::default());
-        *threads =
-            self.spawn_threads(!self.cfg.lazy_background, Some(&gate)).map_err(|e| PagerError::Os(e.to_string()))?;
+        // The child inherits its parent's charge: near the limit, it needs its reclaimer now
+        // (as the scanner would start it, `start_background`).
+        let background = !self.cfg.lazy_background || self.charged_bytes() * 2 >= self.limit();
+        *threads = self.spawn_threads(background, Some(&gate)).map_err(|e| PagerError::Os(e.to_string()))?;
         Ok(ForkChildThreads { gate })
     }
 
@@ -576,6 +578,11 @@ impl Pager {
         self.fork_serve.take_served(self.hold.generation(), |a| fault::settle_present(self, a));
         started.gate.open();
         Ok(())
+    }
+
+    /// A background reclaimer runs, which a fault throttled over the limit can wait for.
+    pub(crate) fn reclaimer_running(&self) -> bool {
+        self.cfg.reclaim == ReclaimMode::Background && self.background.load(Ordering::Acquire)
     }
 
     /// Start the background reclaimer and the recompressor (when configured) if they are not
