@@ -215,7 +215,9 @@ pub struct PagerConfig {
     /// [`Pager::start_background`] is called (the LD_PRELOAD library's scanner does, once the
     /// charge reaches half the limit), not with the pager: most processes of a shell script or
     /// a build never come near their limit, and each thread costs its start-up (about 0.2 ms
-    /// here) at every exec and in every fork child.
+    /// here) at every exec and in every fork child. The embedder must start it in time: until
+    /// then, a fault over the limit waits up to 20 ms for a reclaimer that is not there. A fork
+    /// child that inherits half its limit starts it with its event thread.
     pub lazy_background: bool,
 }
 
@@ -532,7 +534,8 @@ impl Pager {
     /// thread, which serves its faults in [`FaultMode::Thread`] and its events in every mode:
     /// the threads [`Pager::start_threads_in_fork_child`] started run from here.
     ///
-    /// Call it only in a fork child before it starts other threads.
+    /// Call it only in a fork child, with what `start_threads_in_fork_child` returned, before
+    /// the child starts threads of its own.
     pub fn restart_in_fork_child(&self, started: ForkChildThreads) -> Result<(), PagerError> {
         let os = |what: &str| PagerError::Os(format!("{what}: {}", std::io::Error::last_os_error()));
         // SAFETY: eventfd with valid flags returns a new fd or -1.
@@ -578,11 +581,6 @@ impl Pager {
         self.fork_serve.take_served(self.hold.generation(), |a| fault::settle_present(self, a));
         started.gate.open();
         Ok(())
-    }
-
-    /// A background reclaimer runs, which a fault throttled over the limit can wait for.
-    pub(crate) fn reclaimer_running(&self) -> bool {
-        self.cfg.reclaim == ReclaimMode::Background && self.background.load(Ordering::Acquire)
     }
 
     /// Start the background reclaimer and the recompressor (when configured) if they are not
