@@ -78,10 +78,7 @@ impl RawLock {
     /// Release the lock (the caller holds it).
     pub fn unlock(&self) {
         if self.state.swap(0, Ordering::Release) == 2 {
-            // SAFETY: FUTEX_WAKE on a valid aligned u32.
-            unsafe {
-                libc::syscall(libc::SYS_futex, self.state.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, 1);
-            }
+            self.wake(1);
         }
     }
 
@@ -92,15 +89,15 @@ impl RawLock {
     /// `FUTEX_WAIT` saw 2, and a later holder's unlock found 1 and woke nobody).
     pub fn force_unlock(&self) {
         if self.state.swap(0, Ordering::Release) == 2 {
-            // SAFETY: FUTEX_WAKE on a valid aligned u32.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_futex,
-                    self.state.as_ptr(),
-                    libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-                    i32::MAX,
-                );
-            }
+            self.wake(i32::MAX);
+        }
+    }
+
+    /// Wake up to `n` threads asleep on the lock.
+    fn wake(&self, n: i32) {
+        // SAFETY: FUTEX_WAKE on a valid aligned u32.
+        unsafe {
+            libc::syscall(libc::SYS_futex, self.state.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, n);
         }
     }
 }

@@ -606,18 +606,7 @@ impl Pager {
         gate: Option<&Arc<forkserve::StartGate>>,
     ) -> std::io::Result<Vec<own::Thread<()>>> {
         self.background.store(background, Ordering::SeqCst);
-        let p = PagerPtr(self as *const Pager);
-        let g = gate.cloned();
-        let ev = own::spawn("uswap-uffd", None, move || {
-            let p = p;
-            sys::block_async_signals_forever();
-            if let Some(g) = g {
-                g.wait();
-            }
-            // SAFETY: the pager outlives this thread (joined in Drop).
-            fault::event_loop(unsafe { &*p.0 })
-        })?;
-        let mut th = vec![ev];
+        let mut th = vec![self.spawn_thread("uswap-uffd", gate, fault::event_loop)?];
         if background {
             th.append(&mut self.spawn_background(gate)?);
         }
@@ -629,33 +618,34 @@ impl Pager {
     fn spawn_background(&self, gate: Option<&Arc<forkserve::StartGate>>) -> std::io::Result<Vec<own::Thread<()>>> {
         let mut th = Vec::new();
         if self.cfg.reclaim == ReclaimMode::Background {
-            let p = PagerPtr(self as *const Pager);
-            let g = gate.cloned();
-            th.push(own::spawn("uswap-kswapd", None, move || {
-                let p = p;
-                sys::block_async_signals_forever();
-                if let Some(g) = g {
-                    g.wait();
-                }
-                // SAFETY: as above.
-                reclaim::kswapd(unsafe { &*p.0 })
-            })?);
+            th.push(self.spawn_thread("uswap-kswapd", gate, reclaim::kswapd)?);
         }
         let moves = self.store.tiers_movable() && (self.cfg.writeback_age_ms > 0 || self.cfg.promote);
         if self.cfg.recompress_ms > 0 && (self.store.recompress_configured() || moves) {
-            let p = PagerPtr(self as *const Pager);
-            let g = gate.cloned();
-            th.push(own::spawn("uswap-recomp", None, move || {
-                let p = p;
-                sys::block_async_signals_forever();
-                if let Some(g) = g {
-                    g.wait();
-                }
-                // SAFETY: as above.
-                recomp::recompressor(unsafe { &*p.0 })
-            })?);
+            th.push(self.spawn_thread("uswap-recomp", gate, recomp::recompressor)?);
         }
         Ok(th)
+    }
+
+    /// Start pager thread `name` running `run` on this pager with asynchronous signals blocked;
+    /// with a `gate`, it waits for the gate to open first.
+    fn spawn_thread(
+        &self,
+        name: &str,
+        gate: Option<&Arc<forkserve::StartGate>>,
+        run: fn(&Pager),
+    ) -> std::io::Result<own::Thread<()>> {
+        let p = PagerPtr(self as *const Pager);
+        let gate = gate.cloned();
+        own::spawn(name, None, move || {
+            let p = p;
+            sys::block_async_signals_forever();
+            if let Some(g) = gate {
+                g.wait();
+            }
+            // SAFETY: the pager outlives its threads (joined in Drop).
+            run(unsafe { &*p.0 })
+        })
     }
 
     /// Map a new region of `len` bytes (rounded up to the folio size). The region may be larger
