@@ -116,7 +116,7 @@ pub fn shed_before_spawn() {
 /// The library to preload, or a message naming every way to provide one.
 pub fn locate() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("USWAP_PRELOAD") {
-        return Ok(PathBuf::from(p));
+        return named(Path::new(&p));
     }
     let mut why = String::new();
     if let Some(b) = EMBEDDED {
@@ -139,9 +139,59 @@ pub fn locate() -> Result<PathBuf, String> {
     ))
 }
 
+/// The library `USWAP_PRELOAD` names, checked: the dynamic loader skips a preload it cannot
+/// open with only a line on stderr, and the program would run with no pager and no limit.
+/// Made absolute, since a relative `LD_PRELOAD` is looked up from each process's own working
+/// directory.
+fn named(p: &Path) -> Result<PathBuf, String> {
+    use std::io::Read;
+    let bad = |why: &str| Err(format!("USWAP_PRELOAD={}: {why}; unset it to use the built-in library", p.display()));
+    if p.as_os_str().is_empty() {
+        return bad("empty");
+    }
+    let abs = match std::fs::canonicalize(p) {
+        Ok(a) => a,
+        Err(e) => return bad(&e.to_string()),
+    };
+    let mut magic = [0u8; 18];
+    let read = std::fs::File::open(&abs).and_then(|mut f| f.read_exact(&mut magic));
+    match read {
+        Err(e) if std::fs::metadata(&abs).is_ok_and(|m| !m.is_file()) => bad(&format!("not a regular file ({e})")),
+        Err(e) => bad(&e.to_string()),
+        // ELF magic, and e_type (little-endian) ET_DYN: a shared object.
+        Ok(()) if magic[..4] == *b"\x7fELF" && magic[16] == 3 && magic[17] == 0 => Ok(abs),
+        Ok(()) => bad("not an ELF shared library"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_preload_named_by_the_environment_must_be_a_shared_library() {
+        let d = tempfile::tempdir().unwrap();
+        let missing = d.path().join("nope.so");
+        let e = named(&missing).unwrap_err();
+        assert!(e.contains("USWAP_PRELOAD=") && e.contains("No such file"), "{e}");
+        let e = named(d.path()).unwrap_err();
+        assert!(e.contains("not a regular file"), "{e}");
+        let text = d.path().join("text.so");
+        std::fs::write(&text, b"not a library at all, just text").unwrap();
+        assert!(named(&text).unwrap_err().contains("not an ELF shared library"));
+        assert!(named(Path::new("")).unwrap_err().contains("empty"));
+        // A real shared library of this system passes, and comes back absolute.
+        let libc = ["/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6", "/lib64/libc.so.6"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .expect("no libc.so.6 in the usual places");
+        let ok = named(Path::new(libc)).unwrap();
+        assert!(ok.is_absolute());
+        let up = std::env::current_dir().unwrap().components().count() - 1;
+        let rel = PathBuf::from("../".repeat(up)).join(&libc[1..]);
+        assert!(rel.is_relative());
+        assert_eq!(named(&rel).unwrap(), ok, "a relative path is made absolute");
+    }
 
     #[test]
     fn the_cache_is_written_once_and_readable_by_all() {
