@@ -138,7 +138,7 @@ pub struct Engine {
     /// pages of slots ever touched become resident (4 bytes per slot).
     stamps: Stamps,
     epoch: Instant,
-    /// Threads [`Engine::drain_tier`] uses (the caller's included).
+    /// Threads [`Engine::drain_tier`] uses (the caller's included; 0 = the CPUs, at most 4, decided then).
     drain_threads: StdAtomicUsize,
 }
 
@@ -256,11 +256,10 @@ impl Engine {
             promote_cursor: AtomicU64::new(0),
             stamps: Stamps::new(nr_slots as usize),
             epoch: Instant::now(),
-            drain_threads: StdAtomicUsize::new(if cfg!(any(loom, shuttle)) {
-                1
-            } else {
-                std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
-            }),
+            // 0: decided at the first drain (`available_parallelism` reads the cgroup's CPU
+            // quota files: 0.1 ms of every process's start under `uswap run`, for a drain
+            // that most never make).
+            drain_threads: StdAtomicUsize::new(if cfg!(any(loom, shuttle)) { 1 } else { 0 }),
         })
     }
 
@@ -1018,7 +1017,10 @@ impl Engine {
             #[cfg(not(loom))]
             std::thread::yield_now();
         }
-        let threads = self.drain_threads.load(std::sync::atomic::Ordering::Relaxed).max(1);
+        let threads = match self.drain_threads.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
+            n => n,
+        };
         let mut moved = 0u64;
         loop {
             let (m, found) = self.drain_pass(t, threads)?;
