@@ -88,7 +88,8 @@ Exit status:
            or access to /dev/userfaultfd), or another failure before the program started
 
 Environment:
-  USWAP_PRELOAD      path of libuswap_ffi.so to preload instead of the built-in copy
+  USWAP_PRELOAD      path of libuswap_ffi.so to preload instead of the built-in copy (checked: an
+                     ELF shared library, else exit 1)
   USWAP_ON_ERROR     `warn`: a process that cannot be put under the pager runs unprotected
                      with a warning instead of exiting with 125
   USWAP_MMAP_MIN     smallest anonymous mapping adopted when the program maps it (default 16K)

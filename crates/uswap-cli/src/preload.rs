@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 static EMBEDDED: Option<&[u8]> = Some(include_bytes!(env!("USWAP_EMBED_PATH")));
 #[cfg(not(uswap_embed))]
 static EMBEDDED: Option<&[u8]> = None;
-/// `fnv1a` of [`EMBEDDED`], computed by build.rs (hashing 30 MiB took 25-30 ms of every
-/// `uswap run`).
+/// `fnv1a` of [`EMBEDDED`], computed by build.rs (hashing the 30 MiB library it was before it
+/// lost its debug information took 25-30 ms of every `uswap run`).
 #[cfg(uswap_embed)]
 const EMBEDDED_HASH: Option<&str> = Some(env!("USWAP_EMBED_HASH"));
 #[cfg(not(uswap_embed))]
@@ -42,7 +42,7 @@ fn private_dir() -> Result<PathBuf, String> {
     Ok(d)
 }
 
-/// Whether the file at `p` holds exactly `bytes` (read in chunks: the library is tens of MiB,
+/// Whether the file at `p` holds exactly `bytes` (read in chunks: the library is a few MiB,
 /// and whatever this process touches before it starts the program shows in the program's
 /// peak RSS, see [`shed_before_spawn`]).
 fn same_content(p: &Path, bytes: &[u8]) -> bool {
@@ -94,7 +94,7 @@ pub fn cached(dir: &Path, bytes: &[u8], known: Option<&str>) -> Result<PathBuf, 
 
 /// Make this process small before it starts a program: Linux gives a child the peak RSS of the
 /// process it was forked or spawned from (`exec` records the old address space's high-water
-/// mark in the child's `ru_maxrss`), so the embedded library that [`locate`] read (tens of
+/// mark in the child's `ru_maxrss`), so the embedded library that [`locate`] read (a few
 /// MiB) would show as the program's peak. Drops those pages (a private read-only file mapping:
 /// they come back from the binary if read again) and resets this process's high-water mark to
 /// its current RSS (`/proc/self/clear_refs`, value 5). Best effort: failures only leave the
