@@ -9,6 +9,9 @@
 //! file path (not a memfd) because every program started below `uswap run` inherits LD_PRELOAD,
 //! including those started after their parent closed all its file descriptors.
 //!
+//! A run that writes a new copy (the first of a new build) removes the copies other builds
+//! left that nothing maps and nothing read for two days ([`prune`]).
+//!
 //! Locking: none (the rename is atomic; two runs writing the same content race harmlessly).
 
 use std::path::{Path, PathBuf};
@@ -89,7 +92,53 @@ pub fn cached(dir: &Path, bytes: &[u8], known: Option<&str>) -> Result<PathBuf, 
         .map_err(|e| format!("{}: {e}", tmp.display()))?;
     f.write_all(bytes).and_then(|()| f.sync_all()).map_err(|e| format!("{}: {e}", tmp.display()))?;
     std::fs::rename(&tmp, &p).map_err(|e| format!("{}: {e}", p.display()))?;
+    prune(dir, &p, PRUNE_UNREAD);
     Ok(p)
+}
+
+/// How long a copy of another build must have gone unread before [`prune`] removes it.
+const PRUNE_UNREAD: std::time::Duration = std::time::Duration::from_secs(2 * 24 * 3600);
+
+/// Remove the copies other builds of uswap left in the cache directory `dir` (every build
+/// writes its own, and none removed them: 31 MB each before they lost their debug
+/// information, in a directory that is often a tmpfs), except `keep`. A copy goes only if no
+/// process this user can see maps it and it has not been read for `unread` (its access time,
+/// which a load or a start of its build's `uswap run` refreshes at least daily under
+/// `relatime`), so a tree of an older uswap still running keeps its copy. Called when a run
+/// writes a new copy (the first run of a new build), not at every run: it reads the maps of
+/// every process. Best effort; returns the copies removed.
+fn prune(dir: &Path, keep: &Path, unread: std::time::Duration) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    let now = std::time::SystemTime::now();
+    let stale: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.as_path() != keep
+                && p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("libuswap_ffi-") && n.ends_with(".so"))
+                && std::fs::metadata(p)
+                    .and_then(|m| m.accessed())
+                    .is_ok_and(|a| now.duration_since(a).is_ok_and(|d| d >= unread))
+        })
+        .collect();
+    if stale.is_empty() {
+        return 0;
+    }
+    let mut mapped = std::collections::HashSet::new();
+    for pid in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        if !pid.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())) {
+            continue;
+        }
+        let Ok(maps) = std::fs::read_to_string(pid.path().join("maps")) else { continue };
+        for p in &stale {
+            if p.to_str().is_some_and(|s| maps.contains(s)) {
+                mapped.insert(p.clone());
+            }
+        }
+    }
+    stale.iter().filter(|p| !mapped.contains(*p) && std::fs::remove_file(p).is_ok()).count()
 }
 
 /// Make this process small before it starts a program: Linux gives a child the peak RSS of the
@@ -167,6 +216,43 @@ fn named(p: &Path) -> Result<PathBuf, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn copies_of_other_builds_go_once_unread_and_unmapped() {
+        use std::fs::{File, FileTimes};
+        let d = tempfile::tempdir().unwrap();
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3 * 24 * 3600);
+        let make = |name: &str, aged: bool| {
+            let p = d.path().join(name);
+            std::fs::write(&p, vec![7u8; 8192]).unwrap();
+            if aged {
+                File::options().write(true).open(&p).unwrap().set_times(FileTimes::new().set_accessed(old)).unwrap();
+            }
+            p
+        };
+        let keep = make("libuswap_ffi-0000.so", true);
+        let stale = make("libuswap_ffi-aaaa.so", true);
+        let recent = make("libuswap_ffi-bbbb.so", false);
+        let in_use = make("libuswap_ffi-cccc.so", true);
+        let other = make("notes.txt", true);
+        let f = File::options().read(true).write(true).open(&in_use).unwrap();
+        use std::os::fd::AsRawFd;
+        // SAFETY: a private read-only mapping of a file this test owns, unmapped below.
+        let m = unsafe { libc::mmap(std::ptr::null_mut(), 8192, libc::PROT_READ, libc::MAP_PRIVATE, f.as_raw_fd(), 0) };
+        assert_ne!(m, libc::MAP_FAILED);
+        // Mapping it was a read (the kernel's `file_accessed`): make it look unread again, so
+        // only the mapping keeps it.
+        f.set_times(FileTimes::new().set_accessed(old)).unwrap();
+        assert_eq!(prune(d.path(), &keep, PRUNE_UNREAD), 1);
+        assert!(!stale.exists(), "unread for three days and mapped by no one");
+        for p in [&keep, &recent, &in_use, &other] {
+            assert!(p.exists(), "{} must stay", p.display());
+        }
+        // SAFETY: the mapping made above, not used after this.
+        unsafe { libc::munmap(m, 8192) };
+        assert_eq!(prune(d.path(), &keep, PRUNE_UNREAD), 1, "unmapped now");
+        assert!(!in_use.exists() && recent.exists() && keep.exists());
+    }
 
     #[test]
     fn a_preload_named_by_the_environment_must_be_a_shared_library() {
