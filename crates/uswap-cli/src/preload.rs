@@ -126,14 +126,19 @@ fn prune(dir: &Path, keep: &Path, unread: std::time::Duration) -> usize {
     if stale.is_empty() {
         return 0;
     }
-    let mut mapped = std::collections::HashSet::new();
+    // A mapping is listed under the file's resolved path (the directory may lie below a
+    // symbolic link); a path that cannot be resolved counts as mapped.
+    let names: Vec<Option<String>> =
+        stale.iter().map(|p| std::fs::canonicalize(p).ok().and_then(|c| c.to_str().map(str::to_owned))).collect();
+    let mut mapped: std::collections::HashSet<PathBuf> =
+        stale.iter().zip(&names).filter(|(_, n)| n.is_none()).map(|(p, _)| p.clone()).collect();
     for pid in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         if !pid.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())) {
             continue;
         }
         let Ok(maps) = std::fs::read_to_string(pid.path().join("maps")) else { continue };
-        for p in &stale {
-            if p.to_str().is_some_and(|s| maps.contains(s)) {
+        for (p, n) in stale.iter().zip(&names) {
+            if n.as_deref().is_some_and(|s| maps.contains(s)) {
                 mapped.insert(p.clone());
             }
         }
@@ -220,10 +225,14 @@ mod tests {
     #[test]
     fn copies_of_other_builds_go_once_unread_and_unmapped() {
         use std::fs::{File, FileTimes};
-        let d = tempfile::tempdir().unwrap();
+        let t = tempfile::tempdir().unwrap();
+        // The directory is reached through a symbolic link: /proc/PID/maps names the real path.
+        std::fs::create_dir(t.path().join("real")).unwrap();
+        std::os::unix::fs::symlink(t.path().join("real"), t.path().join("link")).unwrap();
+        let d = t.path().join("link");
         let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3 * 24 * 3600);
         let make = |name: &str, aged: bool| {
-            let p = d.path().join(name);
+            let p = d.join(name);
             std::fs::write(&p, vec![7u8; 8192]).unwrap();
             if aged {
                 File::options().write(true).open(&p).unwrap().set_times(FileTimes::new().set_accessed(old)).unwrap();
@@ -243,14 +252,14 @@ mod tests {
         // Mapping it was a read (the kernel's `file_accessed`): make it look unread again, so
         // only the mapping keeps it.
         f.set_times(FileTimes::new().set_accessed(old)).unwrap();
-        assert_eq!(prune(d.path(), &keep, PRUNE_UNREAD), 1);
+        assert_eq!(prune(&d, &keep, PRUNE_UNREAD), 1);
         assert!(!stale.exists(), "unread for three days and mapped by no one");
         for p in [&keep, &recent, &in_use, &other] {
             assert!(p.exists(), "{} must stay", p.display());
         }
         // SAFETY: the mapping made above, not used after this.
         unsafe { libc::munmap(m, 8192) };
-        assert_eq!(prune(d.path(), &keep, PRUNE_UNREAD), 1, "unmapped now");
+        assert_eq!(prune(&d, &keep, PRUNE_UNREAD), 1, "unmapped now");
         assert!(!in_use.exists() && recent.exists() && keep.exists());
     }
 
