@@ -127,23 +127,22 @@ fn prune(dir: &Path, keep: &Path, unread: std::time::Duration) -> usize {
         return 0;
     }
     // A mapping is listed under the file's resolved path (the directory may lie below a
-    // symbolic link); a path that cannot be resolved counts as mapped.
-    let names: Vec<Option<String>> =
-        stale.iter().map(|p| std::fs::canonicalize(p).ok().and_then(|c| c.to_str().map(str::to_owned))).collect();
-    let mut mapped: std::collections::HashSet<PathBuf> =
-        stale.iter().zip(&names).filter(|(_, n)| n.is_none()).map(|(p, _)| p.clone()).collect();
+    // symbolic link); a path that cannot be resolved counts as in use.
+    let names: Vec<Option<String>> = stale
+        .iter()
+        .map(|p| std::fs::canonicalize(p).ok().and_then(|c| c.into_os_string().into_string().ok()))
+        .collect();
+    let mut in_use: Vec<bool> = names.iter().map(Option::is_none).collect();
     for pid in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        if !pid.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())) {
+        if pid.file_name().to_str().and_then(|n| n.parse::<u32>().ok()).is_none() {
             continue;
         }
         let Ok(maps) = std::fs::read_to_string(pid.path().join("maps")) else { continue };
-        for (p, n) in stale.iter().zip(&names) {
-            if n.as_deref().is_some_and(|s| maps.contains(s)) {
-                mapped.insert(p.clone());
-            }
+        for (used, name) in in_use.iter_mut().zip(&names) {
+            *used |= name.as_deref().is_some_and(|n| maps.contains(n));
         }
     }
-    stale.iter().filter(|p| !mapped.contains(*p) && std::fs::remove_file(p).is_ok()).count()
+    stale.iter().zip(in_use).filter(|&(p, used)| !used && std::fs::remove_file(p).is_ok()).count()
 }
 
 /// Make this process small before it starts a program: Linux gives a child the peak RSS of the
