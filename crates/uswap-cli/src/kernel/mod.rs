@@ -9,6 +9,8 @@
 //! flag, returns an error, and the guards unwind. Locking: single-threaded by design; the only
 //! shared state is two atomics touched by the signal handler.
 
+#[cfg(test)]
+pub mod fake;
 pub mod restore;
 pub mod setup;
 

@@ -165,6 +165,33 @@ impl Cgroup {
             .collect();
         serde_json::Value::Object(m)
     }
+    /// The largest usage since the cgroup was created (v1 `memory.max_usage_in_bytes`, page
+    /// cache included; v2 `memory.peak`).
+    pub fn peak(&self, ops: &dyn SysOps) -> Option<u64> {
+        let f = if self.version == 1 { "memory.max_usage_in_bytes" } else { "memory.peak" };
+        ops.read(&self.dir.join(f)).ok().and_then(|s| s.parse().ok())
+    }
+    /// Processes the kernel OOM-killed in the cgroup (the `oom_kill` line of v1
+    /// `memory.oom_control`, v2 `memory.events`; 0 when unreadable).
+    pub fn oom_kills(&self, ops: &dyn SysOps) -> u64 {
+        let f = if self.version == 1 { "memory.oom_control" } else { "memory.events" };
+        ops.read(&self.dir.join(f))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("oom_kill ").and_then(|n| n.trim().parse::<u64>().ok()))
+            .unwrap_or(0)
+    }
+    /// Keep the cgroup's memory out of kernel swap: v1 `memory.swappiness` 0 (anonymous pages
+    /// are then reclaimed only by an OOM kill), v2 `memory.swap.max` 0 (absent without swap
+    /// accounting, and then nothing to do). The files go with the cgroup: nothing to restore.
+    pub fn forbid_swap(&self, ops: &dyn SysOps) -> Result<(), String> {
+        let (f, required) = if self.version == 1 { ("memory.swappiness", true) } else { ("memory.swap.max", false) };
+        let rel = self.dir.join(f);
+        if !required && !ops.exists(&rel) {
+            return Ok(());
+        }
+        ops.write(&rel, "0").map_err(|e| format!("{}: {e}", rel.display()))
+    }
     /// `stat` minus an earlier `stat` for the counters; `swap` (a level) is kept as is.
     pub fn stat_delta(&self, ops: &dyn SysOps, before: Option<&serde_json::Value>) -> serde_json::Value {
         let mut now = self.stat(ops);
@@ -231,6 +258,39 @@ impl Zswap {
         ops.write(&Path::new(ZSWAP).join("enabled"), if on { "Y" } else { "N" })
             .map_err(|e| format!("zswap enabled: {e}"))
     }
+    /// zswap's `max_pool_percent`: the share of RAM its compressed pool may hold before it
+    /// writes pages back to the swap file.
+    pub fn max_pool_percent(ops: &dyn SysOps) -> Option<u64> {
+        ops.read(&Path::new(ZSWAP).join("max_pool_percent")).ok().and_then(|s| s.parse().ok())
+    }
+}
+
+/// The size of the disk swap file for a machine with `mem_total` bytes of RAM: half of RAM, at
+/// most 8 GiB (more than the suite's programs swap out), in whole pages.
+pub fn swap_file_bytes(mem_total: u64) -> u64 {
+    (mem_total / 2).min(8 << 30) & !4095
+}
+
+/// Turn kernel swap to disk on for one run: zswap on, then the swap file on. If swapon fails,
+/// zswap is turned off again.
+pub fn disk_swapon(r: &mut Restore, zs: &Zswap) -> Result<(), String> {
+    zs.set_enabled(r.ops(), true)?;
+    if let Err(e) = swapon(r, &zs.file) {
+        let _ = zs.set_enabled(r.ops(), false);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Undo [`disk_swapon`] after the run: swapoff, then zswap off (both tried; the errors joined).
+pub fn disk_swapoff(r: &mut Restore, zs: &Zswap) -> Result<(), String> {
+    let off = swapoff(r, &zs.file);
+    let dis = zs.set_enabled(r.ops(), false);
+    match (off, dis) {
+        (Ok(()), Ok(())) => Ok(()),
+        (Err(a), Err(b)) => Err(format!("{a}; {b}")),
+        (Err(e), _) | (_, Err(e)) => Err(e),
+    }
 }
 
 /// Record zswap's parameters for restore, choose `compressor` (keeping the current one if the
@@ -272,83 +332,7 @@ pub fn setup_zswap(r: &mut Restore, file: &Path, bytes: u64, compressor: &str) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::cell::RefCell;
-    use std::io;
-    use std::rc::Rc;
-
-    /// A fake machine: a temp directory laid out like /sys, /proc and /dev, with swapon and
-    /// swapoff recorded instead of performed.
-    struct FakeOps {
-        root: PathBuf,
-        log: Rc<RefCell<Vec<String>>>,
-        fail_swapon: bool,
-    }
-
-    impl SysOps for FakeOps {
-        fn root(&self) -> &Path {
-            &self.root
-        }
-        fn swapon(&self, rel: &Path, prio: i32) -> io::Result<()> {
-            if self.fail_swapon {
-                return Err(io::Error::from_raw_os_error(libc::EINVAL));
-            }
-            self.log.borrow_mut().push(format!("swapon {} {prio}", rel.display()));
-            Ok(())
-        }
-        fn swapoff(&self, rel: &Path) -> io::Result<()> {
-            self.log.borrow_mut().push(format!("swapoff {}", rel.display()));
-            Ok(())
-        }
-        fn mkdir_cgroup(&self, rel: &Path) -> io::Result<()> {
-            std::fs::create_dir(self.path(rel))?;
-            std::fs::write(self.path(&rel.join("cgroup.procs")), "")
-        }
-        fn rmdir_cgroup(&self, rel: &Path) -> io::Result<()> {
-            self.log.borrow_mut().push(format!("rmdir {}", rel.display()));
-            std::fs::remove_dir_all(self.path(rel))
-        }
-    }
-
-    struct TempRoot(PathBuf);
-    impl Drop for TempRoot {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    fn fake_machine(tag: &str, cgroup_v2: bool) -> (TempRoot, FakeOps, Rc<RefCell<Vec<String>>>) {
-        let root = std::env::temp_dir().join(format!("uswap-fake-sys-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        let w = |p: &str, v: &str| {
-            let p = root.join(p);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, v).unwrap();
-        };
-        w("sys/class/zram-control/hot_add", "1\n");
-        w("sys/class/zram-control/hot_remove", "");
-        w("sys/block/zram1/comp_algorithm", "[lzo-rle] lzo lz4 zstd\n");
-        w("sys/block/zram1/disksize", "0\n");
-        w("sys/block/zram1/reset", "");
-        w("sys/block/zram1/mm_stat", "1000 100 200 0 200 3 0 0 0\n");
-        w("dev/zram1", "");
-        w("proc/swaps", "Filename Type Size Used Priority\n");
-        w("sys/module/zswap/parameters/enabled", "N\n");
-        w("sys/module/zswap/parameters/compressor", "lzo\n");
-        std::fs::create_dir_all(root.join("var/tmp")).unwrap();
-        if cgroup_v2 {
-            w("sys/fs/cgroup/cgroup.controllers", "cpu io memory pids\n");
-            w("sys/fs/cgroup/cgroup.subtree_control", "cpu\n");
-        } else {
-            w("sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n");
-        }
-        let log = Rc::new(RefCell::new(Vec::new()));
-        let ops = FakeOps { root: root.clone(), log: log.clone(), fail_swapon: false };
-        (TempRoot(root), ops, log)
-    }
-
-    fn read(root: &Path, p: &str) -> String {
-        std::fs::read_to_string(root.join(p)).unwrap().trim().to_string()
-    }
+    use crate::kernel::fake::{machine as fake_machine, read};
 
     #[test]
     fn full_setup_then_drop_restores_everything() {
@@ -473,5 +457,67 @@ mod tests {
         assert!(setup_zswap(&mut r, Path::new("var/tmp/x.swap"), 1 << 20, "lz4").unwrap_err().contains("no zswap"));
         assert!(setup_cgroup(&mut r, "x", 1 << 20).unwrap_err().contains("no memory cgroup"));
         assert!(r.pending().is_empty());
+    }
+
+    #[test]
+    fn disk_swap_turns_zswap_on_only_while_its_file_is_on() {
+        let (tmp, mut ops, log) = fake_machine("disk", false);
+        let root = tmp.0.clone();
+        ops.fail_swapon = true;
+        let mut r = Restore::new(Box::new(ops));
+        let zs = setup_zswap(&mut r, Path::new("var/tmp/d.swap"), 1 << 20, "lz4").unwrap();
+        // swapon fails: zswap is off again and no swapoff is pending.
+        assert!(disk_swapon(&mut r, &zs).unwrap_err().contains("swapon"));
+        assert_eq!(read(&root, "sys/module/zswap/parameters/enabled"), "N");
+        assert!(!r.pending().iter().any(|u| matches!(u, Undo::Swapoff(_))));
+        drop(r);
+        assert!(log.borrow().is_empty());
+        assert!(!root.join("var/tmp/d.swap").exists());
+
+        let (tmp, ops, log) = fake_machine("disk-ok", false);
+        let root = tmp.0.clone();
+        let mut r = Restore::new(Box::new(ops));
+        let zs = setup_zswap(&mut r, Path::new("var/tmp/d.swap"), 1 << 20, "lz4").unwrap();
+        disk_swapon(&mut r, &zs).unwrap();
+        assert_eq!(read(&root, "sys/module/zswap/parameters/enabled"), "Y");
+        disk_swapoff(&mut r, &zs).unwrap();
+        assert_eq!(read(&root, "sys/module/zswap/parameters/enabled"), "N");
+        assert_eq!(Zswap::max_pool_percent(r.ops()), Some(20));
+        assert_eq!(*log.borrow(), vec!["swapon var/tmp/d.swap 32000", "swapoff var/tmp/d.swap"]);
+    }
+
+    #[test]
+    fn cgroup_peak_oom_kills_and_no_swap() {
+        for v2 in [false, true] {
+            let (tmp, ops, _log) = fake_machine(if v2 { "cg2" } else { "cg1" }, v2);
+            let root = tmp.0.clone();
+            let mut r = Restore::new(Box::new(ops));
+            let cg = setup_cgroup(&mut r, "c", 1 << 30).unwrap();
+            let d = cg.dir.display().to_string();
+            let (peak, events, events_text, noswap) = if v2 {
+                ("memory.peak", "memory.events", "low 0\nhigh 0\nmax 4\noom 1\noom_kill 1\n", "memory.swap.max")
+            } else {
+                (
+                    "memory.max_usage_in_bytes",
+                    "memory.oom_control",
+                    "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n",
+                    "memory.swappiness",
+                )
+            };
+            assert_eq!((cg.peak(r.ops()), cg.oom_kills(r.ops())), (Some(0), 0));
+            crate::kernel::fake::write(&root, &format!("{d}/{peak}"), "123456\n");
+            crate::kernel::fake::write(&root, &format!("{d}/{events}"), events_text);
+            assert_eq!((cg.peak(r.ops()), cg.oom_kills(r.ops())), (Some(123456), 1));
+            cg.forbid_swap(r.ops()).unwrap();
+            assert_eq!(read(&root, &format!("{d}/{noswap}")), "0");
+            if v2 {
+                // Without swap accounting there is no memory.swap.max, and nothing to forbid.
+                std::fs::remove_file(root.join(format!("{d}/memory.swap.max"))).unwrap();
+                cg.forbid_swap(r.ops()).unwrap();
+                assert!(!root.join(format!("{d}/memory.swap.max")).exists());
+            }
+        }
+        assert_eq!(swap_file_bytes(24 << 30), 8 << 30);
+        assert_eq!(swap_file_bytes((4 << 30) + 4097), 2 << 30);
     }
 }
