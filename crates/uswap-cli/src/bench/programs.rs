@@ -1,12 +1,17 @@
 //! `uswap bench programs`: real, unmodified programs across runtimes (CPython, Node.js, the
-//! JVM, SQLite, GNU sort, Redis, GCC, xz, Perl, a shell pipeline), each run natively, under
-//! kernel swap (zram with lz4 as the only swap, the program in a memory cgroup with the limit),
-//! and under `uswap run --limit` (this same binary), interleaved per round. Every run has a
-//! deadline; a run that misses it gets the stacks of every thread of its process tree printed
-//! and is killed. Outputs (stdout and output files) are compared byte for byte with the native
-//! run's; wall time and peak RSS are recorded; the kernel's own OOM kills are reported as such
-//! and left out of the speed comparison. The suite is in [`suite`], the process handling in
-//! [`runner`], the Redis scenario in [`redis`].
+//! JVM, SQLite, GNU sort, Redis, GCC, xz, Perl, a shell pipeline), each run natively, under two
+//! kernel swap baselines, and under `uswap run --limit` (this same binary), interleaved per
+//! round. The baselines, each with the program in a memory cgroup at the limit and one swap
+//! device active at a time: `zram` (lz4 zram, zswap off) and `disk` (a swap file on /var/tmp
+//! with zswap in front, its pool as the kernel sizes it). The uswap side runs in a memory
+//! cgroup too, at the limit plus an allowance for the processes' own fixed overhead, with no
+//! kernel swap: everything it holds in RAM (its pool, its swap file's page cache, its tables)
+//! is charged there, and the cgroup's peak is its footprint. Every run has a deadline; a run
+//! that misses it gets the stacks of every thread of its process tree printed and is killed.
+//! Outputs (stdout and output files) are compared byte for byte with the native run's; wall
+//! time and peak RSS are recorded; the kernel's own OOM kills are reported as such and left out
+//! of the speed comparison, an OOM kill in uswap's cgroup is a failure. The suite is in
+//! [`suite`], the process handling in [`runner`], the Redis scenario in [`redis`].
 //!
 //! Locking: none; the main thread runs everything in turn (each child has a waiter thread).
 
@@ -17,9 +22,10 @@ mod suite;
 
 use super::usemem::size::{fmt_size, parse_size};
 use super::{CliError, CliResult};
-use crate::kernel::{self, restore::Restore, restore::Undo, setup, RealOps};
+use crate::kernel::{self, restore::Restore, restore::Undo, setup, RealOps, SysOps};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -30,49 +36,78 @@ use suite::{Body, Program};
 #[derive(clap::Args, Debug, Clone)]
 #[command(after_help = "\
 Examples:
-  uswap bench programs --compare kernel            the whole suite against kernel zram (root)
-  uswap bench programs --only python-dict,redis --scale 0.3 --json
+  uswap bench programs --compare kernel            the whole suite against kernel zram and disk swap (root)
+  uswap bench programs --compare disk --only sqlite,redis --scale 0.3 --json
   uswap bench programs --list
+
+Sides, interleaved per round: native; zram (lz4 zram as the only swap, zswap off, the program in \
+a memory cgroup at the limit); disk (a swap file on /var/tmp as the only swap, zswap in front of \
+it with the kernel's own pool size, the program in a memory cgroup at the limit); uswap (uswap \
+run --limit, in a memory cgroup at the limit + --uswap-allowance with no kernel swap, so that \
+its pool, its swap file's page cache and its tables are charged: the cgroup's peak is its \
+footprint). A cgroup v1 charges page cache but neither zram's RAM nor zswap's pool (v2 charges \
+zswap's): the kernel sides hold more RAM than their limit.
 
 Targets (reported, not asserted): no run hangs; every uswap output equals the native one; \
 uswap's peak RSS (and a tree's peak anonymous Pss) stays within (limit + fixed overhead) + 10%; \
-the geometric mean of \
-kernel_s / uswap_s over the programs both finished is at least 1.0.
+uswap's footprint stays within (limit + the fixed overheads of the tree's processes, summed) + \
+10%; no OOM kill in uswap's cgroup; the geometric mean of kernel secs / uswap secs over the \
+programs both finished is at least 1.0, against zram and against disk.
 
 The limit of each program is --limit-fraction of its native peak RSS (measured by its first \
 native run: the largest process's, counted twice for make-j2, which runs two compilers at \
 once) unless --limit is given. Without --limit-fraction it is 0.4, or more for a program \
 whose working set is its whole peak (xz's match finder and perl's hash resize walk all of \
-it at random: 0.8; below that both thrash under any swap, see --list). The kernel side charges everything the program touches \
-(page cache too) to a memory cgroup with that limit, shared by all its processes; uswap limits \
-the anonymous memory of the whole tree (one budget shared by all its processes), and each \
-process's fixed overhead (the RSS when its pager had started) comes on top. Programs the kernel OOM-kills are reported as kernel_outcome \"oom\" and left \
-out of the geometric mean.
+it at random: 0.8; below that both thrash under any swap, see --list). The kernel sides charge \
+everything the program touches (page cache too) to a memory cgroup with that limit, shared by \
+all its processes; uswap limits the anonymous memory of the whole tree (one budget shared by \
+all its processes), and each process's fixed overhead (the RSS when its pager had started) \
+comes on top. Programs a kernel side OOM-kills are reported as its outcome \"oom\" and left out \
+of that side's geometric mean.
 
-JSON (--json), per program: limit_bytes; native_s, kernel_s, uswap_s (medians of the runs that \
-finished); speed_ratio = kernel_s / uswap_s; native_peak_rss_bytes, kernel_peak_bytes, \
-uswap_peak_rss_bytes (wait4's ru_maxrss: the largest process of the tree); \
-uswap_tree_peak_anon_pss_bytes (a tree of several processes: the largest sum of their Pss_Anon, \
-from uswap run --stats) and uswap_tree_within_target (it against the same target); \
-kernel_cgroup_peak_bytes (the cgroup's memory.max_usage_in_bytes, page cache included); \
-uswap_fixed_overhead_bytes (from uswap run --stats); uswap_evicted_bytes; kernel_swapped_out_bytes, \
-kernel_swapped_in_bytes, uswap_swapped_in_bytes; correct and \
-kernel_correct (output == native output); native_outcome, kernel_outcome, uswap_outcome \
-(ok | oom | timeout | error); *_stacks (the stacks printed at a timeout); runs (every run). \
-Top level: geomean_speed_ratio with geomean_over and geomean_excluded (and why), failures \
-(of the native and uswap runs: the kernel side's are its outcome and keep the program out of the mean), \
-skipped (a runtime that is not installed), machine, date.")]
+JSON (--json), per program: limit_bytes; native_secs, kernel_zram_secs, kernel_disk_secs, \
+uswap_secs (medians of the runs that finished; native_s and uswap_s are the same figures); \
+speed_ratio_zram = kernel_zram_secs / uswap_secs, speed_ratio_disk = kernel_disk_secs / \
+uswap_secs; footprint_peak_bytes (the largest peak of uswap's cgroup over the rounds: \
+memory.max_usage_in_bytes, v2 memory.peak), footprint_bound_bytes (limit + the \
+fixed_overhead_bytes of every process of the tree in uswap run --stats, summed: each process's \
+libraries, runtime and uswap tables come on top of the shared limit), footprint_within \
+(footprint_peak_bytes <= 1.1 x footprint_bound_bytes in every round); native_peak_rss_bytes, \
+zram_peak_rss_bytes, disk_peak_rss_bytes, uswap_peak_rss_bytes (wait4's ru_maxrss: the largest \
+process of the tree); uswap_tree_peak_anon_pss_bytes (a tree of several processes: the largest \
+sum of their Pss_Anon, from uswap run --stats) and uswap_tree_within_target; \
+zram_cgroup_peak_bytes, disk_cgroup_peak_bytes; uswap_fixed_overhead_bytes (the largest \
+process's) and uswap_fixed_overhead_sum_bytes; uswap_evicted_bytes, uswap_swapped_in_bytes; \
+zram_swapped_out_bytes, zram_swapped_in_bytes; disk_swapped_out_bytes, disk_swapped_in_bytes \
+(pswpout, pswpin: the swap file's own I/O), disk_zswap_out_bytes, disk_zswap_in_bytes (zswpout, \
+zswpin), disk_written_back_bytes (zswpwb); correct, zram_correct, disk_correct (output == native \
+output); native_outcome, zram_outcome, disk_outcome, uswap_outcome (ok | oom | timeout | \
+error); *_stacks (the stacks printed at a timeout); runs (every run). Top level: \
+geomean_speed_ratio_zram with geomean_zram_over and geomean_zram_excluded (and why), the same \
+for disk, min_speed_ratio_zram, min_speed_ratio_disk, footprints_within (every program's \
+footprint_within) and footprints_over, uswap_allowance_bytes, failures (of the native and uswap \
+runs: a kernel side's are its outcome and keep the program out of its mean), skipped (a runtime \
+that is not installed), zram_skipped, disk_skipped, uswap_cgroup_skipped, kernel_setup, notes, \
+machine, date.")]
 pub struct Args {
-    /// What to compare uswap with: kernel (= zram: lz4 zram swap + memory cgroup; needs root) or none.
+    /// What to compare uswap with: kernel (= zram,disk), zram (lz4 zram swap), disk (zswap in
+    /// front of a swap file), or none; the kernel sides run in a memory cgroup at the limit and
+    /// need root.
     #[arg(long, default_value = "none")]
     pub compare: String,
+    /// The room the uswap side's memory cgroup gives above the limit: the processes' own fixed
+    /// overhead (their binaries' and libraries' pages, a runtime's text, uswap's tables), which
+    /// the limit does not cover. An OOM kill there is a failure.
+    #[arg(long, default_value = "64M", value_parser = parse_size)]
+    pub uswap_allowance: u64,
     /// Print one JSON object instead of a table (and no progress bar).
     #[arg(long)]
     pub json: bool,
     /// Only these programs (comma-separated names; see --list).
     #[arg(long)]
     pub only: Option<String>,
-    /// Interleaved rounds per program (native, kernel, uswap each round); medians are reported.
+    /// Interleaved rounds per program (native, zram, disk, uswap each round); medians are
+    /// reported.
     #[arg(long, default_value_t = 1)]
     pub runs: u32,
     /// Seconds one run may take before its stacks are printed and it is killed.
@@ -114,11 +149,17 @@ const MIN_LIMIT: u64 = 16 << 20;
 const RSS_TARGET_SLACK: f64 = 0.10;
 /// Lines of a failed run's stderr quoted in the report.
 const STDERR_TAIL: usize = 8;
+/// The largest --uswap-allowance accepted.
+const MAX_ALLOWANCE: u64 = 64 << 30;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Side {
     Native,
-    Kernel,
+    /// Kernel swap on lz4 zram, zswap off, in a memory cgroup at the limit.
+    Zram,
+    /// Kernel swap on a swap file with zswap in front, in a memory cgroup at the limit.
+    Disk,
+    /// `uswap run --limit`, in a memory cgroup at the limit + the allowance.
     Uswap,
 }
 
@@ -126,10 +167,35 @@ impl Side {
     fn key(self) -> &'static str {
         match self {
             Side::Native => "native",
-            Side::Kernel => "kernel",
+            Side::Zram => "zram",
+            Side::Disk => "disk",
             Side::Uswap => "uswap",
         }
     }
+    /// The two kernel baselines.
+    const KERNEL: [Side; 2] = [Side::Zram, Side::Disk];
+}
+
+/// Which kernel baselines `--compare` asks for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Want {
+    zram: bool,
+    disk: bool,
+}
+
+/// `--compare`: kernel (= zram,disk), zram, disk or none, comma-separated.
+fn parse_compare(s: &str) -> Result<Want, String> {
+    let mut w = Want::default();
+    for c in s.split(',').map(str::trim) {
+        match c {
+            "kernel" => w = Want { zram: true, disk: true },
+            "zram" => w.zram = true,
+            "disk" => w.disk = true,
+            "none" | "" => {}
+            other => return Err(format!("--compare {other:?}: expected kernel (= zram,disk), zram, disk or none")),
+        }
+    }
+    Ok(w)
 }
 
 /// One run of one program on one side.
@@ -140,44 +206,84 @@ struct RunRec {
     outcome: &'static str,
     secs: f64,
     peak_rss: u64,
+    /// The peak of the run's memory cgroup (uswap: its footprint).
     cgroup_peak: Option<u64>,
+    /// The limit of the run's memory cgroup.
+    cgroup_limit: Option<u64>,
+    /// Processes the kernel OOM-killed in the run's cgroup.
+    oom_kills: Option<u64>,
     correct: Option<bool>,
     diff: Option<String>,
     error: Option<String>,
     stacks: Option<String>,
+    /// uswap: the largest process's fixed overhead, and the sum over the tree's processes.
     fixed_overhead: Option<u64>,
+    fixed_overhead_sum: Option<u64>,
+    /// uswap: the limit + `fixed_overhead_sum`, what its footprint is held to.
+    footprint_bound: Option<u64>,
     evicted_bytes: Option<u64>,
+    /// Bytes written to the swap device (kernel: `pswpout`).
     swapped_out_bytes: Option<u64>,
     /// Bytes swapped in (kernel: `pswpin`; uswap: every process's `swap.pswpin`).
     swapped_in_bytes: Option<u64>,
+    /// Disk side: bytes stored in zswap and loaded from it (`zswpout`, `zswpin`), and written
+    /// back from it to the swap file (`zswpwb`).
+    zswap_out_bytes: Option<u64>,
+    zswap_in_bytes: Option<u64>,
+    written_back_bytes: Option<u64>,
     processes: Option<u64>,
     /// uswap: [`UswapStats::tree_peak`].
     tree_peak: Option<u64>,
 }
 
 impl RunRec {
+    /// uswap: the footprint against its bound + 10 % (None without both figures).
+    fn footprint_within(&self) -> Option<bool> {
+        let (p, b) = (self.cgroup_peak?, self.footprint_bound?);
+        Some(p as f64 <= b as f64 * (1.0 + RSS_TARGET_SLACK))
+    }
+
     fn json(&self) -> Value {
-        json!({
+        let mut v = json!({
             "side": self.side, "round": self.round, "outcome": self.outcome, "secs": r3(self.secs),
-            "peak_rss_bytes": self.peak_rss, "cgroup_peak_bytes": self.cgroup_peak, "correct": self.correct,
+            "peak_rss_bytes": self.peak_rss, "cgroup_peak_bytes": self.cgroup_peak,
+            "cgroup_limit_bytes": self.cgroup_limit, "oom_kills": self.oom_kills, "correct": self.correct,
             "diff": self.diff, "error": self.error, "fixed_overhead_bytes": self.fixed_overhead,
+            "fixed_overhead_sum_bytes": self.fixed_overhead_sum,
             "evicted_bytes": self.evicted_bytes, "swapped_out_bytes": self.swapped_out_bytes,
-            "swapped_in_bytes": self.swapped_in_bytes, "processes_with_stats": self.processes,
-            "tree_peak_anon_pss_bytes": self.tree_peak,
-        })
+            "swapped_in_bytes": self.swapped_in_bytes, "zswap_out_bytes": self.zswap_out_bytes,
+            "zswap_in_bytes": self.zswap_in_bytes, "written_back_bytes": self.written_back_bytes,
+            "processes_with_stats": self.processes, "tree_peak_anon_pss_bytes": self.tree_peak,
+        });
+        if self.side == Side::Uswap.key() {
+            v["footprint_peak_bytes"] = json!(self.cgroup_peak);
+            v["footprint_bound_bytes"] = json!(self.footprint_bound);
+            v["footprint_within"] = json!(self.footprint_within());
+        }
+        v
     }
 }
 
-/// Kernel state for the comparison.
+/// The machine's side of the comparison: the restore guard and what was set up.
 struct KernelSide {
     guard: Restore,
     zram: Option<setup::Zram>,
-    disksize: u64,
+    zram_disksize: u64,
+    /// The disk side's swap file (zswap in front of it).
+    disk: Option<setup::Zswap>,
+    disk_bytes: u64,
     cgroup_version: Option<u8>,
-    skipped: Option<String>,
+    /// Why a side does not run (None: it runs).
+    zram_skipped: Option<String>,
+    disk_skipped: Option<String>,
+    /// Why uswap runs without a memory cgroup (None: it runs in one).
+    uswap_cgroup_skipped: Option<String>,
+    /// The uswap cgroup's room above the limit.
+    allowance: u64,
+    /// Prefix of the cgroups and of the swap file (`uswap-programs-PID`).
+    tag: String,
     seq: u32,
 }
-
 fn r3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
@@ -204,60 +310,88 @@ fn mib(b: u64) -> String {
     format!("{:.1}M", b as f64 / (1u64 << 20) as f64)
 }
 
-fn setup_kernel(want: bool) -> KernelSide {
+/// Set up what `want` asks for on this machine (root only; the reasons otherwise).
+fn setup_kernel(want: Want, allowance: u64) -> KernelSide {
+    let tag = format!("uswap-programs-{}", std::process::id());
+    setup_kernel_on(Box::new(RealOps::default()), kernel::is_root(), want, allowance, &tag)
+}
+
+/// [`setup_kernel`] through `ops`, as root or not. The uswap side's cgroup is set up whenever
+/// the machine allows, whatever `want` says.
+fn setup_kernel_on(ops: Box<dyn SysOps>, root: bool, want: Want, allowance: u64, tag: &str) -> KernelSide {
+    let not_asked = |w: bool| (!w).then(|| "not requested (--compare)".to_string());
     let mut k = KernelSide {
-        guard: Restore::new(Box::new(RealOps::default())),
+        guard: Restore::new(ops),
         zram: None,
-        disksize: 0,
+        zram_disksize: 0,
+        disk: None,
+        disk_bytes: 0,
         cgroup_version: None,
-        skipped: None,
+        zram_skipped: not_asked(want.zram),
+        disk_skipped: not_asked(want.disk),
+        uswap_cgroup_skipped: None,
+        allowance,
+        tag: tag.to_string(),
         seq: 0,
     };
-    if !want {
-        k.skipped = Some("not requested (--compare none)".into());
-        return k;
-    }
-    if !kernel::is_root() {
-        k.skipped = Some("needs root (to set up zram, swapon and a memory cgroup); run with sudo".into());
+    let skip_all = |k: &mut KernelSide, why: String| {
+        k.zram_skipped.get_or_insert(why.clone());
+        k.disk_skipped.get_or_insert(why.clone());
+        k.uswap_cgroup_skipped = Some(why);
+    };
+    if !root {
+        skip_all(&mut k, "needs root (to set up zram, a swap file, swapon and memory cgroups); run with sudo".into());
         return k;
     }
     // Probe the cgroup (created and removed again).
-    let probe = format!("uswap-programs-{}-probe", std::process::id());
+    let probe = format!("{tag}-probe");
     match setup::setup_cgroup(&mut k.guard, &probe, 1 << 30) {
         Ok(cg) => {
             k.cgroup_version = Some(cg.version);
             if let Err(e) = k.guard.undo_now(&Undo::Rmdir(cg.dir)) {
-                k.skipped = Some(format!("memory cgroup: cannot remove {probe}: {e}"));
+                skip_all(&mut k, format!("memory cgroup: cannot remove {probe}: {e}"));
                 return k;
             }
         }
         Err(e) => {
-            k.skipped = Some(format!("memory cgroup: {e}"));
+            skip_all(&mut k, format!("memory cgroup: {e}"));
             return k;
         }
     }
-    // zswap would sit in front of zram: off for the benchmark, restored afterwards.
-    let zswap = Path::new("sys/module/zswap/parameters/enabled");
-    if let Ok(old) = k.guard.ops().read(zswap) {
-        if old == "Y" {
-            match k.guard.ops().write(zswap, "N") {
-                Ok(()) => k.guard.done(Undo::Write { rel: zswap.into(), value: old }),
-                Err(e) => {
-                    k.skipped = Some(format!("cannot turn zswap off for the zram runs: {e}"));
-                    return k;
-                }
-            }
-        }
-    }
-    // zram's disksize is virtual (it holds what is swapped out, compressed): half of RAM, as
-    // zram-generator's default, is more than any program of the suite swaps out.
     let mem_total =
         k.guard.ops().read(Path::new("proc/meminfo")).ok().and_then(|s| kernel::kb_field(&s, "MemTotal:")).unwrap_or(0)
             * 1024;
-    k.disksize = (mem_total / 2) & !4095;
-    match setup::setup_zram(&mut k.guard, k.disksize, "lz4") {
-        Ok(z) => k.zram = Some(z),
-        Err(e) => k.skipped = Some(format!("zram: {e}")),
+    if want.disk {
+        // zswap's parameters are recorded for restore and it is left off: each disk run turns
+        // it on with its swap file, and off again.
+        k.disk_bytes = setup::swap_file_bytes(mem_total);
+        let file = PathBuf::from(format!("var/tmp/{tag}.swap"));
+        match setup::setup_zswap(&mut k.guard, &file, k.disk_bytes, "lz4") {
+            Ok(z) => k.disk = Some(z),
+            Err(e) => k.disk_skipped = Some(format!("disk swap: {e}")),
+        }
+    }
+    if want.zram {
+        // zswap would sit in front of zram: off for the zram runs, restored afterwards.
+        let zswap = Path::new("sys/module/zswap/parameters/enabled");
+        if let Ok(old) = k.guard.ops().read(zswap) {
+            if old == "Y" {
+                match k.guard.ops().write(zswap, "N") {
+                    Ok(()) => k.guard.done(Undo::Write { rel: zswap.into(), value: old }),
+                    Err(e) => {
+                        k.zram_skipped = Some(format!("cannot turn zswap off for the zram runs: {e}"));
+                        return k;
+                    }
+                }
+            }
+        }
+        // zram's disksize is virtual (it holds what is swapped out, compressed): half of RAM,
+        // as zram-generator's default, is more than any program of the suite swaps out.
+        k.zram_disksize = (mem_total / 2) & !4095;
+        match setup::setup_zram(&mut k.guard, k.zram_disksize, "lz4") {
+            Ok(z) => k.zram = Some(z),
+            Err(e) => k.zram_skipped = Some(format!("zram: {e}")),
+        }
     }
     k
 }
@@ -278,7 +412,7 @@ impl SideCtx<'_> {
     /// The command that runs `argv` on this side.
     fn command(&self, argv: &[OsString]) -> Result<Command, String> {
         let mut cmd = match self.side {
-            Side::Native | Side::Kernel => {
+            Side::Native | Side::Zram | Side::Disk => {
                 let mut c = Command::new(&argv[0]);
                 c.args(&argv[1..]).env_remove("LD_PRELOAD");
                 c
@@ -300,7 +434,7 @@ impl SideCtx<'_> {
     }
 }
 
-/// Read `uswap run --stats` (docs/stats.md): (fixed overhead, swapped-out bytes, processes).
+/// Read `uswap run --stats` (docs/stats.md): fixed overheads, swapped bytes, processes.
 /// None when absent (killed before writing it, or empty).
 fn uswap_stats(p: &Path) -> Option<UswapStats> {
     uswap_stats_of(&serde_json::from_slice(&std::fs::read(p).ok()?).ok()?)
@@ -316,17 +450,30 @@ fn uswap_stats_of(v: &Value) -> Option<UswapStats> {
         .collect();
     // docs/stats.md (schema 1); the keys before it as a fallback.
     let u = |x: &Value, p: &[&str]| p.iter().find_map(|p| x.pointer(p).and_then(Value::as_u64)).unwrap_or(0);
-    let fixed = procs.iter().map(|x| u(x, &["/fixed_overhead_bytes", "/rss_at_start_bytes"])).max().unwrap_or(0);
+    let fixed_of: Vec<u64> = procs.iter().map(|x| u(x, &["/fixed_overhead_bytes", "/rss_at_start_bytes"])).collect();
+    let fixed = fixed_of.iter().copied().max().unwrap_or(0);
+    let fixed_sum = fixed_of.iter().sum();
     let evicted = procs.iter().map(|x| u(x, &["/swap/pswpout", "/pager/evicted_pages"]) * 4096).sum();
     let swapped_in = procs.iter().map(|x| u(x, &["/swap/pswpin"]) * 4096).sum();
     let tree_peak = v.pointer("/tree_peak/anon_pss_bytes").and_then(Value::as_u64);
-    (!procs.is_empty()).then_some(UswapStats { fixed, evicted, swapped_in, processes: procs.len() as u64, tree_peak })
+    (!procs.is_empty()).then_some(UswapStats {
+        fixed,
+        fixed_sum,
+        evicted,
+        swapped_in,
+        processes: procs.len() as u64,
+        tree_peak,
+    })
 }
 
 /// What [`uswap_stats`] reads from `uswap run --stats`.
 struct UswapStats {
     /// The largest process's fixed overhead.
     fixed: u64,
+    /// The fixed overheads of every process, summed: each process has its own binary,
+    /// libraries and uswap tables on top of the tree's shared limit (a forked child's shared
+    /// pages count in both, so the sum errs on the generous side).
+    fixed_sum: u64,
     /// Bytes swapped out and in, every process.
     evicted: u64,
     swapped_in: u64,
@@ -402,68 +549,99 @@ fn remove_run_statsdir(pid: i32) {
     }
 }
 
-/// What the kernel side adds around a run.
-struct KernelRun {
+/// What a side adds around a run: its memory cgroup and, for a kernel side, its swap.
+#[derive(Debug)]
+struct SideRun {
+    side: Side,
     cg: setup::Cgroup,
-    dev: PathBuf,
-    before: std::collections::BTreeMap<String, u64>,
+    /// The cgroup's limit.
+    limit: u64,
+    before: BTreeMap<String, u64>,
 }
 
-fn kernel_begin(k: &mut KernelSide, limit: u64) -> Result<KernelRun, String> {
-    let z = k.zram.clone().ok_or("no zram")?;
+/// Put a run of `side` under `limit` in place: a new memory cgroup (at the limit; uswap's at
+/// the limit + the allowance, kept out of kernel swap) and, for a kernel side, its swap turned
+/// on (zram; or zswap and the swap file). None for the native side, and for uswap when it
+/// runs without a cgroup.
+fn side_begin(k: &mut KernelSide, side: Side, limit: u64) -> Result<Option<SideRun>, String> {
+    let cg_limit = match side {
+        Side::Native => return Ok(None),
+        Side::Uswap if k.uswap_cgroup_skipped.is_some() => return Ok(None),
+        Side::Uswap => limit.saturating_add(k.allowance),
+        Side::Zram | Side::Disk => limit,
+    };
     k.seq += 1;
-    let name = format!("uswap-programs-{}-{}", std::process::id(), k.seq);
-    let cg = setup::setup_cgroup(&mut k.guard, &name, limit)?;
-    if let Err(e) = setup::swapon(&mut k.guard, &z.dev) {
+    let name = format!("{}-{}-{}", k.tag, side.key(), k.seq);
+    let cg = setup::setup_cgroup(&mut k.guard, &name, cg_limit)?;
+    let on = match side {
+        Side::Zram => match k.zram.clone() {
+            Some(z) => setup::swapon(&mut k.guard, &z.dev),
+            None => Err("zram was not set up".into()),
+        },
+        Side::Disk => match k.disk.clone() {
+            Some(d) => setup::disk_swapon(&mut k.guard, &d),
+            None => Err("the disk swap file was not set up".into()),
+        },
+        Side::Uswap | Side::Native => cg.forbid_swap(k.guard.ops()),
+    };
+    if let Err(e) = on {
         let _ = k.guard.undo_now(&Undo::Rmdir(cg.dir.clone()));
         return Err(e);
     }
     let before = kernel::vmstat(k.guard.ops());
-    Ok(KernelRun { cg, dev: z.dev, before })
+    Ok(Some(SideRun { side, cg, limit: cg_limit, before }))
 }
 
-/// What the kernel side measured around one run.
-struct KernelEnd {
-    /// The cgroup's peak usage.
+/// What a side's cgroup and the kernel's counters measured around one run.
+#[derive(Debug, Default)]
+struct SideEnd {
+    /// The cgroup's limit and peak usage.
+    limit: u64,
     peak: Option<u64>,
     /// OOM kills in the cgroup.
     ooms: u64,
-    /// Bytes swapped out and in (`/proc/vmstat` `pswpout`, `pswpin`: the cgroup's zram device
-    /// is the machine's only swap while it runs).
+    /// Bytes written to and read from the swap device (`/proc/vmstat` `pswpout`, `pswpin`:
+    /// the side's device is the machine's only swap while it runs).
     out_bytes: u64,
     in_bytes: u64,
+    /// zswap: stores, loads and writebacks (`zswpout`, `zswpin`, `zswpwb`), bytes.
+    zswap_out_bytes: u64,
+    zswap_in_bytes: u64,
+    written_back_bytes: u64,
     /// What failed while restoring the machine.
     errs: Vec<String>,
 }
 
-/// Measure the run's end; swapoff and remove the cgroup.
-fn kernel_end(k: &mut KernelSide, kr: KernelRun) -> KernelEnd {
+/// Measure the run's end; turn the side's swap off and remove its cgroup.
+fn side_end(k: &mut KernelSide, run: SideRun) -> SideEnd {
     let ops = k.guard.ops();
     let after = kernel::vmstat(ops);
     let diff = |key: &str| {
-        after.get(key).copied().unwrap_or(0).saturating_sub(kr.before.get(key).copied().unwrap_or(0)) * 4096
+        after.get(key).copied().unwrap_or(0).saturating_sub(run.before.get(key).copied().unwrap_or(0)) * 4096
     };
-    let (out_bytes, in_bytes) = (diff("pswpout"), diff("pswpin"));
-    let (peak_file, events) = if kr.cg.version == 1 {
-        ("memory.max_usage_in_bytes", "memory.oom_control")
-    } else {
-        ("memory.peak", "memory.events")
+    let mut e = SideEnd {
+        limit: run.limit,
+        peak: run.cg.peak(ops),
+        ooms: run.cg.oom_kills(ops),
+        out_bytes: diff("pswpout"),
+        in_bytes: diff("pswpin"),
+        zswap_out_bytes: diff("zswpout"),
+        zswap_in_bytes: diff("zswpin"),
+        written_back_bytes: diff("zswpwb"),
+        errs: Vec::new(),
     };
-    let peak = ops.read(&kr.cg.dir.join(peak_file)).ok().and_then(|s| s.parse().ok());
-    let ooms = ops
-        .read(&kr.cg.dir.join(events))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("oom_kill ").and_then(|n| n.trim().parse::<u64>().ok()))
-        .unwrap_or(0);
-    let mut errs = Vec::new();
-    if let Err(e) = setup::swapoff(&mut k.guard, &kr.dev) {
-        errs.push(e);
+    let off = match run.side {
+        Side::Zram => k.zram.clone().map(|z| setup::swapoff(&mut k.guard, &z.dev)),
+        Side::Disk => k.disk.clone().map(|d| setup::disk_swapoff(&mut k.guard, &d)),
+        Side::Uswap | Side::Native => None,
+    };
+    if let Some(Err(err)) = off {
+        e.errs.push(err);
     }
-    if let Err(e) = k.guard.undo_now(&Undo::Rmdir(kr.cg.dir.clone())) {
-        errs.push(e);
+    if let Err(err) = k.guard.undo_now(&Undo::Rmdir(run.cg.dir.clone())) {
+        e.errs.push(err);
     }
-    KernelEnd { peak, ooms, out_bytes, in_bytes, errs }
+    e
 }
 
 /// Run `body` once on `sc.side` in `dir`.
@@ -480,8 +658,8 @@ fn run_once(
     let _ = std::fs::remove_file(&sc.stats);
     let stdout = dir.join("stdout");
     let stderr = dir.join("stderr");
-    let kr = if sc.side == Side::Kernel { Some(kernel_begin(k, sc.limit)?) } else { None };
-    let procs = kr.as_ref().map(|kr| kr.cg.procs_file(k.guard.ops()));
+    let sr = side_begin(k, sc.side, sc.limit)?;
+    let procs = sr.as_ref().map(|sr| sr.cg.procs_file(k.guard.ops()));
     let sc = SideCtx { procs, stats: sc.stats.clone(), ..*sc };
     let mut print = |s: &str| pb.suspend(|| eprintln!("{s}"));
     let deadline = Instant::now() + timeout;
@@ -512,22 +690,32 @@ fn run_once(
             (Some(o.waited), o.error)
         }
     };
-    kernel::set_child(0);
     let mut rec = RunRec { side: sc.side.key(), ..Default::default() };
     let mut oom = false;
-    if let Some(kr) = kr {
-        let e = kernel_end(k, kr);
+    if let Some(sr) = sr {
+        let e = side_end(k, sr);
         rec.cgroup_peak = e.peak;
-        rec.swapped_out_bytes = Some(e.out_bytes);
-        rec.swapped_in_bytes = Some(e.in_bytes);
+        rec.cgroup_limit = Some(e.limit);
+        rec.oom_kills = Some(e.ooms);
+        if sc.side != Side::Uswap {
+            rec.swapped_out_bytes = Some(e.out_bytes);
+            rec.swapped_in_bytes = Some(e.in_bytes);
+        }
+        if sc.side == Side::Disk {
+            rec.zswap_out_bytes = Some(e.zswap_out_bytes);
+            rec.zswap_in_bytes = Some(e.zswap_in_bytes);
+            rec.written_back_bytes = Some(e.written_back_bytes);
+        }
         oom = e.ooms > 0;
         if !e.errs.is_empty() {
-            return Err(format!("kernel side: {}", e.errs.join("; ")));
+            return Err(format!("{} side: {}", sc.side.key(), e.errs.join("; ")));
         }
     }
     if sc.side == Side::Uswap {
         if let Some(u) = uswap_stats(&sc.stats) {
             rec.fixed_overhead = Some(u.fixed);
+            rec.fixed_overhead_sum = Some(u.fixed_sum);
+            rec.footprint_bound = Some(sc.limit + u.fixed_sum);
             rec.evicted_bytes = Some(u.evicted);
             rec.swapped_in_bytes = Some(u.swapped_in);
             rec.processes = Some(u.processes);
@@ -541,10 +729,9 @@ fn run_once(
             }
             rec.secs = w.secs;
             rec.peak_rss = w.peak_rss;
-            // An OOM kill anywhere in the cgroup is the kernel's failure even when the command
+            // An OOM kill anywhere in the cgroup is the side's failure even when the command
             // exits 0: a pipeline whose `awk` the kernel killed still ends with `sha256sum`'s
-            // success, over a truncated input (2026-11-28: counted once as a wrong output and a
-            // speed ratio).
+            // success, over a truncated input.
             rec.outcome = if w.stacks.is_some() {
                 "timeout"
             } else if oom {
@@ -559,6 +746,10 @@ fn run_once(
                     Some(e) => e.clone(),
                     None if w.success() => "the kernel OOM-killed a process of the tree (the command exited 0)".into(),
                     None => w.describe(),
+                };
+                let what = match (rec.outcome, rec.cgroup_limit) {
+                    ("oom", Some(l)) => format!("OOM-killed in its memory cgroup (limit {}): {what}", mib(l)),
+                    _ => what,
                 };
                 let t = tail(&stderr);
                 rec.error = Some(if t.is_empty() { what } else { format!("{what}; stderr: {t}") });
@@ -618,17 +809,36 @@ impl ProgRes {
     fn opt(&self, s: Side, f: impl Fn(&RunRec) -> Option<u64>) -> Option<u64> {
         median_u(&self.side(s).iter().filter_map(|r| f(r)).collect::<Vec<_>>())
     }
-    fn ratio(&self) -> Option<f64> {
-        match (self.secs(Side::Kernel), self.secs(Side::Uswap)) {
-            (Some(k), Some(u))
+    /// `k`'s secs / uswap's, when both finished with the right output (`k`: a kernel side).
+    fn ratio(&self, k: Side) -> Option<f64> {
+        match (self.secs(k), self.secs(Side::Uswap)) {
+            (Some(ks), Some(u))
                 if u > 0.0
-                    && self.outcome(Side::Kernel) == Some("ok")
-                    && self.correct(Side::Kernel) != Some(false)
+                    && self.outcome(k) == Some("ok")
+                    && self.correct(k) != Some(false)
                     && self.correct(Side::Uswap) == Some(true) =>
             {
-                Some(k / u)
+                Some(ks / u)
             }
             _ => None,
+        }
+    }
+    /// Why there is no ratio against kernel side `k`.
+    fn no_ratio_reason(&self, k: Side) -> String {
+        match (self.outcome(k), self.outcome(Side::Uswap), self.correct(Side::Uswap)) {
+            (Some("oom"), _, _) => {
+                format!("the kernel ({}) OOM-killed it under this limit (not counted as a uswap win)", k.key())
+            }
+            (Some("ok"), _, _) if self.correct(k) == Some(false) => {
+                format!("the kernel's ({}) output was wrong (not counted as a uswap win)", k.key())
+            }
+            (ko, u, c) => format!(
+                "{} {}, uswap {}{}",
+                k.key(),
+                ko.unwrap_or("-"),
+                u.unwrap_or("-"),
+                if c == Some(false) && u == Some("ok") { " (wrong output)" } else { "" }
+            ),
         }
     }
     /// Whether the tree's peak anonymous memory (several processes) stayed within the same
@@ -642,42 +852,85 @@ impl ProgRes {
         Some(((self.limit? + fixed) as f64 * (1.0 + RSS_TARGET_SLACK)) as u64)
     }
 
+    /// uswap's footprint: the largest cgroup peak of its rounds, the bound of that round (or
+    /// the median bound when that round has none), and whether every round with both figures
+    /// stayed within bound + 10 % (None: no round had both).
+    fn footprint(&self) -> (Option<u64>, Option<u64>, Option<bool>) {
+        let runs = self.side(Side::Uswap);
+        let top = runs.iter().filter(|r| r.cgroup_peak.is_some()).max_by_key(|r| r.cgroup_peak);
+        let peak = top.and_then(|r| r.cgroup_peak);
+        let bound = top.and_then(|r| r.footprint_bound).or_else(|| self.opt(Side::Uswap, |r| r.footprint_bound));
+        let within: Vec<bool> = runs.iter().filter_map(|r| r.footprint_within()).collect();
+        (peak, bound, (!within.is_empty()).then(|| within.iter().all(|&w| w)))
+    }
+
     fn json(&self) -> Value {
         let first_stacks = |s: Side| self.side(s).iter().find_map(|r| r.stacks.clone());
-        json!({
+        let (fp_peak, fp_bound, fp_within) = self.footprint();
+        let mut v = json!({
             "name": self.name,
             "runtime": self.runtime,
             "about": self.about,
             "command": self.command,
             "limit_bytes": self.limit,
             "limit_fraction": self.fraction,
+            "native_secs": self.secs(Side::Native).map(r3),
+            "kernel_zram_secs": self.secs(Side::Zram).map(r3),
+            "kernel_disk_secs": self.secs(Side::Disk).map(r3),
+            "uswap_secs": self.secs(Side::Uswap).map(r3),
             "native_s": self.secs(Side::Native).map(r3),
-            "kernel_s": self.secs(Side::Kernel).map(r3),
             "uswap_s": self.secs(Side::Uswap).map(r3),
-            "speed_ratio": self.ratio().map(r3),
+            "speed_ratio_zram": self.ratio(Side::Zram).map(r3),
+            "speed_ratio_disk": self.ratio(Side::Disk).map(r3),
+            "footprint_peak_bytes": fp_peak,
+            "footprint_bound_bytes": fp_bound,
+            "footprint_within": fp_within,
+        });
+        // Two objects: one json! of every key exceeds the macro's recursion limit.
+        let more = json!({
             "native_peak_rss_bytes": self.peak(Side::Native),
-            "kernel_peak_bytes": self.peak(Side::Kernel),
-            "kernel_cgroup_peak_bytes": self.opt(Side::Kernel, |r| r.cgroup_peak),
-            "kernel_swapped_out_bytes": self.opt(Side::Kernel, |r| r.swapped_out_bytes),
-            "kernel_swapped_in_bytes": self.opt(Side::Kernel, |r| r.swapped_in_bytes),
+            "zram_peak_rss_bytes": self.peak(Side::Zram),
+            "disk_peak_rss_bytes": self.peak(Side::Disk),
+            "zram_cgroup_peak_bytes": self.opt(Side::Zram, |r| r.cgroup_peak),
+            "disk_cgroup_peak_bytes": self.opt(Side::Disk, |r| r.cgroup_peak),
+            "zram_swapped_out_bytes": self.opt(Side::Zram, |r| r.swapped_out_bytes),
+            "zram_swapped_in_bytes": self.opt(Side::Zram, |r| r.swapped_in_bytes),
+            "disk_swapped_out_bytes": self.opt(Side::Disk, |r| r.swapped_out_bytes),
+            "disk_swapped_in_bytes": self.opt(Side::Disk, |r| r.swapped_in_bytes),
+            "disk_zswap_out_bytes": self.opt(Side::Disk, |r| r.zswap_out_bytes),
+            "disk_zswap_in_bytes": self.opt(Side::Disk, |r| r.zswap_in_bytes),
+            "disk_written_back_bytes": self.opt(Side::Disk, |r| r.written_back_bytes),
             "uswap_peak_rss_bytes": self.peak(Side::Uswap),
+            "uswap_cgroup_limit_bytes": self.opt(Side::Uswap, |r| r.cgroup_limit),
             "uswap_fixed_overhead_bytes": self.opt(Side::Uswap, |r| r.fixed_overhead),
+            "uswap_fixed_overhead_sum_bytes": self.opt(Side::Uswap, |r| r.fixed_overhead_sum),
             "uswap_evicted_bytes": self.opt(Side::Uswap, |r| r.evicted_bytes),
             "uswap_swapped_in_bytes": self.opt(Side::Uswap, |r| r.swapped_in_bytes),
+        });
+        let last = json!({
             "uswap_rss_target_bytes": self.rss_bound(),
             "uswap_rss_within_target": self.rss_bound().zip(self.peak(Side::Uswap)).map(|(b, p)| p <= b),
             "uswap_tree_peak_anon_pss_bytes": self.opt(Side::Uswap, |r| r.tree_peak),
             "uswap_tree_within_target": self.tree_within(),
             "correct": self.correct(Side::Uswap),
-            "kernel_correct": self.correct(Side::Kernel),
+            "zram_correct": self.correct(Side::Zram),
+            "disk_correct": self.correct(Side::Disk),
             "native_outcome": self.outcome(Side::Native),
-            "kernel_outcome": self.outcome(Side::Kernel),
+            "zram_outcome": self.outcome(Side::Zram),
+            "disk_outcome": self.outcome(Side::Disk),
             "uswap_outcome": self.outcome(Side::Uswap),
             "native_stacks": first_stacks(Side::Native),
-            "kernel_stacks": first_stacks(Side::Kernel),
+            "zram_stacks": first_stacks(Side::Zram),
+            "disk_stacks": first_stacks(Side::Disk),
             "uswap_stacks": first_stacks(Side::Uswap),
             "runs": self.runs.iter().map(RunRec::json).collect::<Vec<_>>(),
-        })
+        });
+        for part in [more, last] {
+            if let (Value::Object(into), Value::Object(from)) = (&mut v, part) {
+                into.extend(from);
+            }
+        }
+        v
     }
 }
 
@@ -710,8 +963,13 @@ fn select(a: &Args) -> Result<Vec<Program>, CliError> {
 }
 
 fn check(a: &Args) -> Result<(), CliError> {
-    if !matches!(a.compare.as_str(), "kernel" | "zram" | "none") {
-        return Err(CliError::usage(format!("--compare {:?}: expected kernel, zram or none", a.compare)));
+    parse_compare(&a.compare).map_err(CliError::usage)?;
+    if a.uswap_allowance > MAX_ALLOWANCE {
+        return Err(CliError::usage(format!(
+            "--uswap-allowance {}: at most {}",
+            fmt_size(a.uswap_allowance),
+            fmt_size(MAX_ALLOWANCE)
+        )));
     }
     if a.runs == 0 || a.runs > 100 {
         return Err(CliError::usage(format!("--runs {}: must be 1..=100", a.runs)));
@@ -764,13 +1022,17 @@ pub fn run(a: &Args) -> CliResult {
         std::fs::create_dir_all(&work.path).map_err(|e| CliError::fail(format!("{}: {e}", work.path.display())))?;
         work.created = true;
     }
-    let mut k = setup_kernel(a.compare != "none");
+    let want = parse_compare(&a.compare).map_err(CliError::usage)?;
+    let mut k = setup_kernel(want, a.uswap_allowance);
     if kernel::interrupted() {
         return Err(CliError::fail("interrupted; the machine was restored"));
     }
     let mut sides = vec![Side::Native];
     if k.zram.is_some() {
-        sides.push(Side::Kernel);
+        sides.push(Side::Zram);
+    }
+    if k.disk.is_some() {
+        sides.push(Side::Disk);
     }
     sides.push(Side::Uswap);
 
@@ -786,10 +1048,14 @@ pub fn run(a: &Args) -> CliResult {
         pb.enable_steady_tick(Duration::from_millis(250));
         pb
     };
-    if let Some(w) = &k.skipped {
-        if a.compare != "none" {
-            pb.println(format!("kernel zram: skipped: {w}"));
+    for (name, asked, why) in [("kernel zram", want.zram, &k.zram_skipped), ("kernel disk", want.disk, &k.disk_skipped)]
+    {
+        if let (true, Some(w)) = (asked, why) {
+            pb.println(format!("{name}: skipped: {w}"));
         }
+    }
+    if let Some(w) = &k.uswap_cgroup_skipped {
+        pb.println(format!("uswap runs without a memory cgroup (no footprint measured): {w}"));
     }
     let timeout = Duration::from_secs(a.timeout);
     let mut results: Vec<ProgRes> = Vec::new();
@@ -902,14 +1168,24 @@ pub fn run(a: &Args) -> CliResult {
                     rec.correct = Some(true);
                 }
                 if !a.json {
+                    let cgroup = match (side, rec.cgroup_peak) {
+                        (Side::Uswap, Some(c)) => format!(
+                            " (footprint {} of bound {}{})",
+                            mib(c),
+                            rec.footprint_bound.map_or("-".into(), mib),
+                            if rec.footprint_within() == Some(false) { ": OVER" } else { "" }
+                        ),
+                        (_, Some(c)) => format!(" (cgroup {})", mib(c)),
+                        _ => String::new(),
+                    };
                     pb.println(format!(
-                        "{:<13} {:<6} round {round}: {:<7} {:>8.2} s  peak RSS {:>8}{}{}{}",
+                        "{:<13} {:<6} round {round}: {:<7} {:>8.2} s  peak RSS {:>8}{cgroup}{}{}{}",
                         prog.name,
                         side.key(),
                         rec.outcome,
                         rec.secs,
                         mib(rec.peak_rss),
-                        rec.cgroup_peak.map(|c| format!(" (cgroup {})", mib(c))).unwrap_or_default(),
+                        if side == Side::Uswap && rec.outcome == "oom" { "  OOM KILL IN USWAP'S CGROUP" } else { "" },
                         match rec.correct {
                             Some(false) => format!("  WRONG OUTPUT: {}", rec.diff.clone().unwrap_or_default()),
                             _ => String::new(),
@@ -934,53 +1210,31 @@ pub fn run(a: &Args) -> CliResult {
     pb.finish_and_clear();
     let restore_errors = k.guard.restore();
 
-    // Summary.
-    let mut failures: Vec<String> = Vec::new();
-    let mut ratios = Vec::new();
-    let mut over = Vec::new();
-    let mut excluded: Vec<Value> = Vec::new();
-    for r in &results {
-        // The kernel side's own failures (OOM kills, a wrong output, a timeout) are reported in
-        // its outcome and keep the program out of the geometric mean; they are not uswap's.
-        for rec in r.runs.iter().filter(|rec| rec.side != Side::Kernel.key()) {
-            let what = format!("{} {} round {}", r.name, rec.side, rec.round);
-            match rec.outcome {
-                "ok" if rec.correct == Some(false) => {
-                    failures.push(format!("{what}: wrong output: {}", rec.diff.clone().unwrap_or_default()))
-                }
-                "ok" => {}
-                "oom" => {}
-                "timeout" => failures.push(format!("{what}: timeout after {} s (stacks printed)", a.timeout)),
-                _ => failures.push(format!("{what}: {}", rec.error.clone().unwrap_or_else(|| rec.outcome.into()))),
-            }
-        }
-        if sides.contains(&Side::Kernel) {
-            match r.ratio() {
-                Some(x) => {
-                    ratios.push(x);
-                    over.push(r.name);
-                }
-                None => {
-                    let why = match (r.outcome(Side::Kernel), r.outcome(Side::Uswap), r.correct(Side::Uswap)) {
-                        (Some("oom"), _, _) => {
-                            "the kernel OOM-killed it under this limit (not counted as a uswap win)".to_string()
-                        }
-                        (Some("ok"), _, _) if r.correct(Side::Kernel) == Some(false) => {
-                            "the kernel's output was wrong (not counted as a uswap win)".to_string()
-                        }
-                        (k, u, c) => format!(
-                            "kernel {}, uswap {}{}",
-                            k.unwrap_or("-"),
-                            u.unwrap_or("-"),
-                            if c == Some(false) && u == Some("ok") { " (wrong output)" } else { "" }
-                        ),
-                    };
-                    excluded.push(json!({ "name": r.name, "reason": why }));
-                }
-            }
-        }
+    let sum = summarize(&results, &sides, a.timeout);
+    let geo_of = |s: Side| sum.geo.iter().find(|g| g.side == s);
+    let geo_json = |s: Side, f: &dyn Fn(&Geo) -> Value| geo_of(s).map_or(Value::Null, f);
+    let v1 = k.cgroup_version == Some(1);
+    let mut notes = vec![
+        "zram's RAM (its compressed pages) is outside a memory cgroup's charge: the zram side holds more RAM than its limit".to_string(),
+        format!(
+            "uswap's cgroup (the limit + {} allowance, no kernel swap) charges its pool, its swap file's page cache and its tables",
+            fmt_size(a.uswap_allowance)
+        ),
+    ];
+    if let Some(d) = k.disk.as_ref().filter(|d| d.compressor != "lz4") {
+        notes.push(format!(
+            "zswap compresses with {}: this kernel's crypto API refused lz4 (zram has lz4 of its own)",
+            d.compressor
+        ));
     }
-    let geo = geomean(&ratios);
+    if v1 {
+        notes.push(
+            "cgroup v1 does not charge zswap's pool either (v2 does): the disk side keeps up to zswap's max_pool_percent of \
+             RAM compressed outside its limit and writes to the swap file only beyond it (disk_written_back_bytes) or for \
+             pages that do not compress"
+                .into(),
+        );
+    }
     let doc = json!({
         "scale": a.scale,
         "runs": a.runs,
@@ -990,29 +1244,47 @@ pub fn run(a: &Args) -> CliResult {
         "tiers": a.tiers,
         "folio": a.folio,
         "compare": a.compare,
-        "kernel_skipped": k.skipped,
+        "sides": sides.iter().map(|s| s.key()).collect::<Vec<_>>(),
+        "uswap_allowance_bytes": a.uswap_allowance,
+        "zram_skipped": k.zram_skipped,
+        "disk_skipped": k.disk_skipped,
+        "uswap_cgroup_skipped": k.uswap_cgroup_skipped,
         "kernel_setup": {
             "zram_device": k.zram.as_ref().map(|z| format!("/dev/zram{}", z.id)),
             "zram_comp_algorithm": k.zram.as_ref().map(|_| "lz4"),
-            "zram_disksize_bytes": k.zram.as_ref().map(|_| k.disksize),
+            "zram_disksize_bytes": k.zram.as_ref().map(|_| k.zram_disksize),
+            "disk_swapfile": k.disk.as_ref().map(|d| format!("/{}", d.file.display())),
+            "disk_swapfile_bytes": k.disk.as_ref().map(|_| k.disk_bytes),
+            "zswap_compressor": k.disk.as_ref().map(|d| d.compressor.clone()),
+            "zswap_max_pool_percent": k.disk.as_ref().and_then(|_| setup::Zswap::max_pool_percent(k.guard.ops())),
             "cgroup_version": k.cgroup_version,
         },
         "programs": results.iter().map(ProgRes::json).collect::<Vec<_>>(),
         "skipped": skipped,
-        "geomean_speed_ratio": geo.map(r3),
-        "geomean_over": over,
-        "geomean_excluded": excluded,
-        "failures": failures,
+        "geomean_speed_ratio_zram": geo_json(Side::Zram, &|g| json!(g.mean.map(r3))),
+        "geomean_zram_over": geo_json(Side::Zram, &|g| json!(g.over)),
+        "geomean_zram_excluded": geo_json(Side::Zram, &|g| json!(g.excluded)),
+        "min_speed_ratio_zram": geo_json(Side::Zram, &|g| json!(g.min.map(r3))),
+        "geomean_speed_ratio_disk": geo_json(Side::Disk, &|g| json!(g.mean.map(r3))),
+        "geomean_disk_over": geo_json(Side::Disk, &|g| json!(g.over)),
+        "geomean_disk_excluded": geo_json(Side::Disk, &|g| json!(g.excluded)),
+        "min_speed_ratio_disk": geo_json(Side::Disk, &|g| json!(g.min.map(r3))),
+        "footprints_within": sum.footprints_within,
+        "footprints_over": sum.footprints_over,
+        "failures": sum.failures,
         "restore_errors": restore_errors,
         "workdir": work.path,
-        "targets": "no hang; uswap output == native output; uswap peak RSS <= (limit + fixed overhead) * 1.1; geomean kernel_s/uswap_s >= 1.0",
+        "notes": notes,
+        "targets": "no hang; uswap output == native output; uswap peak RSS <= (limit + fixed overhead) * 1.1; \
+                    uswap footprint <= (limit + the tree's fixed overheads summed) * 1.1; no OOM kill in uswap's cgroup; \
+                    geomean kernel secs / uswap secs >= 1.0 against zram and against disk",
     });
     let out = crate::report::with_header("programs", facts, doc);
     if a.json {
         println!("{out}");
     } else {
-        print_table(a, &results, &sides, &k, geo, &over, &excluded, &skipped);
-        for f in &failures {
+        print_table(a, &results, &k, &sum, &skipped, &notes);
+        for f in &sum.failures {
             println!("FAILED: {f}");
         }
         for e in &restore_errors {
@@ -1022,25 +1294,139 @@ pub fn run(a: &Args) -> CliResult {
     if !restore_errors.is_empty() {
         return Err(CliError::fail("the machine was not fully restored (see above)"));
     }
-    if !failures.is_empty() {
-        return Err(CliError::fail(format!("{} failure(s) (see above)", failures.len())));
+    if !sum.failures.is_empty() {
+        return Err(CliError::fail(format!("{} failure(s) (see above)", sum.failures.len())));
     }
     Ok(())
 }
 
-#[expect(clippy::too_many_arguments, reason = "one call site; the pieces of the report")]
-fn print_table(
-    a: &Args,
-    results: &[ProgRes],
-    sides: &[Side],
-    k: &KernelSide,
-    geo: Option<f64>,
-    over: &[&str],
-    excluded: &[Value],
-    skipped: &[Value],
-) {
-    println!(
-        "programs: scale {}, {} round(s) (medians), timeout {} s; limit = {}; uswap tiers {} folio {}; kernel: {}",
+/// One kernel side's speed comparison over the suite.
+#[derive(Debug)]
+struct Geo {
+    side: Side,
+    /// The geometric mean and the smallest of kernel secs / uswap secs over `over`.
+    mean: Option<f64>,
+    min: Option<f64>,
+    /// The programs both sides finished correctly.
+    over: Vec<&'static str>,
+    /// The others, with the reason (`name`, `reason`).
+    excluded: Vec<Value>,
+}
+
+/// What the suite's results add up to.
+#[derive(Debug)]
+struct Summary {
+    /// Failures of the native and uswap runs (a kernel side's are its outcome and keep the
+    /// program out of its mean: they are not uswap's).
+    failures: Vec<String>,
+    /// One per kernel side that ran, in the order of `sides`.
+    geo: Vec<Geo>,
+    /// Every program whose footprint was measured stayed within its bound (None: none was).
+    footprints_within: Option<bool>,
+    /// The programs whose footprint was over.
+    footprints_over: Vec<&'static str>,
+}
+
+fn summarize(results: &[ProgRes], sides: &[Side], timeout: u64) -> Summary {
+    let mut failures: Vec<String> = Vec::new();
+    for r in results {
+        for rec in r.runs.iter().filter(|rec| rec.side == Side::Native.key() || rec.side == Side::Uswap.key()) {
+            let what = format!("{} {} round {}", r.name, rec.side, rec.round);
+            match rec.outcome {
+                "ok" if rec.correct == Some(false) => {
+                    failures.push(format!("{what}: wrong output: {}", rec.diff.clone().unwrap_or_default()))
+                }
+                "ok" => {}
+                "timeout" => failures.push(format!("{what}: timeout after {timeout} s (stacks printed)")),
+                _ => failures.push(format!("{what}: {}", rec.error.clone().unwrap_or_else(|| rec.outcome.into()))),
+            }
+        }
+    }
+    let geo = Side::KERNEL
+        .into_iter()
+        .filter(|s| sides.contains(s))
+        .map(|side| {
+            let (mut ratios, mut over, mut excluded) = (Vec::new(), Vec::new(), Vec::new());
+            for r in results {
+                match r.ratio(side) {
+                    Some(x) => {
+                        ratios.push(x);
+                        over.push(r.name);
+                    }
+                    None => excluded.push(json!({ "name": r.name, "reason": r.no_ratio_reason(side) })),
+                }
+            }
+            let min = ratios.iter().copied().reduce(f64::min);
+            Geo { side, mean: geomean(&ratios), min, over, excluded }
+        })
+        .collect();
+    let measured: Vec<(&'static str, bool)> =
+        results.iter().filter_map(|r| r.footprint().2.map(|w| (r.name, w))).collect();
+    Summary {
+        failures,
+        geo,
+        footprints_within: (!measured.is_empty()).then(|| measured.iter().all(|m| m.1)),
+        footprints_over: measured.iter().filter(|m| !m.1).map(|m| m.0).collect(),
+    }
+}
+
+/// Lines of at most `width` columns: `text` split at spaces, every line after the first
+/// indented by `indent`.
+fn wrap(text: &str, width: usize, indent: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split(' ').filter(|w| !w.is_empty()) {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
+            lines.push(std::mem::take(&mut line));
+            line.push_str(indent);
+        } else if !line.is_empty() && !line.ends_with(' ') {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.trim().is_empty() {
+        lines.push(line);
+    }
+    lines
+}
+
+/// Seconds in at most 6 columns.
+fn secs6(x: Option<f64>) -> String {
+    match x {
+        None => "-".into(),
+        Some(v) if v < 100.0 => format!("{v:.2}"),
+        Some(v) if v < 1000.0 => format!("{v:.1}"),
+        Some(v) => format!("{v:.0}"),
+    }
+}
+
+/// Whole MiB.
+fn mib0(b: u64) -> String {
+    format!("{}", (b + (1 << 19)) >> 20)
+}
+
+/// A side's outcome in 3 columns: ok, bad (wrong output), oom, tmo (timeout), err, - (no run).
+fn outcome3(r: &ProgRes, s: Side) -> &'static str {
+    match (r.outcome(s), r.correct(s)) {
+        (None, _) => "-",
+        (Some("ok"), Some(false)) => "bad",
+        (Some("ok"), _) => "ok",
+        (Some("oom"), _) => "oom",
+        (Some("timeout"), _) => "tmo",
+        _ => "err",
+    }
+}
+
+/// The report for people, in 100 columns.
+fn print_table(a: &Args, results: &[ProgRes], k: &KernelSide, sum: &Summary, skipped: &[Value], notes: &[String]) {
+    const W: usize = 100;
+    let say = |text: &str| {
+        for l in wrap(text, W, "  ") {
+            println!("{l}");
+        }
+    };
+    say(&format!(
+        "programs: scale {}, {} round(s) (medians), timeout {} s; limit = {}; uswap tiers {} folio {}",
         a.scale,
         a.runs,
         a.timeout,
@@ -1053,92 +1439,137 @@ fn print_table(
         ),
         a.tiers,
         a.folio,
-        match &k.skipped {
-            None => format!("zram lz4 swap + memory cgroup v{}", k.cgroup_version.unwrap_or(0)),
+    ));
+    let cgv = k.cgroup_version.unwrap_or(0);
+    say(&format!(
+        "zram: {}",
+        match &k.zram_skipped {
+            None => format!("lz4 zram swap, zswap off, memory cgroup v{cgv} at the limit"),
             Some(w) => format!("skipped ({w})"),
         }
+    ));
+    say(&format!(
+        "disk: {}",
+        match (&k.disk_skipped, &k.disk) {
+            (None, Some(d)) => format!(
+                "zswap ({}, pool up to {}% of RAM) in front of a swap file of {} (/{}), memory cgroup v{cgv} at the limit",
+                d.compressor,
+                setup::Zswap::max_pool_percent(k.guard.ops()).map_or("?".into(), |p| p.to_string()),
+                fmt_size(k.disk_bytes),
+                d.file.display()
+            ),
+            (Some(w), _) => format!("skipped ({w})"),
+            (None, None) => "skipped".into(),
+        }
+    ));
+    say(&format!(
+        "uswap: {}",
+        match &k.uswap_cgroup_skipped {
+            None => format!(
+                "memory cgroup v{cgv} at the limit + {} allowance, no kernel swap; footprint = its peak",
+                fmt_size(a.uswap_allowance)
+            ),
+            Some(w) => format!("no memory cgroup, no footprint ({w})"),
+        }
+    ));
+    let ratio =
+        |x: Option<f64>| x.map_or("-".to_string(), |v| if v < 10.0 { format!("{v:.2}x") } else { format!("{v:.1}x") });
+    println!(
+        "{:<13} {:>5} {:>6} {:>6} {:>6} {:>6} {:>5} {:>5} {:>10} {:>4} {:>3}  n/z/d/u",
+        "program", "limit", "native", "zram", "disk", "uswap", "z/u", "d/u", "footprint", "fp", "rss"
     );
-    let f = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.2}"));
-    let m = |x: Option<u64>| x.map_or("-".to_string(), mib);
-    // Correctness only means something for a run that finished.
-    let c = |r: &ProgRes, s: Side| match (r.outcome(s), r.correct(s)) {
-        (Some("ok"), Some(true)) => "yes",
-        (Some("ok"), Some(false)) => "NO",
-        _ => "-",
-    };
-    let mut rows: Vec<[String; 14]> = vec![[
-        "program",
-        "limit",
-        "native s",
-        "kernel s",
-        "uswap s",
-        "k/u",
-        "nat RSS",
-        "kern RSS",
-        "usw RSS",
-        "fixed",
-        "evicted",
-        "RSS<=tgt",
-        "outcome n/k/u",
-        "correct k/u",
-    ]
-    .map(String::from)];
     for r in results {
-        rows.push([
-            r.name.to_string(),
-            m(r.limit),
-            f(r.secs(Side::Native)),
-            f(r.secs(Side::Kernel)),
-            f(r.secs(Side::Uswap)),
-            r.ratio().map_or("-".into(), |x| format!("{x:.2}x")),
+        let (fp_peak, fp_bound, fp_within) = r.footprint();
+        let footprint = match (fp_peak, fp_bound) {
+            (Some(p), Some(b)) => format!("{}/{}M", mib0(p), mib0(b)),
+            (Some(p), None) => format!("{}/-M", mib0(p)),
+            _ => "-".into(),
+        };
+        let yes_no = |w: Option<bool>| match w {
+            Some(true) => "ok",
+            Some(false) => "NO",
+            None => "-",
+        };
+        let rss = r.rss_bound().zip(r.peak(Side::Uswap)).map(|(b, p)| p <= b && r.tree_within() != Some(false));
+        println!(
+            "{:<13} {:>5} {:>6} {:>6} {:>6} {:>6} {:>5} {:>5} {:>10} {:>4} {:>3}  {}/{}/{}/{}",
+            r.name,
+            r.limit.map_or("-".into(), |l| format!("{}M", mib0(l))),
+            secs6(r.secs(Side::Native)),
+            secs6(r.secs(Side::Zram)),
+            secs6(r.secs(Side::Disk)),
+            secs6(r.secs(Side::Uswap)),
+            ratio(r.ratio(Side::Zram)),
+            ratio(r.ratio(Side::Disk)),
+            footprint,
+            yes_no(fp_within),
+            yes_no(rss),
+            outcome3(r, Side::Native),
+            outcome3(r, Side::Zram),
+            outcome3(r, Side::Disk),
+            outcome3(r, Side::Uswap),
+        );
+    }
+    let m = |x: Option<u64>| x.map_or("-".to_string(), mib0);
+    println!(
+        "{:<13} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "MiB", "nat RSS", "zram cg", "disk cg", "usw RSS", "usw tree", "fixed", "fix sum", "evicted", "disk wb"
+    );
+    for r in results {
+        println!(
+            "{:<13} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+            r.name,
             m(r.peak(Side::Native)),
-            m(r.peak(Side::Kernel)),
+            m(r.opt(Side::Zram, |x| x.cgroup_peak)),
+            m(r.opt(Side::Disk, |x| x.cgroup_peak)),
             m(r.peak(Side::Uswap)),
+            m(r.opt(Side::Uswap, |x| x.tree_peak)),
             m(r.opt(Side::Uswap, |x| x.fixed_overhead)),
+            m(r.opt(Side::Uswap, |x| x.fixed_overhead_sum)),
             m(r.opt(Side::Uswap, |x| x.evicted_bytes)),
-            match r.rss_bound().zip(r.peak(Side::Uswap)) {
-                Some((b, p)) if p <= b && r.tree_within() != Some(false) => "yes".into(),
-                Some(_) => "NO".into(),
-                None => "-".into(),
-            },
-            format!(
-                "{}/{}/{}",
-                r.outcome(Side::Native).unwrap_or("-"),
-                r.outcome(Side::Kernel).unwrap_or("-"),
-                r.outcome(Side::Uswap).unwrap_or("-")
-            ),
-            format!("{}/{}", c(r, Side::Kernel), c(r, Side::Uswap)),
-        ]);
+            m(r.opt(Side::Disk, |x| x.written_back_bytes)),
+        );
     }
-    for row in &rows {
-        let mut line = format!("{:<13}", row[0]);
-        for cell in &row[1..12] {
-            line += &format!(" {cell:>8}");
+    for g in &sum.geo {
+        match g.mean {
+            Some(mean) => say(&format!(
+                "{} secs / uswap secs: geomean {mean:.2}x, min {:.2}x, over {} program(s): {}",
+                g.side.key(),
+                g.min.unwrap_or(mean),
+                g.over.len(),
+                g.over.join(", ")
+            )),
+            None => {
+                say(&format!("{} secs / uswap secs: - (no program finished correctly on both sides)", g.side.key()))
+            }
         }
-        line += &format!("  {:<17} {}", row[12], row[13]);
-        println!("{line}");
-    }
-    if sides.contains(&Side::Kernel) {
-        match geo {
-            Some(g) => println!(
-                "geomean speed ratio kernel_s/uswap_s: {g:.2}x over {} program(s): {}",
-                over.len(),
-                over.join(", ")
-            ),
-            None => println!("geomean speed ratio kernel_s/uswap_s: - (no program finished on both sides)"),
-        }
-        for e in excluded {
-            println!(
-                "  excluded from the geomean: {}: {}",
+        for e in &g.excluded {
+            say(&format!(
+                "  excluded from the {} geomean: {}: {}",
+                g.side.key(),
                 e["name"].as_str().unwrap_or("?"),
                 e["reason"].as_str().unwrap_or("?")
-            );
+            ));
         }
     }
-    for s in skipped {
-        println!("skipped: {}: {}", s["name"].as_str().unwrap_or("?"), s["reason"].as_str().unwrap_or("?"));
+    match sum.footprints_within {
+        Some(true) => say("uswap footprint within (limit + fixed overheads summed) + 10%: every program"),
+        Some(false) => say(&format!(
+            "uswap footprint OVER (limit + fixed overheads summed) + 10%: {}",
+            sum.footprints_over.join(", ")
+        )),
+        None => say("uswap footprint: not measured"),
     }
-    println!("RSS = peak RSS (wait4 ru_maxrss: the largest process of the tree); M = MiB; k/u = kernel_s / uswap_s (> 1: uswap faster)");
+    for s in skipped {
+        say(&format!("skipped: {}: {}", s["name"].as_str().unwrap_or("?"), s["reason"].as_str().unwrap_or("?")));
+    }
+    for n in notes {
+        say(&format!("note: {n}"));
+    }
+    say("secs: medians; z/u, d/u = zram or disk secs / uswap secs (> 1: uswap faster); footprint = peak of \
+         uswap's cgroup / (limit + fixed overheads summed), MiB; fp: footprint within bound + 10%; rss: peak RSS \
+         (wait4, the largest process) within (limit + fixed overhead) + 10%; n/z/d/u: native, zram, disk, uswap \
+         outcome (ok, bad = wrong output, oom, tmo = timeout, err); cg = a cgroup's peak; wb = zswap written back");
 }
 
 #[cfg(test)]
@@ -1178,6 +1609,8 @@ mod tests {
             &["--limit", "1M"],
             &["--folio", "lots"],
             &["--timeout", "0"],
+            &["--compare", "kernel,btrfs"],
+            &["--uswap-allowance", "100G"],
         ] {
             let e = check(&parse(bad)).unwrap_err();
             assert_eq!(e.exit_code(), 2, "{bad:?}: {}", e.msg);
@@ -1215,38 +1648,255 @@ mod tests {
         std::fs::remove_dir_all(&d).unwrap();
     }
 
-    #[test]
-    fn outcomes_and_ratio_exclude_kernel_oom() {
-        let rec = |side: &'static str, outcome: &'static str, secs: f64| RunRec {
-            side,
-            outcome,
-            secs,
-            peak_rss: 1,
-            correct: Some(true),
-            ..Default::default()
-        };
-        let mut p = ProgRes {
-            name: "x",
+    fn rec(side: &'static str, outcome: &'static str, secs: f64) -> RunRec {
+        RunRec { side, outcome, secs, peak_rss: 1, correct: Some(true), ..Default::default() }
+    }
+
+    fn prog(name: &'static str, runs: Vec<RunRec>) -> ProgRes {
+        ProgRes {
+            name,
             runtime: "x",
             about: "x",
             command: "x".into(),
-            limit: Some(1 << 20),
+            limit: Some(100 << 20),
             fraction: Some(0.4),
-            runs: vec![rec("native", "ok", 1.0), rec("kernel", "ok", 4.0), rec("uswap", "ok", 2.0)],
-        };
-        assert_eq!(p.ratio(), Some(2.0));
+            runs,
+        }
+    }
+
+    #[test]
+    fn compare_names_the_kernel_sides() {
+        assert_eq!(parse_compare("kernel"), Ok(Want { zram: true, disk: true }));
+        assert_eq!(parse_compare("zram"), Ok(Want { zram: true, disk: false }));
+        assert_eq!(parse_compare("disk"), Ok(Want { zram: false, disk: true }));
+        assert_eq!(parse_compare("zram, disk"), Ok(Want { zram: true, disk: true }));
+        assert_eq!(parse_compare("none"), Ok(Want::default()));
+        assert!(parse_compare("zswap").unwrap_err().contains("zram, disk or none"));
+        assert_eq!(parse(&[]).uswap_allowance, 64 << 20);
+        assert_eq!(parse(&["--uswap-allowance", "128M"]).uswap_allowance, 128 << 20);
+    }
+
+    #[test]
+    fn outcomes_and_ratios_exclude_kernel_oom_per_side() {
+        let mut p = prog(
+            "x",
+            vec![rec("native", "ok", 1.0), rec("zram", "ok", 4.0), rec("disk", "ok", 3.0), rec("uswap", "ok", 2.0)],
+        );
+        assert_eq!((p.ratio(Side::Zram), p.ratio(Side::Disk)), (Some(2.0), Some(1.5)));
         p.runs[1].outcome = "oom";
-        assert_eq!(p.outcome(Side::Kernel), Some("oom"));
-        assert_eq!(p.ratio(), None);
+        assert_eq!(p.outcome(Side::Zram), Some("oom"));
+        assert_eq!((p.ratio(Side::Zram), p.ratio(Side::Disk)), (None, Some(1.5)));
+        assert!(
+            p.no_ratio_reason(Side::Zram).contains("kernel (zram) OOM-killed"),
+            "{}",
+            p.no_ratio_reason(Side::Zram)
+        );
         p.runs[1].outcome = "ok";
-        p.runs[2].correct = Some(false);
-        assert_eq!(p.ratio(), None);
-        assert_eq!(p.correct(Side::Uswap), Some(false));
         // A kernel run that finished with a wrong output (a pipeline stage OOM-killed) is no
         // ratio either.
+        p.runs[2].correct = Some(false);
+        assert_eq!((p.ratio(Side::Zram), p.ratio(Side::Disk)), (Some(2.0), None));
+        assert!(p.no_ratio_reason(Side::Disk).contains("output was wrong"));
         p.runs[2].correct = Some(true);
-        assert_eq!(p.ratio(), Some(2.0));
-        p.runs[1].correct = Some(false);
-        assert_eq!(p.ratio(), None);
+        p.runs[3].correct = Some(false);
+        assert_eq!((p.ratio(Side::Zram), p.ratio(Side::Disk)), (None, None));
+        assert_eq!(p.correct(Side::Uswap), Some(false));
+        assert!(p.no_ratio_reason(Side::Disk).contains("(wrong output)"));
+    }
+
+    #[test]
+    fn footprint_is_the_worst_round_against_limit_plus_summed_overheads() {
+        let u = |peak: u64, bound: Option<u64>| RunRec {
+            cgroup_peak: Some(peak << 20),
+            footprint_bound: bound.map(|b| b << 20),
+            ..rec("uswap", "ok", 1.0)
+        };
+        // 120 MiB against a bound of 110 MiB: within 110 * 1.1 = 121.
+        let p = prog("a", vec![u(100, Some(110)), u(120, Some(110))]);
+        assert_eq!(p.footprint(), (Some(120 << 20), Some(110 << 20), Some(true)));
+        let p = prog("b", vec![u(100, Some(110)), u(122, Some(110))]);
+        assert_eq!(p.footprint().2, Some(false));
+        // A round without statistics (killed before writing them) has no bound of its own.
+        let p = prog("c", vec![u(130, None), u(90, Some(100))]);
+        assert_eq!(p.footprint(), (Some(130 << 20), Some(100 << 20), Some(true)));
+        let p = prog("d", vec![rec("uswap", "ok", 1.0)]);
+        assert_eq!(p.footprint(), (None, None, None));
+        let j = p.json();
+        assert!(j["footprint_peak_bytes"].is_null() && j["footprint_within"].is_null());
+        let j = RunRec { side: "uswap", ..u(100, Some(110)) }.json();
+        assert_eq!(j["footprint_peak_bytes"], 100 << 20);
+        assert_eq!(j["footprint_within"], true);
+        assert!(rec("zram", "ok", 1.0).json().get("footprint_peak_bytes").is_none());
+    }
+
+    #[test]
+    fn summed_fixed_overheads_from_uswap_stats() {
+        let v = json!({
+            "main": { "fixed_overhead_bytes": 30, "swap": { "pswpout": 2, "pswpin": 1 } },
+            "other_processes": [ { "fixed_overhead_bytes": 20 }, { "rss_at_start_bytes": 5 } ],
+            "tree_peak": { "anon_pss_bytes": 77 },
+        });
+        let s = uswap_stats_of(&v).unwrap();
+        assert_eq!((s.fixed, s.fixed_sum, s.processes, s.evicted, s.swapped_in), (30, 55, 3, 8192, 4096));
+        assert_eq!(s.tree_peak, Some(77));
+        assert!(uswap_stats_of(&json!({ "main": null })).is_none());
+    }
+
+    #[test]
+    fn summary_geomeans_per_side_and_uswap_oom_is_a_failure() {
+        let fp = |peak: u64, bound: u64| RunRec {
+            cgroup_peak: Some(peak),
+            footprint_bound: Some(bound),
+            ..rec("uswap", "ok", 1.0)
+        };
+        let a = prog("a", vec![rec("native", "ok", 1.0), rec("zram", "ok", 4.0), rec("disk", "ok", 2.0), fp(1, 1)]);
+        let b = prog("b", vec![rec("native", "ok", 1.0), rec("zram", "ok", 1.0), rec("disk", "oom", 9.0), fp(5, 1)]);
+        let mut oom = fp(2, 1);
+        oom.outcome = "oom";
+        oom.error = Some("OOM-killed in its memory cgroup (limit 164.0M)".into());
+        oom.round = 1;
+        let c = prog("c", vec![rec("native", "ok", 1.0), rec("zram", "ok", 1.0), rec("disk", "ok", 1.0), oom]);
+        let sides = [Side::Native, Side::Zram, Side::Disk, Side::Uswap];
+        let s = summarize(&[a, b, c], &sides, 300);
+        assert_eq!(s.geo.len(), 2);
+        let (z, d) = (&s.geo[0], &s.geo[1]);
+        assert_eq!((z.side, z.over.clone()), (Side::Zram, vec!["a", "b"]));
+        assert!((z.mean.unwrap() - 2.0).abs() < 1e-9, "{z:?}");
+        assert_eq!(z.min, Some(1.0));
+        assert_eq!((d.side, d.over.clone(), d.min), (Side::Disk, vec!["a"], Some(2.0)));
+        assert_eq!(d.excluded.len(), 2);
+        assert!(d.excluded[0]["reason"].as_str().unwrap().contains("OOM-killed"));
+        assert_eq!(s.failures.len(), 1, "{:?}", s.failures);
+        assert!(s.failures[0].starts_with("c uswap round 1: OOM-killed in its memory cgroup"), "{:?}", s.failures);
+        assert_eq!((s.footprints_within, s.footprints_over.clone()), (Some(false), vec!["b", "c"]));
+        // Without the disk side there is no disk geomean.
+        assert_eq!(summarize(&[], &[Side::Native, Side::Zram, Side::Uswap], 1).geo.len(), 1);
+        assert_eq!(summarize(&[], &sides, 1).footprints_within, None);
+    }
+
+    #[test]
+    fn table_lines_fit_in_100_columns() {
+        let text = "zram secs / uswap secs: geomean 1.10x, min 0.42x, over 8 program(s): sqlite, node-objects, \
+                    make-j2, pipeline, python-list, java-hashmap, redis, python-dict, and a very-long-name-here";
+        let lines = wrap(text, 100, "  ");
+        assert!(lines.len() > 1);
+        assert!(lines.iter().all(|l| l.chars().count() <= 100), "{lines:?}");
+        assert!(lines[1].starts_with("  "));
+        assert_eq!(lines.join(" ").split_whitespace().collect::<Vec<_>>(), text.split_whitespace().collect::<Vec<_>>());
+        assert_eq!(
+            (secs6(Some(1.234)), secs6(Some(123.45)), secs6(Some(1234.5)), secs6(None)),
+            ("1.23".into(), "123.5".into(), "1234".into(), "-".into())
+        );
+    }
+
+    /// The kernel sides on a fake machine: what each run turns on and off, and that the guard
+    /// puts everything back.
+    #[test]
+    fn each_side_gets_its_cgroup_and_swap_and_everything_is_restored() {
+        use crate::kernel::fake;
+        let (tmp, ops, log) = fake::machine("programs-sides", false);
+        let root = tmp.0.clone();
+        fake::write(&root, "sys/module/zswap/parameters/enabled", "Y\n");
+        let want = Want { zram: true, disk: true };
+        {
+            let mut k = setup_kernel_on(Box::new(ops), true, want, 64 << 20, "t");
+            assert_eq!(
+                (k.zram_skipped.clone(), k.disk_skipped.clone(), k.uswap_cgroup_skipped.clone()),
+                (None, None, None)
+            );
+            assert_eq!(k.cgroup_version, Some(1));
+            let d = k.disk.clone().unwrap();
+            assert_eq!(d.file, PathBuf::from("var/tmp/t.swap"));
+            assert_eq!(d.compressor, "lz4");
+            assert_eq!(std::fs::metadata(root.join("var/tmp/t.swap")).unwrap().len(), 32 << 20);
+            assert_eq!(fake::read(&root, "sys/module/zswap/parameters/enabled"), "N");
+            assert_eq!(k.zram.as_ref().map(|z| z.id), Some(1));
+
+            let cg = "sys/fs/cgroup/memory/t";
+            assert!(side_begin(&mut k, Side::Native, 100 << 20).unwrap().is_none());
+
+            let sr = side_begin(&mut k, Side::Zram, 100 << 20).unwrap().unwrap();
+            assert_eq!(fake::read(&root, &format!("{cg}-zram-1/memory.limit_in_bytes")), (100u64 << 20).to_string());
+            assert_eq!(fake::read(&root, "sys/module/zswap/parameters/enabled"), "N");
+            fake::write(&root, "proc/vmstat", "pswpin 1\npswpout 3\nzswpin 0\nzswpout 0\nzswpwb 0\n");
+            let e = side_end(&mut k, sr);
+            assert_eq!((e.out_bytes, e.in_bytes, e.ooms, e.peak), (3 * 4096, 4096, 0, Some(0)));
+
+            let sr = side_begin(&mut k, Side::Disk, 100 << 20).unwrap().unwrap();
+            assert_eq!(fake::read(&root, "sys/module/zswap/parameters/enabled"), "Y");
+            fake::write(&root, &format!("{cg}-disk-2/memory.max_usage_in_bytes"), "104857600");
+            fake::write(
+                &root,
+                &format!("{cg}-disk-2/memory.oom_control"),
+                "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
+            );
+            fake::write(&root, "proc/vmstat", "pswpin 1\npswpout 4\nzswpin 5\nzswpout 9\nzswpwb 1\n");
+            let e = side_end(&mut k, sr);
+            assert_eq!((e.peak, e.ooms), (Some(100 << 20), 2));
+            assert_eq!(
+                (e.out_bytes, e.zswap_out_bytes, e.zswap_in_bytes, e.written_back_bytes),
+                (4096, 9 * 4096, 5 * 4096, 4096)
+            );
+            assert_eq!(fake::read(&root, "sys/module/zswap/parameters/enabled"), "N");
+
+            let sr = side_begin(&mut k, Side::Uswap, 100 << 20).unwrap().unwrap();
+            assert_eq!(fake::read(&root, &format!("{cg}-uswap-3/memory.limit_in_bytes")), (164u64 << 20).to_string());
+            assert_eq!(fake::read(&root, &format!("{cg}-uswap-3/memory.swappiness")), "0");
+            assert_eq!(sr.limit, 164 << 20);
+            let e = side_end(&mut k, sr);
+            assert!(e.errs.is_empty(), "{:?}", e.errs);
+
+            // Interrupted during a disk run: the guard turns its swap off on the way out.
+            let _sr = side_begin(&mut k, Side::Disk, 100 << 20).unwrap().unwrap();
+        }
+        assert_eq!(
+            log.borrow().clone(),
+            vec![
+                "rmdir sys/fs/cgroup/memory/t-probe",
+                "swapon dev/zram1 32000",
+                "swapoff dev/zram1",
+                "rmdir sys/fs/cgroup/memory/t-zram-1",
+                "swapon var/tmp/t.swap 32000",
+                "swapoff var/tmp/t.swap",
+                "rmdir sys/fs/cgroup/memory/t-disk-2",
+                "rmdir sys/fs/cgroup/memory/t-uswap-3",
+                "swapon var/tmp/t.swap 32000",
+                "swapoff var/tmp/t.swap",
+                "rmdir sys/fs/cgroup/memory/t-disk-4",
+            ]
+        );
+        assert!(!root.join("var/tmp/t.swap").exists());
+        assert_eq!(fake::read(&root, "sys/module/zswap/parameters/enabled"), "Y");
+        assert_eq!(fake::read(&root, "sys/module/zswap/parameters/compressor"), "lzo");
+        assert_eq!(fake::read(&root, "sys/block/zram1/reset"), "1");
+        assert_eq!(fake::read(&root, "sys/class/zram-control/hot_remove"), "1");
+    }
+
+    #[test]
+    fn without_root_every_side_says_why_and_disk_alone_leaves_zram_alone() {
+        use crate::kernel::fake;
+        let (_tmp, ops, log) = fake::machine("programs-noroot", false);
+        let k = setup_kernel_on(Box::new(ops), false, Want { zram: true, disk: true }, 64 << 20, "n");
+        assert!(k.zram_skipped.as_deref().unwrap().contains("needs root"));
+        assert!(k.disk_skipped.as_deref().unwrap().contains("needs root"));
+        assert!(k.uswap_cgroup_skipped.as_deref().unwrap().contains("needs root"));
+        drop(k);
+        assert!(log.borrow().is_empty());
+
+        let (tmp, ops, _log) = fake::machine("programs-disk", true);
+        let mut k = setup_kernel_on(Box::new(ops), true, Want { zram: false, disk: true }, 64 << 20, "d");
+        assert!(k.zram.is_none() && k.disk.is_some());
+        assert_eq!(k.zram_skipped.as_deref(), Some("not requested (--compare)"));
+        assert_eq!(k.cgroup_version, Some(2));
+        assert!(side_begin(&mut k, Side::Zram, 100 << 20).unwrap_err().contains("zram was not set up"));
+        // The failed begin removed its cgroup again.
+        assert!(!tmp.0.join("sys/fs/cgroup/d-zram-1").exists());
+        let sr = side_begin(&mut k, Side::Uswap, 100 << 20).unwrap().unwrap();
+        assert_eq!(fake::read(&tmp.0, "sys/fs/cgroup/d-uswap-2/memory.max"), (164u64 << 20).to_string());
+        assert_eq!(fake::read(&tmp.0, "sys/fs/cgroup/d-uswap-2/memory.swap.max"), "0");
+        side_end(&mut k, sr);
+        drop(k);
+        assert!(!tmp.0.join("var/tmp/d.swap").exists());
+        assert!(!tmp.0.join("sys/class/zram-control/hot_remove").metadata().map(|m| m.len() > 0).unwrap_or(false));
     }
 }
