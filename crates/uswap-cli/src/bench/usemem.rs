@@ -1,12 +1,15 @@
 //! `uswap bench usemem`: the side-by-side benchmark against the kernel, and `uswap demo`.
 //!
 //! One usemem-like workload ([`workload`]) runs, in child processes started from this same
-//! executable, over (a) a uswap pager region under `--limit`, (b) plain memory in a memory
-//! cgroup with the same limit and the kernel's swap on zram (lz4), and (c) plain memory in the
-//! cgroup with zswap in front of a swap file. The kernel side is set up and torn down by
-//! [`crate::kernel`] (root only; skipped with a reason otherwise). Runs are interleaved
-//! (A B C A B C ...), `--runs` times per mode, unpinned and/or pinned to one CPU, and the
-//! medians and their ratios are reported (MB = 2^20 bytes).
+//! executable, over (a) a uswap pager region under `--limit`, in a memory cgroup of its own at
+//! the limit + `--uswap-allowance` with no kernel swap (its peak is uswap's footprint), (b)
+//! plain memory in a memory cgroup with the same limit and the kernel's swap on zram (lz4), and
+//! (c) plain memory in the cgroup with zswap in front of a swap file on /var/tmp: the kernel's
+//! swap to disk, the `disk` baseline of `bench programs` (its keys say `kernel_zswap`, its
+//! ratios also `_disk`). The kernel side is set up and torn down by [`crate::kernel`] (root
+//! only; skipped with a reason otherwise). Runs are interleaved (A B C A B C ...), `--runs`
+//! times per mode, unpinned and/or pinned to one CPU, and the medians and their ratios are
+//! reported (MB = 2^20 bytes).
 //!
 //! Locking: none; the parent is single-threaded and each worker owns its region.
 
@@ -16,7 +19,7 @@ mod worker;
 pub mod workload;
 
 use super::{CliError, CliResult};
-use crate::kernel::{self, restore::Restore, setup, RealOps};
+use crate::kernel::{self, restore::Restore, restore::Undo, setup, RealOps};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{json, Map, Value};
 use size::{fmt_size, parse_limit, parse_size};
@@ -36,9 +39,15 @@ pub struct Args {
     /// [default: 256M; 64M with --quick].
     #[arg(long, value_parser = parse_limit)]
     pub limit: Option<u64>,
-    /// What to compare uswap with: kernel (= zram,zswap), zram, zswap or none.
+    /// What to compare uswap with: kernel (= zram,zswap), zram, zswap (zswap in front of a swap
+    /// file: the kernel's swap to disk; `disk` is the same) or none.
     #[arg(long, default_value = "kernel")]
     pub compare: String,
+    /// The room the uswap worker's memory cgroup gives above the limit: the process's own
+    /// fixed overhead (its binary's and libraries' pages, uswap's tables), which the limit does
+    /// not cover. The cgroup's peak is reported as uswap's footprint.
+    #[arg(long, default_value = "64M", value_parser = parse_size)]
+    pub uswap_allowance: u64,
     /// Check every byte read back (each page is a function of its index and the round).
     #[arg(long)]
     pub verify: bool,
@@ -196,10 +205,12 @@ fn plan(a: &Args) -> Result<Plan, CliError> {
         match c {
             "kernel" => (zram, zswap) = (true, true),
             "zram" => zram = true,
-            "zswap" => zswap = true,
+            "zswap" | "disk" => zswap = true,
             "none" | "" => {}
             other => {
-                return Err(CliError::usage(format!("--compare {other:?}: expected kernel, zram, zswap or none")));
+                return Err(CliError::usage(format!(
+                    "--compare {other:?}: expected kernel, zram, zswap (= disk) or none"
+                )));
             }
         }
     }
@@ -263,6 +274,10 @@ struct KernelSide {
     zswap: Option<setup::Zswap>,
     zram_skipped: Option<String>,
     zswap_skipped: Option<String>,
+    /// Why the uswap worker runs without a memory cgroup (None: it runs in one).
+    uswap_cgroup_skipped: Option<String>,
+    /// Cgroups created for uswap runs so far.
+    seq: u32,
 }
 
 fn setup_kernel(p: &Plan) -> KernelSide {
@@ -273,14 +288,28 @@ fn setup_kernel(p: &Plan) -> KernelSide {
         zswap: None,
         zram_skipped: (!p.zram).then(|| "not requested (--compare)".to_string()),
         zswap_skipped: (!p.zswap).then(|| "not requested (--compare)".to_string()),
+        uswap_cgroup_skipped: None,
+        seq: 0,
     };
-    if !p.zram && !p.zswap {
+    if !kernel::is_root() {
+        let why = "needs root (to set up zram, zswap, swapon and memory cgroups); run with sudo".to_string();
+        k.zram_skipped.get_or_insert(why.clone());
+        k.zswap_skipped.get_or_insert(why.clone());
+        k.uswap_cgroup_skipped = Some(why);
         return k;
     }
-    if !kernel::is_root() {
-        let why = "needs root (to set up zram, zswap, swapon and a memory cgroup); run with sudo".to_string();
-        k.zram_skipped.get_or_insert(why.clone());
-        k.zswap_skipped.get_or_insert(why);
+    // The uswap worker gets a cgroup of its own per run: probe that it can (created and
+    // removed again).
+    let probe = format!("uswap-usemem-{}-probe", std::process::id());
+    match setup::setup_cgroup(&mut k.guard, &probe, 1 << 30) {
+        Ok(cg) => {
+            if let Err(e) = k.guard.undo_now(&Undo::Rmdir(cg.dir)) {
+                k.uswap_cgroup_skipped = Some(format!("memory cgroup: cannot remove {probe}: {e}"));
+            }
+        }
+        Err(e) => k.uswap_cgroup_skipped = Some(format!("memory cgroup: {e}")),
+    }
+    if !p.zram && !p.zswap {
         return k;
     }
     let name = format!("uswap-usemem-{}", std::process::id());
@@ -379,8 +408,24 @@ fn run_one(
     let mut prog = |n: u64| pb.inc(n);
     match side {
         Side::Uswap => {
-            let args = worker_args(a, p, data, "uswap", pin, None);
-            worker::spawn(&args, &mut prog, &mut || Value::Null)
+            let Some(cg) = uswap_cgroup(a, p, k)? else {
+                let args = worker_args(a, p, data, "uswap", pin, None);
+                return worker::spawn(&args, &mut prog, &mut || Value::Null);
+            };
+            let args = worker_args(a, p, data, "uswap", pin, Some(&cg.procs_file(k.guard.ops())));
+            let res = worker::spawn(&args, &mut prog, &mut || Value::Null);
+            let (peak, ooms) = (cg.peak(k.guard.ops()), cg.oom_kills(k.guard.ops()));
+            let limit = p.limit + a.uswap_allowance;
+            let rm = k.guard.undo_now(&Undo::Rmdir(cg.dir.clone()));
+            let mut r = match res {
+                Err(e) if ooms > 0 => {
+                    return Err(format!("OOM-killed in uswap's memory cgroup (limit {}): {e}", fmt_size(limit)))
+                }
+                r => r?,
+            };
+            rm?;
+            r.kernel = json!({ "footprint_peak_bytes": peak, "cgroup_limit_bytes": limit, "oom_kills": ooms });
+            Ok(r)
         }
         Side::Zram => {
             let z = k.zram.clone().ok_or("no zram")?;
@@ -434,6 +479,22 @@ fn run_one(
     }
 }
 
+/// A new memory cgroup for one uswap run at the limit + the allowance, kept out of kernel swap
+/// (None when uswap runs without one).
+fn uswap_cgroup(a: &Args, p: &Plan, k: &mut KernelSide) -> Result<Option<setup::Cgroup>, String> {
+    if k.uswap_cgroup_skipped.is_some() {
+        return Ok(None);
+    }
+    k.seq += 1;
+    let name = format!("uswap-usemem-{}-uswap-{}", std::process::id(), k.seq);
+    let cg = setup::setup_cgroup(&mut k.guard, &name, p.limit + a.uswap_allowance)?;
+    if let Err(e) = cg.forbid_swap(k.guard.ops()) {
+        let _ = k.guard.undo_now(&Undo::Rmdir(cg.dir.clone()));
+        return Err(e);
+    }
+    Ok(Some(cg))
+}
+
 /// Run the benchmark.
 pub fn run(a: &Args) -> CliResult {
     if let Some(kind) = &a.worker {
@@ -471,6 +532,9 @@ pub fn run(a: &Args) -> CliResult {
             if let Some(w) = why {
                 pb.println(format!("{s}: skipped: {w}"));
             }
+        }
+        if let Some(w) = &k.uswap_cgroup_skipped {
+            pb.println(format!("uswap runs without a memory cgroup (no footprint measured): {w}"));
         }
     }
 
@@ -558,6 +622,16 @@ pub fn run(a: &Args) -> CliResult {
     out.insert("rounds".into(), json!(p.rounds));
     out.insert("verify".into(), json!(a.verify));
     out.insert("mb".into(), json!("2^20 bytes"));
+    out.insert("uswap_allowance_bytes".into(), json!(a.uswap_allowance));
+    out.insert(
+        "uswap_cgroup_limit_bytes".into(),
+        json!(k.uswap_cgroup_skipped.is_none().then_some(p.limit + a.uswap_allowance)),
+    );
+    out.insert("uswap_cgroup_skipped".into(), json!(k.uswap_cgroup_skipped));
+    out.insert(
+        "kernel_disk_side".into(),
+        json!("kernel_zswap: zswap in front of a swap file on /var/tmp, the cgroup at the limit (speed_ratio_disk)"),
+    );
     out.insert("kernel_zram_skipped".into(), json!(k.zram_skipped));
     out.insert("kernel_zswap_skipped".into(), json!(k.zswap_skipped));
     out.insert(
@@ -597,11 +671,16 @@ pub fn run(a: &Args) -> CliResult {
 }
 
 /// The figures repeated per data kind as `KIND_KEY` at the JSON's top level.
-const HEADLINE_KEYS: [&str; 10] = [
+const HEADLINE_KEYS: [&str; 15] = [
     "seq_ratio",
     "rand_ratio",
     "seq_ratio_zswap",
     "rand_ratio_zswap",
+    "seq_ratio_disk",
+    "rand_ratio_disk",
+    "speed_ratio_zram",
+    "speed_ratio_disk",
+    "footprint_peak_bytes",
     "seq_uswap_mb_s",
     "rand_uswap_mb_s",
     "rand_uswap_touches_s",
@@ -615,6 +694,8 @@ fn mode_json(sides: &[Side], runs: &[Runs], pin: Option<usize>) -> Value {
     m.insert("pinned_cpu".into(), json!(pin));
     let mut seq = [0.0f64; 3];
     let mut rnd = [0.0f64; 3];
+    // The whole workload's seconds (every write round and the random pass), per side.
+    let mut total = [0.0f64; 3];
     for (si, &side) in sides.iter().enumerate() {
         let r = &runs[si];
         let k = side.key();
@@ -622,6 +703,15 @@ fn mode_json(sides: &[Side], runs: &[Runs], pin: Option<usize>) -> Value {
         let rm = r.col(|w| w.rand_mb_s);
         seq[side as usize] = median(&s);
         rnd[side as usize] = median(&rm);
+        let secs = r.col(|w| w.round_secs.iter().sum::<f64>() + w.rand_secs);
+        total[side as usize] = median(&secs);
+        m.insert(format!("{k}_secs"), json!((median(&secs) * 1000.0).round() / 1000.0));
+        if side == Side::Uswap {
+            let fp: Vec<u64> =
+                r.reports.iter().filter_map(|x| x.kernel.get("footprint_peak_bytes").and_then(Value::as_u64)).collect();
+            m.insert("footprint_peak_bytes".into(), json!(fp.iter().max()));
+            m.insert("footprint_runs_bytes".into(), json!(fp));
+        }
         m.insert(format!("seq_{k}_mb_s"), json!(r2(median(&s))));
         m.insert(format!("rand_{k}_mb_s"), json!(r2(median(&rm))));
         m.insert(format!("rand_{k}_touches_s"), json!(median(&r.col(|w| w.rand_touches_s)).round()));
@@ -669,6 +759,11 @@ fn mode_json(sides: &[Side], runs: &[Runs], pin: Option<usize>) -> Value {
     m.insert("rand_ratio".into(), json!(ratio(rnd[0], rnd[1])));
     m.insert("seq_ratio_zswap".into(), json!(ratio(seq[0], seq[2])));
     m.insert("rand_ratio_zswap".into(), json!(ratio(rnd[0], rnd[2])));
+    m.insert("seq_ratio_disk".into(), json!(ratio(seq[0], seq[2])));
+    m.insert("rand_ratio_disk".into(), json!(ratio(rnd[0], rnd[2])));
+    // Kernel seconds / uswap seconds, as in `bench programs`: above 1 is uswap ahead.
+    m.insert("speed_ratio_zram".into(), json!(ratio(total[1], total[0])));
+    m.insert("speed_ratio_disk".into(), json!(ratio(total[2], total[0])));
     for k in ["seq_kernel_zram_mb_s", "rand_kernel_zram_mb_s", "seq_kernel_zswap_mb_s", "rand_kernel_zswap_mb_s"] {
         m.entry(k.to_string()).or_insert(Value::Null);
     }
@@ -728,6 +823,18 @@ fn print_table(
             f("rand_ratio"),
             f("seq_ratio_zswap"),
             f("rand_ratio_zswap")
+        );
+        println!(
+            "{:<10} whole workload, kernel s / uswap s: zram {}  disk (zswap + swap file) {}; uswap footprint {}",
+            name,
+            f("speed_ratio_zram"),
+            f("speed_ratio_disk"),
+            m.get("footprint_peak_bytes").and_then(Value::as_u64).map_or("-".to_string(), |b| format!(
+                "{} (cgroup limit {} + {})",
+                fmt_size(b),
+                fmt_size(p.limit),
+                fmt_size(a.uswap_allowance)
+            )),
         );
     }
     for (s, why) in [("kernel zram", &k.zram_skipped), ("kernel zswap", &k.zswap_skipped)] {
@@ -900,5 +1007,49 @@ mod tests {
         assert_eq!(median(&[]), 0.0);
         assert_eq!(ratio(700.0, 350.0), Some(2.0));
         assert_eq!(ratio(700.0, 0.0), None);
+    }
+
+    #[test]
+    fn disk_is_the_zswap_side() {
+        let p = plan(&parse(&["--compare", "disk"]).unwrap()).unwrap();
+        assert!(!p.zram && p.zswap);
+        assert_eq!(parse(&[]).unwrap().uswap_allowance, 64 << 20);
+    }
+
+    #[test]
+    fn speed_ratios_and_footprint_per_mode() {
+        let report = |secs: f64, mb_s: f64, footprint: Option<u64>| worker::Report {
+            backing: "x".into(),
+            pinned_cpu: None,
+            workload: workload::WorkloadResult {
+                round_secs: vec![secs / 2.0, secs / 4.0],
+                rand_secs: secs / 4.0,
+                seq_mb_s: mb_s,
+                rand_mb_s: mb_s,
+                ..Default::default()
+            },
+            stats: Value::Null,
+            kernel: footprint.map_or(Value::Null, |b| json!({ "footprint_peak_bytes": b })),
+        };
+        let runs = |v: Vec<worker::Report>| Runs { reports: v };
+        let sides = [Side::Uswap, Side::Zram, Side::Zswap];
+        let m = mode_json(
+            &sides,
+            &[
+                runs(vec![report(2.0, 100.0, Some(90)), report(2.0, 100.0, Some(120))]),
+                runs(vec![report(3.0, 50.0, None)]),
+                runs(vec![report(8.0, 25.0, None)]),
+            ],
+            None,
+        );
+        assert_eq!(m["speed_ratio_zram"], 1.5);
+        assert_eq!(m["speed_ratio_disk"], 4.0);
+        assert_eq!((m["seq_ratio"].as_f64(), m["seq_ratio_disk"].as_f64()), (Some(2.0), Some(4.0)));
+        assert_eq!(m["seq_ratio_disk"], m["seq_ratio_zswap"]);
+        assert_eq!(m["footprint_peak_bytes"], 120);
+        assert_eq!(m["uswap_secs"], 2.0);
+        // Without the kernel sides there are no ratios.
+        let m = mode_json(&sides[..1], &[runs(vec![report(2.0, 100.0, None)])], None);
+        assert!(m["speed_ratio_disk"].is_null() && m["footprint_peak_bytes"].is_null());
     }
 }
