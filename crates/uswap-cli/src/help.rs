@@ -124,13 +124,21 @@ Examples:
   uswap bench redis --limit 256M --runs 3 --json
   uswap bench redis --compare none             uswap only (no root needed)
 
-JSON keys: get_rps_uswap, get_rps_kernel, nobgsave_get_ratio, bgsave_get_rps_uswap,
-bgsave_get_rps_kernel, bgsave_get_ratio, bgsave_seconds_uswap, bgsave_seconds_kernel,
-fork_ms_uswap, fork_ms_kernel (Redis's latest_fork_usec: how long the server stopped to fork),
-uswap_tree_peak_pss_bytes (the largest sum of the Pss of the server and its BGSAVE child),
-uswap_fixed_overhead_bytes, get_swapin_pages_per_get_{uswap,kernel} (pages swapped in per GET
-with no BGSAVE: the tree's swap.pswpin, the kernel's pswpin), bgsave_swapin_pages_{uswap,kernel}
-(pages swapped in during the BGSAVE phase), failures, and every run. Ratios are uswap / kernel.";
+Sides: kernel zram (lz4 zram, zswap off; the `_kernel` keys), kernel disk (zswap in front of a
+swap file on /var/tmp; the `_disk` keys), each in a memory cgroup at the limit (--compare kernel
+= both, zram, disk, none), and uswap run in a memory cgroup at the limit + --uswap-allowance
+with no kernel swap.
+
+JSON keys: get_rps_uswap, get_rps_kernel, get_rps_disk, nobgsave_get_ratio (uswap / zram),
+nobgsave_get_ratio_disk, bgsave_get_rps_{uswap,kernel,disk}, bgsave_get_ratio,
+bgsave_get_ratio_disk, bgsave_seconds_{uswap,kernel,disk}, fork_ms_{uswap,kernel,disk} (Redis's
+latest_fork_usec: how long the server stopped to fork), uswap_tree_peak_pss_bytes (the largest
+sum of the Pss of the server and its BGSAVE child), uswap_fixed_overhead_bytes,
+footprint_peak_bytes (the peak of uswap's cgroup), footprint_bound_bytes (limit + the tree's
+fixed overheads summed), footprint_within (+10 %), get_swapin_pages_per_get_{uswap,kernel,disk}
+(pages swapped in per GET with no BGSAVE: the tree's swap.pswpin, the kernel's pswpin, plus
+zswpin on the disk side), bgsave_swapin_pages_{uswap,kernel,disk} (pages swapped in during the
+BGSAVE phase), failures, and every run. Ratios are uswap / kernel.";
 
 /// `uswap status --help`.
 pub const STATUS: &str = "\

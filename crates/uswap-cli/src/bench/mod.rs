@@ -60,10 +60,12 @@ pub enum Which {
     /// usemem-like workload under a limit: uswap pager against kernel swap in a memory cgroup.
     Usemem(Box<usemem::Args>),
     /// Real programs (Python, Node.js, Java, SQLite, sort, Redis, gcc, xz, Perl, a pipeline):
-    /// native, kernel zram + memory cgroup, and `uswap run`, with timeouts and output checks.
+    /// native, kernel zram and kernel disk swap in a memory cgroup, and `uswap run` in a memory
+    /// cgroup (its footprint), with timeouts and output checks.
     Programs(Box<programs::Args>),
     /// Redis holding several times the limit: GETs per second with and without a BGSAVE
-    /// running, and the BGSAVE's time, uswap run against kernel zram in a memory cgroup.
+    /// running, and the BGSAVE's time, uswap run against kernel zram and disk swap, each in a
+    /// memory cgroup.
     #[command(after_help = crate::help::BENCH_REDIS)]
     Redis(Box<programs::bgsave::Args>),
 }

@@ -1445,7 +1445,7 @@ fn print_table(a: &Args, results: &[ProgRes], k: &KernelSide, sum: &Summary, ski
         "zram: {}",
         match &k.zram_skipped {
             None => format!("lz4 zram swap, zswap off, memory cgroup v{cgv} at the limit"),
-            Some(w) => format!("skipped ({w})"),
+            Some(w) => format!("skipped: {w}"),
         }
     ));
     say(&format!(
@@ -1458,7 +1458,7 @@ fn print_table(a: &Args, results: &[ProgRes], k: &KernelSide, sum: &Summary, ski
                 fmt_size(k.disk_bytes),
                 d.file.display()
             ),
-            (Some(w), _) => format!("skipped ({w})"),
+            (Some(w), _) => format!("skipped: {w}"),
             (None, None) => "skipped".into(),
         }
     ));
