@@ -209,7 +209,7 @@ fn plan(a: &Args) -> Result<Plan, CliError> {
             "none" | "" => {}
             other => {
                 return Err(CliError::usage(format!(
-                    "--compare {other:?}: expected kernel, zram, zswap (= disk) or none"
+                    "--compare {other:?}: expected kernel, zram, zswap or none (disk = zswap)"
                 )));
             }
         }
