@@ -303,8 +303,8 @@ pub fn run(a: &Args) -> CliResult {
         "failures": failures,
         "uswap_runs": usw.runs,
     });
-    // The kernel sides' figures: `KEY_kernel` (zram, the names this benchmark always had) and
-    // `KEY_disk`.
+    // The kernel sides' figures: `KEY_kernel` and the unsuffixed ratios are the zram side's,
+    // `KEY_disk` and `*_ratio_disk` the disk side's.
     for (r, suffix) in [(zram, "kernel"), (disk, "disk")] {
         let ratio_suffix = if suffix == "kernel" { String::new() } else { format!("_{suffix}") };
         let add = [
