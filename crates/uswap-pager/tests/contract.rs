@@ -28,7 +28,7 @@ const ALLOWED: &[LockClass] = &[
     LockClass::PoolLarge,
     LockClass::PageHeap,
     LockClass::FileBufs,
-    LockClass::FileMeta,
+    LockClass::FileDropBehind,
     LockClass::IoRing,
 ];
 

@@ -64,8 +64,8 @@ pub enum LockClass {
     PageHeap,
     /// A file tier's I/O buffer shard.
     FileBufs,
-    /// A file tier's metadata stripe (direct I/O only).
-    FileMeta,
+    /// A file tier's drop-behind ring (buffered I/O only; never held across a system call).
+    FileDropBehind,
     /// An io_uring ring of a file tier (held across one submission and its completion).
     IoRing,
     /// The I/O engine's quarantine of buffers a cancelled request may still use.
@@ -93,7 +93,7 @@ impl LockClass {
         LockClass::PoolCompact,
         LockClass::PageHeap,
         LockClass::FileBufs,
-        LockClass::FileMeta,
+        LockClass::FileDropBehind,
         LockClass::IoRing,
         LockClass::IoQuarantine,
         LockClass::IoFaultPlan,

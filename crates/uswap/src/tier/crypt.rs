@@ -15,8 +15,9 @@
 //! - associated data = the physical slot number and the owning virtual slot, so a block
 //!   copied to another slot, or read back for another owner after the slot was reused, fails
 //!   authentication just like a flipped bit.
-//! - the 12-byte nonce and 16-byte tag go to the file beside the data (see `file.rs`), so the
-//!   RAM metadata of a stored page stays at the 8-byte reverse-map word.
+//! - the record of a sealed page is the 8-byte counter and the 16-byte tag ([`META_BYTES`]);
+//!   the slot half of the nonce is known to the reader. The file tier keeps the records in
+//!   RAM ([`records`](super::records)), so that a swap-in is one read of the data alone.
 //!
 //! The cipher is immutable after creation and shared by all threads without a lock; the
 //! counter is one relaxed atomic. Encryption and decryption work in place: no allocation.
@@ -25,11 +26,18 @@ use super::shared::SharedMap;
 use crate::error::TierError;
 use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, AES_256_GCM};
 
-/// Bytes of per-page metadata on disk: nonce (12) + tag (16) + 4 bytes reserved, so that
-/// records are 32-byte aligned.
-pub const META_BYTES: usize = 32;
+/// Bytes of a sealed page's record: the nonce's counter (8) and the tag (16).
+pub const META_BYTES: usize = CTR_BYTES + TAG_BYTES;
+const CTR_BYTES: usize = 8;
 const NONCE_BYTES: usize = 12;
 const TAG_BYTES: usize = 16;
+
+fn nonce(ctr: [u8; CTR_BYTES], slot: u64) -> Nonce {
+    let mut n = [0u8; NONCE_BYTES];
+    n[..CTR_BYTES].copy_from_slice(&ctr);
+    n[CTR_BYTES..].copy_from_slice(&(slot as u32).to_le_bytes());
+    Nonce::assume_unique_for_key(n)
+}
 
 fn aad(slot: u64, owner: u64) -> [u8; 16] {
     let mut a = [0u8; 16];
@@ -64,20 +72,15 @@ impl PageCipher {
     }
 
     /// Encrypt one page in place for physical slot `slot` owned by virtual slot `owner`;
-    /// writes nonce and tag into `meta` (`META_BYTES` long).
+    /// writes its record (counter and tag) into `meta` (`META_BYTES` long).
     pub fn seal(&self, slot: u64, owner: u64, page: &mut [u8], meta: &mut [u8]) -> Result<(), TierError> {
-        let ctr = self.counter.u64_at(0).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut nonce = [0u8; NONCE_BYTES];
-        nonce[..8].copy_from_slice(&ctr.to_le_bytes());
-        nonce[8..].copy_from_slice(&(slot as u32).to_le_bytes());
-        let aad = aad(slot, owner);
+        let ctr = self.counter.u64_at(0).fetch_add(1, std::sync::atomic::Ordering::Relaxed).to_le_bytes();
         let tag = self
             .aead
-            .seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), Aad::from(aad), page)
+            .seal_in_place_separate_tag(nonce(ctr, slot), Aad::from(aad(slot, owner)), page)
             .map_err(|_| TierError::Io { op: "encrypt", msg: "AEAD encryption failed".into() })?;
-        meta[..NONCE_BYTES].copy_from_slice(&nonce);
-        meta[NONCE_BYTES..NONCE_BYTES + TAG_BYTES].copy_from_slice(tag.as_ref());
-        meta[NONCE_BYTES + TAG_BYTES..META_BYTES].fill(0);
+        meta[..CTR_BYTES].copy_from_slice(&ctr);
+        meta[CTR_BYTES..META_BYTES].copy_from_slice(tag.as_ref());
         Ok(())
     }
 
@@ -87,13 +90,10 @@ impl PageCipher {
         if meta.len() < META_BYTES {
             return false;
         }
-        let (Ok(nonce), Ok(tag)) = (
-            Nonce::try_assume_unique_for_key(&meta[..NONCE_BYTES]),
-            Tag::try_from(&meta[NONCE_BYTES..NONCE_BYTES + TAG_BYTES]),
-        ) else {
+        let (Ok(ctr), Ok(tag)) = (meta[..CTR_BYTES].try_into(), Tag::try_from(&meta[CTR_BYTES..META_BYTES])) else {
             return false;
         };
-        self.aead.open_in_place_separate_tag(nonce, Aad::from(aad(slot, owner)), tag, page, 0..).is_ok()
+        self.aead.open_in_place_separate_tag(nonce(ctr, slot), Aad::from(aad(slot, owner)), tag, page, 0..).is_ok()
     }
 }
 
@@ -148,11 +148,11 @@ mod tests {
         assert!(pid >= 0, "fork failed");
         if pid == 0 {
             let mut page = [0u8; 64];
-            let mut out = [0u8; N * NONCE_BYTES];
+            let mut out = [0u8; N * CTR_BYTES];
             for i in 0..N {
                 let mut meta = [0u8; META_BYTES];
                 let _ = c.seal(5, 0, &mut page, &mut meta);
-                out[i * NONCE_BYTES..(i + 1) * NONCE_BYTES].copy_from_slice(&meta[..NONCE_BYTES]);
+                out[i * CTR_BYTES..(i + 1) * CTR_BYTES].copy_from_slice(&meta[..CTR_BYTES]);
             }
             // SAFETY: writing our own buffer to the pipe, then leaving without running the
             // parent's destructors or test harness.
@@ -166,11 +166,11 @@ mod tests {
         for _ in 0..N {
             let mut meta = [0u8; META_BYTES];
             c.seal(5, 0, &mut page, &mut meta).unwrap();
-            mine.insert(meta[..NONCE_BYTES].to_vec());
+            mine.insert(meta[..CTR_BYTES].to_vec());
         }
         // SAFETY: closing our copy of the write end; reading into a buffer of that length.
         unsafe { libc::close(fds[1]) };
-        let mut theirs = vec![0u8; N * NONCE_BYTES];
+        let mut theirs = vec![0u8; N * CTR_BYTES];
         let mut got = 0;
         while got < theirs.len() {
             // SAFETY: as above.
@@ -184,7 +184,7 @@ mod tests {
             libc::waitpid(pid, &mut status, 0);
             libc::close(fds[0]);
         }
-        for n in theirs.chunks(NONCE_BYTES) {
+        for n in theirs.chunks(CTR_BYTES) {
             assert!(!mine.contains(n), "parent and child sealed under the same nonce {n:?}");
         }
     }
@@ -197,7 +197,7 @@ mod tests {
         for i in 0..1000u64 {
             let mut meta = [0u8; META_BYTES];
             c.seal(i % 3, 0, &mut page, &mut meta).unwrap();
-            assert!(seen.insert(meta[..NONCE_BYTES].to_vec()));
+            assert!(seen.insert(meta[..CTR_BYTES].to_vec()));
         }
     }
 }

@@ -10,24 +10,31 @@
 //! I/O. The handle is `slot << 4 | order`.
 //!
 //! On-disk layout: a 4 KiB header ([`swapfile::Header`]: magic, version, page size, UUID),
-//! then per 512-slot cluster: 2 MiB of page data, then a 16 KiB metadata area of
-//! 32 bytes per slot holding the AES-256-GCM nonce and tag ([`crypt`](super::crypt)). Every page
-//! is encrypted and authenticated with a per-process key, with the slot number and the owning
-//! virtual slot as associated data; a page that fails authentication is reported as [`TierError::Corrupt`] and never
-//! returned. With encryption off the metadata area is unused.
+//! then the page data, 2 MiB per 512-slot cluster. Every page is encrypted and authenticated
+//! with a per-process key, with the slot number and the owning virtual slot as associated data
+//! ([`crypt`](super::crypt)); a page that fails authentication is reported as
+//! [`TierError::Corrupt`] and never returned. Each page's seal record (nonce counter and tag)
+//! stays in RAM ([`SlotRecords`]), so a swap-in is one read and a store one write.
+//!
+//! Page cache: the file is opened `O_DIRECT` by default, so what it holds takes no RAM (the
+//! limit `uswap run` promises covers the whole footprint). Where the file system refuses
+//! `O_DIRECT` (tmpfs), or with `direct=off`, I/O is buffered and [`DropBehind`] keeps the
+//! file's page cache to a small window.
 //!
 //! Error handling: a failed store frees the slots it allocated and returns the error, so the
 //! caller's copy stays the only copy (the engine keeps the old location until a store
 //! succeeded). A failed load changes nothing.
 //!
 //! Locking: the allocator's cluster locks (only for allocating and freeing slots, never across
-//! I/O), a per-shard mutex around a small stack of reusable I/O buffers, and whatever the I/O
-//! engine takes. Encryption and I/O run with no tier lock held. With `discard` on, clusters
+//! I/O), a per-shard mutex around a small stack of reusable I/O buffers, the drop-behind ring's
+//! mutex (buffered I/O only, never across a system call), and whatever the I/O engine takes. Encryption and I/O run with no tier lock held. With `discard` on, clusters
 //! that become empty have their blocks released (`FALLOC_FL_PUNCH_HOLE`) before reuse.
 
 use super::crypt::{PageCipher, META_BYTES};
+use super::drop_behind::DropBehind;
 use super::holds::FileHolds;
 use super::io_engine::{IoBuf, IoEngine, IoOp, PsyncEngine, UringEngine};
+use super::records::SlotRecords;
 use super::swapfile::{self, HEADER_BYTES};
 use crate::backend::{Backend, LoadReq, ShareStep, Stored, TierKind, Usage};
 use crate::cluster::{SpaceConfig, SwapSpace};
@@ -41,8 +48,8 @@ use std::sync::Arc;
 
 /// Bytes of page data per cluster.
 const DATA_BYTES: u64 = (SLOTS_PER_CLUSTER * PAGE_SIZE) as u64;
-/// Bytes of one cluster on disk: data then metadata.
-pub const CLUSTER_STRIDE: u64 = DATA_BYTES + (SLOTS_PER_CLUSTER * META_BYTES) as u64;
+/// Bytes of one cluster on disk.
+pub const CLUSTER_STRIDE: u64 = DATA_BYTES;
 const NR_BUF_SHARDS: usize = 16;
 const ORDER_BITS: u32 = 4;
 
@@ -80,8 +87,9 @@ pub struct FileConfig {
     pub encrypt: bool,
     /// Punch holes for emptied clusters.
     pub discard: bool,
-    /// Bypass the page cache (`O_DIRECT`), so swapped data does not occupy RAM as page
-    /// cache; metadata records are then updated by read-modify-write of aligned 4 KiB blocks.
+    /// Bypass the page cache (`O_DIRECT`), so swapped data does not occupy RAM as page cache.
+    /// Where the file system refuses it, the tier falls back to buffered I/O with drop-behind
+    /// ([`FileTier::direct`] says which); off: buffered with drop-behind.
     pub direct: bool,
     /// Use an existing file or device even without uswap's header (overwriting its data).
     pub force: bool,
@@ -95,7 +103,7 @@ impl Default for FileConfig {
             engine: EngineKind::Psync,
             encrypt: true,
             discard: false,
-            direct: false,
+            direct: true,
             force: false,
         }
     }
@@ -108,11 +116,14 @@ pub struct FileTier {
     io: Arc<dyn IoEngine>,
     cipher: Option<PageCipher>,
     bufs: Box<[CachePadded<Mutex<Vec<IoBuf>>>]>,
+    /// The seal records of the slots (with encryption).
+    records: Option<SlotRecords>,
     stored_pages: AtomicU64,
     discard: bool,
+    /// The file is open `O_DIRECT`.
     direct: bool,
-    /// Serialise read-modify-write of metadata blocks in direct mode (striped by cluster).
-    meta_locks: Box<[Mutex<()>]>,
+    /// Buffered I/O: what keeps the file's page cache small.
+    drop_behind: Option<DropBehind>,
     /// This process's holds on the clusters (the file is shared with `fork` children).
     holds: Arc<FileHolds>,
     _file: Arc<File>,
@@ -131,36 +142,73 @@ fn cluster_off(ci: u64) -> u64 {
 fn data_off(slot: u64) -> u64 {
     cluster_off(slot / SLOTS_PER_CLUSTER as u64) + (slot % SLOTS_PER_CLUSTER as u64) * PAGE_SIZE as u64
 }
-fn meta_off(slot: u64) -> u64 {
-    cluster_off(slot / SLOTS_PER_CLUSTER as u64) + DATA_BYTES + (slot % SLOTS_PER_CLUSTER as u64) * META_BYTES as u64
-}
-/// The 4 KiB-aligned byte range of the metadata area holding the records of `n` slots from
-/// `slot` (direct I/O can only transfer whole aligned blocks).
-fn meta_window(slot: u64, n: usize) -> (u64, usize) {
-    let start = meta_off(slot) / PAGE_SIZE as u64 * PAGE_SIZE as u64;
-    let end = (meta_off(slot) + (n * META_BYTES) as u64).next_multiple_of(PAGE_SIZE as u64);
-    (start, (end - start) as usize)
-}
 fn io_err(op: &'static str, e: std::io::Error) -> TierError {
     TierError::io(op, &e)
 }
 
+/// A swap file as [`open_target`] opened it.
+#[derive(Debug)]
+pub struct Opened {
+    /// The file.
+    pub file: File,
+    /// Its size in bytes (0 for a new file).
+    pub size: u64,
+    /// Whether it is open `O_DIRECT` (asked for, and the file system has it).
+    pub direct: bool,
+}
+
 /// Open the file a configuration names, checked and with uswap's header written or verified
-/// ([`swapfile`] has the rules; `force` overwrites a file or device without the header); returns
-/// it with its size in bytes (0 for a new file).
-pub fn open_target(target: &FileTarget, direct: bool, force: bool) -> Result<(File, u64), TierError> {
+/// ([`swapfile`] has the rules; `force` overwrites a file or device without the header).
+/// `direct` asks for `O_DIRECT`; a file system that refuses it (tmpfs: `EINVAL`) gets the file
+/// opened buffered instead, and [`Opened::direct`] says so.
+pub fn open_target(target: &FileTarget, direct: bool, force: bool) -> Result<Opened, TierError> {
+    if direct {
+        match open_flags(target, libc::O_DIRECT, force) {
+            Ok((file, size)) => return Ok(Opened { file, size, direct: true }),
+            Err(OpenErr::Tier(e)) => return Err(e),
+            Err(OpenErr::DirectRefused) => {}
+        }
+    }
+    match open_flags(target, 0, force) {
+        Ok((file, size)) => Ok(Opened { file, size, direct: false }),
+        Err(OpenErr::Tier(e)) => Err(e),
+        Err(OpenErr::DirectRefused) => unreachable!("only an O_DIRECT open is refused for O_DIRECT"),
+    }
+}
+
+/// Why [`open_flags`] failed.
+enum OpenErr {
+    /// The file system refused `O_DIRECT` (`EINVAL` from `open`).
+    DirectRefused,
+    Tier(TierError),
+}
+
+impl From<TierError> for OpenErr {
+    fn from(e: TierError) -> Self {
+        OpenErr::Tier(e)
+    }
+}
+
+/// [`open_target`] with these extra open flags (`O_DIRECT` or none): the file and its size.
+fn open_flags(target: &FileTarget, dflag: i32, force: bool) -> Result<(File, u64), OpenErr> {
     use std::io::{Seek, SeekFrom};
     use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-    let dflag = if direct { libc::O_DIRECT } else { 0 };
+    let refused = |e: &std::io::Error| dflag != 0 && e.raw_os_error() == Some(libc::EINVAL);
     match target {
-        FileTarget::TempIn(dir) if direct => {
+        FileTarget::TempIn(dir) if dflag != 0 => {
             let f = std::fs::OpenOptions::new()
                 .read(true)
                 .write(true)
                 .custom_flags(libc::O_TMPFILE | dflag)
                 .mode(0o600)
                 .open(dir)
-                .map_err(|e| io_err("create temporary swap file (O_TMPFILE|O_DIRECT)", e))?;
+                .map_err(|e| {
+                    if refused(&e) {
+                        OpenErr::DirectRefused
+                    } else {
+                        io_err("create temporary swap file (O_TMPFILE|O_DIRECT)", e).into()
+                    }
+                })?;
             swapfile::write_header(&f)?;
             Ok((f, 0))
         }
@@ -181,7 +229,8 @@ pub fn open_target(target: &FileTarget, direct: bool, force: bool) -> Result<(Fi
                 return Err(TierError::Io {
                     op: "open swap file",
                     msg: format!("'{}' is neither a regular file nor a block device", p.display()),
-                });
+                }
+                .into());
             }
             // O_EXCL on a block device is the kernel's exclusive claim: EBUSY while it is
             // mounted, an active swap area, or held by md/dm or another exclusive opener; held
@@ -205,6 +254,13 @@ pub fn open_target(target: &FileTarget, direct: bool, force: bool) -> Result<(Fi
                     return Ok((f, 0));
                 }
                 Ok(f) => f,
+                Err(e) if refused(&e) => {
+                    // O_CREAT made the file before O_DIRECT was refused: do not leave it.
+                    if md.is_none() {
+                        let _ = std::fs::remove_file(p);
+                    }
+                    return Err(OpenErr::DirectRefused);
+                }
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
                     return Err(TierError::Io {
                         op: "open swap device",
@@ -213,9 +269,12 @@ pub fn open_target(target: &FileTarget, direct: bool, force: bool) -> Result<(Fi
                              never uses it, even with force",
                             p.display()
                         ),
-                    })
+                    }
+                    .into())
                 }
-                Err(e) => return Err(io_err(if md.is_none() { "create swap file" } else { "open swap file" }, e)),
+                Err(e) => {
+                    return Err(io_err(if md.is_none() { "create swap file" } else { "open swap file" }, e).into())
+                }
             };
             swapfile::claim(p, &f)?;
             let what = if is_blk { "block device" } else { "file" };
@@ -225,9 +284,10 @@ pub fn open_target(target: &FileTarget, direct: bool, force: bool) -> Result<(Fi
                     return Err(TierError::Io {
                         op: "open swap file",
                         msg: format!("'{}' is a {why}; add `force` to overwrite it", p.display()),
-                    })
+                    }
+                    .into())
                 }
-                None if !force => return Err(swapfile::not_ours(p, what)),
+                None if !force => return Err(swapfile::not_ours(p, what).into()),
                 _ => {
                     swapfile::write_header(&f)?;
                 }
@@ -245,7 +305,7 @@ pub fn open_target(target: &FileTarget, direct: bool, force: bool) -> Result<(Fi
 impl FileTier {
     /// Open the tier a configuration describes.
     pub fn open(cfg: &FileConfig) -> Result<Self, TierError> {
-        let (file, existing) = open_target(&cfg.target, cfg.direct, cfg.force)?;
+        let Opened { file, size: existing, .. } = open_target(&cfg.target, cfg.direct, cfg.force)?;
         let (want, nr_clusters) = if cfg.size_bytes == 0 {
             let w = existing.saturating_sub(HEADER_BYTES);
             (w, w / CLUSTER_STRIDE)
@@ -280,14 +340,11 @@ impl FileTier {
             FileTarget::TempIn(d) => format!("file:{}", d.display()),
             FileTarget::Path(p) => format!("file:{}", p.display()),
         };
-        let mut t =
-            Self::with_engine(&name, file, nr_clusters * SLOTS_PER_CLUSTER as u64, io, cfg.encrypt, cfg.discard)?;
-        t.direct = cfg.direct;
-        Ok(t)
+        Self::with_engine(&name, file, nr_clusters * SLOTS_PER_CLUSTER as u64, io, cfg.encrypt, cfg.discard)
     }
 
     /// A tier over `file` with `nr_slots` slots and an explicit engine (tests inject faults
-    /// this way).
+    /// this way). A file open `O_DIRECT` is read and written so; any other gets drop-behind.
     pub fn with_engine(
         name: &str,
         file: Arc<File>,
@@ -304,6 +361,9 @@ impl FileTier {
         let holds = Arc::new(FileHolds::new(space.nr_clusters(), &file)?);
         space.set_holds(holds.clone());
         let cipher = if encrypt { Some(PageCipher::new_random()?) } else { None };
+        // SAFETY: fcntl(F_GETFL) on a valid open fd.
+        let direct =
+            unsafe { libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(&*file), libc::F_GETFL) } & libc::O_DIRECT != 0;
         Ok(FileTier {
             name: name.to_string(),
             space,
@@ -312,10 +372,11 @@ impl FileTier {
             bufs: (0..NR_BUF_SHARDS)
                 .map(|_| CachePadded::new(Mutex::new(LockClass::FileBufs, Vec::with_capacity(4))))
                 .collect(),
+            records: encrypt.then(|| SlotRecords::new(nr_slots)),
             stored_pages: AtomicU64::new(0),
             discard,
-            direct: false,
-            meta_locks: (0..64).map(|_| Mutex::new(LockClass::FileMeta, ())).collect(),
+            direct,
+            drop_behind: (!direct).then(|| DropBehind::new(file.clone())),
             holds,
             _file: file,
         })
@@ -334,6 +395,11 @@ impl FileTier {
     /// The I/O engine's name.
     pub fn engine_name(&self) -> &'static str {
         self.io.name()
+    }
+
+    /// Whether the file is read and written `O_DIRECT` (else buffered, with drop-behind).
+    pub fn direct(&self) -> bool {
+        self.direct
     }
 
     /// Whether pages are encrypted.
@@ -386,34 +452,11 @@ impl FileTier {
         }
     }
 
-    /// Direct mode: write the data, and the records by read-modify-write of their aligned
-    /// metadata block(s) under the cluster's stripe lock. `buf` holds data at 0 and the sealed
-    /// records at `len`; the block window goes at the next page boundary.
-    fn write_direct(&self, buf: IoBuf, slot: u64, len: usize, meta_len: usize) -> Result<(), TierError> {
-        let n = meta_len / META_BYTES;
-        let (win_off, win_len) = meta_window(slot, n);
-        let at = (len + meta_len).next_multiple_of(PAGE_SIZE);
-        let _g = lock(&self.meta_locks[(slot as usize / SLOTS_PER_CLUSTER) % self.meta_locks.len()]);
-        let (b, r) = self.io.submit(buf, &[IoOp::read(win_off, at, win_len)]);
-        let mut buf = match (b, r) {
-            (Some(b), Ok(())) => b,
-            (b, r) => {
-                self.put_buf(b);
-                return Err(r.err().unwrap_or(TierError::Io { op: "read", msg: "I/O buffer lost".into() }));
-            }
-        };
-        let rec = at + (meta_off(slot) - win_off) as usize;
-        buf.as_mut_slice().copy_within(len..len + meta_len, rec);
-        let (b, r) = self.io.submit(buf, &[IoOp::write(data_off(slot), 0, len), IoOp::write(win_off, at, win_len)]);
-        self.put_buf(b);
-        r
-    }
-
     /// Load pages `[first, first + k)` of the folio under `handle` into the same pages of
     /// `out` (as long as the whole folio): check the handle against the reverse map (which
     /// names the owner bound into each page's authentication, and says the handle is live),
-    /// read those pages and their records in one submission, open each, and copy them out only
-    /// if every one authenticated.
+    /// read those pages in one I/O, open each, and copy them out only if every one
+    /// authenticated.
     fn load_pages(&self, handle: u64, out: &mut [u8], first: usize, k: usize) -> Result<(), TierError> {
         let (slot, n, owner) = self.live_folio(handle, out.len())?;
         if first + k > n {
@@ -421,18 +464,8 @@ impl FileTier {
         }
         let s0 = slot + first as u64;
         let len = k * PAGE_SIZE;
-        let meta_len = if self.cipher.is_some() { k * META_BYTES } else { 0 };
-        // In direct mode the records are read as part of their aligned block(s), placed at
-        // `len` (page aligned); `rec` is where our records start in the buffer.
-        let (win_off, win_len) = meta_window(s0, k);
-        let (rec, meta_io) = if self.direct && meta_len > 0 {
-            (len + (meta_off(s0) - win_off) as usize, IoOp::read(win_off, len, win_len))
-        } else {
-            (len, IoOp::read(meta_off(s0), len, meta_len))
-        };
-        let buf = self.get_buf(len + meta_len.max(if self.direct { win_len } else { 0 }));
-        let ops = [IoOp::read(data_off(s0), 0, len), meta_io];
-        let (b, r) = self.io.submit(buf, &ops[..if meta_len > 0 { 2 } else { 1 }]);
+        let buf = self.get_buf(len);
+        let (b, r) = self.io.submit(buf, &[IoOp::read(data_off(s0), 0, len)]);
         let mut buf = match (b, r) {
             (b, Err(e)) => {
                 self.put_buf(b);
@@ -441,8 +474,8 @@ impl FileTier {
             (Some(b), Ok(())) => b,
             (None, Ok(())) => return Err(TierError::Io { op: "read", msg: "I/O buffer lost".into() }),
         };
-        let (pages, rest) = buf.as_mut_slice().split_at_mut(len);
-        let ok = self.open_pages(s0, owner + first as u64, pages, &rest[rec - len..rec - len + meta_len]);
+        self.read_done(data_off(s0), len);
+        let ok = self.open_pages(s0, owner + first as u64, &mut buf.as_mut_slice()[..len]);
         if ok {
             out[first * PAGE_SIZE..first * PAGE_SIZE + len].copy_from_slice(&buf.as_slice()[..len]);
         }
@@ -451,6 +484,13 @@ impl FileTier {
             Ok(())
         } else {
             Err(TierError::Corrupt { tier: self.name.clone(), handle })
+        }
+    }
+
+    /// Buffered I/O: a read of `[off, off + len)` is done and copied out.
+    fn read_done(&self, off: u64, len: usize) {
+        if let Some(d) = &self.drop_behind {
+            d.read(off, len as u64);
         }
     }
 
@@ -474,18 +514,14 @@ impl FileTier {
     }
 
     /// Authenticate and decrypt in place the pages read from the slots from `slot` (owned by
-    /// `owner` on), with their records `meta` (one per page): true if every one opened (at once
-    /// without encryption).
-    fn open_pages(&self, slot: u64, owner: u64, pages: &mut [u8], meta: &[u8]) -> bool {
-        let Some(c) = &self.cipher else { return true };
-        if meta.len() != pages.len() / PAGE_SIZE * META_BYTES {
-            return false;
-        }
-        pages
-            .chunks_exact_mut(PAGE_SIZE)
-            .zip(meta.chunks_exact(META_BYTES))
-            .enumerate()
-            .all(|(i, (p, m))| c.open(slot + i as u64, owner + i as u64, p, m))
+    /// `owner` on) with their records: true if every one opened (at once without encryption).
+    fn open_pages(&self, slot: u64, owner: u64, pages: &mut [u8]) -> bool {
+        let (Some(c), Some(recs)) = (&self.cipher, &self.records) else { return true };
+        pages.chunks_exact_mut(PAGE_SIZE).enumerate().all(|(i, p)| {
+            let mut m = [0u8; META_BYTES];
+            recs.get(slot + i as u64, &mut m);
+            c.open(slot + i as u64, owner + i as u64, p, &m)
+        })
     }
 
     fn release_slots(&self, slot: u64, n: usize) {
@@ -504,15 +540,13 @@ impl FileTier {
 
 impl FileTier {
     /// [`Backend::load_many`] of one run of `n` adjacent slots from `first` (one cluster):
-    /// `idx` are the requests of the run, in slot order. One read for the data and one for the
-    /// records, then each object is checked against the reverse map and decrypted into its
-    /// `out`; a failure (I/O, bad handle, authentication) is reported per request.
+    /// `idx` are the requests of the run, in slot order. One read, then each object is checked
+    /// against the reverse map and decrypted into its `out`; a failure (I/O, bad handle,
+    /// authentication) is reported per request.
     fn load_run(&self, first: u64, n: usize, idx: &[usize], reqs: &mut [LoadReq<'_>]) {
         let len = n * PAGE_SIZE;
-        let meta_len = if self.cipher.is_some() { n * META_BYTES } else { 0 };
-        let buf = IoBuf::new(len + meta_len);
-        let ops = [IoOp::read(data_off(first), 0, len), IoOp::read(meta_off(first), len, meta_len)];
-        let (b, r) = self.io.submit(buf, &ops[..if meta_len > 0 { 2 } else { 1 }]);
+        let buf = IoBuf::new(len);
+        let (b, r) = self.io.submit(buf, &[IoOp::read(data_off(first), 0, len)]);
         let buf = match (b, r) {
             (Some(b), Ok(())) => b,
             (_, r) => {
@@ -523,15 +557,15 @@ impl FileTier {
                 return;
             }
         };
-        let (data, meta) = buf.as_slice().split_at(len);
+        self.read_done(data_off(first), len);
+        let data = buf.as_slice();
         for &k in idx {
             let r = &mut reqs[k];
             r.result = (|| {
                 let (slot, np, owner) = self.live_folio(r.handle, r.out.len())?;
                 let at = (slot - first) as usize;
                 r.out.copy_from_slice(&data[at * PAGE_SIZE..(at + np) * PAGE_SIZE]);
-                let records = meta.get(at * META_BYTES..(at + np) * META_BYTES).unwrap_or_default();
-                if !self.open_pages(slot, owner, r.out, records) {
+                if !self.open_pages(slot, owner, r.out) {
                     return Err(TierError::Corrupt { tier: self.name.clone(), handle: r.handle });
                 }
                 Ok(())
@@ -565,32 +599,30 @@ impl Backend for FileTier {
         let slot =
             self.space.alloc(order, &mut |i| Word::rmap(0, owner.0 + i as u64)).map_err(|_| TierError::Reject)?.0;
         let len = data.len();
-        let meta_len = if self.cipher.is_some() { n * META_BYTES } else { 0 };
-        let mut buf = self.get_buf(len + meta_len + if self.direct { meta_window(slot, n).1 + PAGE_SIZE } else { 0 });
-        let sealed = {
-            let b = buf.as_mut_slice();
-            b[..len].copy_from_slice(data);
-            match &self.cipher {
-                Some(c) => {
-                    let (pages, meta) = b.split_at_mut(len);
-                    pages
-                        .chunks_exact_mut(PAGE_SIZE)
-                        .zip(meta.chunks_exact_mut(META_BYTES))
-                        .enumerate()
-                        .try_for_each(|(i, (p, m))| c.seal(slot + i as u64, owner.0 + i as u64, p, m))
-                }
-                None => Ok(()),
-            }
+        let mut buf = self.get_buf(len);
+        let page_bytes = &mut buf.as_mut_slice()[..len];
+        page_bytes.copy_from_slice(data);
+        // The records go to RAM before the write: the slots are ours alone until the handle
+        // is returned, and a failed write frees them (their records are then never read).
+        let sealed = match (&self.cipher, &self.records) {
+            (Some(c), Some(recs)) => page_bytes.chunks_exact_mut(PAGE_SIZE).enumerate().try_for_each(|(i, p)| {
+                let mut m = [0u8; META_BYTES];
+                c.seal(slot + i as u64, owner.0 + i as u64, p, &mut m)?;
+                recs.put(slot + i as u64, &m);
+                Ok(())
+            }),
+            _ => Ok(()),
         };
         let res = sealed.and_then(|()| {
-            if self.direct && meta_len > 0 {
-                return self.write_direct(buf, slot, len, meta_len);
-            }
-            let ops = [IoOp::write(data_off(slot), 0, len), IoOp::write(meta_off(slot), len, meta_len)];
-            let (b, r) = self.io.submit(buf, &ops[..if meta_len > 0 { 2 } else { 1 }]);
+            let (b, r) = self.io.submit(buf, &[IoOp::write(data_off(slot), 0, len)]);
             self.put_buf(b);
             r
         });
+        if res.is_ok() {
+            if let Some(d) = &self.drop_behind {
+                d.written(data_off(slot), len as u64);
+            }
+        }
         if let Err(e) = res {
             self.release_slots(slot, n);
             return Err(e);
@@ -616,13 +648,6 @@ impl Backend for FileTier {
     }
 
     fn load_many(&self, reqs: &mut [LoadReq<'_>]) {
-        if self.direct {
-            // Metadata blocks would need aligned windows per run: load one by one.
-            for r in reqs.iter_mut() {
-                r.result = self.load(r.handle, r.out);
-            }
-            return;
-        }
         let mut order: Vec<usize> = (0..reqs.len()).collect();
         order.sort_unstable_by_key(|&i| split(reqs[i].handle).0);
         let mut i = 0;
@@ -713,10 +738,9 @@ impl Backend for FileTier {
 
     fn usage(&self) -> Usage {
         let pages = self.stored_pages.load(Ordering::Relaxed);
-        let meta = if self.cipher.is_some() { META_BYTES as u64 } else { 0 };
         Usage {
             stored_pages: pages,
-            used_bytes: pages * (PAGE_SIZE as u64 + meta),
+            used_bytes: pages * PAGE_SIZE as u64,
             limit_bytes: self.space.nr_slots() * PAGE_SIZE as u64,
             sharers: if self.holds.is_private() { 1 } else { self.holds.sharers() as u64 },
             frozen_bytes: self.space.shared_clusters() as u64 * DATA_BYTES,

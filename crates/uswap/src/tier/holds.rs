@@ -39,6 +39,7 @@
 use super::shared::SharedMap;
 use crate::cluster::ClusterHolds;
 use crate::error::TierError;
+use crate::stats::now_ns;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -87,13 +88,6 @@ pub struct FileHolds {
     fd: i32,
     dev: u64,
     ino: u64,
-}
-
-fn now_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// The start time of process `pid` (field 22 of `/proc/PID/stat`, clock ticks since boot), or

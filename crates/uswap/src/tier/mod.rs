@@ -15,11 +15,13 @@
 //! the per-ring lock of the io_uring engine.
 
 pub mod crypt;
+pub mod drop_behind;
 pub mod file;
 pub mod holds;
 pub mod io_engine;
 pub mod lz4;
 pub mod pages;
+pub mod records;
 pub mod shared;
 pub mod swapfile;
 pub mod zero;
