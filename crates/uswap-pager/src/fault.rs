@@ -1417,6 +1417,7 @@ mod tests {
             tiers: format!("zero,lz4,file:{}", dir.display()),
             fault_mode: crate::FaultMode::Thread,
             pool_percent: 8,
+            pool_adapt: false,
             ..Default::default()
         };
         let Some(p) = pager(cfg) else { return };

@@ -71,6 +71,7 @@ mod forkserve;
 mod handle;
 pub mod own;
 mod page;
+mod pool_share;
 mod reclaim;
 mod recomp;
 mod region;
@@ -168,8 +169,11 @@ pub struct PagerConfig {
     /// Share of the limit the inactive list (swap cache) may hold, in percent.
     pub inactive_percent: u8,
     /// Share of the limit the compressed pool may hold when a tier outside RAM takes the rest,
-    /// in percent.
+    /// in percent: where it starts, with `pool_adapt`.
     pub pool_percent: u8,
+    /// Let the pool's share follow the workload ([`pool_share`]) instead of staying at
+    /// `pool_percent`.
+    pub pool_adapt: bool,
     /// Pages per reclaim batch (one `process_madvise` per batch).
     pub reclaim_batch: usize,
     /// Swap-in readahead window for 4 KiB folios, in pages (0 = off; kernel-like growth on
@@ -233,6 +237,7 @@ impl Default for PagerConfig {
             replacement: Replacement::TwoList,
             inactive_percent: 25,
             pool_percent: 50,
+            pool_adapt: true,
             reclaim_batch: 256,
             readahead_pages: 8,
             adaptive: true,
@@ -295,6 +300,9 @@ pub struct Pager {
     pub(crate) place: cpu::Placement,
     /// The store keeps its RAM under half the limit (see [`PageStore::limit_ram`]).
     pub(crate) pool_capped: bool,
+    /// The pool's share of the limit in per mille (`pool_percent` at first; moved by the
+    /// background reclaimer's [`pool_share`] with `pool_adapt`).
+    pub(crate) pool_permille: AtomicU32,
     /// An eventfd the event thread polls next to the uffd; written once by `Drop` so the
     /// thread leaves its `poll` at once instead of at its next timeout.
     pub(crate) stop_fd: std::os::fd::OwnedFd,
@@ -452,6 +460,7 @@ impl Pager {
             stop: AtomicBool::new(false),
             place: cpu::Placement::new(cfg.follow_cpu && cfg.fault_mode == FaultMode::Thread, cfg.pin_thread),
             pool_capped,
+            pool_permille: AtomicU32::new(u32::from(cfg.pool_percent) * 10),
             stop_fd,
             reclaim_wake: AtomicU32::new(0),
             recomp_wake: AtomicU32::new(0),
@@ -876,9 +885,17 @@ impl Pager {
         self.budget.load(Ordering::Relaxed)
     }
 
-    /// The most RAM the store may hold under the limit in force (`pool_percent` of it).
+    /// The most RAM the store may hold under the limit in force (the pool's share of it).
     pub(crate) fn pool_cap(&self) -> u64 {
-        self.limit() * u64::from(self.cfg.pool_percent) / 100
+        self.limit() * u64::from(self.pool_permille.load(Ordering::Relaxed)) / 1000
+    }
+
+    /// Give the pool `permille` of the limit (the background reclaimer's [`pool_share`]).
+    pub(crate) fn set_pool_share(&self, permille: u32) {
+        self.pool_permille.store(permille, Ordering::Relaxed);
+        if self.pool_capped {
+            self.store.limit_ram(self.cfg.group, self.pool_cap());
+        }
     }
 
     /// What [`Pager::set_outside`] last set.

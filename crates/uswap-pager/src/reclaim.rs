@@ -1273,7 +1273,15 @@ pub(crate) fn kswapd(p: &Pager) {
     let mut refresh_at = 0;
     // When the current run of passes without progress began (0: the last pass made some).
     let mut failing_since = 0u64;
+    let mut share = crate::pool_share::PoolShare::default();
     while !p.stop.load(Ordering::Acquire) {
+        if p.pool_capped && p.cfg.pool_adapt {
+            let cur = p.pool_permille.load(Ordering::Relaxed);
+            if let Some(next) = share.update(crate::stats::now_ns(), p.store.tier_refaults(), cur) {
+                p.set_pool_share(next);
+                inc(&p.counters.pool_share_moves, 1);
+            }
+        }
         if p.pause.load(Ordering::SeqCst) {
             p.kswapd_quiet.store(true, Ordering::SeqCst);
             while p.pause.load(Ordering::SeqCst) && !p.stop.load(Ordering::Acquire) {

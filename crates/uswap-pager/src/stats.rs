@@ -44,6 +44,7 @@ pub(crate) struct Counters {
     pub(crate) evicted_folios: AtomicU64,
     pub(crate) reclaim_batches: AtomicU64,
     pub(crate) reclaim_fail: AtomicU64,
+    pub(crate) pool_share_moves: AtomicU64,
     pub(crate) madvise_calls: AtomicU64,
     pub(crate) wp_calls: AtomicU64,
     pub(crate) swap_ra: AtomicU64,
@@ -233,6 +234,8 @@ pub struct PagerStats {
     pub reclaim_batches: u64,
     /// Reclaim attempts that could not free anything (store full, nothing evictable).
     pub reclaim_fail: u64,
+    /// Times the pool's share of the limit moved (`pool_share`).
+    pub pool_share_moves: u64,
     /// `process_madvise`/`madvise` calls made by reclaim.
     pub madvise_calls: u64,
     /// `UFFDIO_WRITEPROTECT` calls made by reclaim.
@@ -269,9 +272,11 @@ pub struct PagerStats {
     /// ([`crate::Pager::set_outside`]): the pager keeps its own charge under
     /// `limit_in_force_bytes - outside_bytes` (at least a quarter of it).
     pub outside_bytes: u64,
-    /// The store's RAM is capped (at half the limit) with the overflow going to a file tier,
-    /// so the limit holds for any data; false when every tier is in RAM.
+    /// The store's RAM is capped (at its share of the limit) with the overflow going to a
+    /// file tier, so the limit holds for any data; false when every tier is in RAM.
     pub pool_capped: bool,
+    /// The pool's share of the limit, in per mille (its cap: `pool_share`).
+    pub pool_share_permille: u32,
     /// Median fault latency in ns, if recorded.
     pub fault_p50_ns: Option<u64>,
     /// 99th percentile fault latency in ns, if recorded.
@@ -374,6 +379,7 @@ pub(crate) fn snapshot(p: &Pager, regions_live: usize) -> PagerStats {
         evicted_folios: g(&c.evicted_folios),
         reclaim_batches: g(&c.reclaim_batches),
         reclaim_fail: g(&c.reclaim_fail),
+        pool_share_moves: g(&c.pool_share_moves),
         madvise_calls: g(&c.madvise_calls),
         wp_calls: g(&c.wp_calls),
         swap_ra: g(&c.swap_ra),
@@ -391,6 +397,7 @@ pub(crate) fn snapshot(p: &Pager, regions_live: usize) -> PagerStats {
         limit_in_force_bytes: p.budget(),
         outside_bytes: p.outside_bytes(),
         pool_capped: p.pool_capped,
+        pool_share_permille: p.pool_permille.load(std::sync::atomic::Ordering::Relaxed),
         fault_p50_ns: c.percentile(0.5),
         fault_p99_ns: c.percentile(0.99),
         events_unmap: g(&c.ev_unmap),

@@ -86,6 +86,12 @@ pub trait PageStore: Send + Sync {
     fn tiers_movable(&self) -> bool {
         false
     }
+    /// What the split of the limit between resident pages and the pool is decided from
+    /// ([`crate::pool_share`]): swap-ins from the pool and from the file with their time, and
+    /// what each tier holds. `None` without both a pool and a file.
+    fn tier_refaults(&self) -> Option<TierRefaults> {
+        None
+    }
     /// Tiers both ways, up to `max_pages` each: write back to the tier outside RAM what stayed
     /// in the pool unused for `age_ms` (0: none), and promote into the pool what was read back
     /// from the outside tier since it got there, while the RAM the store holds is under
@@ -115,6 +121,23 @@ pub trait PageStore: Send + Sync {
         let _ = step;
         true
     }
+}
+
+/// Cumulative swap-in counters of the pool and the file tier, and what they hold now
+/// ([`PageStore::tier_refaults`]).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct TierRefaults {
+    /// Pages swapped in from the pool, and the nanoseconds spent decoding them.
+    pub pool_in: u64,
+    pub pool_in_ns: u64,
+    /// Pages swapped in from the file, and the nanoseconds spent reading them.
+    pub file_in: u64,
+    pub file_in_ns: u64,
+    /// Bytes of original data the pool holds, and the RAM it takes.
+    pub pool_data: u64,
+    pub pool_ram: u64,
+    /// Bytes of data the file holds.
+    pub file_data: u64,
 }
 
 /// What one [`PageStore::recompress_idle`] pass did (summed over the tiers it went through).
@@ -165,6 +188,9 @@ impl<T: PageStore + ?Sized> PageStore for std::sync::Arc<T> {
     }
     fn tiers_movable(&self) -> bool {
         (**self).tiers_movable()
+    }
+    fn tier_refaults(&self) -> Option<TierRefaults> {
+        (**self).tier_refaults()
     }
     fn move_by_use(&self, age_ms: u64, ram_cap: u64, max_pages: u64) -> (u64, u64) {
         (**self).move_by_use(age_ms, ram_cap, max_pages)
@@ -279,6 +305,20 @@ impl PageStore for EngineStore {
     }
     fn tiers_movable(&self) -> bool {
         self.writeback.is_some()
+    }
+    fn tier_refaults(&self) -> Option<TierRefaults> {
+        let (pool, file) = self.writeback?;
+        let s = self.engine.stats().snapshot();
+        let (p, f) = (self.engine.tier_usage(pool).ok()?, self.engine.tier_usage(file).ok()?);
+        Some(TierRefaults {
+            pool_in: s.zswpin,
+            pool_in_ns: s.zswpin_ns,
+            file_in: s.pswpin,
+            file_in_ns: s.pswpin_ns,
+            pool_data: p.stored_pages * 4096,
+            pool_ram: self.engine.ram_bytes(),
+            file_data: f.stored_pages * 4096,
+        })
     }
     fn move_by_use(&self, age_ms: u64, ram_cap: u64, max_pages: u64) -> (u64, u64) {
         let Some((pool, file)) = self.writeback else { return (0, 0) };

@@ -41,10 +41,16 @@ pub enum Event {
     SwpPromoteReject,
     /// Pages moved by [`crate::vswap::Engine::drain_tier`] (online swapoff).
     SwpDrain,
+    /// Nanoseconds spent reading and opening what swap-ins loaded from a physical (file) tier
+    /// (`pswpin`'s time; no kernel counter): with `zswpin_ns`, what a refault from each tier
+    /// costs, for the split of the limit between resident pages and the pool.
+    PswpinNs,
+    /// Nanoseconds spent decoding what swap-ins loaded from the compressed pool.
+    ZswpinNs,
 }
 
 /// Number of [`Event`] variants.
-pub const NR_EVENTS: usize = 13;
+pub const NR_EVENTS: usize = 15;
 
 /// Per-order counters, named as in `hugepages-<size>kB/stats/`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -131,12 +137,23 @@ impl Stats {
             swp_promote: ev(Event::SwpPromote),
             swp_promote_reject: ev(Event::SwpPromoteReject),
             swp_drain: ev(Event::SwpDrain),
+            pswpin_ns: ev(Event::PswpinNs),
+            zswpin_ns: ev(Event::ZswpinNs),
             swpout: per(OrderEvent::Swpout),
             swpout_fallback: per(OrderEvent::SwpoutFallback),
             swpin: per(OrderEvent::Swpin),
             swpin_fallback: per(OrderEvent::SwpinFallback),
         }
     }
+}
+
+/// Monotonic nanoseconds (vDSO `clock_gettime`: no system call, signal-safe).
+#[inline]
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the one timespec we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Every counter at one moment, with the kernel's names. Per-order arrays are indexed by
@@ -156,6 +173,8 @@ pub struct StatsSnapshot {
     pub swp_promote: u64,
     pub swp_promote_reject: u64,
     pub swp_drain: u64,
+    pub pswpin_ns: u64,
+    pub zswpin_ns: u64,
     pub swpout: [u64; NR_ORDERS],
     pub swpout_fallback: [u64; NR_ORDERS],
     pub swpin: [u64; NR_ORDERS],

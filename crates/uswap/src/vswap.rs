@@ -594,14 +594,27 @@ impl Engine {
         let tier = self.tier(usize::from(b.tier()))?;
         let buf = lf.data_mut().ok_or_else(|| SwapError::Config("filling an uptodate folio".into()))?;
         let pages = (buf.len() / PAGE_SIZE) as u64;
+        let t0 = crate::stats::now_ns();
         tier.backend.load(b.payload(), buf)?;
-        match tier.kind {
-            TierKind::Pool => self.stats.add(Event::Zswpin, pages),
-            TierKind::File => self.stats.add(Event::Pswpin, pages),
-            _ => {}
-        }
+        self.count_swapin(tier.kind, pages, t0);
         lf.set_uptodate();
         Ok(())
+    }
+
+    /// Count `pages` loaded from a tier of `kind` by a load that began at `t0` (ns).
+    fn count_swapin(&self, kind: TierKind, pages: u64, t0: u64) {
+        let ns = crate::stats::now_ns().saturating_sub(t0);
+        match kind {
+            TierKind::Pool => {
+                self.stats.add(Event::Zswpin, pages);
+                self.stats.add(Event::ZswpinNs, ns);
+            }
+            TierKind::File => {
+                self.stats.add(Event::Pswpin, pages);
+                self.stats.add(Event::PswpinNs, ns);
+            }
+            _ => {}
+        }
     }
 
     /// Decode the part `[entry, entry + out.len()/4096)` of the stored object of a folio just
@@ -613,12 +626,9 @@ impl Engine {
         let buf = lf.data_mut().ok_or_else(|| SwapError::Config("filling an uptodate folio".into()))?;
         let at = (entry.0 - first.0) as usize * PAGE_SIZE;
         let need = at + out.len();
+        let t0 = crate::stats::now_ns();
         tier.backend.load_part(b.payload(), buf, at, out.len())?;
-        match tier.kind {
-            TierKind::Pool => self.stats.add(Event::Zswpin, (out.len() / PAGE_SIZE) as u64),
-            TierKind::File => self.stats.add(Event::Pswpin, (out.len() / PAGE_SIZE) as u64),
-            _ => {}
-        }
+        self.count_swapin(tier.kind, (out.len() / PAGE_SIZE) as u64, t0);
         out.copy_from_slice(&buf[at..need]);
         Ok(())
     }
