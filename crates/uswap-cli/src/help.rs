@@ -67,7 +67,10 @@ Tiers (--tiers, comma-separated, in order of preference; default zero,lz4:recomp
                          PATH an existing file or block device: used only if it carries
                          uswap's header, or with `force`; refused while in use (mounted,
                          active swap, another uswap process), even with force.
-    size=8G, engine=psync|uring, encrypt=on|off, discard=on|off, direct=on|off, force
+    size=8G, engine=psync|uring, encrypt=on|off, discard=on|off, force,
+    direct=on|off        off (default): buffered I/O that drops what it read and wrote behind
+                         it, so the file keeps at most 4 MiB of page cache; on: O_DIRECT, no
+                         page cache at all (buffered where the file system refuses it)
   mem[:pages=N]        uncompressed RAM (tests)
 Options follow their tier with `:` (lz4:pool=10%) or as items of their own (lz4,pool=10%).
 
@@ -98,8 +101,10 @@ Environment:
                      while it stays put)
   USWAP_INACTIVE_PERCENT  share of the limit for the inactive list, unmapped pages kept
                      uncompressed for a cheap refault (default 5)
-  USWAP_POOL_PERCENT share of the limit for the compressed pool when a file tier takes the
-                     rest (default 8)
+  USWAP_POOL_PERCENT share of the limit the compressed pool starts with when a file tier
+                     takes the rest (default 20); it then follows what swap-ins from the pool
+                     and from the file cost (5-50 %)
+  USWAP_POOL_ADAPT   0: keep the pool's share at USWAP_POOL_PERCENT
   USWAP_REPLACEMENT  `fifo`: evict first in, first out straight to the store instead of
                      through the active and inactive lists (for comparison)
   USWAP_WRITEBACK_AGE_MS  pool objects unused this long are written back to the file in the

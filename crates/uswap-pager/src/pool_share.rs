@@ -28,7 +28,7 @@ use crate::store::TierRefaults;
 /// Smallest and largest share of the limit the pool may be given, in per mille: some
 /// resident room is always left for the pages being touched.
 pub(crate) const MIN_PERMILLE: u32 = 50;
-pub(crate) const MAX_PERMILLE: u32 = 750;
+pub(crate) const MAX_PERMILLE: u32 = 500;
 /// The smallest step of the share, in per mille of the limit (it moves by a quarter of
 /// itself up and a fifth down, so that it crosses its range in about ten periods).
 const STEP: u32 = 25;
@@ -37,9 +37,12 @@ pub(crate) const PERIOD_NS: u64 = 100_000_000;
 /// Swap-ins (pages, both tiers) a period needs before it says anything.
 const MIN_SWAPINS: u64 = 64;
 /// What a swap-in costs beyond the tier's own work (the fault's delivery, the hand-off to the
-/// pager's thread and back, mapping the page): about 10-15 µs per fault on the project's
-/// machine (`docs/design.md`, "Thread fault mode").
-const FAULT_NS: u64 = 12_000;
+/// pager's thread and back, mapping the page). Under `uswap run` a fault is a hand-off between
+/// threads: 7.6 µs on one vCPU, 51-92 µs across two on the project's machine
+/// (`../shared/design/measured-limits.md`); a thrashing python-dict run paid 36 µs per fault
+/// in all. Taken too low, the pool is grown past the point where its faults cost more than
+/// the file reads it saves (gcc: 3-4 times slower at 12 µs).
+const FAULT_NS: u64 = 30_000;
 /// A move needs its side to win by this factor (hysteresis against noise).
 const MARGIN: f64 = 1.25;
 /// Below this compression ratio the pool is not given more room.
@@ -133,8 +136,8 @@ mod tests {
     fn balanced_costs_or_too_few_swapins_change_nothing() {
         let p0 = at(0, 0, 30 * MB, 10 * MB, 300 * MB);
         assert_eq!(decide(&p0, &at(10, 10, 30 * MB, 10 * MB, 0), 300), 300, "too few to tell");
-        // 7000 pool swap-ins at 15 µs against 1000 file reads at 102 µs.
-        assert_eq!(decide(&p0, &at(7_000, 1_000, 30 * MB, 10 * MB, 300 * MB), 300), 300);
+        // 3000 pool swap-ins at 33 µs against 1000 file reads at 120 µs.
+        assert_eq!(decide(&p0, &at(3_000, 1_000, 30 * MB, 10 * MB, 300 * MB), 300), 300);
     }
 
     #[test]

@@ -41,8 +41,9 @@ Examples:
   uswap bench programs --list
 
 Sides, interleaved per round: native; zram (lz4 zram as the only swap, zswap off, the program in \
-a memory cgroup at the limit); disk (a swap file on /var/tmp as the only swap, zswap in front of \
-it with the kernel's own pool size, the program in a memory cgroup at the limit); uswap (uswap \
+a memory cgroup at the limit); disk (a swap file on /var/tmp as the only swap, the program in a \
+memory cgroup at the limit; zswap in front of it with the kernel's own pool size where the cgroup \
+charges zswap's pool, cgroup v2, not under v1: USWAP_BENCH_DISK_ZSWAP=on|off decides otherwise); uswap (uswap \
 run --limit, in a memory cgroup at the limit + --uswap-allowance with no kernel swap, so that \
 its pool, its swap file's page cache and its tables are charged: the cgroup's peak is its \
 footprint). A cgroup v1 charges page cache but neither zram's RAM nor zswap's pool (v2 charges \
@@ -206,8 +207,11 @@ struct RunRec {
     outcome: &'static str,
     secs: f64,
     peak_rss: u64,
-    /// The peak of the run's memory cgroup (uswap: its footprint).
+    /// The peak of the run's memory cgroup (page cache included).
     cgroup_peak: Option<u64>,
+    /// uswap: the peak of what its cgroup held other than unmapped page cache (sampled; see
+    /// [`HeldSampler`]): its footprint, without the program's own file I/O.
+    held_peak: Option<u64>,
     /// The limit of the run's memory cgroup.
     cgroup_limit: Option<u64>,
     /// Processes the kernel OOM-killed in the run's cgroup.
@@ -239,8 +243,14 @@ struct RunRec {
 impl RunRec {
     /// uswap: the footprint against its bound + 10 % (None without both figures).
     fn footprint_within(&self) -> Option<bool> {
-        let (p, b) = (self.cgroup_peak?, self.footprint_bound?);
+        let (p, b) = (self.footprint_peak()?, self.footprint_bound?);
         Some(p as f64 <= b as f64 * (1.0 + RSS_TARGET_SLACK))
+    }
+
+    /// uswap: its footprint ([`RunRec::held_peak`], or the cgroup's peak where it was not
+    /// sampled).
+    fn footprint_peak(&self) -> Option<u64> {
+        self.held_peak.or(self.cgroup_peak)
     }
 
     fn json(&self) -> Value {
@@ -256,7 +266,7 @@ impl RunRec {
             "processes_with_stats": self.processes, "tree_peak_anon_pss_bytes": self.tree_peak,
         });
         if self.side == Side::Uswap.key() {
-            v["footprint_peak_bytes"] = json!(self.cgroup_peak);
+            v["footprint_peak_bytes"] = json!(self.footprint_peak());
             v["footprint_bound_bytes"] = json!(self.footprint_bound);
             v["footprint_within"] = json!(self.footprint_within());
         }
@@ -269,8 +279,12 @@ struct KernelSide {
     guard: Restore,
     zram: Option<setup::Zram>,
     zram_disksize: u64,
-    /// The disk side's swap file (zswap in front of it).
+    /// The disk side's swap file.
     disk: Option<setup::Zswap>,
+    /// zswap in front of it: only where the memory cgroup charges zswap's pool (cgroup v2);
+    /// under v1 its pool is RAM outside the limit, as zram's is, and the disk side would not
+    /// be bounded. `USWAP_BENCH_DISK_ZSWAP=on|off` decides otherwise.
+    disk_zswap: bool,
     disk_bytes: u64,
     cgroup_version: Option<u8>,
     /// Why a side does not run (None: it runs).
@@ -325,6 +339,7 @@ fn setup_kernel_on(ops: Box<dyn SysOps>, root: bool, want: Want, allowance: u64,
         zram: None,
         zram_disksize: 0,
         disk: None,
+        disk_zswap: false,
         disk_bytes: 0,
         cgroup_version: None,
         zram_skipped: not_asked(want.zram),
@@ -348,6 +363,11 @@ fn setup_kernel_on(ops: Box<dyn SysOps>, root: bool, want: Want, allowance: u64,
     match setup::setup_cgroup(&mut k.guard, &probe, 1 << 30) {
         Ok(cg) => {
             k.cgroup_version = Some(cg.version);
+            k.disk_zswap = match std::env::var("USWAP_BENCH_DISK_ZSWAP").as_deref() {
+                Ok("on") => true,
+                Ok("off") => false,
+                _ => cg.version == 2,
+            };
             if let Err(e) = k.guard.undo_now(&Undo::Rmdir(cg.dir)) {
                 skip_all(&mut k, format!("memory cgroup: cannot remove {probe}: {e}"));
                 return k;
@@ -557,6 +577,46 @@ struct SideRun {
     /// The cgroup's limit.
     limit: u64,
     before: BTreeMap<String, u64>,
+    /// uswap: what samples its footprint.
+    held: Option<HeldSampler>,
+}
+
+/// Samples a cgroup's `memory.stat` every 50 ms for the largest sum of its anonymous, shared
+/// and mapped file pages ([`setup::Cgroup::held_bytes`]): what the processes hold, without the
+/// unmapped page cache of the files they read and write (sort's temporary files, SQLite's,
+/// Redis's dump), which the kernel sides' cgroups carry as well and which is not uswap's.
+/// uswap's own swap file keeps at most its 4 MiB drop-behind window of page cache (none with
+/// `direct=on`), which this leaves out too (`tests/tier_file.rs` checks the window).
+#[derive(Debug)]
+struct HeldSampler {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl HeldSampler {
+    fn start(version: u8, stat: PathBuf) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut peak = 0;
+            loop {
+                if let Ok(text) = std::fs::read_to_string(&stat) {
+                    peak = peak.max(setup::Cgroup::held_bytes(version, &text));
+                }
+                if s.load(Ordering::Relaxed) {
+                    return peak;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        HeldSampler { stop, thread }
+    }
+    /// Stop; the peak (None if the thread panicked).
+    fn finish(self) -> Option<u64> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().ok()
+    }
 }
 
 /// Put a run of `side` under `limit` in place: a new memory cgroup (at the limit; uswap's at
@@ -579,7 +639,7 @@ fn side_begin(k: &mut KernelSide, side: Side, limit: u64) -> Result<Option<SideR
             None => Err("zram was not set up".into()),
         },
         Side::Disk => match k.disk.clone() {
-            Some(d) => setup::disk_swapon(&mut k.guard, &d),
+            Some(d) => setup::disk_swapon(&mut k.guard, &d, k.disk_zswap),
             None => Err("the disk swap file was not set up".into()),
         },
         Side::Uswap | Side::Native => cg.forbid_swap(k.guard.ops()),
@@ -589,7 +649,9 @@ fn side_begin(k: &mut KernelSide, side: Side, limit: u64) -> Result<Option<SideR
         return Err(e);
     }
     let before = kernel::vmstat(k.guard.ops());
-    Ok(Some(SideRun { side, cg, limit: cg_limit, before }))
+    let held =
+        (side == Side::Uswap).then(|| HeldSampler::start(cg.version, k.guard.ops().path(&cg.dir.join("memory.stat"))));
+    Ok(Some(SideRun { side, cg, limit: cg_limit, before, held }))
 }
 
 /// What a side's cgroup and the kernel's counters measured around one run.
@@ -598,6 +660,8 @@ struct SideEnd {
     /// The cgroup's limit and peak usage.
     limit: u64,
     peak: Option<u64>,
+    /// uswap: [`HeldSampler`]'s peak.
+    held_peak: Option<u64>,
     /// OOM kills in the cgroup.
     ooms: u64,
     /// Bytes written to and read from the swap device (`/proc/vmstat` `pswpout`, `pswpin`:
@@ -621,6 +685,7 @@ fn side_end(k: &mut KernelSide, run: SideRun) -> SideEnd {
     };
     let mut e = SideEnd {
         limit: run.limit,
+        held_peak: run.held.and_then(HeldSampler::finish),
         peak: run.cg.peak(ops),
         ooms: run.cg.oom_kills(ops),
         out_bytes: diff("pswpout"),
@@ -695,6 +760,7 @@ fn run_once(
     if let Some(sr) = sr {
         let e = side_end(k, sr);
         rec.cgroup_peak = e.peak;
+        rec.held_peak = e.held_peak;
         rec.cgroup_limit = Some(e.limit);
         rec.oom_kills = Some(e.ooms);
         if sc.side != Side::Uswap {
@@ -857,8 +923,8 @@ impl ProgRes {
     /// stayed within bound + 10 % (None: no round had both).
     fn footprint(&self) -> (Option<u64>, Option<u64>, Option<bool>) {
         let runs = self.side(Side::Uswap);
-        let top = runs.iter().filter(|r| r.cgroup_peak.is_some()).max_by_key(|r| r.cgroup_peak);
-        let peak = top.and_then(|r| r.cgroup_peak);
+        let top = runs.iter().filter(|r| r.footprint_peak().is_some()).max_by_key(|r| r.footprint_peak());
+        let peak = top.and_then(|r| r.footprint_peak());
         let bound = top.and_then(|r| r.footprint_bound).or_else(|| self.opt(Side::Uswap, |r| r.footprint_bound));
         let within: Vec<bool> = runs.iter().filter_map(|r| r.footprint_within()).collect();
         (peak, bound, (!within.is_empty()).then(|| within.iter().all(|&w| w)))
@@ -1168,7 +1234,7 @@ pub fn run(a: &Args) -> CliResult {
                     rec.correct = Some(true);
                 }
                 if !a.json {
-                    let cgroup = match (side, rec.cgroup_peak) {
+                    let cgroup = match (side, rec.footprint_peak()) {
                         (Side::Uswap, Some(c)) => format!(
                             " (footprint {} of bound {}{})",
                             mib(c),
@@ -1227,11 +1293,18 @@ pub fn run(a: &Args) -> CliResult {
             d.compressor
         ));
     }
-    if v1 {
+    if v1 && k.disk_zswap {
         notes.push(
             "cgroup v1 does not charge zswap's pool either (v2 does): the disk side keeps up to zswap's max_pool_percent of \
              RAM compressed outside its limit and writes to the swap file only beyond it (disk_written_back_bytes) or for \
              pages that do not compress"
+                .into(),
+        );
+    }
+    if k.disk.is_some() && !k.disk_zswap {
+        notes.push(
+            "the disk side runs without zswap: this cgroup does not charge zswap's pool (v1), which would hold the \
+             program's swapped pages in RAM outside its limit (USWAP_BENCH_DISK_ZSWAP=on to put it back)"
                 .into(),
         );
     }
@@ -1255,6 +1328,7 @@ pub fn run(a: &Args) -> CliResult {
             "zram_disksize_bytes": k.zram.as_ref().map(|_| k.zram_disksize),
             "disk_swapfile": k.disk.as_ref().map(|d| format!("/{}", d.file.display())),
             "disk_swapfile_bytes": k.disk.as_ref().map(|_| k.disk_bytes),
+            "disk_zswap": k.disk.as_ref().map(|_| k.disk_zswap),
             "zswap_compressor": k.disk.as_ref().map(|d| d.compressor.clone()),
             "zswap_max_pool_percent": k.disk.as_ref().and_then(|_| setup::Zswap::max_pool_percent(k.guard.ops())),
             "cgroup_version": k.cgroup_version,
@@ -1822,8 +1896,10 @@ mod tests {
             let e = side_end(&mut k, sr);
             assert_eq!((e.out_bytes, e.in_bytes, e.ooms, e.peak), (3 * 4096, 4096, 0, Some(0)));
 
+            // cgroup v1 does not charge zswap's pool: the disk side runs without it.
+            assert!(!k.disk_zswap);
             let sr = side_begin(&mut k, Side::Disk, 100 << 20).unwrap().unwrap();
-            assert_eq!(fake::read(&root, "sys/module/zswap/parameters/enabled"), "Y");
+            assert_eq!(fake::read(&root, "sys/module/zswap/parameters/enabled"), "N");
             fake::write(&root, &format!("{cg}-disk-2/memory.max_usage_in_bytes"), "104857600");
             fake::write(
                 &root,
@@ -1843,8 +1919,15 @@ mod tests {
             assert_eq!(fake::read(&root, &format!("{cg}-uswap-3/memory.limit_in_bytes")), (164u64 << 20).to_string());
             assert_eq!(fake::read(&root, &format!("{cg}-uswap-3/memory.swappiness")), "0");
             assert_eq!(sr.limit, 164 << 20);
+            // Its footprint leaves the unmapped page cache out.
+            fake::write(
+                &root,
+                &format!("{cg}-uswap-3/memory.stat"),
+                "total_cache 5000\ntotal_rss 1000\ntotal_mapped_file 24\n",
+            );
             let e = side_end(&mut k, sr);
             assert!(e.errs.is_empty(), "{:?}", e.errs);
+            assert_eq!(e.held_peak, Some(1024));
 
             // Interrupted during a disk run: the guard turns its swap off on the way out.
             let _sr = side_begin(&mut k, Side::Disk, 100 << 20).unwrap().unwrap();

@@ -171,6 +171,21 @@ impl Cgroup {
         let f = if self.version == 1 { "memory.max_usage_in_bytes" } else { "memory.peak" };
         ops.read(&self.dir.join(f)).ok().and_then(|s| s.parse().ok())
     }
+    /// What the cgroup's processes hold other than unmapped page cache, from the text of its
+    /// `memory.stat`: anonymous, shared and mapped file pages (v1 `total_rss`,
+    /// `total_shmem`, `total_mapped_file`; v2 `anon`, `shmem`, `file_mapped`).
+    pub fn held_bytes(version: u8, stat: &str) -> u64 {
+        let keys: [&str; 3] = if version == 1 {
+            ["total_rss", "total_shmem", "total_mapped_file"]
+        } else {
+            ["anon", "shmem", "file_mapped"]
+        };
+        stat.lines()
+            .filter_map(|l| l.split_once(' '))
+            .filter(|(k, _)| keys.contains(k))
+            .filter_map(|(_, v)| v.trim().parse::<u64>().ok())
+            .sum()
+    }
     /// Processes the kernel OOM-killed in the cgroup (the `oom_kill` line of v1
     /// `memory.oom_control`, v2 `memory.events`; 0 when unreadable).
     pub fn oom_kills(&self, ops: &dyn SysOps) -> u64 {
@@ -273,8 +288,8 @@ pub fn swap_file_bytes(mem_total: u64) -> u64 {
 
 /// Turn kernel swap to disk on for one run: zswap on, then the swap file on. If swapon fails,
 /// zswap is turned off again.
-pub fn disk_swapon(r: &mut Restore, zs: &Zswap) -> Result<(), String> {
-    zs.set_enabled(r.ops(), true)?;
+pub fn disk_swapon(r: &mut Restore, zs: &Zswap, with_zswap: bool) -> Result<(), String> {
+    zs.set_enabled(r.ops(), with_zswap)?;
     if let Err(e) = swapon(r, &zs.file) {
         let _ = zs.set_enabled(r.ops(), false);
         return Err(e);
@@ -331,6 +346,14 @@ pub fn setup_zswap(r: &mut Restore, file: &Path, bytes: u64, compressor: &str) -
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn held_bytes_leave_out_unmapped_page_cache() {
+        let v1 = "cache 900\nrss 5\ntotal_cache 1000\ntotal_rss 100\ntotal_rss_huge 50\ntotal_shmem 20\ntotal_mapped_file 7\n";
+        assert_eq!(Cgroup::held_bytes(1, v1), 127);
+        let v2 = "anon 100\nfile 1000\nfile_mapped 7\nshmem 20\nanon_thp 50\n";
+        assert_eq!(Cgroup::held_bytes(2, v2), 127);
+    }
     use super::*;
     use crate::kernel::fake::{machine as fake_machine, read};
 
@@ -467,7 +490,7 @@ mod tests {
         let mut r = Restore::new(Box::new(ops));
         let zs = setup_zswap(&mut r, Path::new("var/tmp/d.swap"), 1 << 20, "lz4").unwrap();
         // swapon fails: zswap is off again and no swapoff is pending.
-        assert!(disk_swapon(&mut r, &zs).unwrap_err().contains("swapon"));
+        assert!(disk_swapon(&mut r, &zs, true).unwrap_err().contains("swapon"));
         assert_eq!(read(&root, "sys/module/zswap/parameters/enabled"), "N");
         assert!(!r.pending().iter().any(|u| matches!(u, Undo::Swapoff(_))));
         drop(r);
@@ -478,7 +501,7 @@ mod tests {
         let root = tmp.0.clone();
         let mut r = Restore::new(Box::new(ops));
         let zs = setup_zswap(&mut r, Path::new("var/tmp/d.swap"), 1 << 20, "lz4").unwrap();
-        disk_swapon(&mut r, &zs).unwrap();
+        disk_swapon(&mut r, &zs, true).unwrap();
         assert_eq!(read(&root, "sys/module/zswap/parameters/enabled"), "Y");
         disk_swapoff(&mut r, &zs).unwrap();
         assert_eq!(read(&root, "sys/module/zswap/parameters/enabled"), "N");

@@ -3,8 +3,8 @@
 //! A swap file read and written through the page cache keeps every page it touched in RAM
 //! until the kernel needs the memory: outside a memory cgroup that is unbounded, and inside
 //! one it is charged to the cgroup. Either way the RAM is not under the limit `uswap run`
-//! promises. The file tier uses `O_DIRECT` where the file system has it; where it does not,
-//! or when `direct=off` is asked for, this keeps the file's page cache to a window:
+//! promises. Unless `direct=on` opens the file `O_DIRECT`, this keeps the file's page cache to
+//! a window:
 //!
 //! - a written range has its writeback started at once (`sync_file_range(WRITE)`) and is
 //!   remembered; once more than [`WINDOW_BYTES`] are remembered, the oldest ranges are waited

@@ -16,10 +16,11 @@
 //! [`TierError::Corrupt`] and never returned. Each page's seal record (nonce counter and tag)
 //! stays in RAM ([`SlotRecords`]), so a swap-in is one read and a store one write.
 //!
-//! Page cache: the file is opened `O_DIRECT` by default, so what it holds takes no RAM (the
-//! limit `uswap run` promises covers the whole footprint). Where the file system refuses
-//! `O_DIRECT` (tmpfs), or with `direct=off`, I/O is buffered and [`DropBehind`] keeps the
-//! file's page cache to a small window.
+//! Page cache: what the file holds must not sit in RAM the limit does not see. By default I/O
+//! is buffered and [`DropBehind`] keeps the file's page cache to a small window (a store costs
+//! a copy into the page cache and the write-back runs behind it: faster than waiting for the
+//! device). With `direct=on` the file is opened `O_DIRECT` and takes no page cache at all;
+//! where the file system refuses that (tmpfs), buffered I/O with drop-behind again.
 //!
 //! Error handling: a failed store frees the slots it allocated and returns the error, so the
 //! caller's copy stays the only copy (the engine keeps the old location until a store
@@ -87,9 +88,9 @@ pub struct FileConfig {
     pub encrypt: bool,
     /// Punch holes for emptied clusters.
     pub discard: bool,
-    /// Bypass the page cache (`O_DIRECT`), so swapped data does not occupy RAM as page cache.
-    /// Where the file system refuses it, the tier falls back to buffered I/O with drop-behind
-    /// ([`FileTier::direct`] says which); off: buffered with drop-behind.
+    /// Bypass the page cache (`O_DIRECT`). Where the file system refuses it, the tier falls
+    /// back to buffered I/O with drop-behind ([`FileTier::direct`] says which); off (the
+    /// default): buffered with drop-behind.
     pub direct: bool,
     /// Use an existing file or device even without uswap's header (overwriting its data).
     pub force: bool,
@@ -103,7 +104,7 @@ impl Default for FileConfig {
             engine: EngineKind::Psync,
             encrypt: true,
             discard: false,
-            direct: true,
+            direct: false,
             force: false,
         }
     }
