@@ -101,10 +101,10 @@ Environment:
                      while it stays put)
   USWAP_INACTIVE_PERCENT  share of the limit for the inactive list, unmapped pages kept
                      uncompressed for a cheap refault (default 5)
-  USWAP_POOL_PERCENT share of the limit the compressed pool starts with when a file tier
-                     takes the rest (default 20); it then follows what swap-ins from the pool
-                     and from the file cost (5-50 %)
-  USWAP_POOL_ADAPT   0: keep the pool's share at USWAP_POOL_PERCENT
+  USWAP_POOL_PERCENT share of the limit for the compressed pool when a file tier takes the
+                     rest (default 8, 5-50)
+  USWAP_POOL_ADAPT   1: the pool's share starts there and follows what swap-ins from the
+                     pool and from the file cost (experimental; off by default)
   USWAP_REPLACEMENT  `fifo`: evict first in, first out straight to the store instead of
                      through the active and inactive lists (for comparison)
   USWAP_WRITEBACK_AGE_MS  pool objects unused this long are written back to the file in the

@@ -172,7 +172,7 @@ pub struct PagerConfig {
     /// in percent: where it starts, with `pool_adapt`.
     pub pool_percent: u8,
     /// Let the pool's share follow the workload ([`pool_share`]) instead of staying at
-    /// `pool_percent`.
+    /// `pool_percent` (off by default: it loses on some programs, see `pool_share`).
     pub pool_adapt: bool,
     /// Pages per reclaim batch (one `process_madvise` per batch).
     pub reclaim_batch: usize,
@@ -237,7 +237,7 @@ impl Default for PagerConfig {
             replacement: Replacement::TwoList,
             inactive_percent: 25,
             pool_percent: 50,
-            pool_adapt: true,
+            pool_adapt: false,
             reclaim_batch: 256,
             readahead_pages: 8,
             adaptive: true,

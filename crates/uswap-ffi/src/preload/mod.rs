@@ -283,8 +283,8 @@ fn start() -> Result<(), String> {
         // 11.5 -> 10.2 s, pipeline 8.0 -> 7.1 s, python-dict 69 -> 67 s; python-list, sqlite,
         // node and redis within noise; peak RSS unchanged.
         inactive_percent: parse_num(c"USWAP_INACTIVE_PERCENT", 5)?.min(90) as u8,
-        pool_percent: parse_num(c"USWAP_POOL_PERCENT", 20)?.clamp(5, 50) as u8,
-        pool_adapt: env(c"USWAP_POOL_ADAPT") != Some("0"),
+        pool_percent: parse_num(c"USWAP_POOL_PERCENT", 8)?.clamp(5, 50) as u8,
+        pool_adapt: env(c"USWAP_POOL_ADAPT") == Some("1"),
         replacement: match env(c"USWAP_REPLACEMENT") {
             Some("fifo") => uswap_pager::Replacement::Fifo,
             _ => uswap_pager::Replacement::TwoList,
