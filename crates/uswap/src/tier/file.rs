@@ -20,7 +20,7 @@
 //! is buffered and [`DropBehind`] keeps the file's page cache to a small window (a store costs
 //! a copy into the page cache and the write-back runs behind it: faster than waiting for the
 //! device). With `direct=on` the file is opened `O_DIRECT` and takes no page cache at all;
-//! where the file system refuses that (tmpfs), buffered I/O with drop-behind again.
+//! where the file system refuses that (`open` fails with `EINVAL`), buffered I/O with drop-behind again.
 //!
 //! Error handling: a failed store frees the slots it allocated and returns the error, so the
 //! caller's copy stays the only copy (the engine keeps the old location until a store
@@ -160,7 +160,7 @@ pub struct Opened {
 
 /// Open the file a configuration names, checked and with uswap's header written or verified
 /// ([`swapfile`] has the rules; `force` overwrites a file or device without the header).
-/// `direct` asks for `O_DIRECT`; a file system that refuses it (tmpfs: `EINVAL`) gets the file
+/// `direct` asks for `O_DIRECT`; a file system that refuses it (`EINVAL`) gets the file
 /// opened buffered instead, and [`Opened::direct`] says so.
 pub fn open_target(target: &FileTarget, direct: bool, force: bool) -> Result<Opened, TierError> {
     if direct {
