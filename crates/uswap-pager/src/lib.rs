@@ -893,6 +893,12 @@ impl Pager {
     /// Give the pool `permille` of the limit (the background reclaimer's [`pool_share`]).
     pub(crate) fn set_pool_share(&self, permille: u32) {
         self.pool_permille.store(permille, Ordering::Relaxed);
+        self.apply_pool_cap();
+    }
+
+    /// Hand the store the pool's cap in force (the background reclaimer writes back what the
+    /// pool holds over a lowered one).
+    fn apply_pool_cap(&self) {
         if self.pool_capped {
             self.store.limit_ram(self.cfg.group, self.pool_cap());
         }
@@ -908,10 +914,8 @@ impl Pager {
         let floor = (budget / 4).max(4 * self.cfg.folio_size as u64);
         let v = budget.saturating_sub(self.outside.load(Ordering::Relaxed)).max(floor).min(budget);
         self.limit.store(v, Ordering::Relaxed);
-        // The pool's cap follows (the background reclaimer writes back what is over it).
-        if self.pool_capped {
-            self.store.limit_ram(self.cfg.group, self.pool_cap());
-        }
+        // The pool's cap follows.
+        self.apply_pool_cap();
         if self.charged_bytes() > reclaim::wake_mark(self) {
             sys::futex_wake(&self.reclaim_wake);
         }

@@ -20,12 +20,9 @@
 //! A period with too few swap-ins to tell ([`MIN_SWAPINS`]) changes nothing: a workload that
 //! streams, or does not swap, keeps the share it has.
 //!
-//! Off by default (`USWAP_POOL_ADAPT=1` under `uswap run`): measured in a memory cgroup
-//! against a fixed 8 %, it made python-list, java-hashmap and python-dict faster (13.5 against
-//! 19.6 s, 19.3 against 28.3 s, 78 against 82 s) but gcc and sort slower (29-49 against 12-16
-//! s, 208 against 28 s): the balance of the two costs is not where their sum is least, and a
-//! pool grown for the file's sake takes from a resident set whose faults this does not see
-//! coming.
+//! Off by default (`USWAP_POOL_ADAPT=1` under `uswap run`; the A/B against a fixed share is in
+//! BENCHMARKS.md): the balance of the two costs is not where their sum is least, and a pool
+//! grown for the file's sake takes from a resident set whose faults this does not see coming.
 //!
 //! Locking: none. The state is the background reclaimer's own; it publishes the share as one
 //! relaxed atomic of the pager, which [`Pager::pool_cap`](crate::Pager) reads.
@@ -46,9 +43,8 @@ const MIN_SWAPINS: u64 = 64;
 /// What a swap-in costs beyond the tier's own work (the fault's delivery, the hand-off to the
 /// pager's thread and back, mapping the page). Under `uswap run` a fault is a hand-off between
 /// threads: 7.6 µs on one vCPU, 51-92 µs across two on the project's machine
-/// (`../shared/design/measured-limits.md`); a thrashing python-dict run paid 36 µs per fault
-/// in all. Taken too low, the pool is grown past the point where its faults cost more than
-/// the file reads it saves (gcc: 3-4 times slower at 12 µs).
+/// (`../shared/design/measured-limits.md`). Taken too low, the pool is grown past the point
+/// where its faults cost more than the file reads it saves.
 const FAULT_NS: u64 = 30_000;
 /// A move needs its side to win by this factor (hysteresis against noise).
 const MARGIN: f64 = 1.25;

@@ -110,14 +110,8 @@ pub(crate) fn inc(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
 }
 
-/// Monotonic nanoseconds (vDSO `clock_gettime`, signal-safe).
-#[inline]
-pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes the timespec we pass.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+/// Monotonic nanoseconds: the engine's clock, so that its swap-in times and ours agree.
+pub use uswap::stats::now_ns;
 
 fn bucket(ns: u64) -> usize {
     let ns = ns.max(1);

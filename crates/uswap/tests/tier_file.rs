@@ -477,7 +477,7 @@ fn an_existing_file_without_a_header_is_refused_unless_forced() {
     drop(t);
     // Files uswap creates are private.
     for target in [FileTarget::TempIn(dir.path().into()), FileTarget::Path(dir.path().join("new"))] {
-        let f = open_target(&target, false, false).unwrap().file;
+        let (f, _) = open_target(&target, false, false).unwrap();
         let md = f.metadata().unwrap();
         assert_eq!(md.permissions().mode() & 0o777, 0o600, "{target:?}");
         let mut m = [0u8; 8];

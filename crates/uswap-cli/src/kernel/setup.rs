@@ -286,8 +286,8 @@ pub fn swap_file_bytes(mem_total: u64) -> u64 {
     (mem_total / 2).min(8 << 30) & !4095
 }
 
-/// Turn kernel swap to disk on for one run: zswap on, then the swap file on. If swapon fails,
-/// zswap is turned off again.
+/// Turn kernel swap to disk on for one run: zswap on or off as `with_zswap` says, then the
+/// swap file on. If swapon fails, zswap is turned off again.
 pub fn disk_swapon(r: &mut Restore, zs: &Zswap, with_zswap: bool) -> Result<(), String> {
     zs.set_enabled(r.ops(), with_zswap)?;
     if let Err(e) = swapon(r, &zs.file) {

@@ -91,15 +91,29 @@ impl DropBehind {
     /// back is the next read's error (the data is still in the page cache until then).
     pub fn written(&self, off: u64, len: u64) {
         self.sync_range(off, len, libc::SYNC_FILE_RANGE_WRITE);
-        lock(&self.ring).push((off, len));
+        // Remember this range and take what the window no longer holds, a few ranges per lock
+        // round (usually the only round), dropped with the lock released.
+        let mut new = Some((off, len));
         loop {
-            let Some((o, l)) = lock(&self.ring).pop_over() else { break };
-            self.sync_range(
-                o,
-                l,
-                libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER,
-            );
-            self.drop_range(o, l);
+            let mut out = [(0u64, 0u64); 4];
+            let n = {
+                let mut ring = lock(&self.ring);
+                if let Some(r) = new.take() {
+                    ring.push(r);
+                }
+                out.iter_mut().map_while(|o| ring.pop_over().map(|r| *o = r)).count()
+            };
+            for &(o, l) in &out[..n] {
+                self.sync_range(
+                    o,
+                    l,
+                    libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+                );
+                self.drop_range(o, l);
+            }
+            if n < out.len() {
+                return;
+            }
         }
     }
 

@@ -115,15 +115,12 @@ pub struct FileTier {
     name: String,
     space: SwapSpace,
     io: Arc<dyn IoEngine>,
-    cipher: Option<PageCipher>,
+    /// Encryption: the key and the slots' seal records.
+    seal: Option<(PageCipher, SlotRecords)>,
     bufs: Box<[CachePadded<Mutex<Vec<IoBuf>>>]>,
-    /// The seal records of the slots (with encryption).
-    records: Option<SlotRecords>,
     stored_pages: AtomicU64,
     discard: bool,
-    /// The file is open `O_DIRECT`.
-    direct: bool,
-    /// Buffered I/O: what keeps the file's page cache small.
+    /// Buffered I/O (the file is not `O_DIRECT`): what keeps its page cache small.
     drop_behind: Option<DropBehind>,
     /// This process's holds on the clusters (the file is shared with `fork` children).
     holds: Arc<FileHolds>,
@@ -147,34 +144,22 @@ fn io_err(op: &'static str, e: std::io::Error) -> TierError {
     TierError::io(op, &e)
 }
 
-/// A swap file as [`open_target`] opened it.
-#[derive(Debug)]
-pub struct Opened {
-    /// The file.
-    pub file: File,
-    /// Its size in bytes (0 for a new file).
-    pub size: u64,
-    /// Whether it is open `O_DIRECT` (asked for, and the file system has it).
-    pub direct: bool,
-}
-
 /// Open the file a configuration names, checked and with uswap's header written or verified
-/// ([`swapfile`] has the rules; `force` overwrites a file or device without the header).
-/// `direct` asks for `O_DIRECT`; a file system that refuses it (`EINVAL`) gets the file
-/// opened buffered instead, and [`Opened::direct`] says so.
-pub fn open_target(target: &FileTarget, direct: bool, force: bool) -> Result<Opened, TierError> {
+/// ([`swapfile`] has the rules; `force` overwrites a file or device without the header); returns
+/// it with its size in bytes (0 for a new file). `direct` asks for `O_DIRECT`; a file system
+/// that refuses it (`EINVAL`) gets the file opened buffered instead (its flags say which).
+pub fn open_target(target: &FileTarget, direct: bool, force: bool) -> Result<(File, u64), TierError> {
     if direct {
         match open_flags(target, libc::O_DIRECT, force) {
-            Ok((file, size)) => return Ok(Opened { file, size, direct: true }),
+            Ok(r) => return Ok(r),
             Err(OpenErr::Tier(e)) => return Err(e),
             Err(OpenErr::DirectRefused) => {}
         }
     }
-    match open_flags(target, 0, force) {
-        Ok((file, size)) => Ok(Opened { file, size, direct: false }),
-        Err(OpenErr::Tier(e)) => Err(e),
-        Err(OpenErr::DirectRefused) => unreachable!("only an O_DIRECT open is refused for O_DIRECT"),
-    }
+    open_flags(target, 0, force).map_err(|e| match e {
+        OpenErr::Tier(e) => e,
+        OpenErr::DirectRefused => unreachable!("only an O_DIRECT open is refused for O_DIRECT"),
+    })
 }
 
 /// Why [`open_flags`] failed.
@@ -306,7 +291,7 @@ fn open_flags(target: &FileTarget, dflag: i32, force: bool) -> Result<(File, u64
 impl FileTier {
     /// Open the tier a configuration describes.
     pub fn open(cfg: &FileConfig) -> Result<Self, TierError> {
-        let Opened { file, size: existing, .. } = open_target(&cfg.target, cfg.direct, cfg.force)?;
+        let (file, existing) = open_target(&cfg.target, cfg.direct, cfg.force)?;
         let (want, nr_clusters) = if cfg.size_bytes == 0 {
             let w = existing.saturating_sub(HEADER_BYTES);
             (w, w / CLUSTER_STRIDE)
@@ -361,7 +346,7 @@ impl FileTier {
             .map_err(|e| TierError::Io { op: "swap space", msg: e.to_string() })?;
         let holds = Arc::new(FileHolds::new(space.nr_clusters(), &file)?);
         space.set_holds(holds.clone());
-        let cipher = if encrypt { Some(PageCipher::new_random()?) } else { None };
+        let seal = if encrypt { Some((PageCipher::new_random()?, SlotRecords::new(nr_slots))) } else { None };
         // SAFETY: fcntl(F_GETFL) on a valid open fd.
         let direct =
             unsafe { libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(&*file), libc::F_GETFL) } & libc::O_DIRECT != 0;
@@ -369,14 +354,12 @@ impl FileTier {
             name: name.to_string(),
             space,
             io,
-            cipher,
+            seal,
             bufs: (0..NR_BUF_SHARDS)
                 .map(|_| CachePadded::new(Mutex::new(LockClass::FileBufs, Vec::with_capacity(4))))
                 .collect(),
-            records: encrypt.then(|| SlotRecords::new(nr_slots)),
             stored_pages: AtomicU64::new(0),
             discard,
-            direct,
             drop_behind: (!direct).then(|| DropBehind::new(file.clone())),
             holds,
             _file: file,
@@ -400,12 +383,12 @@ impl FileTier {
 
     /// Whether the file is read and written `O_DIRECT` (else buffered, with drop-behind).
     pub fn direct(&self) -> bool {
-        self.direct
+        self.drop_behind.is_none()
     }
 
     /// Whether pages are encrypted.
     pub fn encrypted(&self) -> bool {
-        self.cipher.is_some()
+        self.seal.is_some()
     }
 
     /// The virtual slot owning the data under `handle` (from the reverse map).
@@ -517,7 +500,7 @@ impl FileTier {
     /// Authenticate and decrypt in place the pages read from the slots from `slot` (owned by
     /// `owner` on) with their records: true if every one opened (at once without encryption).
     fn open_pages(&self, slot: u64, owner: u64, pages: &mut [u8]) -> bool {
-        let (Some(c), Some(recs)) = (&self.cipher, &self.records) else { return true };
+        let Some((c, recs)) = &self.seal else { return true };
         pages.chunks_exact_mut(PAGE_SIZE).enumerate().all(|(i, p)| {
             let mut m = [0u8; META_BYTES];
             recs.get(slot + i as u64, &mut m);
@@ -605,14 +588,14 @@ impl Backend for FileTier {
         page_bytes.copy_from_slice(data);
         // The records go to RAM before the write: the slots are ours alone until the handle
         // is returned, and a failed write frees them (their records are then never read).
-        let sealed = match (&self.cipher, &self.records) {
-            (Some(c), Some(recs)) => page_bytes.chunks_exact_mut(PAGE_SIZE).enumerate().try_for_each(|(i, p)| {
+        let sealed = match &self.seal {
+            Some((c, recs)) => page_bytes.chunks_exact_mut(PAGE_SIZE).enumerate().try_for_each(|(i, p)| {
                 let mut m = [0u8; META_BYTES];
                 c.seal(slot + i as u64, owner.0 + i as u64, p, &mut m)?;
                 recs.put(slot + i as u64, &m);
                 Ok(())
             }),
-            _ => Ok(()),
+            None => Ok(()),
         };
         let res = sealed.and_then(|()| {
             let (b, r) = self.io.submit(buf, &[IoOp::write(data_off(slot), 0, len)]);

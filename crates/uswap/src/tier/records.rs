@@ -3,7 +3,7 @@
 //! An encrypted page's record ([`META_BYTES`]: the nonce's counter and the tag) is needed to
 //! open it. Kept on disk beside the data, every swap-in would be two reads at two offsets (the
 //! data and its record) and every store under `O_DIRECT` a read-modify-write of the record's
-//! block: on a disk at ~80 µs per 4 KiB I/O that doubles the cost of a swap-in. Kept here,
+//! block: a disk read is most of a swap-in's cost, so that doubles it. Kept here,
 //! a swap-in is one read and a store one write, for 24 bytes of RAM per slot in use (0.6 % of
 //! what the file holds; the kernel's own per-slot RAM for a swap file is 9-11 bytes).
 //!
