@@ -639,6 +639,77 @@ fn python_builds_and_checks_a_large_dict() {
     check_peak("python dict", &stats(&st), limit, r.secs);
 }
 
+/// A parent of 40 MiB (partly swapped out under the limit) forks children in batches; each
+/// reads a slice of the parent's data, sends its checksum back through a pipe and ends with
+/// `os._exit` (no `exit(3)` handlers, as a fork child usually ends).
+const FORK_BURST_PY: &str = r#"
+import hashlib, os, sys
+kids, batch = int(sys.argv[1]), int(sys.argv[2])
+data = bytearray(hashlib.shake_256(b"uswap").digest(40 << 20))
+r, w = os.pipe()
+done = 0
+while done < kids:
+    pids = []
+    for i in range(batch):
+        pid = os.fork()
+        if pid == 0:
+            n = done + i
+            off = (n * 7919 % 40) << 20
+            s = sum(data[off:off + (1 << 20):4096])
+            os.write(w, b"%d:%d\n" % (n, s))
+            os._exit(0)
+        pids.append(pid)
+    for p in pids:
+        assert os.waitpid(p, 0)[1] == 0
+    done += batch
+os.close(w)
+got = b""
+while chunk := os.read(r, 65536):
+    got += chunk
+lines = sorted(got.split())
+print(len(lines), hashlib.sha256(b" ".join(lines)).hexdigest())
+"#;
+
+#[test]
+fn a_burst_of_fork_children_all_run_and_are_counted() {
+    let Some(py) = python() else {
+        assert!(std::env::var_os("USWAP_REQUIRE_RUNTIMES").is_none(), "no python3 and USWAP_REQUIRE_RUNTIMES is set");
+        eprintln!("SKIPPED: no python3 here");
+        return;
+    };
+    let (kids, batch) = ("120", "20");
+    let mut native = Command::new(&py);
+    native.args(["-c", FORK_BURST_PY, kids, batch]);
+    let want = run(native, "python3 fork burst (without uswap)");
+    assert_eq!(want.code, Some(0), "python3 without uswap: {}", want.stderr);
+    assert!(want.out().starts_with("120 "), "python3 without uswap printed {:?}", want.out());
+    let dir = tempdir();
+    let st = dir.path().join("stats.json");
+    let r = {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
+        cmd.arg("run")
+            .args(["--limit", &limit_arg(32 * MIB), "--stats"])
+            .arg(&st)
+            .arg("--")
+            .arg(&py)
+            .args(["-c", FORK_BURST_PY, kids, batch])
+            .env("USWAP_PRELOAD", preload())
+            .env_remove("LD_PRELOAD");
+        run(cmd, "uswap run -- python3 fork burst")
+    };
+    if no_uffd(&r) {
+        return;
+    }
+    assert_eq!(r.out(), want.out(), "python3 fork burst under uswap; stderr:\n{}", r.stderr);
+    assert_eq!(r.code, Some(0), "exit status; stderr:\n{}", r.stderr);
+    assert!(!r.stderr.contains("cannot start"), "a child's pager did not start:\n{}", r.stderr);
+    // Every child ran under the pager and its statistics reached the summary, though none ran
+    // `exit(3)`'s handlers.
+    let s = stats(&st);
+    let others = s["other_processes"].as_array().map_or(0, Vec::len);
+    assert_eq!(others, 120, "children in the statistics; stderr:\n{}", r.stderr);
+}
+
 /// Run `sh -c PIPELINE` without and with uswap at `limit`; the outputs must be the same, and
 /// `sort` must have run under uswap too. Returns the stats.
 fn pipeline(name: &str, pipeline: &str, limit: u64) -> Option<serde_json::Value> {

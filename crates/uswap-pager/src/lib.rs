@@ -358,8 +358,18 @@ pub struct Pager {
     /// `/proc/self/pagemap` for that preference, opened by the first reclaim that needs it
     /// (a fork child opens its own).
     pub(crate) pagemap: uswap::tier::pages::ProcessFd,
+    /// The pager's thread handles, locked only to start and stop threads
+    /// ([`Pager::start_background`], whose caller excludes a fork, and `Drop`), so that a
+    /// fork child does not inherit it held.
     threads: std::sync::Mutex<Vec<own::Thread<()>>>,
+    /// Kernel thread ids of the pager's running threads (0 = free slot), each written by its
+    /// thread as it starts: [`Pager::threads_cpu_ns`] reads their CPU clocks without the
+    /// `threads` lock, which a fork could otherwise copy held.
+    thread_tids: [std::sync::atomic::AtomicI32; MAX_THREADS],
 }
+
+/// The pager's threads at most: the event thread, the background reclaimer, the recompressor.
+const MAX_THREADS: usize = 3;
 
 // SAFETY: all shared state is atomic or internally synchronized.
 unsafe impl Sync for Pager {}
@@ -487,6 +497,7 @@ impl Pager {
             pagemap: uswap::tier::pages::ProcessFd::new(),
             read_gate: sys::YieldLock::new(),
             threads: std::sync::Mutex::new(Vec::new()),
+            thread_tids: Default::default(),
             cfg,
             uffd,
             store,
@@ -513,8 +524,11 @@ impl Pager {
             return Err(PagerError::Os("the pager was being dropped during fork".into()));
         };
         // The parent's threads do not exist here: forget their handles (joining one would be
-        // undefined).
+        // undefined) and their ids.
         std::mem::forget(std::mem::take(&mut *threads));
+        for t in &self.thread_tids {
+            t.store(0, Ordering::SeqCst);
+        }
         let gate = Arc::new(forkserve::StartGate::default());
         // The child inherits its parent's charge: near the limit, it needs its reclaimer now
         // (as the scanner would start it, `start_background`).
@@ -653,7 +667,14 @@ impl Pager {
                 g.wait();
             }
             // SAFETY: the pager outlives its threads (joined in Drop).
-            run(unsafe { &*p.0 })
+            let p = unsafe { &*p.0 };
+            let tid = cpu::gettid();
+            let slot =
+                p.thread_tids.iter().find(|t| t.compare_exchange(0, tid, Ordering::SeqCst, Ordering::SeqCst).is_ok());
+            run(p);
+            if let Some(t) = slot {
+                t.store(0, Ordering::SeqCst);
+            }
         })
     }
 
@@ -801,10 +822,14 @@ impl Pager {
 
     /// CPU time the pager's own threads have used (event thread, background reclaimer,
     /// recompressor), in nanoseconds: what to take off the process's CPU time to see the
-    /// program's. 0 while the threads are being restarted after `fork`.
+    /// program's (a thread counts from when it runs its loop).
     pub fn threads_cpu_ns(&self) -> u64 {
-        let Ok(th) = self.threads.try_lock() else { return 0 };
-        th.iter().filter_map(|h| sys::thread_cpu_ns(h.as_pthread_t())).sum()
+        self.thread_tids
+            .iter()
+            .map(|t| t.load(Ordering::Relaxed))
+            .filter(|&tid| tid != 0)
+            .filter_map(sys::thread_cpu_ns)
+            .sum()
     }
 
     /// Bytes the compressed pool holds in RAM (its part of [`Pager::charged_bytes`]).

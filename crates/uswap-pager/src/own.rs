@@ -350,11 +350,6 @@ impl<T> Thread<T> {
         self.mem.forget();
         self.handle.join()
     }
-
-    /// The thread's `pthread_t` (for its CPU clock).
-    pub fn as_pthread_t(&self) -> libc::pthread_t {
-        std::os::unix::thread::JoinHandleExt::as_pthread_t(&self.handle)
-    }
 }
 
 impl ThreadMem {

@@ -35,8 +35,8 @@
 //! part without taking the tree over its limit; a fork child counts its own copy of the fixed
 //! overhead (the preload's scan). While a MiB or more is shared, reclaim passes over folios
 //! the relative maps too (`Pager::set_cow_shared`). A process that ends through
-//! `exit(3)` frees its slot; one that is killed leaves it, and the next update of any process
-//! finds the pid gone (`kill(pid, 0)`) and frees it; a process image replaced by `exec`
+//! `exit(3)` or `_exit(2)` frees its slot; one that is killed leaves it, and the next reaping
+//! of any process ([`REAP_MS`]) finds the pid gone (`kill(pid, 0)`) and frees it; a process image replaced by `exec`
 //! leaves its slot to its successor of the same pid, which takes it over.
 //!
 //! Locking: none. A slot is claimed by CAS of its pid from 0, figures are atomics in the
@@ -64,6 +64,9 @@ pub const SLOTS: usize = 1022;
 pub const FILE_BYTES: usize = 16 + 16 + SLOTS * 16;
 /// How often a process publishes its charge and takes its limit from the tree's total.
 pub const UPDATE_MS: u64 = 10;
+/// How often a process looks for the slots of processes killed before they could free them
+/// (one `kill(pid, 0)` per live slot).
+pub const REAP_MS: u64 = 100;
 /// Time constant of the use rate's moving average.
 pub const RATE_TAU_MS: u64 = 500;
 
@@ -297,8 +300,19 @@ pub fn in_fork_child() {
     claim();
 }
 
-/// Give the slot back (at exit).
+/// Whether this process holds a slot of the tree's budget. False in a `vfork` child, which
+/// runs in its parent's memory (and sees the parent's slot) under a pid of its own.
+pub fn holds_slot() -> bool {
+    let Some(b) = budget() else { return false };
+    b.slots.get(MY_SLOT.load(Ordering::Relaxed)).is_some_and(|s| s.pid.load(Ordering::Relaxed) == std::process::id())
+}
+
+/// Give the slot back (at exit, `exit(3)` or `_exit(2)`). Nothing in a `vfork` child: the
+/// slot is its parent's.
 pub fn detach() {
+    if !holds_slot() {
+        return;
+    }
     let (Some(b), i) = (budget(), MY_SLOT.swap(usize::MAX, Ordering::Relaxed)) else { return };
     if let Some(s) = b.slots.get(i) {
         s.charged.store(0, Ordering::Relaxed);
@@ -485,7 +499,7 @@ pub fn update(p: &crate::Pager) {
     p.set_limit(share(me, members, shared_limit(b)));
 }
 
-/// Look for dead processes' slots (from the scan thread, about once a second).
+/// Look for dead processes' slots (from the scan thread, every [`REAP_MS`]).
 pub fn reap() {
     if let Some(b) = budget() {
         free_dead(b);

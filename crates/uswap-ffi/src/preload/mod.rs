@@ -52,6 +52,7 @@
 //! only for map updates; everything else is atomics or the pager's own locks.
 
 pub mod dl;
+pub mod exit;
 pub mod io;
 pub mod malloc;
 pub mod scan;
@@ -346,6 +347,15 @@ fn start() -> Result<(), String> {
 extern "C" fn at_exit() {
     write_stats(true);
     uswap_pager::tree::detach();
+}
+
+/// `_exit(2)` without `exit(3)`'s handlers (a fork child's usual end): what [`at_exit`] does,
+/// in a process that holds its own slot of the tree (not a `vfork` child, which runs in its
+/// parent's memory), so that its statistics are counted and its share goes back at once.
+pub(crate) fn at_underscore_exit() {
+    if ready() && uswap_pager::tree::holds_slot() {
+        at_exit();
+    }
 }
 
 /// Write this process's statistics to `USWAP_STATS_DIR`: `<pid>.final.json` at exit

@@ -599,7 +599,7 @@ fn spawn(p: Arc<Pager>) -> std::io::Result<()> {
                 crate::reentry::internal(|| uswap_pager::tree::update(&p));
                 sample_engine_meta(&p);
                 last_tree = std::time::Instant::now();
-                if last_reap.elapsed() >= std::time::Duration::from_secs(1) {
+                if last_reap.elapsed().as_millis() as u64 >= uswap_pager::tree::REAP_MS {
                     uswap_pager::tree::reap();
                     last_reap = std::time::Instant::now();
                 }
