@@ -8,7 +8,7 @@
 pub const MAIN: &str = "\
 Examples:
   uswap run --limit 512M -- python3 train.py     run a program with its memory under 512 MiB
-  uswap run --limit 25% --stats - make -j2       a quarter of RAM; statistics as JSON on stdout
+  uswap run --limit 25% --stats - make -j2       a quarter of RAM; statistics as JSON on stderr
   uswap demo --limit 128M                        the pager on a built-in workload
   uswap bench usemem --quick                     uswap against kernel swap in a memory cgroup
   uswap completions bash > /etc/bash_completion.d/uswap
@@ -26,10 +26,19 @@ Examples:
   uswap run --limit 1.5G make -j2                      (the program starts at the first word)
   uswap run --limit 25% --tiers zero,zstd -- ./a.out   (RAM only: zstd-compressed pool)
   uswap run --limit 1G --tiers zero,lz4,file:/mnt/ssd/swap.img --force -- ./sim
-  uswap run --limit 256M --stats - -- ls -l > stats.json
+  uswap run --limit 256M --stats fd:3 -- sort big.txt > sorted.txt 3> stats.json
 
 Options end at `--` or at the first word that is not an option: everything from the program
 name on is passed to it unchanged. A mistyped option is an error (exit 2), never a program.
+
+Statistics (--stats, as JSON: docs/stats.md) replace the summary and never go to stdout, which
+is the program's: --stats FILE writes FILE, --stats - stderr (in one write, after the program
+ended), --stats fd:N the file descriptor N that uswap was started with (the shell's `3> FILE`
+or `3>&1 >out.txt | jq`; the program does not inherit it).
+
+--limit SIZE or --limit=SIZE; a negative size is an error (exit 2). A limit above physical
+memory (MemTotal) is warned about on stderr: the machine runs out of memory before it is
+reached.
 
 The limit (--limit SIZE or N% of physical memory) covers the pages the pager manages: the
 resident pages of the program's heap and of its anonymous private mappings of 16 KiB or more,
@@ -160,8 +169,25 @@ without exit(3) (_exit, a signal) shows its last snapshot.";
 /// `uswap top --help`.
 pub const TOP: &str = "\
 Examples:
-  uswap top                    refresh every second until interrupted
-  uswap top --interval 5 --count 3";
+  uswap top                    refresh every second until `q` (or Ctrl-C)
+  uswap top --interval 5 --count 3
+
+Keys: q quits (read from stdin: a terminal key by key, a pipe or a file until its end; the
+terminal's settings are restored however top ends). On a terminal the screen is cleared for
+each refresh and the view cut to its height.
+
+The view, as `uswap status` prints it once: per tree a line with its runner's pid, age, limit
+and command, a line of its tiers, then a table that fits the terminal (80 columns when not on
+one), the command cut to the room left:
+  PID      the process (`total`: the sums over the tree's running processes); with --all the
+           command of one that ended says (exited), or (ended) without exit(3): last snapshot
+  RSS      its resident set
+  SHARE    its share of the tree's limit (in the totals row: the limit)
+  RES      managed pages mapped     CACHE  the uncompressed swap cache
+  POOL     the compressed pool      RATIO  the compression ratio of what the pool holds
+  FILE     the swap file's use      FLT/S  faults per second
+  IN/S     bytes swapped in per second, OUT/S out
+Sizes are 1024-based (K, M, G, T), counts 1000-based (k, M); --json has every figure in full.";
 
 /// `uswap demo --help`.
 pub const DEMO: &str = "\

@@ -497,52 +497,37 @@ fn one_line(argv: &Value, max: usize) -> String {
     line
 }
 
-/// The view as text: one block per tree, a line of totals and a table of its running
-/// processes (`all`: ended ones too; else they are counted).
-pub fn render(doc: &Value, all: bool) -> String {
-    use std::fmt::Write;
-    let h = |v: &Value| uswap::size::format(v.as_u64().unwrap_or(0));
-    let rate = |v: &Value| match v.as_f64() {
-        Some(x) => format!("{}/s", uswap::size::format(x as u64)),
-        None => "-".into(),
-    };
+/// The view as text, every line at most `width` columns (80 on anything but a terminal): per
+/// tree a line naming it, a line of its tiers, a header naming the columns, its running
+/// processes (`all`: ended ones too; else they are counted), a row of the tree's totals, then
+/// its processes that run without the pager. Figures are compact (`1.5G`, `999M`, `12k`: see
+/// [`compact_size`]); the command is cut to the room left. `--json` has every figure in full.
+pub fn render(doc: &Value, all: bool, width: usize) -> String {
+    let width = width.max(MIN_WIDTH);
+    let size = |v: &Value| compact_size(v.as_u64().unwrap_or(0));
+    let rate = |v: &Value| v.as_f64().map_or("-".into(), |x| compact_size(x as u64));
     let mut s = String::new();
+    let mut line = |text: &str| {
+        s.push_str(&fit(text, width));
+        s.push('\n');
+    };
     let trees = doc["trees"].as_array().cloned().unwrap_or_default();
     if trees.is_empty() {
-        s.push_str("no uswap run is running (for this user)\n");
+        line("no uswap run is running (for this user)");
         return s;
     }
     for t in trees {
         let tot = &t["total"];
-        let _ = writeln!(
-            s,
-            "uswap run (pid {}, {} s): {}\n  limit {} for the tree, tiers {}; {} running: RSS {}, resident {}, swap cache {}, pool {} \
-             (holding {}), file {}; faults {:.0}/s, swap-in {}, swap-out {}",
+        let head = format!(
+            "uswap run {}, {} s, limit {}, {} running: ",
             t["runner_pid"],
             t["elapsed_s"],
-            one_line(&t["command"], 100),
-            h(&t["limit_bytes"]),
-            t["tiers"].as_str().unwrap_or(""),
+            compact_size(t["limit_bytes"].as_u64().unwrap_or(0)),
             t["running_processes"],
-            h(&tot["rss_bytes"]),
-            h(&tot["resident_bytes"]),
-            h(&tot["swap_cache_bytes"]),
-            h(&tot["pool_bytes"]),
-            h(&tot["pool_stored_bytes"]),
-            h(&tot["file_bytes"]),
-            tot["faults_per_s"].as_f64().unwrap_or(0.0),
-            rate(&tot["swapin_bytes_per_s"]),
-            rate(&tot["swapout_bytes_per_s"]),
         );
-        table_row(
-            &mut s,
-            [
-                "PID", "RSS", "SHARE", "USE/S", "RESIDENT", "CACHE", "POOL", "STORED", "RATIO", "FILE", "FAULTS/S",
-                "IN/S", "OUT/S",
-            ]
-            .map(String::from),
-            "COMMAND",
-        );
+        line(&format!("{head}{}", one_line(&t["command"], width.saturating_sub(head.chars().count() + 1))));
+        line(&format!("  tiers {}", t["tiers"].as_str().unwrap_or("")));
+        line(&table_row(TABLE_HEADER.map(String::from), "COMMAND", width));
         let procs = t["processes"].as_array().cloned().unwrap_or_default();
         let ended = procs.iter().filter(|p| !running(p)).count();
         for p in procs.iter().filter(|p| all || running(p)) {
@@ -551,84 +536,182 @@ pub fn render(doc: &Value, all: bool) -> String {
             } else if p["final"].as_bool() == Some(true) {
                 " (exited)"
             } else {
-                " (ended without exit: last snapshot)"
+                // Without exit(3) (`_exit`, a signal): its figures are its last snapshot's.
+                " (ended)"
             };
-            let line = one_line(&p["argv"], 60);
-            table_row(
-                &mut s,
-                [
-                    p["pid"].to_string(),
-                    h(&p["rss_bytes"]),
-                    h(&p["share_bytes"]),
-                    rate(&p["use_rate_bytes_per_s"]),
-                    h(&p["resident_bytes"]),
-                    h(&p["swap_cache_bytes"]),
-                    h(&p["pool_bytes"]),
-                    h(&p["pool_stored_bytes"]),
-                    p["compression_ratio"].as_f64().map_or("-".into(), |r| format!("{r:.2}")),
-                    h(&p["file_bytes"]),
-                    p["faults_per_s"].as_f64().map_or("-".into(), |r| format!("{r:.0}")),
-                    rate(&p["swapin_bytes_per_s"]),
-                    rate(&p["swapout_bytes_per_s"]),
-                ],
-                &format!("{line}{state}"),
-            );
+            let cells = [
+                p["pid"].to_string(),
+                size(&p["rss_bytes"]),
+                size(&p["share_bytes"]),
+                size(&p["resident_bytes"]),
+                size(&p["swap_cache_bytes"]),
+                size(&p["pool_bytes"]),
+                p["compression_ratio"].as_f64().map_or("-".into(), compact_ratio),
+                size(&p["file_bytes"]),
+                p["faults_per_s"].as_f64().map_or("-".into(), |r| compact_count(r as u64)),
+                rate(&p["swapin_bytes_per_s"]),
+                rate(&p["swapout_bytes_per_s"]),
+            ];
+            // The program by its name, as top(1) shows it (the tree's line has it as typed).
+            let mut argv = p["argv"].clone();
+            if let Some(a0) = argv.get_mut(0) {
+                *a0 = json!(a0.as_str().map_or("", |a| a.rsplit('/').next().unwrap_or(a)));
+            }
+            // What is left of the line after the figures, the state kept whole.
+            let room = width.saturating_sub(TABLE_FIGURES + state.chars().count() + 1);
+            line(&table_row(cells, &format!("{}{state}", one_line(&argv, room)), width));
         }
+        let (stored, used) =
+            (tot["pool_stored_bytes"].as_u64().unwrap_or(0), tot["pool_used_bytes"].as_u64().unwrap_or(0));
+        let total = [
+            "total".to_string(),
+            size(&tot["rss_bytes"]),
+            size(&t["limit_bytes"]),
+            size(&tot["resident_bytes"]),
+            size(&tot["swap_cache_bytes"]),
+            size(&tot["pool_bytes"]),
+            if stored > 0 && used > 0 { compact_ratio(stored as f64 / used as f64) } else { "-".into() },
+            size(&tot["file_bytes"]),
+            compact_count(tot["faults_per_s"].as_f64().unwrap_or(0.0) as u64),
+            rate(&tot["swapin_bytes_per_s"]),
+            rate(&tot["swapout_bytes_per_s"]),
+        ];
+        line(table_row(total, "", width).trim_end());
         if ended > 0 && !all {
-            let _ = writeln!(s, "  and {ended} process(es) of the tree that ended (--all shows them)");
+            line(&format!("  and {ended} process(es) of the tree that ended (--all shows them)"));
         }
         for p in t["unmanaged_processes"].as_array().into_iter().flatten().filter(|p| all || running(p)) {
-            let _ = writeln!(
-                s,
-                "  {:>8} {:>10} runs without the pager ({}{}): not swappable, counted against the limit  {}",
-                p["pid"],
-                h(&p["anon_bytes"]),
+            line(&format!(
+                "{:>7} {:>4} without the pager ({}{}), counted against the limit: {}",
+                p["pid"].to_string(),
+                size(&p["anon_bytes"]),
                 p["reason"].as_str().unwrap_or(""),
                 if running(p) { "" } else { "; ended" },
                 p["command"].as_str().unwrap_or("")
-            );
+            ));
         }
     }
     s
 }
 
-/// One line of a tree's process table: the thirteen figures right-aligned, then the command.
-fn table_row(s: &mut String, c: [String; 13], command: &str) {
-    use std::fmt::Write;
-    let _ = writeln!(
-        s,
-        "  {:>8} {:>10} {:>10} {:>11} {:>10} {:>10} {:>10} {:>10} {:>6} {:>10} {:>9} {:>11} {:>11}  {command}",
-        c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12]
-    );
+/// The narrowest view [`render`] draws: every figure and a few characters of the command.
+const MIN_WIDTH: usize = 80;
+
+/// The columns of a tree's process table before the command (see [`table_row`]): the pid, the
+/// RSS, its share of the tree's limit (the limit in the totals row), resident managed pages,
+/// swap cache, compressed pool (and the compression ratio of what it holds), swap file,
+/// faults, swap-in and swap-out per second.
+const TABLE_HEADER: [&str; 11] =
+    ["PID", "RSS", "SHARE", "RES", "CACHE", "POOL", "RATIO", "FILE", "FLT/S", "IN/S", "OUT/S"];
+
+/// The widths of [`TABLE_HEADER`]'s columns: each holds its name and any figure of
+/// [`compact_size`], [`compact_count`] or [`compact_ratio`] (four characters), a pid up to
+/// the kernel's largest (4194304).
+const TABLE_WIDTHS: [usize; 11] = [7, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5];
+
+/// The characters of a table row before the command: the columns, a space after each.
+const TABLE_FIGURES: usize = {
+    let mut n = 0;
+    let mut i = 0;
+    while i < TABLE_WIDTHS.len() {
+        n += TABLE_WIDTHS[i] + 1;
+        i += 1;
+    }
+    n
+};
+
+/// One line of a tree's process table: the figures right-aligned in [`TABLE_WIDTHS`], then
+/// the command, the whole at most `width` columns.
+fn table_row(c: [String; 11], command: &str, width: usize) -> String {
+    let mut s = String::new();
+    for (cell, w) in c.iter().zip(TABLE_WIDTHS) {
+        s.push_str(&format!("{cell:>w$} "));
+    }
+    s.push_str(command);
+    fit(&s, width)
 }
 
-/// The view in the Prometheus text exposition format (for node_exporter's textfile collector):
-/// per process of each tree (ended ones with their last figures), labelled `runner` (the
-/// `uswap run` pid), `pid` and `comm`.
+/// `text` cut to `width` characters, the last one `…` when it was longer.
+fn fit(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_string();
+    }
+    let mut s: String = text.chars().take(width.saturating_sub(1)).collect();
+    s.push('…');
+    s
+}
+
+/// A size in at most four characters, 1024-based: `0`, `512B`, `4.0K`, `999M`, `1.5G`, `16E`.
+pub fn compact_size(b: u64) -> String {
+    compact(b, 1024.0, ["B", "K", "M", "G", "T", "P", "E"])
+}
+
+/// A count in at most four characters, 1000-based: `0`, `999`, `1.2k`, `45k`, `3.4M`.
+pub fn compact_count(n: u64) -> String {
+    compact(n, 1000.0, ["", "k", "M", "G", "T", "P", "E"])
+}
+
+/// A compression ratio in at most four characters: `3.45`, `12.3`, `123`, `9999`, `>1e4`.
+fn compact_ratio(r: f64) -> String {
+    match r {
+        r if r < 9.995 => format!("{r:.2}"),
+        r if r < 99.95 => format!("{r:.1}"),
+        r if r < 9999.5 => format!("{r:.0}"),
+        _ => ">1e4".into(),
+    }
+}
+
+/// `v` in the largest unit that keeps it below 1000, to two significant digits below 10
+/// (`1.5G`) and whole above (`12G`, `999M`).
+fn compact(v: u64, base: f64, units: [&str; 7]) -> String {
+    if v == 0 {
+        return "0".into();
+    }
+    if v < 1000 {
+        return format!("{v}{}", units[0]);
+    }
+    let mut x = v as f64;
+    let mut i = 0;
+    // Rounding decides the unit: 999.6 of one is 1.0 of the next.
+    while x >= 999.5 && i + 1 < units.len() {
+        x /= base;
+        i += 1;
+    }
+    if x < 9.95 {
+        format!("{x:.1}{}", units[i])
+    } else {
+        format!("{x:.0}{}", units[i])
+    }
+}
+
+/// The view in the Prometheus text exposition format, version 0.0.4 (what node_exporter's
+/// textfile collector reads; not OpenMetrics: no `# EOF`, and a counter's `# HELP` and
+/// `# TYPE` name its samples' name, `_total` included): per process of each tree (ended ones
+/// with their last figures), labelled `runner` (the `uswap run` pid), `pid` and `comm`.
 pub fn prometheus(doc: &Value) -> String {
-    use prometheus_client::encoding::text::encode;
-    use prometheus_client::metrics::counter::Counter;
-    use prometheus_client::metrics::family::Family;
-    use prometheus_client::metrics::gauge::Gauge;
-    use prometheus_client::registry::Registry;
-    type Labels = Vec<(String, String)>;
-    let mut reg = Registry::with_prefix("uswap");
-    let gauge = |reg: &mut Registry, name: &str, help: &str| {
-        let f = Family::<Labels, Gauge>::default();
-        reg.register(name, help, f.clone());
+    use prometheus::{Encoder, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
+    const TREE: &[&str] = &["runner"];
+    const PROCESS: &[&str] = &["runner", "pid", "comm"];
+    // Registering fails only for a name or label that is not valid or taken twice: fixed here.
+    const FIXED: &str = "the metric names and labels are fixed and valid";
+    let reg = Registry::new_custom(Some("uswap".into()), None).expect(FIXED);
+    let gauge = |name: &str, help: &str, labels: &[&str]| {
+        let f = IntGaugeVec::new(Opts::new(name, help), labels).expect(FIXED);
+        reg.register(Box::new(f.clone())).expect(FIXED);
         f
     };
-    let counter = |reg: &mut Registry, name: &str, help: &str| {
-        let f = Family::<Labels, Counter>::default();
-        reg.register(name, help, f.clone());
+    // Counters are named with `_total`, as the format asks.
+    let counter = |name: &str, help: &str| {
+        let f = IntCounterVec::new(Opts::new(format!("{name}_total"), help), PROCESS).expect(FIXED);
+        reg.register(Box::new(f.clone())).expect(FIXED);
         f
     };
-    let limit = gauge(&mut reg, "limit_bytes", "The --limit of the tree (per process)");
-    let running = gauge(&mut reg, "running_processes", "Processes of the tree that are running");
+    let limit = gauge("limit_bytes", "The --limit of the tree", TREE);
+    let running = gauge("running_processes", "Processes of the tree that are running", TREE);
     let unmanaged = gauge(
-        &mut reg,
         "unmanaged_bytes",
         "Anonymous memory of the tree's processes that run without the pager (counted against the limit)",
+        TREE,
     );
     let gauges = [
         ("rss_bytes", "Resident set size of the process", "rss_bytes"),
@@ -645,37 +728,35 @@ pub fn prometheus(doc: &Value) -> String {
         ("pool_stored_bytes", "Bytes of pages held by the compressed pool", "pool_stored_bytes"),
         ("file_bytes", "Bytes used in the swap file tier", "file_bytes"),
     ]
-    .map(|(n, help, k)| (gauge(&mut reg, n, help), k));
+    .map(|(n, help, k)| (gauge(n, help, PROCESS), k));
     let counters = [
         ("faults", "Page faults the pager resolved", "faults"),
         ("swapin_pages", "Pages swapped in (pswpin)", "swapin_pages"),
         ("swapout_pages", "Pages swapped out (pswpout)", "swapout_pages"),
     ]
-    .map(|(n, help, k)| (counter(&mut reg, n, help), k));
+    .map(|(n, help, k)| (counter(n, help), k));
     for t in doc["trees"].as_array().into_iter().flatten() {
         let runner = t["runner_pid"].to_string();
-        let tl: Labels = vec![("runner".into(), runner.clone())];
-        limit.get_or_create(&tl).set(t["limit_bytes"].as_i64().unwrap_or(0));
-        running.get_or_create(&tl).set(t["running_processes"].as_i64().unwrap_or(0));
-        unmanaged.get_or_create(&tl).set(t["total"]["unmanaged_bytes"].as_i64().unwrap_or(0));
+        limit.with_label_values(&[&runner]).set(t["limit_bytes"].as_i64().unwrap_or(0));
+        running.with_label_values(&[&runner]).set(t["running_processes"].as_i64().unwrap_or(0));
+        unmanaged.with_label_values(&[&runner]).set(t["total"]["unmanaged_bytes"].as_i64().unwrap_or(0));
         // Every process, ended ones too (with their last figures): counters must not go
         // back, and the file is rewritten once more after the program ended.
         for p in t["processes"].as_array().into_iter().flatten() {
             let comm = p["argv"][0].as_str().map(|a| a.rsplit('/').next().unwrap_or(a).to_string()).unwrap_or_default();
-            let l: Labels =
-                vec![("runner".into(), runner.clone()), ("pid".into(), p["pid"].to_string()), ("comm".into(), comm)];
+            let l = [runner.as_str(), &p["pid"].to_string(), &comm];
             for (f, k) in &gauges {
-                f.get_or_create(&l).set(p[*k].as_i64().unwrap_or(0));
+                f.with_label_values(&l).set(p[*k].as_i64().unwrap_or(0));
             }
             for (f, k) in &counters {
-                f.get_or_create(&l).inc_by(p[*k].as_u64().unwrap_or(0));
+                f.with_label_values(&l).inc_by(p[*k].as_u64().unwrap_or(0));
             }
         }
     }
-    let mut s = String::new();
-    // Writing into a String cannot fail.
-    let _ = encode(&mut s, &reg);
-    s
+    let mut out = Vec::new();
+    // Writing into a Vec cannot fail, and the families are valid (registered above).
+    let _ = TextEncoder::new().encode(&reg.gather(), &mut out);
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
@@ -808,24 +889,245 @@ mod tests {
         assert_eq!(rates(None, &b), None);
     }
 
+    /// A raw snapshot of the preload library for process `pid` (the fields `process_view`
+    /// reads), its figures scaled by `k`.
+    fn raw(pid: u32, argv: &[&str], is_final: bool, k: u64) -> Value {
+        json!({
+            "pid": pid, "ppid": 1, "argv": argv, "final": is_final, "written_unix_ms": 1_000 * k,
+            "vm_rss_bytes": (40 << 20) * k, "vm_hwm_bytes": (48 << 20) * k, "rss_at_start_bytes": 4 << 20,
+            "tree": { "use_rate_bytes_per_s": 1_500_000 * k },
+            "pager": {
+                "faults": 70_000 * k, "fault_zero": 1_000 * k, "fault_swapin": 60_000 * k,
+                "evicted_pages": 90_000 * k, "evicted_folios": 6_000 * k,
+                "swpout": [0, 0, 0, 0, 5_000 * k, 0, 0, 0, 0, 0], "swpin": [3_000 * k, 0, 0, 0, 100 * k, 0, 0, 0, 0, 0],
+                "resident_bytes": (20 << 20) * k, "cache_bytes": (1 << 20) * k, "pool_bytes": (3 << 20) * k,
+                "charged_bytes": (24 << 20) * k, "limit_bytes": (32 << 20) * k, "limit_in_force_bytes": (30 << 20) * k,
+                "engine": {
+                    "group": { "pool_max": 8 << 20, "swap_max": u64::MAX },
+                    "tiers": [
+                        { "stored_pages": 2_000 * k, "used_bytes": (3 << 20) * k },
+                        { "stored_pages": 20_000 * k, "used_bytes": (70 << 20) * k }
+                    ]
+                }
+            }
+        })
+    }
+
+    /// Two trees as `uswap status` and the metrics file see them: one with a running parent
+    /// (this test's own pid, so that it counts as running), an exited child and a process that
+    /// runs without the pager; one whose program ended without exit(3).
+    fn realistic_doc() -> Value {
+        let tiers = "zero,lz4:recomp=zstd,file:/var/tmp";
+        let me = std::process::id();
+        let info = |runner: u32, pid: u32| {
+            json!({"runner_pid": runner, "runner_start_ticks": 1, "pid": pid, "command": ["python3", "train.py"],
+                   "limit_bytes": 512u64 << 20, "folio_bytes": 65536, "tiers": tiers, "started_unix_ms": now_ms()})
+        };
+        let view = |r: Value| process_view(&r, tiers);
+        let a = Tree {
+            info: info(4_000_001, me),
+            procs: vec![
+                view(raw(me, &["/usr/bin/python3", "train.py", "--epochs", "3"], false, 1)),
+                view(raw(4_000_003, &["/bin/sh", "-c", "gzip -9 out"], true, 2)),
+            ],
+            unmanaged: vec![json!({"pid": me, "command": "static-tool", "reason": "statically linked",
+                                   "anon_bytes": 7u64 << 20, "running": true})],
+        };
+        let b = Tree {
+            info: info(4_100_000, 4_100_001),
+            procs: vec![view(raw(4_100_001, &["sort"], false, 3))],
+            unmanaged: vec![],
+        };
+        with_rates(&[], &[a, b])
+    }
+
+    /// The metrics file, read by a parser of the Prometheus text format: every family has the
+    /// type it is declared with and the figures of the view, and the `# HELP` and `# TYPE`
+    /// lines name the samples that follow them (0.0.4 has no `# EOF`, and a counter's family is
+    /// named with its `_total`).
     #[test]
-    fn prometheus_text_has_every_metric_per_running_process() {
-        let doc = json!({"trees": [{"runner_pid": 7, "limit_bytes": 1048576, "running_processes": 1, "processes": [
-            {"pid": 8, "argv": ["/usr/bin/python3", "x.py"], "running": true, "rss_bytes": 5, "charged_bytes": 4,
-             "resident_bytes": 3, "swap_cache_bytes": 0, "pool_bytes": 1, "pool_stored_bytes": 2, "file_bytes": 0,
-             "faults": 9, "swapin_pages": 1, "swapout_pages": 2, "share_bytes": 6, "use_rate_bytes_per_s": 7},
-            {"pid": 9, "argv": ["sh"], "running": false, "rss_bytes": 99}
-        ]}]});
-        let s = prometheus(&doc);
-        assert!(s.contains("uswap_limit_bytes{runner=\"7\"} 1048576"), "{s}");
-        assert!(s.contains("uswap_rss_bytes{runner=\"7\",pid=\"8\",comm=\"python3\"} 5"), "{s}");
-        assert!(s.contains("uswap_faults_total{runner=\"7\",pid=\"8\",comm=\"python3\"} 9"), "{s}");
-        assert!(s.contains("uswap_share_bytes{runner=\"7\",pid=\"8\",comm=\"python3\"} 6"), "{s}");
-        assert!(s.contains("uswap_use_rate_bytes_per_second{runner=\"7\",pid=\"8\",comm=\"python3\"} 7"), "{s}");
-        assert!(
-            s.contains("uswap_rss_bytes{runner=\"7\",pid=\"9\",comm=\"sh\"} 99"),
-            "ended processes keep their figures: {s}"
+    fn the_metrics_file_is_prometheus_text_0_0_4_as_a_parser_reads_it() {
+        use prometheus_parse::{LineInfo, SampleType, Scrape, Value as V};
+        let doc = realistic_doc();
+        let text = prometheus(&doc);
+        // Each line as the parser's line reader sees it.
+        let (mut help, mut typed, mut families) = (None::<String>, None::<(String, SampleType)>, Vec::new());
+        for l in text.lines() {
+            match LineInfo::parse(l) {
+                LineInfo::Doc { metric_name, .. } => help = Some(metric_name.to_string()),
+                LineInfo::Type { metric_name, sample_type, .. } => {
+                    assert_eq!(help.as_deref(), Some(metric_name.as_str()), "TYPE without its HELP: {l}\n{text}");
+                    assert!(!families.contains(&metric_name), "{metric_name} declared twice:\n{text}");
+                    assert_eq!(
+                        metric_name.ends_with("_total"),
+                        sample_type == SampleType::Counter,
+                        "0.0.4 counters are named *_total: {l}\n{text}"
+                    );
+                    families.push(metric_name.clone());
+                    typed = Some((metric_name, sample_type));
+                }
+                LineInfo::Sample { metric_name, .. } => {
+                    let family = typed.as_ref().map(|t| t.0.as_str());
+                    assert_eq!(family, Some(metric_name), "a sample not of the family declared above it: {l}\n{text}");
+                }
+                LineInfo::Empty | LineInfo::Ignored => panic!("a line that is no HELP, TYPE or sample: {l:?}\n{text}"),
+            }
+        }
+        let scrape = Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).expect("the parser reads it");
+        // What every family must hold: (family, labels, value, counter?).
+        /// A sample that must be there: family, labels, value, whether a counter.
+        type Want<'a> = (String, Vec<(&'a str, String)>, f64, bool);
+        let mut want: Vec<Want> = Vec::new();
+        for t in doc["trees"].as_array().unwrap() {
+            let runner = t["runner_pid"].to_string();
+            for (name, v) in [
+                ("limit_bytes", &t["limit_bytes"]),
+                ("running_processes", &t["running_processes"]),
+                ("unmanaged_bytes", &t["total"]["unmanaged_bytes"]),
+            ] {
+                want.push((format!("uswap_{name}"), vec![("runner", runner.clone())], v.as_f64().unwrap(), false));
+            }
+            for p in t["processes"].as_array().unwrap() {
+                let comm = p["argv"][0].as_str().unwrap().rsplit('/').next().unwrap().to_string();
+                let l = vec![("runner", runner.clone()), ("pid", p["pid"].to_string()), ("comm", comm)];
+                for (name, key) in [
+                    ("rss_bytes", "rss_bytes"),
+                    ("charged_bytes", "charged_bytes"),
+                    ("share_bytes", "share_bytes"),
+                    ("use_rate_bytes_per_second", "use_rate_bytes_per_s"),
+                    ("resident_bytes", "resident_bytes"),
+                    ("swap_cache_bytes", "swap_cache_bytes"),
+                    ("pool_bytes", "pool_bytes"),
+                    ("pool_stored_bytes", "pool_stored_bytes"),
+                    ("file_bytes", "file_bytes"),
+                ] {
+                    want.push((format!("uswap_{name}"), l.clone(), p[key].as_f64().unwrap(), false));
+                }
+                for name in ["faults", "swapin_pages", "swapout_pages"] {
+                    want.push((format!("uswap_{name}_total"), l.clone(), p[name].as_f64().unwrap(), true));
+                }
+            }
+        }
+        assert_eq!(scrape.samples.len(), want.len(), "{text}");
+        for (name, labels, value, counter) in &want {
+            let s = scrape
+                .samples
+                .iter()
+                .find(|s| &s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(v.as_str())))
+                .unwrap_or_else(|| panic!("no {name} {labels:?}:\n{text}"));
+            assert_eq!(s.labels.len(), labels.len(), "{name}: {:?}", s.labels);
+            match (&s.value, counter) {
+                (V::Counter(v), true) | (V::Gauge(v), false) => assert_eq!(v, value, "{name} {labels:?}"),
+                (v, _) => {
+                    panic!("{name} {labels:?} reads as {v:?}, not a {}", if *counter { "counter" } else { "gauge" })
+                }
+            }
+        }
+        // The figures are the processes' own, not zeros: a few against the raw snapshots.
+        let find = |name: &str, pid: &str| {
+            scrape
+                .samples
+                .iter()
+                .find(|s| s.metric == name && s.labels.get("pid") == Some(pid))
+                .map(|s| s.value.clone())
+        };
+        let me = std::process::id().to_string();
+        assert_eq!(find("uswap_faults_total", &me), Some(V::Counter(70_000.0)));
+        assert_eq!(
+            find("uswap_rss_bytes", "4000003"),
+            Some(V::Gauge((80u64 << 20) as f64)),
+            "ended processes keep their figures"
         );
-        assert!(s.trim_end().ends_with("# EOF"), "{s}");
+        assert_eq!(find("uswap_file_bytes", "4100001"), Some(V::Gauge((210u64 << 20) as f64)));
+        assert_eq!(find("uswap_share_bytes", &me), Some(V::Gauge((30u64 << 20) as f64)));
+        assert!(text.contains("uswap_limit_bytes{runner=\"4000001\"} 536870912\n"), "{text}");
+    }
+
+    /// `uswap status` and `uswap top` on an 80-column terminal: every line fits, with figures
+    /// as large as they get and commands and tiers longer than any line; the table has a
+    /// header naming its columns, a row per process with every figure, and a totals row.
+    #[test]
+    fn the_text_view_fits_80_columns_with_a_header_and_totals() {
+        let mut doc = realistic_doc();
+        let long = "x".repeat(300);
+        let t = &mut doc["trees"][0];
+        t["command"] = json!(["python3", "-c", format!("import os\n{long}")]);
+        t["tiers"] = json!(format!("zero,lz4:recomp=zstd,file:/var/tmp/{long}"));
+        t["runner_pid"] = json!(4_194_304);
+        t["limit_bytes"] = json!(u64::MAX);
+        for p in t["processes"].as_array_mut().unwrap() {
+            for k in ["rss_bytes", "share_bytes", "resident_bytes", "swap_cache_bytes", "pool_bytes", "file_bytes"] {
+                p[k] = json!(u64::MAX);
+            }
+            p["pid"] = json!(4_194_304);
+            p["compression_ratio"] = json!(12345.678);
+            p["faults_per_s"] = json!(1e15);
+            p["swapin_bytes_per_s"] = json!(1.8e19);
+            p["swapout_bytes_per_s"] = json!(999.6 * 1024f64.powi(5));
+            p["argv"] = json!(["/usr/lib/jvm/bin/java", long.clone()]);
+        }
+        for k in ["rss_bytes", "resident_bytes", "swap_cache_bytes", "pool_bytes", "file_bytes", "pool_stored_bytes"] {
+            t["total"][k] = json!(u64::MAX);
+        }
+        t["total"]["pool_used_bytes"] = json!(1);
+        t["total"]["faults_per_s"] = json!(123_456.0);
+        t["unmanaged_processes"][0]["command"] = json!(long);
+        let text = render(&doc, true, 80);
+        for l in text.lines() {
+            assert!(l.chars().count() <= 80, "{} columns: {l}\n{text}", l.chars().count());
+        }
+        let header: Vec<&str> = text.lines().filter(|l| l.split_whitespace().next() == Some("PID")).collect();
+        assert_eq!(header.len(), 2, "one header per tree:\n{text}");
+        let mut names = TABLE_HEADER.to_vec();
+        names.push("COMMAND");
+        assert_eq!(header[0].split_whitespace().collect::<Vec<_>>(), names);
+        let rows: Vec<&str> = text.lines().filter(|l| l.trim_start().starts_with("4194304 ")).collect();
+        assert_eq!(rows.len(), 2, "the running and the exited process (--all):\n{text}");
+        for r in &rows {
+            let cells: Vec<&str> = r.split_whitespace().take(11).collect();
+            assert_eq!(
+                cells,
+                ["4194304", "16E", "16E", "16E", "16E", "16E", ">1e4", "16E", "1.0P", "16E", "1.0E"],
+                "{r}"
+            );
+            // The command starts after the figures, by the program's name, cut with `…`.
+            assert!(r.chars().skip(TABLE_FIGURES).collect::<String>().starts_with("java xx"), "{r}");
+            assert!(r.contains('…'), "{r}");
+        }
+        assert!(rows[1].ends_with(" (exited)"), "the state is kept whole: {}", rows[1]);
+        let total = text.lines().find(|l| l.trim_start().starts_with("total ")).expect("a totals row");
+        let cells: Vec<&str> = total.split_whitespace().collect();
+        assert_eq!(cells[..9], ["total", "16E", "16E", "16E", "16E", "16E", ">1e4", "16E", "123k"], "{total}");
+        assert!(text.starts_with("uswap run 4194304, ") && text.lines().next().unwrap().ends_with('…'), "{text}");
+        assert!(text.contains("without the pager (statically linked)"), "{text}");
+        // A wider terminal shows more of the command.
+        assert!(render(&doc, true, 160).lines().any(|l| l.chars().count() > 80));
+    }
+
+    /// Compact figures take at most four characters, whatever the value.
+    #[test]
+    fn compact_figures_take_four_characters_at_most() {
+        for (v, s) in
+            [(0, "0"), (512, "512B"), (1023, "1.0K"), (1536, "1.5K"), (999 << 20, "999M"), (1000 << 20, "1.0G")]
+        {
+            assert_eq!(compact_size(v), s);
+        }
+        assert_eq!(compact_size(u64::MAX), "16E");
+        assert_eq!(
+            (compact_count(999), compact_count(1_234), compact_count(45_678)),
+            ("999".into(), "1.2k".into(), "46k".into())
+        );
+        for shift in 0..64 {
+            for v in
+                [(1u64 << shift) - 1, 1 << shift, (1 << shift) + (1 << shift) / 2, (1u64 << shift).saturating_mul(999)]
+            {
+                for f in [compact_size(v), compact_count(v), compact_count(v.saturating_mul(1000) / 1024)] {
+                    assert!(f.chars().count() <= 4, "{v}: {f}");
+                }
+            }
+        }
+        for r in [1.0, 9.999, 12.34, 99.96, 1234.4, 9999.6, 1e9] {
+            assert!(compact_ratio(r).chars().count() <= 4, "{r}: {}", compact_ratio(r));
+        }
     }
 }

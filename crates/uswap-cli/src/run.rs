@@ -37,7 +37,9 @@ pub const EXIT_NO_UFFD: u8 = 1;
 pub struct RunArgs {
     /// Memory limit: resident pages + swap cache + compressed pool of the memory the pager
     /// manages (a size such as 512M, 1.5G, 256MiB, or N% of physical memory).
-    #[arg(long, value_name = "SIZE|N%")]
+    // Values may start with `-`, so that a negative size gets uswap's own message rather than
+    // clap's advice to write `-- -5`, which would run `-5` as the program.
+    #[arg(long, value_name = "SIZE|N%", allow_hyphen_values = true)]
     pub limit: String,
     /// Storage tiers, in order (grammar in --help). The default sends what does not fit in
     /// 8 % of the limit (USWAP_POOL_PERCENT) as compressed pages to an encrypted, unlinked
@@ -49,17 +51,19 @@ pub struct RunArgs {
     /// Folio size: 4K, 64K or 2M.
     #[arg(long, default_value = "64K")]
     pub folio: String,
-    /// Write the statistics as JSON (docs/stats.md) to this file, or to stdout with `-`,
-    /// instead of the summary on stderr.
-    #[arg(long, value_name = "FILE|-")]
+    /// Write the statistics as JSON (docs/stats.md) instead of the summary: to FILE, to
+    /// stderr with `-`, or to file descriptor N with `fd:N` (opened by the shell, e.g.
+    /// `3> stats.json`; the program does not inherit it). Never to stdout, which is the
+    /// program's.
+    #[arg(long, value_name = "FILE|-|fd:N")]
     pub stats: Option<PathBuf>,
     /// Let a `file:PATH` tier overwrite an existing file or block device that has no uswap
     /// header (never one that is in use).
     #[arg(long)]
     pub force: bool,
-    /// Keep the tree's statistics in this file in the Prometheus text format, rewritten every
-    /// second while the program runs (for node_exporter's textfile collector), and once more
-    /// at the end.
+    /// Keep the tree's statistics in this file in the Prometheus text exposition format 0.0.4
+    /// (not OpenMetrics), rewritten every second while the program runs (for node_exporter's
+    /// textfile collector), and once more at the end.
     #[arg(long, value_name = "FILE")]
     pub metrics_file: Option<PathBuf>,
     /// Print nothing after the run (the exit status still passes through).
@@ -79,8 +83,70 @@ fn usage(msg: String) -> RunError {
 
 /// Parse a limit such as 512M, 1.5G or 25% (of physical memory).
 pub fn parse_limit(s: &str) -> Result<u64, RunError> {
-    uswap::size::parse_limit(s)
-        .map_err(|e| usage(format!("--limit: {e} (a memory limit such as 512M, 1.5G, 2GiB or 25% of RAM)")))
+    const EXPECTED: &str = "a memory limit such as 512M, 1.5G, 2GiB or 25% of RAM";
+    if let Some(rest) = s.strip_prefix('-') {
+        return Err(usage(if rest.starts_with(|c: char| c.is_ascii_digit() || c == '.') {
+            format!("--limit: a size cannot be negative: {s}")
+        } else {
+            // `--limit --tiers ...`: the value is missing.
+            format!("--limit needs a value ({EXPECTED}), not the option {s}")
+        }));
+    }
+    uswap::size::parse_limit(s).map_err(|e| usage(format!("--limit: {e} ({EXPECTED})")))
+}
+
+/// Where `--stats` goes.
+enum StatsTo {
+    File(PathBuf),
+    Stderr,
+    /// A descriptor of uswap's own (close-on-exec), duplicated from the one the user named.
+    Fd(std::os::fd::OwnedFd),
+}
+
+/// Parse `--stats`: `-` is stderr, `fd:N` a descriptor uswap was started with, open for
+/// writing, anything else a file. Called before uswap opens any file of its own, so `fd:N`
+/// names the caller's descriptor and not one of uswap's. N itself is made close-on-exec (for
+/// N > 2), so the program and its children never hold it: a reader of a pipe there sees the
+/// statistics and then the end of the file when uswap exits, however long the program's
+/// descendants live.
+fn stats_to(arg: &Path) -> Result<StatsTo, RunError> {
+    use std::os::fd::{AsFd, BorrowedFd};
+    if arg == Path::new("-") {
+        return Ok(StatsTo::Stderr);
+    }
+    let Some(n) = arg.to_str().and_then(|s| s.strip_prefix("fd:")) else { return Ok(StatsTo::File(arg.into())) };
+    let bad = |why: String| usage(format!("--stats fd:{n}: {why}"));
+    let fd: i32 = n.parse().ok().filter(|&v| v >= 0).ok_or_else(|| bad("expected fd:N, N a file descriptor".into()))?;
+    // SAFETY: F_GETFL only asks whether `fd` is open; no memory is involved.
+    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if fl < 0 {
+        return Err(bad(format!("not an open file descriptor (open it for the command, e.g. `{fd}> stats.json`)")));
+    }
+    if fl & libc::O_ACCMODE == libc::O_RDONLY {
+        return Err(bad("open for reading only".into()));
+    }
+    // SAFETY: `fd` was checked open above and stays open while borrowed here (uswap closes no
+    // descriptor it did not open).
+    let user = unsafe { BorrowedFd::borrow_raw(fd) };
+    let own = rustix::io::fcntl_dupfd_cloexec(user.as_fd(), 3).map_err(|e| bad(e.to_string()))?;
+    if fd > 2 {
+        rustix::io::fcntl_setfd(user, rustix::io::FdFlags::CLOEXEC).map_err(|e| bad(e.to_string()))?;
+    }
+    Ok(StatsTo::Fd(own))
+}
+
+/// Warn when `limit` is above physical memory: the machine runs out before the limit matters.
+fn warn_above_ram(arg: &str, limit: u64) {
+    if let Ok(total) = uswap::size::mem_total() {
+        if limit > total {
+            eprintln!(
+                "uswap: warning: --limit {arg} ({}) is above this machine's physical memory ({}): it cannot take \
+                 effect before the machine runs out of memory",
+                uswap::size::format(limit),
+                uswap::size::format(total)
+            );
+        }
+    }
 }
 
 fn parse_folio(s: &str) -> Result<usize, RunError> {
@@ -168,6 +234,8 @@ fn sig_name(s: i32) -> &'static str {
 /// Check the configuration, start the program under the pager, wait, report. Returns the exit
 /// code to use.
 pub fn run(a: RunArgs) -> Result<u8, RunError> {
+    // First: `fd:N` must be a descriptor uswap was given, not one it opened.
+    let stats_to = a.stats.as_deref().map(stats_to).transpose()?;
     let limit = parse_limit(&a.limit)?;
     let folio = parse_folio(&a.folio)?;
     if limit < 4 * folio as u64 {
@@ -177,13 +245,15 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
             uswap::size::format(4 * folio as u64)
         )));
     }
+    if !a.quiet {
+        warn_above_ram(&a.limit, limit);
+    }
     let tiers = if a.force { uswap::config::with_force(&a.tiers) } else { a.tiers.clone() };
-    let to_stdout = a.stats.as_deref() == Some(Path::new("-"));
     // Tiers: parse and build once here, so a bad tier or an unwritable directory is reported
     // before the program runs (each process builds its own).
     let tc = uswap::config::TiersConfig::parse(&tiers).map_err(|e| usage(format!("--tiers: {e}")))?;
     tc.build().map_err(|e| usage(format!("--tiers: {e}")))?;
-    if let Some(s) = a.stats.as_ref().filter(|_| !to_stdout) {
+    if let Some(StatsTo::File(s)) = &stats_to {
         std::fs::write(s, b"").map_err(|e| usage(format!("--stats {}: {e}", s.display())))?;
     }
     // userfaultfd: the same features the pager asks for.
@@ -356,15 +426,21 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
         shmem_peak,
     };
     let doc = crate::report::run_report(&r, &procs);
-    match &a.stats {
-        Some(_) if to_stdout => println!("{doc:#}"),
-        Some(s) => {
-            if let Err(e) = std::fs::write(s, format!("{doc:#}\n")) {
-                eprintln!("uswap: --stats {}: {e}", s.display());
+    let json = format!("{doc:#}\n");
+    let written = match stats_to {
+        Some(StatsTo::File(s)) => std::fs::write(s, json),
+        // One write: the document is not interleaved with what the program writes to stderr.
+        Some(StatsTo::Stderr) => std::io::Write::write_all(&mut std::io::stderr().lock(), json.as_bytes()),
+        Some(StatsTo::Fd(fd)) => std::io::Write::write_all(&mut std::fs::File::from(fd), json.as_bytes()),
+        None => {
+            if !a.quiet {
+                summary(&prog, limit, peak_rss, &doc);
             }
+            Ok(())
         }
-        None if !a.quiet => summary(&prog, limit, peak_rss, &doc),
-        None => {}
+    };
+    if let (Err(e), Some(s)) = (written, &a.stats) {
+        eprintln!("uswap: --stats {}: {e}", s.display());
     }
     if let Some(s) = signal {
         if !a.quiet {

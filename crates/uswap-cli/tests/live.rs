@@ -100,8 +100,12 @@ fn status_and_metrics_see_a_running_tree_and_sigkill_leaves_its_figures() {
     // The metrics file names it.
     loop {
         let text = std::fs::read_to_string(&prom).unwrap_or_default();
-        if text.contains(&format!("uswap_charged_bytes{{runner=\"{group}\",pid=\"{pid}\"")) && text.contains("# EOF") {
-            assert!(text.contains(&format!("uswap_faults_total{{runner=\"{group}\",pid=\"{pid}\"")), "{text}");
+        // Labels in the order of their names (comm, pid, runner), as the encoder writes them.
+        let labels = format!(",pid=\"{pid}\",runner=\"{group}\"}}");
+        let has =
+            |family: &str| text.lines().any(|l| l.starts_with(&format!("{family}{{comm=")) && l.contains(&labels));
+        if has("uswap_charged_bytes") {
+            assert!(has("uswap_faults_total"), "{text}");
             break;
         }
         if Instant::now() > deadline {
