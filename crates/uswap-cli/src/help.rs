@@ -161,10 +161,12 @@ Examples:
   uswap status --json          the same as one JSON object
   uswap status --interval 0    one reading, no rates
 
-Each `uswap run` keeps its processes' statistics in $XDG_RUNTIME_DIR/uswap/<pid>/ (else
-/dev/shm/uswap-<uid>/<pid>/, or /tmp/uswap-<uid>/<pid>/ where /dev/shm is not a tmpfs),
-rewritten every 500 ms while they run. A process that ended
-without exit(3) (_exit, a signal) shows its last snapshot.";
+Each `uswap run` keeps its processes' statistics in $XDG_RUNTIME_DIR/uswap/<pid>/ (else,
+without a usable XDG_RUNTIME_DIR, /dev/shm/uswap-<uid>/<pid>/, or /tmp/uswap-<uid>/<pid>/ where
+/dev/shm is not a tmpfs), rewritten every 500 ms while they run; status lists the runs of all
+of these directories (and of /run/user/<uid>/uswap/). A process that ended without exit(3)
+(_exit, a signal) shows its last snapshot. A run whose runner died without ending its tree is
+marked stale (\"up\": false in --json), and removed once nothing of it runs.";
 
 /// `uswap top --help`.
 pub const TOP: &str = "\

@@ -2,18 +2,20 @@
 //! how they are read back, and what `uswap status`, `uswap top` and `run --metrics-file` show.
 //!
 //! Each `uswap run` makes a *tree directory* `<run dir>/<runner pid>/` (the run directory is
-//! `$XDG_RUNTIME_DIR/uswap`, else `/dev/shm/uswap-<uid>` where `/dev/shm` is a tmpfs, else
-//! `/tmp/uswap-<uid>`; in memory because every process of a tree writes a file there when it
-//! exits, which cost 0.45 ms on the ext4 `/tmp` here against 0.02 ms on tmpfs, a sixth of what
-//! `uswap run` adds to a short-lived process; mode 0711 and owned by the user: others
-//! may pass through it to load the cached library but not list or write it; the tree
-//! directory is 0700, so nobody else can read or plant statistics) holding `run.json` (the command, the limit, the
-//! runner's pid and start time) and, for every process of the tree, the preload library's
-//! statistics: `<pid>.json`, a snapshot rewritten every `USWAP_STATS_INTERVAL_MS` (500 ms under
+//! `$XDG_RUNTIME_DIR/uswap` when that directory can be used, else `/dev/shm/uswap-<uid>` where
+//! `/dev/shm` is a tmpfs, else `/tmp/uswap-<uid>`; in memory because every process of a tree
+//! writes a file there when it exits, which cost 0.45 ms on the ext4 `/tmp` here against
+//! 0.02 ms on tmpfs, a sixth of what `uswap run` adds to a short-lived process; mode 0711 and
+//! owned by the user: others may pass through it to load the cached library but not list or
+//! write it; the tree directory is 0700, so nobody else can read or plant statistics) holding
+//! `run.json` (the command, the limit, the runner's pid and start time, the metrics file) and,
+//! for every process of the tree, the preload library's statistics: `<pid>.json`, a snapshot rewritten every `USWAP_STATS_INTERVAL_MS` (500 ms under
 //! `uswap run`), and `<pid>.final.json`, written by `exit(3)`. A process that ends any other
 //! way (`_exit`, a signal, SIGKILL) leaves its last snapshot, which the report marks as such.
-//! The runner removes the directory when the program has ended; `uswap status` removes those
-//! of runners that died (SIGKILL) and are not coming back.
+//! The runner removes the directory when the program has ended; when the runner dies, its
+//! guardian (`crate::guardian`) ends the tree and then the run ([`end_run`]). `uswap status`
+//! looks in every run directory of the user ([`run_dirs`]) and shows a tree whose runner died
+//! without that (its guardian died too) as stale, ending it once nothing of it runs.
 //!
 //! Locking: none. Writers write a temporary file and rename it, so readers see whole files;
 //! every reader works on its own copy.
@@ -29,20 +31,75 @@ pub const BUDGET_FILE: &str = "budget";
 /// The snapshot interval `uswap run` asks the preload library for.
 pub const SNAPSHOT_MS: u64 = 500;
 
-/// The directory holding one tree directory per running `uswap run` (and the cached preload
-/// library, `crate::preload`), created if missing. An error says why it cannot be used (then
-/// the run keeps its statistics in a private temporary directory, and `uswap status` cannot
-/// see it).
-pub fn run_dir() -> Result<PathBuf, String> {
+/// The user's runtime directory, `$XDG_RUNTIME_DIR`, when it can be used: an absolute path to
+/// an existing directory of this user that nobody else may write and that this process may
+/// write into. Otherwise (unset; a directory that does not exist, as after `su`, in cron or
+/// over ssh; another user's; read-only) None, and the per-user directory is used instead,
+/// without a word.
+pub fn runtime_dir() -> Option<PathBuf> {
+    usable_runtime_dir(std::env::var_os("XDG_RUNTIME_DIR"), uid())
+}
+
+fn uid() -> u32 {
     // SAFETY: getuid cannot fail.
-    let uid = unsafe { libc::getuid() };
-    let dir = match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
-        Some(d) => PathBuf::from(d).join("uswap"),
-        None if is_tmpfs(Path::new("/dev/shm")) => PathBuf::from(format!("/dev/shm/uswap-{uid}")),
-        None => PathBuf::from(format!("/tmp/uswap-{uid}")),
-    };
+    unsafe { libc::getuid() }
+}
+
+/// [`runtime_dir`] for the value `var` of `XDG_RUNTIME_DIR` and user `uid`.
+fn usable_runtime_dir(var: Option<std::ffi::OsString>, uid: u32) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let d = PathBuf::from(var.filter(|d| !d.is_empty())?);
+    let m = std::fs::metadata(&d).ok()?;
+    let c = std::ffi::CString::new(d.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: access(2) of a NUL-terminated path.
+    let writable = unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } == 0;
+    (d.is_absolute() && m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0 && writable).then_some(d)
+}
+
+/// The per-user run directory used without a usable [`runtime_dir`]: `/dev/shm/uswap-<uid>`
+/// where `/dev/shm` is a tmpfs, else `/tmp/uswap-<uid>`.
+fn per_user_dir(uid: u32) -> PathBuf {
+    if is_tmpfs(Path::new("/dev/shm")) {
+        PathBuf::from(format!("/dev/shm/uswap-{uid}"))
+    } else {
+        PathBuf::from(format!("/tmp/uswap-{uid}"))
+    }
+}
+
+/// The directory holding one tree directory per running `uswap run` (and the cached preload
+/// library, `crate::preload`), created if missing: `<runtime dir>/uswap`, else the per-user
+/// directory. An error says why it cannot be used (then the run keeps its statistics in a
+/// private temporary directory, and `uswap status` cannot see it).
+pub fn run_dir() -> Result<PathBuf, String> {
+    let uid = uid();
+    let dir = runtime_dir().map_or_else(|| per_user_dir(uid), |d| d.join("uswap"));
     owned_dir(&dir, uid)?;
     Ok(dir)
+}
+
+/// Every run directory where this user's runs may be, whatever the environment they started
+/// in: `<runtime dir>/uswap`, `/run/user/<uid>/uswap` (the runtime directory of a login
+/// session, also when this environment has no `XDG_RUNTIME_DIR`) and the per-user directory;
+/// those that exist as directories of the user that nobody else may write, each once.
+pub fn run_dirs() -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = uid();
+    let candidates = [
+        runtime_dir().map(|d| d.join("uswap")),
+        Some(PathBuf::from(format!("/run/user/{uid}/uswap"))),
+        Some(per_user_dir(uid)),
+    ];
+    let mut out: Vec<PathBuf> = Vec::new();
+    let mut seen = Vec::new();
+    for d in candidates.into_iter().flatten() {
+        let ours = std::fs::symlink_metadata(&d).is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0);
+        let Ok(real) = std::fs::canonicalize(&d) else { continue };
+        if ours && !seen.contains(&real) {
+            seen.push(real);
+            out.push(d);
+        }
+    }
+    out
 }
 
 /// Whether `dir` is a directory on a tmpfs (memory, not a disk).
@@ -135,8 +192,9 @@ impl TreeDir {
         Err(format!("cannot create a statistics directory in {}", base.display()))
     }
 
-    /// Write `run.json`: what `uswap status` shows about the tree.
-    pub fn describe(&self, command: &[String], pid: i32, limit: u64, folio: u64, tiers: &str) {
+    /// Write `run.json`: what `uswap status` shows about the tree, and the metrics file to
+    /// rewrite when the run ends without its runner ([`end_run`]).
+    pub fn describe(&self, command: &[String], pid: i32, limit: u64, folio: u64, tiers: &str, metrics: Option<&Path>) {
         let me = std::process::id() as i32;
         let doc = json!({
             "runner_pid": me,
@@ -147,6 +205,7 @@ impl TreeDir {
             "folio_bytes": folio,
             "tiers": tiers,
             "started_unix_ms": now_ms(),
+            "metrics_file": metrics.map(|m| std::path::absolute(m).unwrap_or_else(|_| m.to_path_buf())),
         });
         write_atomic(&self.path.join("run.json"), doc.to_string().as_bytes());
     }
@@ -362,50 +421,112 @@ pub fn process_view(raw: &Value, tiers: &str) -> Value {
 /// A tree as seen now: `run.json` and its processes.
 #[derive(Clone)]
 pub struct Tree {
+    /// Its tree directory.
+    pub dir: PathBuf,
     /// `run.json`.
     pub info: Value,
+    /// Whether its runner runs (the pid and start time of `run.json`): else the tree is
+    /// *stale*, its runner died without ending it.
+    pub up: bool,
     /// [`process_view`] of each process, by pid.
     pub procs: Vec<Value>,
     /// The processes of the tree found running without the pager (`crate::unmanaged`).
     pub unmanaged: Vec<Value>,
 }
 
+/// Whether the runner that `run.json` names still runs: the same pid with the same start time
+/// (a pid reused since names another process), and not a zombie.
+fn runner_alive(info: &Value) -> bool {
+    let runner = info["runner_pid"].as_i64().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
+    runner > 0
+        && start_ticks(runner).is_some()
+        && start_ticks(runner) == info["runner_start_ticks"].as_u64()
+        && alive(runner as u64)
+}
+
+/// Whether the live process `pid` belongs to the tree whose directory is `dir` (canonical): its
+/// environment names that directory in `USWAP_STATS_DIR`. Asked of the processes of a stale
+/// tree, whose pids may have been reused since its runner last looked.
+fn of_tree(pid: u64, dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { return false };
+    env.split(|&b| b == 0)
+        .filter_map(|v| v.strip_prefix(b"USWAP_STATS_DIR="))
+        .any(|v| std::fs::canonicalize(std::ffi::OsStr::from_bytes(v)).is_ok_and(|d| d == dir))
+}
+
 /// The tree in directory `dir` (None without a readable `run.json`).
 pub fn tree_at(dir: &Path) -> Option<Tree> {
     let info = std::fs::read(dir.join("run.json")).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok())?;
     let tiers = info["tiers"].as_str().unwrap_or("").to_string();
-    let procs = read_procs(dir).iter().map(|v| process_view(v, &tiers)).collect();
-    let unmanaged = std::fs::read(dir.join(crate::unmanaged::UNMANAGED_FILE))
+    let mut procs: Vec<Value> = read_procs(dir).iter().map(|v| process_view(v, &tiers)).collect();
+    let mut unmanaged = std::fs::read(dir.join(crate::unmanaged::UNMANAGED_FILE))
         .ok()
         .and_then(|b| serde_json::from_slice::<Vec<Value>>(&b).ok())
         .unwrap_or_default();
-    Some(Tree { info, procs, unmanaged })
+    let up = runner_alive(&info);
+    if !up {
+        // Nobody keeps these figures current any more: a process runs only if it is still
+        // of the tree.
+        let canon = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        for p in procs.iter_mut().chain(unmanaged.iter_mut()) {
+            let pid = u(p, "/pid");
+            if p["running"] == true && !(alive(pid) && of_tree(pid, &canon)) {
+                p["running"] = json!(false);
+            }
+        }
+    }
+    Some(Tree { dir: dir.to_path_buf(), info, up, procs, unmanaged })
 }
 
-/// Every running `uswap run` tree of this user. Directories whose runner is gone (killed
-/// before it could clean up) are removed.
+/// Every `uswap run` tree of this user, in every run directory ([`run_dirs`]): those whose
+/// runner runs, and the stale ones (`up` false) that [`forget_stale`] ends once shown.
 pub fn trees() -> Vec<Tree> {
-    let Ok(dir) = run_dir() else { return Vec::new() };
-    let Ok(rd) = std::fs::read_dir(&dir) else { return Vec::new() };
     let mut out = Vec::new();
-    for e in rd.flatten() {
-        let path = e.path();
-        let Some(info) =
-            std::fs::read(path.join("run.json")).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-        else {
-            continue;
-        };
-        let runner = info["runner_pid"].as_i64().unwrap_or(0) as i32;
-        let same =
-            runner > 0 && start_ticks(runner).is_some() && start_ticks(runner) == info["runner_start_ticks"].as_u64();
-        if !same {
-            let _ = std::fs::remove_dir_all(&path);
-            continue;
-        }
-        out.extend(tree_at(&path));
+    for base in run_dirs() {
+        let Ok(rd) = std::fs::read_dir(&base) else { continue };
+        out.extend(rd.flatten().filter_map(|e| tree_at(&e.path())));
     }
     out.sort_by_key(|t| t.info["runner_pid"].as_i64());
     out
+}
+
+/// End the stale trees of `shown` (their runner died, e.g. with its guardian) that have no
+/// process left running ([`end_run`]); a stale tree with processes running stays listed.
+pub fn forget_stale(shown: &[Tree]) {
+    for t in shown.iter().filter(|t| !t.up) {
+        if !t.procs.iter().chain(&t.unmanaged).any(running) {
+            end_run(&t.dir);
+        }
+    }
+}
+
+/// The end of the run of tree directory `dir`, whose runner is gone (its guardian calls it
+/// once it has ended the tree, `uswap status` for a stale tree): the metrics file named in
+/// `run.json` is rewritten once more saying the run is over (`uswap_run_up 0`), and the
+/// directory is removed. Nothing when its runner still runs.
+pub fn end_run(dir: &Path) {
+    let Some(t) = tree_at(dir) else {
+        // Its runner died before it described the tree: nothing to tell.
+        let _ = std::fs::remove_dir_all(dir);
+        return;
+    };
+    if t.up {
+        return;
+    }
+    if let Some(m) = t.info["metrics_file"].as_str() {
+        let mut doc = with_rates(&[], std::slice::from_ref(&t));
+        mark_over(&mut doc);
+        write_atomic(Path::new(m), prometheus(&doc).as_bytes());
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Mark every tree of a [`with_rates`] document as over (its last metrics: `uswap_run_up 0`).
+pub fn mark_over(doc: &mut Value) {
+    for t in doc["trees"].as_array_mut().into_iter().flatten() {
+        t["up"] = json!(false);
+    }
 }
 
 /// Rates between two readings of the same process (`None` if the snapshot did not change).
@@ -466,6 +587,7 @@ pub fn with_rates(prev: &[Tree], now: &[Tree]) -> Value {
         let started = t.info["started_unix_ms"].as_u64().unwrap_or(0);
         out.push(json!({
             "runner_pid": t.info["runner_pid"],
+            "up": t.up,
             "pid": t.info["pid"],
             "command": t.info["command"],
             "limit_bytes": t.info["limit_bytes"],
@@ -526,6 +648,12 @@ pub fn render(doc: &Value, all: bool, width: usize) -> String {
             t["running_processes"],
         );
         line(&format!("{head}{}", one_line(&t["command"], width.saturating_sub(head.chars().count() + 1))));
+        if t["up"] == false {
+            line(&format!(
+                "  stale: its runner died without ending the run{}",
+                if t["running_processes"] == 0 { "; nothing of it runs (its directory is removed now)" } else { "" }
+            ));
+        }
         line(&format!("  tiers {}", t["tiers"].as_str().unwrap_or("")));
         line(&table_row(TABLE_HEADER.map(String::from), "COMMAND", width));
         let procs = t["processes"].as_array().cloned().unwrap_or_default();
@@ -708,6 +836,7 @@ pub fn prometheus(doc: &Value) -> String {
     };
     let limit = gauge("limit_bytes", "The --limit of the tree", TREE);
     let running = gauge("running_processes", "Processes of the tree that are running", TREE);
+    let up = gauge("run_up", "1 while the tree's uswap run runs, 0 once the run is over", TREE);
     let unmanaged = gauge(
         "unmanaged_bytes",
         "Anonymous memory of the tree's processes that run without the pager (counted against the limit)",
@@ -739,6 +868,7 @@ pub fn prometheus(doc: &Value) -> String {
         let runner = t["runner_pid"].to_string();
         limit.with_label_values(&[&runner]).set(t["limit_bytes"].as_i64().unwrap_or(0));
         running.with_label_values(&[&runner]).set(t["running_processes"].as_i64().unwrap_or(0));
+        up.with_label_values(&[&runner]).set(i64::from(t["up"] != false));
         unmanaged.with_label_values(&[&runner]).set(t["total"]["unmanaged_bytes"].as_i64().unwrap_or(0));
         // Every process, ended ones too (with their last figures): counters must not go
         // back, and the file is rewritten once more after the program ended.
@@ -788,6 +918,35 @@ mod tests {
     }
 
     use super::*;
+
+    /// `XDG_RUNTIME_DIR` is used only when it names an existing directory of this user, by an
+    /// absolute path, that nobody else may write: else the per-user directory is.
+    #[test]
+    fn an_unusable_runtime_directory_is_passed_over() {
+        use std::os::unix::fs::PermissionsExt;
+        let me = uid();
+        let d = tempfile::tempdir().unwrap();
+        let var = |p: &Path| Some(p.as_os_str().to_os_string());
+        assert_eq!(usable_runtime_dir(var(d.path()), me), Some(d.path().to_path_buf()));
+        for missing in [None, Some("".into()), Some("/nonexistent".into()), Some(".".into())] {
+            assert_eq!(usable_runtime_dir(missing.clone(), me), None, "{missing:?}");
+        }
+        assert_eq!(usable_runtime_dir(var(d.path()), me + 1), None, "another user's directory");
+        let file = d.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        assert_eq!(usable_runtime_dir(var(&file), me), None, "not a directory");
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert_eq!(usable_runtime_dir(var(d.path()), me), None, "others may write it");
+    }
+
+    /// The metrics say whether the run goes on: `uswap_run_up` is 1, and 0 once marked over.
+    #[test]
+    fn the_metrics_say_when_the_run_is_over() {
+        let mut doc = json!({"trees": [{"runner_pid": 7, "up": true, "limit_bytes": 1, "running_processes": 0}]});
+        assert!(prometheus(&doc).contains("uswap_run_up{runner=\"7\"} 1"), "{}", prometheus(&doc));
+        mark_over(&mut doc);
+        assert!(prometheus(&doc).contains("uswap_run_up{runner=\"7\"} 0"), "{}", prometheus(&doc));
+    }
 
     /// A process alone: once walked, a reading with its counters no higher is skipped. With a
     /// fork child sharing its pages: every reading walks (the shared part can move while the
@@ -925,7 +1084,9 @@ mod tests {
         };
         let view = |r: Value| process_view(&r, tiers);
         let a = Tree {
+            dir: PathBuf::from("/nonexistent/4000001"),
             info: info(4_000_001, me),
+            up: true,
             procs: vec![
                 view(raw(me, &["/usr/bin/python3", "train.py", "--epochs", "3"], false, 1)),
                 view(raw(4_000_003, &["/bin/sh", "-c", "gzip -9 out"], true, 2)),
@@ -934,7 +1095,9 @@ mod tests {
                                    "anon_bytes": 7u64 << 20, "running": true})],
         };
         let b = Tree {
+            dir: PathBuf::from("/nonexistent/4100000"),
             info: info(4_100_000, 4_100_001),
+            up: false,
             procs: vec![view(raw(4_100_001, &["sort"], false, 3))],
             unmanaged: vec![],
         };
@@ -987,6 +1150,8 @@ mod tests {
             ] {
                 want.push((format!("uswap_{name}"), vec![("runner", runner.clone())], v.as_f64().unwrap(), false));
             }
+            let up = if t["up"] == false { 0.0 } else { 1.0 };
+            want.push(("uswap_run_up".into(), vec![("runner", runner.clone())], up, false));
             for p in t["processes"].as_array().unwrap() {
                 let comm = p["argv"][0].as_str().unwrap().rsplit('/').next().unwrap().to_string();
                 let l = vec![("runner", runner.clone()), ("pid", p["pid"].to_string()), ("comm", comm)];

@@ -5,6 +5,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
 
 mod bench;
+mod guardian;
 mod help;
 mod kernel;
 mod live;
@@ -77,6 +78,9 @@ fn man(dir: Option<&std::path::Path>) -> bench::CliResult {
 }
 
 fn main() -> ExitCode {
+    if let Some(code) = guardian::end_main() {
+        return code;
+    }
     let cli = Cli::parse();
     if let Cmd::Run(a) = cli.cmd {
         return match run::run(a) {

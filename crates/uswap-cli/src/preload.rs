@@ -2,12 +2,13 @@
 //! release builds (see build.rs), else `libuswap_ffi.so` next to the binary (`deps/` in a cargo
 //! target directory, `../lib/` when installed by a package).
 //!
-//! The embedded copy is written once to a cache file, `$XDG_RUNTIME_DIR/uswap/` or
-//! `/tmp/uswap-$UID/` (directory mode 0711, owned by us, not a symlink: others may load the
-//! library by name, as a program that drops privileges must, but not list or write), named by the content's
-//! hash, written to a temporary name and renamed, so concurrent runs never see half a file. A
-//! file path (not a memfd) because every program started below `uswap run` inherits LD_PRELOAD,
-//! including those started after their parent closed all its file descriptors.
+//! The embedded copy is written once to a cache file, `$XDG_RUNTIME_DIR/uswap/` (when that
+//! directory can be used, [`crate::live::runtime_dir`]) or `/tmp/uswap-$UID/` (directory mode
+//! 0711, owned by us, not a symlink: others may load the library by name, as a program that
+//! drops privileges must, but not list or write), named by the content's hash, written to a
+//! temporary name and renamed, so concurrent runs never see half a file. A file path (not a
+//! memfd) because every program started below `uswap run` inherits LD_PRELOAD, including those
+//! started after their parent closed all its file descriptors.
 //!
 //! A run that writes a new copy (the first of a new build) removes the copies other builds
 //! left that nothing maps and nothing read for two days ([`prune`]).
@@ -37,8 +38,8 @@ include!("fnv1a.rs");
 fn private_dir() -> Result<PathBuf, String> {
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
-    let d = match std::env::var_os("XDG_RUNTIME_DIR").filter(|s| !s.is_empty()) {
-        Some(r) => PathBuf::from(r).join("uswap"),
+    let d = match crate::live::runtime_dir() {
+        Some(r) => r.join("uswap"),
         None => std::env::temp_dir().join(format!("uswap-{uid}")),
     };
     crate::live::owned_dir(&d, uid)?;

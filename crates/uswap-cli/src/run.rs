@@ -9,7 +9,9 @@
 //! library: exit 2). It then passes the configuration in `USWAP_*` variables, forwards
 //! SIGINT/SIGTERM/SIGHUP/SIGQUIT/SIGUSR1/SIGUSR2 that were *sent* to uswap (a terminal's Ctrl-C
 //! already reaches the whole process group), and exits with the program's status, or 128+N when
-//! signal N killed it, as a shell does.
+//! signal N killed it, as a shell does. The program runs under a guardian process
+//! ([`crate::guardian`]) through which this process owns the program's whole tree: should
+//! `uswap run` die, however it dies, every process of the tree is killed and the run ended.
 //!
 //! Programs started in turn inherit the library and the variables: each process gets its own
 //! pager and its share of the one limit. Every process writes its statistics at exit; the
@@ -23,9 +25,7 @@
 
 use crate::live;
 use std::ffi::OsString;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI32, Ordering};
 
 /// Exit code when userfaultfd is not permitted.
 pub const EXIT_NO_UFFD: u8 = 1;
@@ -201,16 +201,11 @@ fn find_program(p: &OsString) -> Result<PathBuf, RunError> {
 
 pub use uswap_pager::exe::{exe_kind, ExeKind, GO_REFUSED};
 
-static CHILD: AtomicI32 = AtomicI32::new(0);
-
 extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
-    // SAFETY: the kernel passes a valid siginfo; kill(2) is async-signal-safe.
-    unsafe {
-        let from_kernel = (*info).si_code > 0 || (*info).si_pid() == 0;
-        let pid = CHILD.load(Ordering::Relaxed);
-        if pid > 0 && !from_kernel {
-            libc::kill(pid, sig);
-        }
+    // SAFETY: the kernel passes a valid siginfo.
+    let from_kernel = unsafe { (*info).si_code > 0 || (*info).si_pid() == 0 };
+    if !from_kernel {
+        crate::guardian::forward(sig);
     }
 }
 
@@ -331,21 +326,20 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
         }
         _ => lib.clone().into_os_string(),
     };
-    let mut cmd = std::process::Command::new(&prog);
-    cmd.arg0(&a.command[0])
-        .args(&a.command[1..])
-        .env("LD_PRELOAD", preload)
-        .env("USWAP_LIMIT", limit.to_string())
-        .env("USWAP_FOLIO", folio.to_string())
-        .env("USWAP_TIERS", &tiers)
-        .env("USWAP_STATS_DIR", &statsdir);
+    let mut env: Vec<(OsString, OsString)> = vec![
+        ("LD_PRELOAD".into(), preload),
+        ("USWAP_LIMIT".into(), limit.to_string().into()),
+        ("USWAP_FOLIO".into(), folio.to_string().into()),
+        ("USWAP_TIERS".into(), tiers.clone().into()),
+        ("USWAP_STATS_DIR".into(), statsdir.clone().into()),
+    ];
     // One limit for the whole tree (uswap_pager::tree): every process under the pager takes
     // its share from this file.
     let budget = statsdir.join(crate::live::BUDGET_FILE);
     uswap_pager::tree::create(&budget, limit).map_err(|e| RunError(format!("{}: {e}", budget.display()), 1))?;
-    cmd.env("USWAP_TREE_BUDGET", &budget);
+    env.push(("USWAP_TREE_BUDGET".into(), budget.clone().into()));
     if std::env::var_os("USWAP_STATS_INTERVAL_MS").is_none() {
-        cmd.env("USWAP_STATS_INTERVAL_MS", live::SNAPSHOT_MS.to_string());
+        env.push(("USWAP_STATS_INTERVAL_MS".into(), live::SNAPSHOT_MS.to_string().into()));
     }
     // Forward signals sent to us.
     for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2] {
@@ -360,32 +354,21 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
     }
     crate::preload::shed_before_spawn();
     let t0 = std::time::Instant::now();
-    let child = cmd.spawn().map_err(|e| {
+    // The program runs under a guardian that ends its whole tree if this process dies
+    // (`crate::guardian`).
+    let mut child = crate::guardian::spawn(&prog, &a.command, &env, &statsdir).map_err(|e| {
         let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
         RunError(format!("{}: {e}", prog.display()), code)
     })?;
-    let pid = child.id() as i32;
-    CHILD.store(pid, Ordering::Relaxed);
+    let pid = child.pid;
     let command: Vec<String> = a.command.iter().map(|s| s.to_string_lossy().into_owned()).collect();
-    tree.describe(&command, pid, limit, folio as u64, &tiers);
+    tree.describe(&command, pid, limit, folio as u64, &tiers, a.metrics_file.as_deref());
     let metrics = a.metrics_file.clone().map(|m| MetricsWriter::start(m, statsdir.clone()));
-    let watch =
-        std::sync::Arc::new(std::sync::Mutex::new(crate::unmanaged::Watch::new(pid, budget.clone(), &lib, !a.quiet)));
+    let watch = std::sync::Arc::new(std::sync::Mutex::new(
+        crate::unmanaged::Watch::new(pid, budget.clone(), &lib, !a.quiet).owned_by(child.guardian),
+    ));
     let sampler = sample_tree(watch.clone());
-    let mut status = 0;
-    // SAFETY: zeroed rusage is valid storage.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    loop {
-        // SAFETY: waiting for our own child with valid pointers.
-        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
-        if r == pid {
-            break;
-        }
-        if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            return Err(RunError(format!("wait4: {}", std::io::Error::last_os_error()), 1));
-        }
-    }
-    CHILD.store(0, Ordering::Relaxed);
+    let crate::guardian::Exit { status, rusage: ru } = child.wait().map_err(|e| RunError(e, 1))?;
     let (code, signal) = if libc::WIFSIGNALED(status) {
         let s = libc::WTERMSIG(status);
         (128 + s as u8, Some(s))
@@ -447,6 +430,7 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
             eprintln!("uswap: {} killed by {} ({s})", prog.display(), sig_name(s));
         }
     }
+    child.release();
     Ok(code)
 }
 
@@ -469,7 +453,8 @@ fn sample_tree(watch: std::sync::Arc<std::sync::Mutex<crate::unmanaged::Watch>>)
 const TREE_SAMPLE_MS: u64 = 200;
 
 /// `--metrics-file`: a thread that rewrites the file every second from the tree's statistics,
-/// and once more when told to finish (the final figures of the processes that exited).
+/// and once more when told to finish (the final figures of the processes that exited, and the
+/// run over: `uswap_run_up 0`).
 struct MetricsWriter {
     stop: std::sync::mpsc::Sender<()>,
     thread: std::thread::JoinHandle<()>,
@@ -482,7 +467,11 @@ impl MetricsWriter {
             let (mut prev, mut last) = (Vec::new(), false);
             loop {
                 let now: Vec<live::Tree> = live::tree_at(&dir).into_iter().collect();
-                live::write_atomic(&path, live::prometheus(&live::with_rates(&prev, &now)).as_bytes());
+                let mut doc = live::with_rates(&prev, &now);
+                if last {
+                    live::mark_over(&mut doc);
+                }
+                live::write_atomic(&path, live::prometheus(&doc).as_bytes());
                 if last {
                     return;
                 }

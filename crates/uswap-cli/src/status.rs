@@ -1,5 +1,6 @@
-//! `uswap status` and `uswap top`: the live view of every running `uswap run` tree of this
-//! user (the data and its rendering are in [`crate::live`]).
+//! `uswap status` and `uswap top`: the live view of every `uswap run` tree of this user, in
+//! every run directory (the data and its rendering are in [`crate::live`]). A stale tree (its
+//! runner died and nothing ended it) is shown as such, then ended once nothing of it runs.
 //!
 //! Locking: none.
 
@@ -80,6 +81,7 @@ pub fn status(a: &StatusArgs) -> CliResult {
     } else {
         out(&live::render(&doc, a.all, width()));
     }
+    live::forget_stale(&now);
     Ok(())
 }
 
@@ -112,6 +114,7 @@ pub fn top(a: &TopArgs) -> CliResult {
         if !ok {
             return Ok(());
         }
+        live::forget_stale(&now);
         prev = now;
         n += 1;
         if a.count.is_some_and(|c| n >= c) {

@@ -15,8 +15,8 @@
 //!
 //! *Which processes are the tree's*: the program, every process holding a slot of the budget
 //! file, and their descendants (through `/proc/PID/task/*/children`, or by parent pid from
-//! every `/proc/PID/stat` on a kernel without those files). A process that left the tree by
-//! double-forking away from a process without a pager is not seen.
+//! every `/proc/PID/stat` on a kernel without those files), and the descendants of the
+//! program's guardian (`crate::guardian`), to which the tree's orphans are reparented.
 //! *Which are managed*: those whose `/proc/PID/maps` names the library. A process is judged
 //! once per image (pid, start time and `/proc/PID/exe`), and only after two readings a tree
 //! sample apart both lack the library: a program caught between `execve` and the dynamic
@@ -91,6 +91,9 @@ enum Seen {
 pub struct Watch {
     /// The program `uswap run` started.
     root: i32,
+    /// The program's guardian (`crate::guardian`), a subreaper: the tree's orphans are its
+    /// children. Not itself of the tree.
+    owner: Option<i32>,
     /// The tree's budget file.
     budget: PathBuf,
     /// The library's path as `/proc/PID/maps` shows it.
@@ -315,6 +318,7 @@ impl Watch {
     pub fn new(root: i32, budget: PathBuf, lib: &Path, warn: bool) -> Watch {
         Watch {
             root,
+            owner: None,
             budget,
             lib: lib.to_string_lossy().into_owned(),
             seen: HashMap::new(),
@@ -325,12 +329,21 @@ impl Watch {
         }
     }
 
+    /// The tree's processes are also the descendants of `owner` (the guardian that the
+    /// tree's orphans are reparented to), but not `owner` itself.
+    pub fn owned_by(mut self, owner: i32) -> Watch {
+        self.owner = Some(owner);
+        self
+    }
+
     /// Read the tree once: judge new process images, publish the unmanaged memory to the
     /// budget file, and return the pids of the tree.
     pub fn sample(&mut self) -> Vec<i32> {
         let mut roots: Vec<i32> = vec![self.root];
+        roots.extend(self.owner);
         roots.extend(uswap_pager::tree::pids_in(&self.budget).into_iter().filter_map(|p| i32::try_from(p).ok()));
-        let procs = tree_processes(&roots);
+        let mut procs = tree_processes(&roots);
+        procs.retain(|p| Some(p.0) != self.owner);
         let pids: Vec<i32> = procs.iter().map(|p| p.0).collect();
         let by_pid: HashMap<i32, (u8, u64)> = procs.iter().map(|&(p, _, st, t)| (p, (st, t))).collect();
         let mut unmanaged_bytes = 0;

@@ -76,7 +76,9 @@ fn status_and_metrics_see_a_running_tree_and_sigkill_leaves_its_figures() {
         }
         let s = status(runtime.path());
         let trees = s["trees"].as_array().cloned().unwrap_or_default();
-        let found = trees.iter().find(|t| t["runner_pid"] == group).and_then(|t| {
+        // Runs in the user's other run directories are listed too: this one by its runner.
+        let tree = trees.iter().find(|t| t["runner_pid"] == group);
+        let found = tree.and_then(|t| {
             t["processes"]
                 .as_array()?
                 .iter()
@@ -89,7 +91,7 @@ fn status_and_metrics_see_a_running_tree_and_sigkill_leaves_its_figures() {
         });
         if let Some(p) = found {
             assert!(num(&p, "/charged_bytes") > 0, "{p:#}");
-            assert_eq!(trees[0]["limit_bytes"], 16u64 << 20, "{s:#}");
+            assert_eq!(tree.unwrap()["limit_bytes"], 16u64 << 20, "{s:#}");
             break num(&p, "/pid") as i32;
         }
         if let Some(s) = child.try_wait().expect("wait") {
@@ -134,14 +136,45 @@ fn status_and_metrics_see_a_running_tree_and_sigkill_leaves_its_figures() {
     assert!(!runtime.path().join("uswap").join(group.to_string()).exists());
 }
 
+/// `uswap status` lists the runs of every run directory of the user, so it runs here where
+/// no other run can be seen: in a mount namespace of its own with empty file systems over
+/// `/dev/shm` and `/run/user` (the other run directories; the per-user one is in `/dev/shm`
+/// once that is a tmpfs). Needs root, as CI has.
+fn isolated(cmd: &mut Command) -> &mut Command {
+    // SAFETY: in the child between fork and exec: system calls only, on NUL-terminated
+    // literals.
+    unsafe {
+        cmd.pre_exec(|| {
+            let fail = || Err(std::io::Error::last_os_error());
+            if libc::unshare(libc::CLONE_NEWNS) != 0
+                || libc::mount(
+                    c"none".as_ptr(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ) != 0
+            {
+                return fail();
+            }
+            for d in [c"/dev/shm", c"/run/user"] {
+                let mounted = libc::mount(c"tmpfs".as_ptr(), d.as_ptr(), c"tmpfs".as_ptr(), 0, std::ptr::null()) == 0;
+                if !mounted && std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOENT) {
+                    return fail();
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
 #[test]
 fn status_with_nothing_running_says_so() {
     let runtime = tempdir();
-    let o = Command::new(env!("CARGO_BIN_EXE_uswap"))
-        .args(["status", "--interval", "0"])
+    let o = isolated(Command::new(env!("CARGO_BIN_EXE_uswap")).args(["status", "--interval", "0"]))
         .env("XDG_RUNTIME_DIR", runtime.path())
         .output()
-        .expect("uswap status");
+        .expect("uswap status in a mount namespace of its own (this test needs root)");
     assert!(o.status.success());
     assert_eq!(String::from_utf8_lossy(&o.stdout), "no uswap run is running (for this user)\n");
     // A directory someone else could write is refused, not used.
