@@ -221,7 +221,9 @@ impl TopOnTty {
     fn start(runtime: &Path) -> TopOnTty {
         let (master, slave) = pty();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
-        cmd.args(["top", "--interval", "0.2"])
+        // Where no other run can be seen (`top` lists every run directory of the user).
+        isolated(&mut cmd)
+            .args(["top", "--interval", "0.2"])
             .env("XDG_RUNTIME_DIR", runtime)
             .stdin(slave.try_clone().unwrap())
             .stdout(slave.try_clone().unwrap())
@@ -342,7 +344,8 @@ fn top_reads_q_from_a_pipe_and_refreshes_on_after_the_end_of_its_input() {
     assert_eq!(status.code(), Some(0));
     drop(stdin);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
-    cmd.args(["top", "--interval", "0.2", "--count", "3"]).env("XDG_RUNTIME_DIR", runtime.path());
+    // Where no other run can be seen (`top` lists every run directory of the user).
+    isolated(&mut cmd).args(["top", "--interval", "0.2", "--count", "3"]).env("XDG_RUNTIME_DIR", runtime.path());
     let r = run_with(cmd, "uswap top --count 3 < /dev/null", Duration::from_secs(20));
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     assert_eq!(r.out().matches("no uswap run is running").count(), 3, "{}", r.out());

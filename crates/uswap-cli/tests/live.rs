@@ -136,38 +136,6 @@ fn status_and_metrics_see_a_running_tree_and_sigkill_leaves_its_figures() {
     assert!(!runtime.path().join("uswap").join(group.to_string()).exists());
 }
 
-/// `uswap status` lists the runs of every run directory of the user, so it runs here where
-/// no other run can be seen: in a mount namespace of its own with empty file systems over
-/// `/dev/shm` and `/run/user` (the other run directories; the per-user one is in `/dev/shm`
-/// once that is a tmpfs). Needs root, as CI has.
-fn isolated(cmd: &mut Command) -> &mut Command {
-    // SAFETY: in the child between fork and exec: system calls only, on NUL-terminated
-    // literals.
-    unsafe {
-        cmd.pre_exec(|| {
-            let fail = || Err(std::io::Error::last_os_error());
-            if libc::unshare(libc::CLONE_NEWNS) != 0
-                || libc::mount(
-                    c"none".as_ptr(),
-                    c"/".as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_REC | libc::MS_PRIVATE,
-                    std::ptr::null(),
-                ) != 0
-            {
-                return fail();
-            }
-            for d in [c"/dev/shm", c"/run/user"] {
-                let mounted = libc::mount(c"tmpfs".as_ptr(), d.as_ptr(), c"tmpfs".as_ptr(), 0, std::ptr::null()) == 0;
-                if !mounted && std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOENT) {
-                    return fail();
-                }
-            }
-            Ok(())
-        })
-    }
-}
-
 #[test]
 fn status_with_nothing_running_says_so() {
     let runtime = tempdir();
