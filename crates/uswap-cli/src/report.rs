@@ -403,20 +403,23 @@ pub struct TreePeak {
 }
 
 /// The anonymous memory the processes of a `run --stats` document hold that the limit does not
-/// cover, summed over the processes that wrote statistics: each one's anonymous RSS when its
-/// pager had started, its library heap's growth and the engine's tables (its part of
-/// `fixed_overhead_bytes` that is anonymous memory).
+/// cover, at the tree's peak (`tree_peak`): each process's anonymous RSS when its pager had
+/// started, its library heap's growth and the engine's tables (its part of
+/// `fixed_overhead_bytes` that is anonymous memory), for the main process and the largest of
+/// the others, as many as were running at the peak (processes that ran one after another do
+/// not hold their overhead at once).
 pub fn tree_anon_overhead(doc: &Value) -> u64 {
-    doc.get("main")
-        .filter(|m| !m.is_null())
-        .into_iter()
-        .chain(doc["other_processes"].as_array().into_iter().flatten())
-        .map(|p| {
-            u(p, "/unmanaged/anon_at_start_bytes")
-                + u(p, "/preload/internal_heap_growth_bytes")
-                + u(p, "/engine_meta_peak_bytes")
-        })
-        .sum()
+    let own = |p: &Value| {
+        u(p, "/unmanaged/anon_at_start_bytes")
+            + u(p, "/preload/internal_heap_growth_bytes")
+            + u(p, "/engine_meta_peak_bytes")
+    };
+    let main = doc.get("main").filter(|m| !m.is_null());
+    let mut others: Vec<u64> = doc["other_processes"].as_array().into_iter().flatten().map(own).collect();
+    others.sort_unstable_by(|a, b| b.cmp(a));
+    let at_peak = u(doc, "/tree_peak/processes").max(1) as usize;
+    let others_at_peak = at_peak - usize::from(main.is_some()).min(at_peak);
+    main.map_or(0, own) + others.iter().take(others_at_peak).sum::<u64>()
 }
 
 /// The whole `run --stats` document. `procs` are the preload's per-process files.
@@ -519,6 +522,23 @@ pub fn human_lines(p: &Value) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    /// The overhead allowed at the tree's peak counts as many processes as ran then: the main
+    /// one and the largest others, not every process that ever ran.
+    #[test]
+    fn the_trees_overhead_counts_the_processes_at_its_peak() {
+        let p = |at_start: u64, heap: u64, meta: u64| {
+            serde_json::json!({"unmanaged": {"anon_at_start_bytes": at_start},
+                               "preload": {"internal_heap_growth_bytes": heap}, "engine_meta_peak_bytes": meta})
+        };
+        let others: Vec<Value> = (1..=10).map(|i| p(i, 0, 0)).collect();
+        let doc = |n: u64| serde_json::json!({"main": p(100, 20, 3), "other_processes": others, "tree_peak": {"processes": n}});
+        assert_eq!(super::tree_anon_overhead(&doc(1)), 123);
+        assert_eq!(super::tree_anon_overhead(&doc(3)), 123 + 10 + 9);
+        assert_eq!(super::tree_anon_overhead(&doc(50)), 123 + 55);
+        let no_main = serde_json::json!({"main": null, "other_processes": others, "tree_peak": {"processes": 2}});
+        assert_eq!(super::tree_anon_overhead(&no_main), 10 + 9);
+    }
+
     use super::*;
 
     fn sample() -> Value {
