@@ -326,7 +326,7 @@ fn a_stale_tree_is_listed_as_such_and_ended_when_nothing_of_it_runs() {
     // Nothing of it runs now: listed once more (in text), then ended.
     let o = uswap(rt, &["status".as_ref(), "--interval".as_ref(), "0".as_ref()]).output().expect("uswap status");
     let text = String::from_utf8_lossy(&o.stdout);
-    assert!(text.contains(&format!("uswap run (pid {runner}")) && text.contains("stale: its runner died"), "{text}");
+    assert!(text.contains(&format!("uswap run {runner},")) && text.contains("stale: its runner died"), "{text}");
     assert!(!tree.exists(), "a stale tree with nothing running is removed once shown");
     let metrics = std::fs::read_to_string(&prom).unwrap_or_default();
     assert!(metrics.contains(&format!("uswap_run_up{{runner=\"{runner}\"}} 0")), "{metrics}");
