@@ -60,6 +60,12 @@ fn uswap(runtime: &OsStr, args: &[&OsStr]) -> Command {
     c
 }
 
+/// Start `uswap run` as `cmd` in a process group of its own (so that killing it is the test's
+/// choice alone), without stdin or stdout, its stderr kept for the failure messages.
+fn spawn_runner(mut cmd: Command) -> Child {
+    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).process_group(0).spawn().expect("uswap run")
+}
+
 /// `uswap status --json --interval 0` under `runtime`.
 fn status(runtime: &OsStr) -> serde_json::Value {
     let o = uswap(runtime, &["status".as_ref(), "--json".as_ref(), "--interval".as_ref(), "0".as_ref()])
@@ -116,7 +122,7 @@ fn a_sigkilled_runner_ends_its_whole_tree_and_the_run() {
          wait\n",
         pids.display()
     );
-    let mut runner = uswap(
+    let mut runner = spawn_runner(uswap(
         runtime.path().as_os_str(),
         &[
             "run".as_ref(),
@@ -129,13 +135,7 @@ fn a_sigkilled_runner_ends_its_whole_tree_and_the_run() {
             "-c".as_ref(),
             script.as_ref(),
         ],
-    )
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped())
-    .process_group(0)
-    .spawn()
-    .expect("uswap run");
+    ));
     let rpid = runner.id() as i32;
     let deadline = Instant::now() + timeout_or(60);
     let mut procs: Vec<(String, Proc)> = Vec::new();
@@ -365,14 +365,9 @@ fn an_unusable_runtime_directory_falls_back_and_status_lists_both() {
         );
     }
     let sleeper = |rt: &OsStr| {
-        uswap(rt, &["run".as_ref(), "-q".as_ref(), "--limit".as_ref(), "32M".as_ref(), "--".as_ref()])
-            .args(["sleep", "60"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .spawn()
-            .expect("uswap run")
+        let mut c = uswap(rt, &["run".as_ref(), "-q".as_ref(), "--limit".as_ref(), "32M".as_ref(), "--".as_ref()]);
+        c.args(["sleep", "60"]);
+        spawn_runner(c)
     };
     let mut fallback = sleeper(OsStr::new("/nonexistent"));
     let mut usual = sleeper(runtime.path().as_os_str());
@@ -408,17 +403,18 @@ fn a_killed_guardian_takes_the_tree_with_it() {
     let dir = tempdir();
     let pids = dir.path().join("pids");
     let script = format!("(sleep 300 & echo $! > {0}.tmp; mv {0}.tmp {0})\nsleep 300\n", pids.display());
-    let mut runner = uswap(
+    let mut runner = spawn_runner(uswap(
         runtime.path().as_os_str(),
-        &["run".as_ref(), "--limit".as_ref(), "32M".as_ref(), "--".as_ref(), "sh".as_ref(), "-c".as_ref()],
-    )
-    .arg(&script)
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped())
-    .process_group(0)
-    .spawn()
-    .expect("uswap run");
+        &[
+            "run".as_ref(),
+            "--limit".as_ref(),
+            "32M".as_ref(),
+            "--".as_ref(),
+            "sh".as_ref(),
+            "-c".as_ref(),
+            script.as_ref(),
+        ],
+    ));
     let rpid = runner.id() as i32;
     let mut orphan = None;
     let mut guardian = None;

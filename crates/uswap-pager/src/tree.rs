@@ -300,24 +300,24 @@ pub fn in_fork_child() {
     claim();
 }
 
-/// Whether this process holds a slot of the tree's budget. False in a `vfork` child, which
-/// runs in its parent's memory (and sees the parent's slot) under a pid of its own.
+/// This process's slot of the tree's budget. None outside a tree, and in a `vfork` child,
+/// which runs in its parent's memory (and sees the parent's slot) under a pid of its own.
+fn my_slot() -> Option<&'static Slot> {
+    budget()?.slots.get(MY_SLOT.load(Ordering::Relaxed)).filter(|s| s.pid.load(Ordering::Relaxed) == std::process::id())
+}
+
+/// Whether this process holds a slot of the tree's budget ([`my_slot`]).
 pub fn holds_slot() -> bool {
-    let Some(b) = budget() else { return false };
-    b.slots.get(MY_SLOT.load(Ordering::Relaxed)).is_some_and(|s| s.pid.load(Ordering::Relaxed) == std::process::id())
+    my_slot().is_some()
 }
 
 /// Give the slot back (at exit, `exit(3)` or `_exit(2)`). Nothing in a `vfork` child: the
 /// slot is its parent's.
 pub fn detach() {
-    if !holds_slot() {
-        return;
-    }
-    let (Some(b), i) = (budget(), MY_SLOT.swap(usize::MAX, Ordering::Relaxed)) else { return };
-    if let Some(s) = b.slots.get(i) {
-        s.charged.store(0, Ordering::Relaxed);
-        let _ = s.pid.compare_exchange(std::process::id(), 0, Ordering::AcqRel, Ordering::Relaxed);
-    }
+    let Some(s) = my_slot() else { return };
+    MY_SLOT.store(usize::MAX, Ordering::Relaxed);
+    s.charged.store(0, Ordering::Relaxed);
+    let _ = s.pid.compare_exchange(std::process::id(), 0, Ordering::AcqRel, Ordering::Relaxed);
 }
 
 /// Free the slots of processes that no longer exist (killed before `exit(3)`).
