@@ -112,6 +112,9 @@ Environment:
                      uncompressed for a cheap refault (default 5)
   USWAP_POOL_PERCENT share of the limit for the compressed pool when a file tier takes the
                      rest (default 8, 5-50)
+  USWAP_FULL_WAIT_MS while no tier takes the pages reclaim evicts (a full or failing swap
+                     file, data that does not compress), how long faults wait for room
+                     before they map over the limit (default 10000; 0 waits for ever)
   USWAP_POOL_ADAPT   1: the pool's share starts there and follows what swap-ins from the
                      pool and from the file cost (experimental; off by default)
   USWAP_REPLACEMENT  `fifo`: evict first in, first out straight to the store instead of

@@ -415,6 +415,13 @@ pub fn process_view(raw: &Value, tiers: &str) -> Value {
         "faults": u(&p, "/faults/total"),
         "swapin_pages": u(&p, "/swap/pswpin"),
         "swapout_pages": u(&p, "/swap/pswpout"),
+        // The limit's trust: stores that failed (and where, why), evictions no tier took,
+        // faults mapped over the limit after waiting for room (`uswap_pager`'s `stall`).
+        "store_errors": u(&p, "/reclaim/store_errors"),
+        "store_failures": report::store_failures(&p),
+        "store_rejected_pages": u(&p, "/swap/swpout_rejected"),
+        "limit_breaks": u(&p, "/reclaim/limit_breaks"),
+        "store_failing": raw.pointer("/pager/store_failing").and_then(Value::as_bool).unwrap_or(false),
     })
 }
 
@@ -582,6 +589,10 @@ pub fn with_rates(prev: &[Tree], now: &[Tree]) -> Value {
         for (i, k) in RATES.iter().enumerate() {
             total.insert((*k).into(), json!(rate_tot[i].round()));
         }
+        // Counters of the limit's trust, over every process that ran (ended ones too).
+        for k in ["store_errors", "store_rejected_pages", "limit_breaks"] {
+            total.insert(k.into(), json!(procs.iter().map(|p| u(p, &format!("/{k}"))).sum::<u64>()));
+        }
         let unmanaged_bytes: u64 = t.unmanaged.iter().filter(|p| running(p)).map(|p| u(p, "/anon_bytes")).sum();
         total.insert("unmanaged_bytes".into(), json!(unmanaged_bytes));
         let started = t.info["started_unix_ms"].as_u64().unwrap_or(0);
@@ -655,6 +666,21 @@ pub fn render(doc: &Value, all: bool, width: usize) -> String {
             ));
         }
         line(&format!("  tiers {}", t["tiers"].as_str().unwrap_or("")));
+        let (errors, breaks) = (tot["store_errors"].as_u64().unwrap_or(0), tot["limit_breaks"].as_u64().unwrap_or(0));
+        if errors > 0 || breaks > 0 {
+            let mut places: Vec<String> = procs_failures(&t);
+            places.dedup();
+            line(&format!(
+                "  store failing: {} failed store(s){}{}",
+                compact_count(errors),
+                if places.is_empty() { String::new() } else { format!(" ({})", places.join("; ")) },
+                if breaks > 0 {
+                    format!("; limit broken by {} fault(s)", compact_count(breaks))
+                } else {
+                    String::new()
+                }
+            ));
+        }
         line(&table_row(TABLE_HEADER.map(String::from), "COMMAND", width));
         let procs = t["processes"].as_array().cloned().unwrap_or_default();
         let ended = procs.iter().filter(|p| !running(p)).count();
@@ -720,6 +746,25 @@ pub fn render(doc: &Value, all: bool, width: usize) -> String {
         }
     }
     s
+}
+
+/// The tiers that failed in a tree's processes, as [`report::store_failures`] names them
+/// (the first of each tier).
+fn procs_failures(t: &Value) -> Vec<String> {
+    let mut seen: Vec<String> = Vec::new();
+    for f in t["processes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|p| p["store_failures"].as_array().cloned().unwrap_or_default())
+    {
+        let f = f.as_str().unwrap_or("").to_string();
+        let tier = f.split(": ").next().unwrap_or("").to_string();
+        if !seen.iter().any(|s| s.starts_with(&format!("{tier}: "))) {
+            seen.push(f);
+        }
+    }
+    seen
 }
 
 /// The narrowest view [`render`] draws: every figure and a few characters of the command.
@@ -862,6 +907,9 @@ pub fn prometheus(doc: &Value) -> String {
         ("faults", "Page faults the pager resolved", "faults"),
         ("swapin_pages", "Pages swapped in (pswpin)", "swapin_pages"),
         ("swapout_pages", "Pages swapped out (pswpout)", "swapout_pages"),
+        ("store_errors", "Evictions undone because the store failed (the page stayed in memory)", "store_errors"),
+        ("store_rejected_pages", "Pages of evictions that no tier took (declined or failed)", "store_rejected_pages"),
+        ("limit_breaks", "Faults mapped over the limit after waiting for room while the store failed", "limit_breaks"),
     ]
     .map(|(n, help, k)| (counter(n, help), k));
     for t in doc["trees"].as_array().into_iter().flatten() {
@@ -1082,6 +1130,30 @@ mod tests {
         })
     }
 
+    /// `raw` with a swap file that filled its filesystem: evictions undone, pages no tier took,
+    /// faults over the limit.
+    fn failing(mut r: Value) -> Value {
+        r["pager"]["store_errors"] = json!(5663);
+        r["pager"]["limit_breaks"] = json!(40);
+        r["pager"]["store_failing"] = json!(true);
+        r["pager"]["engine"]["swpout_rejected"] = json!(1200);
+        r["pager"]["engine"]["tiers"][1]["failures"] =
+            json!({"nospace": 5663, "readonly": 0, "io": 0, "full": 0, "errno": libc::ENOSPC});
+        r
+    }
+
+    /// A store that fails is said in the view, with its tier and error, and counted.
+    #[test]
+    fn a_failing_store_is_shown_with_its_tier_and_error() {
+        let doc = realistic_doc();
+        let text = render(&doc, true, 80);
+        let l = text.lines().find(|l| l.contains("store failing")).unwrap_or_else(|| panic!("{text}"));
+        assert!(l.contains("5.7k failed store(s)") && l.contains("file:/var/tmp: 5663"), "{l}");
+        assert_eq!(doc["trees"][1]["total"]["limit_breaks"], 40);
+        assert_eq!(doc["trees"][1]["processes"][0]["store_rejected_pages"], 1200);
+        assert_eq!(text.matches("store failing").count(), 1, "only the tree that failed:\n{text}");
+    }
+
     /// Two trees as `uswap status` and the metrics file see them: one with a running parent
     /// (this test's own pid, so that it counts as running), an exited child and a process that
     /// runs without the pager; one whose program ended without exit(3).
@@ -1108,7 +1180,7 @@ mod tests {
             dir: PathBuf::from("/nonexistent/4100000"),
             info: info(4_100_000, 4_100_001),
             up: false,
-            procs: vec![view(raw(4_100_001, &["sort"], false, 3))],
+            procs: vec![view(failing(raw(4_100_001, &["sort"], false, 3)))],
             unmanaged: vec![],
         };
         with_rates(&[], &[a, b])
@@ -1178,7 +1250,9 @@ mod tests {
                 ] {
                     want.push((format!("uswap_{name}"), l.clone(), p[key].as_f64().unwrap(), false));
                 }
-                for name in ["faults", "swapin_pages", "swapout_pages"] {
+                for name in
+                    ["faults", "swapin_pages", "swapout_pages", "store_errors", "store_rejected_pages", "limit_breaks"]
+                {
                     want.push((format!("uswap_{name}_total"), l.clone(), p[name].as_f64().unwrap(), true));
                 }
             }
@@ -1215,6 +1289,8 @@ mod tests {
         );
         assert_eq!(find("uswap_file_bytes", "4100001"), Some(V::Gauge((210u64 << 20) as f64)));
         assert_eq!(find("uswap_share_bytes", &me), Some(V::Gauge((30u64 << 20) as f64)));
+        assert_eq!(find("uswap_store_errors_total", "4100001"), Some(V::Counter(5663.0)));
+        assert_eq!(find("uswap_limit_breaks_total", "4100001"), Some(V::Counter(40.0)));
         assert!(text.contains("uswap_limit_bytes{runner=\"4000001\"} 536870912\n"), "{text}");
     }
 

@@ -182,6 +182,12 @@ pub fn pager(p: &Value, tiers: &str) -> Value {
             if used > 0 && name.starts_with("zpool") {
                 m.insert("compression_ratio".into(), json!(ratio(stored * 4096, used)));
             }
+            // Its store failures by kind (`uswap::fails`), when it had any.
+            if let Some(f) = t.get("failures").and_then(Value::as_object) {
+                if FAIL_KINDS.iter().any(|k| f.get(*k).and_then(Value::as_u64).unwrap_or(0) > 0) {
+                    m.insert("failures".into(), Value::Object(f.clone()));
+                }
+            }
             tier_map.insert(name, Value::Object(m));
         }
     }
@@ -249,6 +255,9 @@ pub fn pager(p: &Value, tiers: &str) -> Value {
             "swp_promote_reject": u(&e, "/swp_promote_reject"),
             "swap_ra": u(p, "/swap_ra"),
             "swap_ra_hit": u(p, "/swap_ra_hit"),
+            "swpout_tier_fallback": u(&e, "/swpout_tier_fallback"),
+            "zswpout_over_cap": u(&e, "/zswpout_over_cap"),
+            "swpout_rejected": u(&e, "/swpout_rejected"),
         },
         "compression": {
             "stored_bytes": pool_orig,
@@ -266,6 +275,7 @@ pub fn pager(p: &Value, tiers: &str) -> Value {
             "clean_kept": u(p, "/clean_kept"),
             "clean_evicted": u(p, "/clean_evicted"),
             "store_errors": u(p, "/store_errors"),
+            "limit_breaks": u(p, "/limit_breaks"),
             "handed_back": u(p, "/reclaim_handed_back"),
             "cow_skipped": u(p, "/reclaim_cow_skipped"),
             "pinned_skipped": u(p, "/reclaim_pinned_skipped"),
@@ -324,6 +334,10 @@ pub fn process(v: &Value, tiers: &str) -> Value {
     // still reach `clone` (uswap_pager's `forkhold`).
     m.insert("forks_hold_forced".into(), json!(u(v, "/pager/fork_hold_forced")));
     m.insert("fork_child_faults".into(), json!(u(v, "/pager/fork_child_faults")));
+    // What the library said on stderr while the program ran about the limit not holding.
+    if let Some(said) = v.get("said") {
+        m.insert("said".into(), said.clone());
+    }
     if let Some(p) = v.get("pager") {
         if let Value::Object(pm) = pager(p, tiers) {
             m.extend(pm);
@@ -453,16 +467,70 @@ pub fn run_report(r: &Run, procs: &[Value]) -> Value {
     })
 }
 
-/// Why the peak went over limit + fixed overhead, from a process's report.
+/// The kinds of store failure a tier's `failures` counts (`uswap::fails::FailKind::name`).
+pub const FAIL_KINDS: [&str; 4] = ["nospace", "readonly", "io", "full"];
+
+/// What a kind of store failure means, for people.
+fn fail_text(kind: &str, errno: i64) -> String {
+    let os =
+        || if errno > 0 { format!(": {}", std::io::Error::from_raw_os_error(errno as i32)) } else { String::new() };
+    match kind {
+        "nospace" => format!("no space left on its filesystem{}", os()),
+        "readonly" => format!("its file could not be written{}", os()),
+        "io" => format!("I/O errors{}", os()),
+        _ => "the swap file was full".to_string(),
+    }
+}
+
+/// The store's failures in a process's report, one phrase per tier that failed ("file:/x:
+/// 12 failed stores, no space left on its filesystem: ..."); empty when none failed.
+pub fn store_failures(p: &Value) -> Vec<String> {
+    let Some(Value::Object(ts)) = p.get("tiers") else { return Vec::new() };
+    ts.iter()
+        .filter_map(|(name, t)| {
+            let f = t.get("failures")?;
+            let n: u64 = FAIL_KINDS.iter().map(|k| u(f, &format!("/{k}"))).sum();
+            let worst = FAIL_KINDS.iter().max_by_key(|k| u(f, &format!("/{k}")))?;
+            (n > 0)
+                .then(|| format!("{name}: {n} failed store(s), {}", fail_text(worst, f["errno"].as_i64().unwrap_or(0))))
+        })
+        .collect()
+}
+
+/// Why the peak went over limit + fixed overhead, from a process's report: the store's
+/// failures first (a tier that failed, pages no tier took), then the tier list and reclaim.
 pub fn why_over(p: &Value, limit: u64) -> String {
     let pool = u(p, "/memory/pool_bytes");
     let capped = p.pointer("/memory/pool_capped").and_then(Value::as_bool).unwrap_or(false);
     let failed = u(p, "/reclaim/failed");
     let f = uswap::size::format;
-    if !capped && pool > limit / 2 {
+    let failures = store_failures(p);
+    let rejected = u(p, "/swap/swpout_rejected");
+    let breaks = u(p, "/reclaim/limit_breaks");
+    let then = if breaks > 0 {
+        format!("; faults waited for room, then {breaks} were mapped over the limit")
+    } else {
+        String::new()
+    };
+    let no_tiers = p.get("tiers").and_then(Value::as_object).is_none_or(|t| t.is_empty());
+    if !failures.is_empty() {
+        format!("the store failed ({}), and what no other tier took stayed in memory{then}", failures.join("; "))
+    } else if rejected > 0 && no_tiers {
         format!(
-            "every tier is in RAM and the compressed pool holds {}: the limit holds only while the data compresses \
-             below it (add a file tier, e.g. --tiers zero,lz4,file:/var/tmp)",
+            "no tier stores pages (--tiers zero keeps only zero pages out of memory): {} stayed in memory{then}",
+            f(rejected * 4096)
+        )
+    } else if rejected > 0 {
+        format!(
+            "{} of pages did not compress and no tier outside RAM takes them, so they stayed in memory{then} (add a \
+             file tier, e.g. --tiers zero,lz4,file:/var/tmp)",
+            f(rejected * 4096)
+        )
+    } else if !capped && (pool > limit / 2 || p.pointer("/said/rejected") == Some(&json!(true))) {
+        format!(
+            "every tier is in RAM and the compressed pool held data that did not compress below the limit (it \
+             holds {} at the end): the limit holds only while the data compresses below it (add a file tier, e.g. \
+             --tiers zero,lz4,file:/var/tmp)",
             f(pool)
         )
     } else if failed > 0 {
@@ -516,6 +584,23 @@ pub fn human_lines(p: &Value) -> Vec<String> {
         if !parts.is_empty() {
             v.push(format!("tiers: {}", parts.join(", ")));
         }
+    }
+    let failures = store_failures(p);
+    let (over_cap, rejected) = (u(p, "/swap/zswpout_over_cap"), u(p, "/swap/swpout_rejected"));
+    if !failures.is_empty() || rejected > 0 {
+        let mut line =
+            format!("store: {}", if failures.is_empty() { "no tier failed".into() } else { failures.join("; ") });
+        if over_cap > 0 {
+            line += &format!("; {} went to the compressed pool past its share", f(over_cap * 4096));
+        }
+        if rejected > 0 {
+            line += &format!("; {} of evictions no tier took (undone)", f(rejected * 4096));
+        }
+        let breaks = u(p, "/reclaim/limit_breaks");
+        if breaks > 0 {
+            line += &format!("; {breaks} fault(s) mapped over the limit after waiting for room");
+        }
+        v.push(line);
     }
     v
 }
@@ -640,5 +725,33 @@ mod tests {
         p["memory"]["pool_capped"] = json!(false);
         p["memory"]["pool_bytes"] = json!(40 << 20);
         assert!(why_over(&p, 64 << 20).contains("every tier is in RAM"));
+        // The pool emptied by the end, but the library said it held the data over the limit.
+        let mut early = p.clone();
+        early["memory"]["pool_bytes"] = json!(1 << 20);
+        assert!(why_over(&early, 64 << 20).contains("1/8"));
+        early["said"] = json!({"rejected": true});
+        assert!(why_over(&early, 64 << 20).contains("every tier is in RAM"), "{}", why_over(&early, 64 << 20));
+        // Data that does not compress, RAM-only tiers: the pages no tier took.
+        p["swap"]["swpout_rejected"] = json!(2560);
+        let w = why_over(&p, 64 << 20);
+        assert!(w.contains("10.0 MiB of pages did not compress") && w.contains("file tier"), "{w}");
+        // --tiers zero: no tier at all.
+        let mut z = p.clone();
+        z["tiers"] = json!({});
+        assert!(why_over(&z, 64 << 20).contains("--tiers zero"), "{}", why_over(&z, 64 << 20));
+        // A tier that failed comes first, with its error and what the faults did.
+        let mut raw = sample();
+        raw["pager"]["engine"]["tiers"][1]["failures"] =
+            json!({"nospace": 5663, "readonly": 0, "io": 0, "full": 0, "errno": libc::ENOSPC});
+        raw["pager"]["limit_breaks"] = json!(40);
+        raw["pager"]["engine"]["swpout_rejected"] = json!(100);
+        let q = process(&raw, "zero,lz4,file:/mnt/small");
+        let w = why_over(&q, 64 << 20);
+        assert!(w.contains("file:/mnt/small: 5663 failed store(s), no space left"), "{w}");
+        assert!(w.contains("No space left on device") && w.contains("40 were mapped over the limit"), "{w}");
+        let lines = human_lines(&q).join("\n");
+        assert!(lines.contains("store: file:/mnt/small: 5663") && lines.contains("400 KiB of evictions"), "{lines}");
+        // No failure: not said.
+        assert!(!human_lines(&process(&sample(), "zero,lz4,file:/var/tmp")).join("\n").contains("store:"));
     }
 }

@@ -149,6 +149,26 @@ fn warn_above_ram(arg: &str, limit: u64) {
     }
 }
 
+/// A tier list that cannot bound memory is said before the program runs: `zero` alone stores
+/// no page, and tiers all in RAM hold only what compresses (the pager says it again while
+/// the program runs if that is why the limit cannot hold).
+fn warn_unbounded_tiers(tc: &uswap::config::TiersConfig, tiers: &str) {
+    use uswap::config::TierSpec;
+    if tc.tiers.is_empty() {
+        eprintln!(
+            "uswap: warning: --tiers {tiers} stores no page (zero keeps only zero pages out of memory): once the \
+             program's data outgrows the limit, the limit cannot hold; add a pool or a file tier, e.g. --tiers \
+             zero,lz4,file:/var/tmp"
+        );
+    } else if !tc.tiers.iter().any(|t| matches!(t, TierSpec::File(_))) {
+        eprintln!(
+            "uswap: warning: --tiers {tiers} keeps every page in RAM: the limit holds only while the data \
+             compresses below it (pages that do not compress stay in memory); add a file tier to bound it, e.g. \
+             --tiers {tiers},file:/var/tmp"
+        );
+    }
+}
+
 fn parse_folio(s: &str) -> Result<usize, RunError> {
     let v = uswap::size::parse(s).map_err(|e| usage(format!("--folio: {e}")))?;
     match v {
@@ -248,6 +268,9 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
     // before the program runs (each process builds its own).
     let tc = uswap::config::TiersConfig::parse(&tiers).map_err(|e| usage(format!("--tiers: {e}")))?;
     tc.build().map_err(|e| usage(format!("--tiers: {e}")))?;
+    if !a.quiet {
+        warn_unbounded_tiers(&tc, &a.tiers);
+    }
     if let Some(StatsTo::File(s)) = &stats_to {
         std::fs::write(s, b"").map_err(|e| usage(format!("--stats {}: {e}", s.display())))?;
     }
@@ -574,6 +597,21 @@ fn summary(prog: &Path, limit: u64, peak: u64, doc: &serde_json::Value) {
             human(out * 4096),
             human(hwm)
         );
+        let failed: Vec<&serde_json::Value> = others.iter().filter(|o| u(o, "/reclaim/store_errors") > 0).collect();
+        if let Some(first) = failed.first() {
+            let breaks: u64 = failed.iter().map(|o| u(o, "/reclaim/limit_breaks")).sum();
+            eprintln!(
+                "uswap: the store failed in {} of them ({} failed store(s){}){}",
+                failed.len(),
+                failed.iter().map(|o| u(o, "/reclaim/store_errors")).sum::<u64>(),
+                crate::report::store_failures(first).first().map_or(String::new(), |f| format!(", first {f}")),
+                if breaks > 0 {
+                    format!("; {breaks} fault(s) mapped over the limit after waiting for room")
+                } else {
+                    String::new()
+                }
+            );
+        }
     }
     // By reason, in the order found: each process when there are a few, else one line.
     let listed: Vec<&serde_json::Value> = doc["unmanaged_processes"].as_array().into_iter().flatten().collect();

@@ -109,6 +109,19 @@ fn maybe_reclaim(p: &Pager, need: u64) {
             }
         }
     }
+    // While the store fails, wait for room rather than map over the limit (`stall`); this
+    // thread holds no page here. Then, if still over, the fault breaks the limit.
+    let over = || p.charged_bytes() + need > p.limit() + throttle_slack(p);
+    if p.health.failing() && over() {
+        while over() && p.health.holds_faults(now_ns(), p.cfg.full_wait_ms) {
+            inc(&p.counters.fault_throttled, 1);
+            crate::sys::sleep_ms(5);
+            reclaim::direct_reclaim(p, need);
+        }
+        if over() && p.health.failing() {
+            inc(&p.counters.limit_breaks, 1);
+        }
+    }
 }
 
 /// How a fault may wait.
@@ -168,10 +181,21 @@ pub(crate) fn try_fault(p: &Pager, addr: usize, write: bool, wp: bool, force: bo
         }
         let k = r.word(pg).load(Ordering::Acquire).kind();
         let needs_memory = matches!(k, kind::NONE | kind::SWAPPED | kind::CACHED);
-        if needs_memory && charged + need > p.limit() + throttle_slack(p) && !p.reclaim_stuck.load(Ordering::Relaxed) {
+        // While the store fails, a stuck reclaimer is what is expected: the fault waits for
+        // room all the same, for as long as `stall` says.
+        if needs_memory
+            && charged + need > p.limit() + throttle_slack(p)
+            && (!p.reclaim_stuck.load(Ordering::Relaxed) || p.health.holds_faults(now_ns(), p.cfg.full_wait_ms))
+        {
             inc(&p.counters.fault_throttled, 1);
             region::leave();
             return Try::Retry;
+        }
+    } else if force && !wp && p.health.failing() {
+        // Mapped over the limit because the store has failed for longer than faults wait.
+        let need = (PAGE_SIZE << r.folio_order) as u64;
+        if p.charged_bytes() + need > p.limit() + throttle_slack(p) {
+            inc(&p.counters.limit_breaks, 1);
         }
     }
     crate::uffd::AGAIN.with(|c| c.set(false));
@@ -1158,7 +1182,10 @@ pub(crate) fn event_loop(p: &Pager) {
                 // SAFETY: four valid pollfds (a negative fd is ignored) and a valid timeout.
                 unsafe { libc::ppoll(pfd.as_mut_ptr(), 4, &ts, std::ptr::null()) };
             } else if pending {
-                let ts = libc::timespec { tv_sec: 0, tv_nsec: 100_000 };
+                // Faults held while the store fails wait for the reclaimer's next retry (every
+                // 20 ms): no need to look a hundred times as often.
+                let ns = if p.health.failing() { 2_000_000 } else { 100_000 };
+                let ts = libc::timespec { tv_sec: 0, tv_nsec: ns };
                 // SAFETY: two valid pollfds and a valid timeout.
                 unsafe { libc::ppoll(pfd.as_mut_ptr(), 2, &ts, std::ptr::null()) };
             } else {
@@ -1305,8 +1332,10 @@ pub(crate) fn event_loop(p: &Pager) {
                 if held && hold_wakes.len() == HOLD_WAKES {
                     return true;
                 }
-                // A hold's round maps over the limit: the reclaimer is paused for the fork.
-                let force = now - f.since > THROTTLE_MAX_NS || held;
+                // A hold's round maps over the limit: the reclaimer is paused for the fork. While
+                // the store fails, a fault waits longer for room (`stall`).
+                let force =
+                    (now - f.since > THROTTLE_MAX_NS && !p.health.holds_faults(now, p.cfg.full_wait_ms)) || held;
                 let done = match try_fault(p, f.addr, f.write, f.wp, force, !held) {
                     Try::Done => {
                         inc(&p.counters.fault_held_ns, now - f.since);

@@ -76,6 +76,7 @@ mod reclaim;
 mod recomp;
 mod region;
 mod slots;
+mod stall;
 mod stats;
 mod store;
 mod sync;
@@ -223,6 +224,10 @@ pub struct PagerConfig {
     /// then, a fault over the limit waits up to 20 ms for a reclaimer that is not there. A fork
     /// child that inherits half its limit starts it with its event thread.
     pub lazy_background: bool,
+    /// While the store fails (a full or failing swap file, data no tier takes), how long
+    /// faults that would map pages over the limit wait for room before they are mapped over
+    /// it, in ms; 0 waits for ever (`stall`).
+    pub full_wait_ms: u64,
 }
 
 impl Default for PagerConfig {
@@ -253,6 +258,7 @@ impl Default for PagerConfig {
             follow_cpu: true,
             pin_thread: true,
             lazy_background: false,
+            full_wait_ms: 10_000,
         }
     }
 }
@@ -344,6 +350,8 @@ pub struct Pager {
     /// The background reclaimer has not lowered the charge for `reclaim::STUCK_AFTER_NS`
     /// (nothing evictable: faults stop waiting for it).
     pub(crate) reclaim_stuck: AtomicBool,
+    /// Whether the store fails, and since when ([`stall`]).
+    pub(crate) health: stall::StoreHealth,
     /// The limit in force for the pager's charge: the budget less the memory outside the
     /// pager, at least a quarter of the budget ([`Pager::set_limit`], [`Pager::set_outside`]).
     limit: std::sync::atomic::AtomicU64,
@@ -490,6 +498,7 @@ impl Pager {
             ev_quiet: AtomicBool::new(true),
             kswapd_quiet: AtomicBool::new(true),
             reclaim_stuck: AtomicBool::new(false),
+            health: stall::StoreHealth::default(),
             limit: std::sync::atomic::AtomicU64::new(cfg.limit_bytes),
             budget: std::sync::atomic::AtomicU64::new(cfg.limit_bytes),
             outside: std::sync::atomic::AtomicU64::new(0),
@@ -953,6 +962,34 @@ impl Pager {
     /// it from a thread that touches no managed memory meanwhile. Counted in the statistics.
     pub fn recompress_now(&self) -> RecompressPass {
         recomp::pass(self).0
+    }
+
+    /// Tier `t`'s name and store failures so far; `None` past the last tier.
+    pub fn tier_fails(&self, t: usize) -> Option<(String, uswap::fails::FailCounts)> {
+        self.store.tier_fails(t)
+    }
+
+    /// Store failures the pager met (evictions undone), failures of the store's tiers (some
+    /// passed over for another tier), and faults mapped over the limit because of them: a
+    /// cheap sum that moves whenever something failed.
+    pub fn failure_events(&self) -> u64 {
+        self.counters.store_errors.load(Ordering::Relaxed) + self.store.tier_fails_total() + self.limit_breaks()
+    }
+
+    /// Faults mapped over the limit because the store had failed for longer than faults wait.
+    pub fn limit_breaks(&self) -> u64 {
+        self.counters.limit_breaks.load(Ordering::Relaxed)
+    }
+
+    /// Pages no tier of the store took (every one declined or failed), so far.
+    pub fn rejected_pages(&self) -> u64 {
+        self.store.rejected_pages()
+    }
+
+    /// True when the store's RAM is capped (a tier outside RAM takes what the pool's share
+    /// does not hold): without, the limit holds only while the data compresses.
+    pub fn pool_capped(&self) -> bool {
+        self.pool_capped
     }
 
     /// A snapshot of the statistics.

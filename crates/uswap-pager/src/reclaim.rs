@@ -428,6 +428,7 @@ struct Block {
 pub(crate) fn store_folio(p: &Pager, data: &[u8], order: u32, out: &mut [PageWord]) -> Result<(), StoreError> {
     match p.store.store(p.cfg.group, data) {
         Ok(e) => {
+            p.health.stored(crate::stats::now_ns);
             for (i, o) in out.iter_mut().enumerate().take(1 << order) {
                 *o = PageWord::swapped(order, e + i as u64);
             }
@@ -449,6 +450,13 @@ pub(crate) fn store_folio(p: &Pager, data: &[u8], order: u32, out: &mut [PageWor
         }
         Err(e) => Err(e),
     }
+}
+
+/// Count a store that failed (its folio stays where it was) and mark the store failing
+/// ([`crate::stall`]).
+pub(crate) fn store_failed(p: &Pager) {
+    inc(&p.counters.store_errors, 1);
+    p.health.failed(crate::stats::now_ns());
 }
 
 /// Drop the store references held by SWAPPED words.
@@ -812,7 +820,7 @@ fn copy_out(p: &Pager, b: &mut Batch, to_cache: bool) {
             let res = store_folio(p, src, blk.order, &mut b.words[blk.w..blk.w + (1 << blk.order)]);
             drop(bounce);
             if res.is_err() {
-                inc(&p.counters.store_errors, 1);
+                store_failed(p);
                 b.blocks[bi].dest = Dest::Aborted;
                 unprotect(p, &blk);
             }
@@ -1141,7 +1149,7 @@ fn shrink_inactive(p: &Pager, max_pages: usize) -> usize {
                 done += n;
             }
             Err(_) => {
-                inc(&p.counters.store_errors, 1);
+                store_failed(p);
                 for i in 0..n {
                     r.word(page + i).store(w0, Ordering::Release);
                 }
@@ -1581,7 +1589,7 @@ pub(crate) fn release_pages_ex(r: &RegionInner, a: usize, b: usize, live: bool, 
                         r.word(q).store(nw[0], Ordering::Release);
                     } else {
                         // Cannot keep it out of memory: map it back.
-                        inc(&p.counters.store_errors, 1);
+                        store_failed(p);
                         // SAFETY: the cache page is readable; q is claimed and missing.
                         let _ = unsafe { p.uffd.copy(r.addr(q), d.as_ptr(), PAGE_SIZE, false, true) };
                         r.word(q).store(PageWord::resident(0), Ordering::Release);

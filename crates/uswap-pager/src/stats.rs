@@ -61,6 +61,7 @@ pub(crate) struct Counters {
     pub(crate) fork_child_faults: AtomicU64,
     pub(crate) efault_retries: AtomicU64,
     pub(crate) store_errors: AtomicU64,
+    pub(crate) limit_breaks: AtomicU64,
     pub(crate) clean_kept: AtomicU64,
     pub(crate) clean_dirtied: AtomicU64,
     pub(crate) clean_evicted: AtomicU64,
@@ -294,6 +295,11 @@ pub struct PagerStats {
     pub efault_retries: u64,
     /// Store errors seen (evictions abandoned, page kept resident).
     pub store_errors: u64,
+    /// Faults mapped over the limit because the store had failed for
+    /// `PagerConfig::full_wait_ms` (`stall`).
+    pub limit_breaks: u64,
+    /// The store fails now (its last store failed).
+    pub store_failing: bool,
     /// The two-list policy currently bypasses its inactive stage (streaming access).
     pub inactive_bypassed: bool,
     /// Pages swapped in by a read fault and mapped clean: write-protected, their swap entry
@@ -402,6 +408,8 @@ pub(crate) fn snapshot(p: &Pager, regions_live: usize) -> PagerStats {
         fork_child_faults: g(&c.fork_child_faults),
         efault_retries: g(&c.efault_retries),
         store_errors: g(&c.store_errors),
+        limit_breaks: g(&c.limit_breaks),
+        store_failing: p.health.failing(),
         inactive_bypassed: p.ws.bypassed(),
         clean_kept: g(&c.clean_kept),
         clean_dirtied: g(&c.clean_dirtied),

@@ -121,6 +121,21 @@ pub trait PageStore: Send + Sync {
         let _ = step;
         true
     }
+    /// Tier `t`'s name and store failures so far ([`uswap::fails`]); `None` past the last
+    /// tier. Default: a store with no tiers of its own.
+    fn tier_fails(&self, t: usize) -> Option<(String, uswap::fails::FailCounts)> {
+        let _ = t;
+        None
+    }
+    /// Pages no tier took (every one declined or failed), so far.
+    fn rejected_pages(&self) -> u64 {
+        0
+    }
+    /// Store failures of every tier so far (what [`PageStore::tier_fails`] counts), summed:
+    /// cheap, for noticing one.
+    fn tier_fails_total(&self) -> u64 {
+        0
+    }
 }
 
 /// Cumulative swap-in counters of the pool and the file tier, and what they hold now
@@ -200,6 +215,15 @@ impl<T: PageStore + ?Sized> PageStore for std::sync::Arc<T> {
     }
     fn fork_share(&self, step: uswap::backend::ShareStep) -> bool {
         (**self).fork_share(step)
+    }
+    fn tier_fails(&self, t: usize) -> Option<(String, uswap::fails::FailCounts)> {
+        (**self).tier_fails(t)
+    }
+    fn rejected_pages(&self) -> u64 {
+        (**self).rejected_pages()
+    }
+    fn tier_fails_total(&self) -> u64 {
+        (**self).tier_fails_total()
     }
 }
 
@@ -303,6 +327,15 @@ impl PageStore for EngineStore {
     fn fork_share(&self, step: uswap::backend::ShareStep) -> bool {
         self.engine.fork_share(step)
     }
+    fn tier_fails(&self, t: usize) -> Option<(String, uswap::fails::FailCounts)> {
+        Some((self.engine.tier_name(t).ok()?, self.engine.tier_fails(t).ok()?))
+    }
+    fn rejected_pages(&self) -> u64 {
+        self.engine.stats().get(uswap::stats::Event::SwpoutRejected)
+    }
+    fn tier_fails_total(&self) -> u64 {
+        (0..self.engine.nr_tiers()).filter_map(|t| self.engine.tier_fails(t).ok()).map(|f| f.total()).sum()
+    }
     fn tiers_movable(&self) -> bool {
         self.writeback.is_some()
     }
@@ -352,8 +385,17 @@ impl PageStore for EngineStore {
             m.insert("engine".into(), "uswap".into());
             m.insert("group".into(), serde_json::to_value(u).unwrap_or_default());
             let tiers: Vec<serde_json::Value> = (0..self.engine.nr_tiers())
-                .filter_map(|t| self.engine.tier_usage(t).ok())
-                .map(|u| serde_json::to_value(u).unwrap_or_default())
+                .filter_map(|t| Some((self.engine.tier_usage(t).ok()?, self.engine.tier_fails(t).ok()?)))
+                .map(|(u, f)| {
+                    let mut v = serde_json::to_value(u).unwrap_or_default();
+                    if let Some(m) = v.as_object_mut() {
+                        let mut fm: serde_json::Map<String, serde_json::Value> =
+                            uswap::fails::FailKind::ALL.iter().map(|&k| (k.name().into(), f.get(k).into())).collect();
+                        fm.insert("errno".into(), f.errno.into());
+                        m.insert("failures".into(), fm.into());
+                    }
+                    v
+                })
                 .collect();
             m.insert("tiers".into(), tiers.into());
             m.insert("stored_pages".into(), u.swapped_pages.into());

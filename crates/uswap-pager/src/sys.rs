@@ -28,6 +28,14 @@ pub(crate) fn futex_wait(w: &AtomicU32, val: u32, timeout_ms: u64) {
     }
 }
 
+/// Sleep `ms` milliseconds with the raw system call (signal-safe, and no symbol an
+/// LD_PRELOAD library may interpose).
+pub(crate) fn sleep_ms(ms: u64) {
+    let ts = libc::timespec { tv_sec: (ms / 1000) as _, tv_nsec: ((ms % 1000) * 1_000_000) as _ };
+    // SAFETY: nanosleep reads one valid timespec; no remainder is asked for.
+    unsafe { libc::syscall(libc::SYS_nanosleep, &ts, std::ptr::null_mut::<libc::timespec>()) };
+}
+
 /// Bump a futex word and wake its waiters (signal-safe).
 pub(crate) fn futex_wake(w: &AtomicU32) {
     w.fetch_add(1, Ordering::Release);

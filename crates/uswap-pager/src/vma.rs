@@ -388,7 +388,7 @@ pub(crate) fn remap(p: &Pager, from: usize, to: usize, len: usize) -> bool {
         let order = if aligned { fo } else { 0 };
         let mut words = old.clone();
         if !aligned {
-            to_order0(p, &mut words);
+            to_order0(p, new_start, &mut words);
         }
         match region::publish_adopted(p, new_start, m * PAGE_SIZE, order) {
             Ok(nr) => {
@@ -435,8 +435,10 @@ pub(crate) fn remap(p: &Pager, from: usize, to: usize, len: usize) -> bool {
 
 /// Rewrite moved page words as 4 KiB ones (the move broke folio alignment): mapped and
 /// swapped pages keep their entries (a 4 KiB swap-in of a larger stored folio reads its part);
-/// cached folios are stored page by page (a cache object is one aligned folio).
-fn to_order0(p: &Pager, words: &mut [PageWord]) {
+/// cached folios are stored page by page (a cache object is one aligned folio), and a page the
+/// store refuses is mapped back at its new address `start + i * 4096` (resident), never
+/// dropped.
+fn to_order0(p: &Pager, start: usize, words: &mut [PageWord]) {
     let mut i = 0;
     while i < words.len() {
         let w = words[i];
@@ -465,8 +467,13 @@ fn to_order0(p: &Pager, words: &mut [PageWord]) {
                         if crate::reclaim::store_folio(p, d, 0, &mut nw).is_ok() {
                             nw[0]
                         } else {
-                            inc(&p.counters.store_errors, 1);
-                            PageWord::NONE
+                            crate::reclaim::store_failed(p);
+                            // SAFETY: the cache page is readable; the page at its new address
+                            // is missing (a cached page is unmapped) and claimed (moving).
+                            let _ =
+                                unsafe { p.uffd.copy(start + (i + j) * PAGE_SIZE, d.as_ptr(), PAGE_SIZE, false, true) };
+                            p.resident_pages.fetch_add(1, Ordering::AcqRel);
+                            PageWord::resident(0)
                         }
                     };
                     j += 1;

@@ -53,6 +53,9 @@ pub struct Usage {
     pub sharers: u64,
     /// Bytes of the clusters frozen because another process may still read them.
     pub frozen_bytes: u64,
+    /// Pages held as they are because they did not compress (a pool storing them raw: in
+    /// RAM, such a page frees nothing).
+    pub raw_pages: u64,
 }
 
 /// A step of sharing a tier's storage with the process's `fork` relatives

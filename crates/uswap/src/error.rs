@@ -39,9 +39,10 @@ pub enum TierError {
     /// try the next tier.
     #[error("rejected by tier")]
     Reject,
-    /// An I/O error (errno and what was being done).
+    /// An I/O error: what was being done, the message, and the `errno` when the system gave
+    /// one (0 otherwise), which tells a full or read-only filesystem from a failing device.
     #[error("I/O error during {op}: {msg}")]
-    Io { op: &'static str, msg: String },
+    Io { op: &'static str, msg: String, errno: i32 },
     /// The data read back failed authentication or decompression: it is never returned.
     #[error("corrupt data in {tier} at handle {handle:#x}")]
     Corrupt { tier: String, handle: u64 },
@@ -53,6 +54,6 @@ pub enum TierError {
 impl TierError {
     /// Build an I/O error from a `std::io::Error`.
     pub fn io(op: &'static str, e: &std::io::Error) -> Self {
-        TierError::Io { op, msg: e.to_string() }
+        TierError::Io { op, msg: e.to_string(), errno: e.raw_os_error().unwrap_or(0) }
     }
 }

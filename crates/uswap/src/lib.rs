@@ -14,6 +14,8 @@
 //!   caller holds never changes when its data moves between tiers.
 //! - [`backend`] and [`tier`]: where data lives (zero elision, compressed pool, swap file).
 //! - [`group`]: groups with limits and counters (the memory cgroup analogue).
+//! - [`fails`]: store failures by tier and kind (full, read-only, I/O), which the engine
+//!   passes over for the next tier.
 //! - [`stats`]: kernel-named counters, sharded so the hot path stays cheap.
 //! - [`size`]: the one parser and printer of byte sizes (`1.5G`, `256MiB`, `50%`).
 //!
@@ -24,6 +26,7 @@ pub mod backend;
 pub mod cluster;
 pub mod config;
 pub mod error;
+pub mod fails;
 pub mod group;
 pub mod size;
 pub mod stats;

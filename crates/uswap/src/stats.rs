@@ -47,10 +47,18 @@ pub enum Event {
     PswpinNs,
     /// Nanoseconds spent decoding what swap-ins loaded from the compressed pool.
     ZswpinNs,
+    /// Pages stored in a later tier because an earlier one failed (`crate::fails`; no kernel
+    /// counter).
+    SwpoutTierFallback,
+    /// Pages stored in a RAM tier past the group's pool cap because every tier outside RAM
+    /// failed for them.
+    ZswpoutOverCap,
+    /// Pages no tier took (every one declined or failed): they stay where they were.
+    SwpoutRejected,
 }
 
 /// Number of [`Event`] variants.
-pub const NR_EVENTS: usize = 15;
+pub const NR_EVENTS: usize = 18;
 
 /// Per-order counters, named as in `hugepages-<size>kB/stats/`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -139,6 +147,9 @@ impl Stats {
             swp_drain: ev(Event::SwpDrain),
             pswpin_ns: ev(Event::PswpinNs),
             zswpin_ns: ev(Event::ZswpinNs),
+            swpout_tier_fallback: ev(Event::SwpoutTierFallback),
+            zswpout_over_cap: ev(Event::ZswpoutOverCap),
+            swpout_rejected: ev(Event::SwpoutRejected),
             swpout: per(OrderEvent::Swpout),
             swpout_fallback: per(OrderEvent::SwpoutFallback),
             swpin: per(OrderEvent::Swpin),
@@ -175,6 +186,9 @@ pub struct StatsSnapshot {
     pub swp_drain: u64,
     pub pswpin_ns: u64,
     pub zswpin_ns: u64,
+    pub swpout_tier_fallback: u64,
+    pub zswpout_over_cap: u64,
+    pub swpout_rejected: u64,
     pub swpout: [u64; NR_ORDERS],
     pub swpout_fallback: [u64; NR_ORDERS],
     pub swpin: [u64; NR_ORDERS],

@@ -49,6 +49,7 @@
 use crate::backend::{Backend, LoadReq, Stored, TierKind, Usage};
 use crate::cluster::{ClusterGuard, FragPolicy, SpaceConfig, SwapSpace};
 use crate::error::{SwapError, TierError};
+use crate::fails::{FailCounts, FailKind, TierFails};
 use crate::group::Groups;
 use crate::stats::{Event, OrderEvent, Stats};
 use crate::swap_cache::{
@@ -96,6 +97,19 @@ struct Tier {
     online: AtomicBool,
     /// Stores that chose this tier and have not yet published their words.
     inflight: AtomicU64,
+    /// Its store failures ([`crate::fails`]).
+    fails: TierFails,
+}
+
+/// Whether a store into a RAM tier may pass the group's pool cap.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Cap {
+    /// The cap holds: over it, the page goes to the next tier.
+    Keep,
+    /// Past the cap: every tier outside RAM failed or was full for this page, and a pool a
+    /// little larger than its share is better than a page that cannot leave memory (the pool
+    /// is still charged to the limit, so the resident set shrinks to make room).
+    Pass,
 }
 
 /// What to do when a move meets a folio somebody else holds.
@@ -245,6 +259,7 @@ impl Engine {
                     backend: b,
                     online: AtomicBool::new(true),
                     inflight: AtomicU64::new(0),
+                    fails: TierFails::default(),
                 })
                 .collect(),
             groups: Groups::new(cfg.nr_groups)?,
@@ -293,6 +308,14 @@ impl Engine {
     /// Occupancy of tier `t`.
     pub fn tier_usage(&self, t: usize) -> Result<Usage, SwapError> {
         Ok(self.tier(t)?.backend.usage())
+    }
+    /// Store failures of tier `t` so far ([`crate::fails`]).
+    pub fn tier_fails(&self, t: usize) -> Result<FailCounts, SwapError> {
+        Ok(self.tier(t)?.fails.snapshot())
+    }
+    /// The name of tier `t` (`zpool:lz4`, `file:/var/tmp/...`).
+    pub fn tier_name(&self, t: usize) -> Result<String, SwapError> {
+        Ok(self.tier(t)?.backend.name().to_string())
     }
     /// Memory the tiers hold in this process (see [`Backend::ram_bytes`]): the RSS of the
     /// compressed pool, fragmentation and spare memory included.
@@ -378,10 +401,11 @@ impl Engine {
         }
     }
 
-    /// Store `data` in tier `t` (checking the group's limits and charging it). On success
-    /// the tier's in-flight count is raised; the caller lowers it once the words point at
-    /// the data.
-    fn store_in(&self, t: usize, group: u16, data: &[u8], owner: SwapEntry) -> Result<Stored, SwapError> {
+    /// Store `data` in tier `t` (checking the group's limits, the pool cap as `cap` says, and
+    /// charging it). On success the tier's in-flight count is raised; the caller lowers it
+    /// once the words point at the data. A failure is counted in the tier's [`TierFails`]: an
+    /// error that is one, or a rejection by a tier outside RAM (no free slot left).
+    fn store_in(&self, t: usize, group: u16, data: &[u8], owner: SwapEntry, cap: Cap) -> Result<Stored, SwapError> {
         let tier = self.tier(t)?;
         let pages = (data.len() / PAGE_SIZE) as u64;
         let charged_swap = match tier.kind {
@@ -392,7 +416,7 @@ impl Engine {
                 true
             }
             TierKind::Pool | TierKind::Memory => {
-                if !self.groups.may_pool(group) {
+                if cap == Cap::Keep && !self.groups.may_pool(group) {
                     return Err(SwapError::GroupLimit(group));
                 }
                 false
@@ -429,12 +453,38 @@ impl Engine {
             }
             Err(e) => {
                 undo();
+                if e == TierError::Reject {
+                    // A file with no free slot for one page is full; one with no contiguous
+                    // range for a large folio is fragmented, and the folio is split.
+                    if tier.kind == TierKind::File && pages == 1 {
+                        tier.fails.record(FailKind::Full, 0);
+                    }
+                } else {
+                    tier.fails.record_error(&e);
+                }
                 Err(e.into())
             }
         }
     }
 
-    /// Store `data` in the first online tier (other than `skip`) that does not reject it.
+    /// True if `e` from a store of `pages` into `t` is the tier failing (full or in error)
+    /// rather than declining by policy: the next tier may then take the page.
+    fn is_failure(&self, t: usize, pages: u64, e: &SwapError) -> bool {
+        match e {
+            SwapError::Tier(TierError::Reject) => self.tiers[t].kind == TierKind::File && pages == 1,
+            SwapError::Tier(te) => FailKind::of(te).is_some(),
+            _ => false,
+        }
+    }
+
+    /// Store `data` in the first online tier (other than `skip`) that takes it. A tier that
+    /// fails (full, or an I/O error: [`crate::fails`]) is passed over for the next one
+    /// (`swpout_tier_fallback`); when no tier outside RAM could take a fresh swap-out
+    /// (`skip` None) that a RAM tier declined for the group's pool cap, that tier takes it
+    /// past the cap (`zswpout_over_cap`). A large folio a file tier has no contiguous range
+    /// for, and no other tier takes, is `NoSpace` (the caller splits it, as the kernel does a
+    /// THP: `swpout_fallback`). What no tier takes is counted (`swpout_rejected`) and the
+    /// first failure returned, so the caller keeps the page where it was.
     fn store_anywhere(
         &self,
         group: u16,
@@ -442,19 +492,57 @@ impl Engine {
         owner: SwapEntry,
         skip: Option<usize>,
     ) -> Result<(usize, Stored), SwapError> {
-        let mut limited = false;
+        let pages = (data.len() / PAGE_SIZE) as u64;
+        // RAM tiers that declined for the pool cap, as a bit mask.
+        let mut capped = 0u32;
+        let mut failed: Option<SwapError> = None;
+        // A file tier had no contiguous range for this large folio.
+        let mut fragmented = false;
         for t in 0..self.tiers.len() {
             if Some(t) == skip || !self.tiers[t].online.load(Ordering::SeqCst) {
                 continue;
             }
-            match self.store_in(t, group, data, owner) {
-                Ok(s) => return Ok((t, s)),
-                Err(SwapError::GroupLimit(_)) => limited = true,
+            match self.store_in(t, group, data, owner, Cap::Keep) {
+                Ok(s) => {
+                    if failed.is_some() {
+                        self.stats.add(Event::SwpoutTierFallback, pages);
+                    }
+                    return Ok((t, s));
+                }
+                Err(SwapError::GroupLimit(_)) => {
+                    if matches!(self.tiers[t].kind, TierKind::Pool | TierKind::Memory) {
+                        capped |= 1 << t;
+                    }
+                }
+                Err(SwapError::Tier(TierError::Reject)) if self.tiers[t].kind == TierKind::File && pages > 1 => {
+                    fragmented = true;
+                }
+                Err(e) if self.is_failure(t, pages, &e) => {
+                    failed.get_or_insert(e);
+                }
                 Err(SwapError::Tier(TierError::Reject)) => {}
                 Err(e) => return Err(e),
             }
         }
-        Err(if limited { SwapError::GroupLimit(group) } else { SwapError::Tier(TierError::Reject) })
+        if failed.is_some() && skip.is_none() {
+            for t in (0..self.tiers.len()).filter(|t| capped & (1 << t) != 0) {
+                if let Ok(s) = self.store_in(t, group, data, owner, Cap::Pass) {
+                    self.stats.add(Event::ZswpoutOverCap, pages);
+                    return Ok((t, s));
+                }
+            }
+        }
+        if fragmented && skip.is_none() {
+            return Err(SwapError::NoSpace { order: pages.trailing_zeros() as u8 });
+        }
+        if skip.is_none() {
+            self.stats.add(Event::SwpoutRejected, pages);
+        }
+        Err(match failed {
+            Some(e) => e,
+            None if capped != 0 => SwapError::GroupLimit(group),
+            None => SwapError::Tier(TierError::Reject),
+        })
     }
 
     fn alloc(&self, order: u8, word: Word) -> Result<SwapEntry, SwapError> {
@@ -681,6 +769,7 @@ impl Engine {
                     failures += 1;
                     if failures > 16 {
                         return Err(SwapError::Tier(TierError::Io {
+                            errno: 0,
                             op: "swap_in",
                             msg: "the folio's loader failed repeatedly".into(),
                         }));
@@ -892,7 +981,7 @@ impl Engine {
                 return Err(SwapError::Config("moving a folio that is not uptodate".into()));
             };
             match dest {
-                Dest::Tier(t) => self.store_in(t, group, data, first).map(|s| (t, s)),
+                Dest::Tier(t) => self.store_in(t, group, data, first, Cap::Keep).map(|s| (t, s)),
                 Dest::Drain(from) => self.store_anywhere(group, data, first, Some(from)),
             }
         };
@@ -1388,6 +1477,7 @@ impl Engine {
         if matches!(step, crate::backend::ShareStep::Child { .. }) {
             // The child's statistics start at the fork (the parent's stay with the parent).
             self.stats.reset();
+            self.tiers.iter().for_each(|t| t.fails.reset());
         }
         ok
     }

@@ -53,6 +53,7 @@
 
 pub mod dl;
 pub mod exit;
+pub mod failures;
 pub mod io;
 pub mod malloc;
 pub mod scan;
@@ -305,8 +306,11 @@ fn start() -> Result<(), String> {
         // The reclaimer and recompressor start when the scanner sees the charge at half the
         // limit: a shell's or a build's many small processes never start them.
         lazy_background: true,
+        // While the store fails, faults over the limit wait this long for room (0: for ever).
+        full_wait_ms: parse_num(c"USWAP_FULL_WAIT_MS", 10_000)?,
         ..Default::default()
     };
+    failures::set_wait_ms(cfg.full_wait_ms);
     // glibc trims its heaps with its internal madvise(MADV_DONTNEED), which no interposed symbol
     // sees: a page swapped out before such a trim would come back with its old bytes where
     // glibc expects zeros (calloc from a regrown thread heap trusts that). A trim threshold
@@ -365,6 +369,10 @@ pub(crate) fn at_underscore_exit() {
 /// its last snapshot. Each file is written to a temporary name and renamed, so a reader (the
 /// runner, `uswap status`) never sees half a file.
 pub fn write_stats(final_: bool) {
+    // A failure the scan thread had no time to say before the exit is said now.
+    if let (true, true, Some(p)) = (final_, ready(), pager()) {
+        failures::check(p);
+    }
     let Some(dir) = env(c"USWAP_STATS_DIR") else { return };
     internal(|| {
         let Some(mut v) = stats_json() else { return };
@@ -431,6 +439,8 @@ pub fn stats_json() -> Option<serde_json::Value> {
         "forks": fork::FORKS.load(Ordering::Relaxed),
         "forks_file_shared": fork::FORKS_FILE_SHARED.load(Ordering::Relaxed),
         "forks_file_copied": fork::FORKS_FILE_COPIED.load(Ordering::Relaxed),
+        // What `failures` said on stderr about the store.
+        "said": failures::said(),
         "pager": p.stats(),
     }))
 }

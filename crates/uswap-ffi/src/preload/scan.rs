@@ -590,6 +590,7 @@ fn spawn(p: Arc<Pager>) -> std::io::Result<()> {
             uswap_pager::own::pin_thread_vector();
             let rss = sample_rss();
             poll.saw(rss);
+            super::failures::check(&p);
             if last_second.elapsed() >= std::time::Duration::from_secs(1) {
                 last_second = std::time::Instant::now();
                 super::thrash::sample(&mut window, p.stats().fault_swapin, p.config().limit_bytes);

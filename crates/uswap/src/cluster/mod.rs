@@ -543,7 +543,10 @@ impl SwapSpace {
         }
     }
 
-    /// One cluster from `list`, scanned from its start.
+    /// One cluster from `list`, scanned from its start. A free cluster another process
+    /// claimed first (a space shared since a `fork`, where every relative's free list starts
+    /// with the same clusters) goes to the `foreign` list and the next one is tried, so a
+    /// sibling's claim never makes an allocation fail while a free cluster is left.
     fn alloc_from(
         &self,
         list: u16,
@@ -551,10 +554,14 @@ impl SwapSpace {
         sh: &mut Shard,
         init: &mut dyn FnMut(usize) -> Word,
     ) -> Result<Option<SwapEntry>, SwapError> {
-        match self.isolate_lock(list) {
-            Some((ci, mut st)) => self.scan(ci, &mut st, 0, order, sh, init),
-            None => Ok(None),
+        while let Some((ci, mut st)) = self.isolate_lock(list) {
+            let claimed_elsewhere = st.count == 0 && self.holds.is_some();
+            match self.scan(ci, &mut st, 0, order, sh, init)? {
+                None if claimed_elsewhere && st.flag == ClusterFlag::Foreign => continue,
+                r => return Ok(r),
+            }
         }
+        Ok(None)
     }
 
     /// The fragment step under the configured policy.

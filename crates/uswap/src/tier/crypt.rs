@@ -58,11 +58,12 @@ impl PageCipher {
     /// A cipher with a fresh random key.
     pub fn new_random() -> Result<Self, TierError> {
         let mut key = [0u8; 32];
-        getrandom::fill(&mut key).map_err(|e| TierError::Io { op: "getrandom", msg: e.to_string() })?;
-        let aead = LessSafeKey::new(
-            UnboundKey::new(&AES_256_GCM, &key)
-                .map_err(|_| TierError::Io { op: "key", msg: "bad key length".into() })?,
-        );
+        getrandom::fill(&mut key).map_err(|e| TierError::Io { errno: 0, op: "getrandom", msg: e.to_string() })?;
+        let aead = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &key).map_err(|_| TierError::Io {
+            errno: 0,
+            op: "key",
+            msg: "bad key length".into(),
+        })?);
         // Do not leave a copy of the key on the stack longer than needed.
         key.fill(0);
         std::hint::black_box(&key);
@@ -78,7 +79,7 @@ impl PageCipher {
         let tag = self
             .aead
             .seal_in_place_separate_tag(nonce(ctr, slot), Aad::from(aad(slot, owner)), page)
-            .map_err(|_| TierError::Io { op: "encrypt", msg: "AEAD encryption failed".into() })?;
+            .map_err(|_| TierError::Io { errno: 0, op: "encrypt", msg: "AEAD encryption failed".into() })?;
         meta[..CTR_BYTES].copy_from_slice(&ctr);
         meta[CTR_BYTES..META_BYTES].copy_from_slice(tag.as_ref());
         Ok(())

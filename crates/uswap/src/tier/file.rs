@@ -213,6 +213,7 @@ fn open_flags(target: &FileTarget, dflag: i32, force: bool) -> Result<(File, u64
             let is_blk = md.as_ref().is_some_and(|m| m.file_type().is_block_device());
             if md.as_ref().is_some_and(|m| !m.file_type().is_file() && !is_blk) {
                 return Err(TierError::Io {
+                    errno: 0,
                     op: "open swap file",
                     msg: format!("'{}' is neither a regular file nor a block device", p.display()),
                 }
@@ -249,6 +250,7 @@ fn open_flags(target: &FileTarget, dflag: i32, force: bool) -> Result<(File, u64
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
                     return Err(TierError::Io {
+                        errno: 0,
                         op: "open swap device",
                         msg: format!(
                             "'{}' is in use (mounted, an active swap area, or held by another program); uswap \
@@ -268,6 +270,7 @@ fn open_flags(target: &FileTarget, dflag: i32, force: bool) -> Result<(File, u64
                 Some(Ok(_)) => {}
                 Some(Err(why)) if !force => {
                     return Err(TierError::Io {
+                        errno: 0,
                         op: "open swap file",
                         msg: format!("'{}' is a {why}; add `force` to overwrite it", p.display()),
                     }
@@ -300,6 +303,7 @@ impl FileTier {
         };
         if nr_clusters == 0 {
             return Err(TierError::Io {
+                errno: 0,
                 op: "open swap file",
                 msg: format!("capacity {want} bytes is below one 2 MiB cluster"),
             });
@@ -310,6 +314,7 @@ impl FileTier {
         if is_blk {
             if cluster_off(nr_clusters) > existing {
                 return Err(TierError::Io {
+                    errno: 0,
                     op: "open swap device",
                     msg: format!("device of {existing} bytes cannot hold {nr_clusters} clusters"),
                 });
@@ -340,10 +345,14 @@ impl FileTier {
         discard: bool,
     ) -> Result<Self, TierError> {
         if nr_slots == 0 || nr_slots > PAYLOAD_MAX >> ORDER_BITS {
-            return Err(TierError::Io { op: "open swap file", msg: format!("{nr_slots} slots is out of range") });
+            return Err(TierError::Io {
+                errno: 0,
+                op: "open swap file",
+                msg: format!("{nr_slots} slots is out of range"),
+            });
         }
         let mut space = SwapSpace::new(SpaceConfig { nr_slots, discard, ..SpaceConfig::default() })
-            .map_err(|e| TierError::Io { op: "swap space", msg: e.to_string() })?;
+            .map_err(|e| TierError::Io { errno: 0, op: "swap space", msg: e.to_string() })?;
         let holds = Arc::new(FileHolds::new(space.nr_clusters(), &file)?);
         space.set_holds(holds.clone());
         let seal = if encrypt { Some((PageCipher::new_random()?, SlotRecords::new(nr_slots))) } else { None };
@@ -456,7 +465,7 @@ impl FileTier {
                 return Err(e);
             }
             (Some(b), Ok(())) => b,
-            (None, Ok(())) => return Err(TierError::Io { op: "read", msg: "I/O buffer lost".into() }),
+            (None, Ok(())) => return Err(TierError::Io { errno: 0, op: "read", msg: "I/O buffer lost".into() }),
         };
         self.read_done(data_off(s0), len);
         let ok = self.open_pages(s0, owner + first as u64, &mut buf.as_mut_slice()[..len]);
@@ -534,7 +543,7 @@ impl FileTier {
         let buf = match (b, r) {
             (Some(b), Ok(())) => b,
             (_, r) => {
-                let e = r.err().unwrap_or(TierError::Io { op: "read", msg: "I/O buffer lost".into() });
+                let e = r.err().unwrap_or(TierError::Io { errno: 0, op: "read", msg: "I/O buffer lost".into() });
                 for &k in idx {
                     reqs[k].result = Err(e.clone());
                 }
@@ -573,11 +582,18 @@ impl Backend for FileTier {
     }
 
     fn store(&self, data: &[u8], owner: SwapEntry) -> Result<Stored, TierError> {
-        let order = folio_order(data.len())
-            .ok_or_else(|| TierError::Io { op: "file store", msg: format!("{} bytes is not a folio", data.len()) })?;
+        let order = folio_order(data.len()).ok_or_else(|| TierError::Io {
+            errno: 0,
+            op: "file store",
+            msg: format!("{} bytes is not a folio", data.len()),
+        })?;
         let n = 1usize << order;
         if owner.0 + n as u64 > PAYLOAD_MAX + 1 {
-            return Err(TierError::Io { op: "file store", msg: format!("owner {:#x} does not fit a word", owner.0) });
+            return Err(TierError::Io {
+                errno: 0,
+                op: "file store",
+                msg: format!("owner {:#x} does not fit a word", owner.0),
+            });
         }
         // The physical slots: no space left means "try the next tier".
         let slot =
@@ -728,6 +744,7 @@ impl Backend for FileTier {
             limit_bytes: self.space.nr_slots() * PAGE_SIZE as u64,
             sharers: if self.holds.is_private() { 1 } else { self.holds.sharers() as u64 },
             frozen_bytes: self.space.shared_clusters() as u64 * DATA_BYTES,
+            raw_pages: 0,
         }
     }
 }

@@ -109,7 +109,11 @@ pub trait IoEngine: Send + Sync {
 fn check_ops(buf: &IoBuf, ops: &[IoOp]) -> Result<(), TierError> {
     for op in ops {
         if op.buf_off.checked_add(op.len).is_none_or(|e| e > buf.capacity()) {
-            return Err(TierError::Io { op: "submit", msg: format!("op {op:?} outside buffer of {}", buf.capacity()) });
+            return Err(TierError::Io {
+                errno: 0,
+                op: "submit",
+                msg: format!("op {op:?} outside buffer of {}", buf.capacity()),
+            });
         }
     }
     Ok(())
@@ -218,7 +222,7 @@ impl UringEngine {
             // by this engine for the whole call and is only given back after every completion was
             // reaped, or kept forever (quarantine) if that cannot be established.
             if unsafe { ring.submission().push(&e) }.is_err() {
-                return Err((false, TierError::Io { op: "io_uring", msg: "submission queue full".into() }));
+                return Err((false, TierError::Io { errno: 0, op: "io_uring", msg: "submission queue full".into() }));
             }
         }
         let want = ops.iter().zip(done.iter()).filter(|(o, d)| o.len != **d).count();
@@ -242,6 +246,7 @@ impl UringEngine {
                     err.get_or_insert(TierError::io(if op.write { "write" } else { "read" }, &e));
                 } else if r == 0 {
                     err.get_or_insert(TierError::Io {
+                        errno: 0,
                         op: if op.write { "write" } else { "read" },
                         msg: format!(
                             "short {}: no progress at offset {}",
@@ -413,6 +418,7 @@ impl IoEngine for FaultEngine {
                 let (b, r) = self.inner.submit(buf, &[half]);
                 let what = if write { "write" } else { "read" };
                 let e = r.err().unwrap_or(TierError::Io {
+                    errno: 0,
                     op: what,
                     msg: format!("short {what}: {} of {} bytes, then no progress", half.len, ops[0].len),
                 });

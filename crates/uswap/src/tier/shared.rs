@@ -90,7 +90,7 @@ impl SharedMap {
 /// - A non-null `at` is the start of `len` bytes of mapping that the caller owns and that
 ///   nothing reaches except as atomics (their content is replaced by zeros).
 unsafe fn map_memfd(name: &std::ffi::CStr, len: usize, at: *mut u8) -> Result<*mut u8, TierError> {
-    let io = |op, e: std::io::Error| TierError::Io { op, msg: e.to_string() };
+    let io = |op, e: std::io::Error| TierError::io(op, &e);
     // SAFETY: memfd_create with a NUL-terminated name and valid flags returns a new descriptor
     // or -1.
     let fd = unsafe { libc::syscall(libc::SYS_memfd_create, name.as_ptr(), libc::MFD_CLOEXEC) };

@@ -51,7 +51,7 @@ impl Header {
     /// A new header with a random UUID.
     pub fn new() -> Result<Header, TierError> {
         let mut uuid = [0u8; 16];
-        getrandom::fill(&mut uuid).map_err(|e| TierError::Io { op: "getrandom", msg: e.to_string() })?;
+        getrandom::fill(&mut uuid).map_err(|e| TierError::Io { errno: 0, op: "getrandom", msg: e.to_string() })?;
         uuid[6] = (uuid[6] & 0x0f) | 0x40;
         uuid[8] = (uuid[8] & 0x3f) | 0x80;
         let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
@@ -235,6 +235,7 @@ pub fn claim(path: &Path, f: &File) -> Result<(), TierError> {
     let swaps = std::fs::read_to_string("/proc/swaps").unwrap_or_default();
     if let Some(why) = in_use_reason(path, &md, &mountinfo, &swaps) {
         return Err(TierError::Io {
+            errno: 0,
             op: "open swap file",
             msg: format!("'{}' is in use: {why}; uswap never uses it, even with force", path.display()),
         });
@@ -244,6 +245,7 @@ pub fn claim(path: &Path, f: &File) -> Result<(), TierError> {
         if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let e = std::io::Error::last_os_error();
             return Err(TierError::Io {
+                errno: 0,
                 op: "open swap file",
                 msg: format!(
                     "'{}' is in use by another uswap process (it holds a lock on it: {e}); give each process its own \
@@ -259,6 +261,7 @@ pub fn claim(path: &Path, f: &File) -> Result<(), TierError> {
 /// The message for an existing file without uswap's header.
 pub fn not_ours(path: &Path, what: &str) -> TierError {
     TierError::Io {
+        errno: 0,
         op: "open swap file",
         msg: format!(
             "'{}' is an existing {what} without a uswap swap header, so it may hold data that swapping would \

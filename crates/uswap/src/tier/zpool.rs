@@ -1366,10 +1366,15 @@ impl Backend for ZPool {
             || !pages.is_power_of_two()
             || pages > 1 << MAX_ORDER
         {
-            return Err(TierError::Io { op: "zpool store", msg: format!("{} bytes is not a folio", data.len()) });
+            return Err(TierError::Io {
+                errno: 0,
+                op: "zpool store",
+                msg: format!("{} bytes is not a folio", data.len()),
+            });
         }
         if owner.0 > PAYLOAD_MAX {
             return Err(TierError::Io {
+                errno: 0,
                 op: "zpool store",
                 msg: format!("owner {:#x} does not fit a handle", owner.0),
             });
@@ -1460,6 +1465,7 @@ impl Backend for ZPool {
             stored_pages: self.stored_pages.load(Ordering::Relaxed),
             used_bytes: self.total.load(Ordering::Relaxed),
             limit_bytes: self.cfg.max_bytes,
+            raw_pages: self.incompressible.load(Ordering::Relaxed),
             ..Usage::default()
         }
     }

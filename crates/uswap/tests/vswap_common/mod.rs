@@ -6,7 +6,7 @@
 )]
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::Mutex;
 use uswap::backend::{Backend, Relocate, Stored, TierKind, Usage};
 use uswap::{SwapEntry, TierError, PAGE_SIZE};
@@ -17,8 +17,10 @@ pub struct TestBackend {
     kind: TierKind,
     limit_pages: u64,
     inner: Mutex<Inner>,
-    /// Fail every store with an I/O error.
+    /// Fail every store with an I/O error (of errno `fail_errno`, 0 for none).
     pub fail_store: AtomicBool,
+    /// The errno of an injected store failure.
+    pub fail_errno: AtomicI32,
     /// Fail every load with a corruption error.
     pub fail_load: AtomicBool,
     /// Loads done.
@@ -40,6 +42,7 @@ impl TestBackend {
             limit_pages,
             inner: Mutex::new(Inner { next: 1, ..Default::default() }),
             fail_store: AtomicBool::new(false),
+            fail_errno: AtomicI32::new(0),
             fail_load: AtomicBool::new(false),
             loads: AtomicU64::new(0),
         }
@@ -59,7 +62,11 @@ impl Backend for TestBackend {
     }
     fn store(&self, data: &[u8], owner: SwapEntry) -> Result<Stored, TierError> {
         if self.fail_store.load(Ordering::SeqCst) {
-            return Err(TierError::Io { op: "store", msg: "injected".into() });
+            return Err(TierError::Io {
+                errno: self.fail_errno.load(Ordering::SeqCst),
+                op: "store",
+                msg: "injected".into(),
+            });
         }
         let pages = (data.len() / PAGE_SIZE) as u64;
         let mut g = self.inner.lock().unwrap();
