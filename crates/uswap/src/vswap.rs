@@ -493,8 +493,10 @@ impl Engine {
         skip: Option<usize>,
     ) -> Result<(usize, Stored), SwapError> {
         let pages = (data.len() / PAGE_SIZE) as u64;
-        // RAM tiers that declined for the pool cap, as a bit mask.
+        // RAM tiers that declined for the pool cap, as a bit mask; and whether any tier
+        // declined for one of the group's limits.
         let mut capped = 0u32;
+        let mut limited = false;
         let mut failed: Option<SwapError> = None;
         // A file tier had no contiguous range for this large folio.
         let mut fragmented = false;
@@ -510,6 +512,7 @@ impl Engine {
                     return Ok((t, s));
                 }
                 Err(SwapError::GroupLimit(_)) => {
+                    limited = true;
                     if matches!(self.tiers[t].kind, TierKind::Pool | TierKind::Memory) {
                         capped |= 1 << t;
                     }
@@ -540,7 +543,7 @@ impl Engine {
         }
         Err(match failed {
             Some(e) => e,
-            None if capped != 0 => SwapError::GroupLimit(group),
+            None if limited => SwapError::GroupLimit(group),
             None => SwapError::Tier(TierError::Reject),
         })
     }
