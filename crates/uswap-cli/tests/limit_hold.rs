@@ -44,6 +44,17 @@ fn fill(dir: &Path) -> String {
     compile("fill", dir).to_string_lossy().into_owned()
 }
 
+/// A test directory with `fill` built in it, the directory the small tmpfs goes on, and the
+/// tiers that put the swap file there.
+fn small_fs_setup() -> (tempfile::TempDir, String, std::path::PathBuf, String) {
+    let d = tempdir();
+    let prog = fill(d.path());
+    let small = d.path().join("small");
+    std::fs::create_dir(&small).unwrap();
+    let tiers = format!("zero,lz4,file:{}", small.display());
+    (d, prog, small, tiers)
+}
+
 fn checked(r: &Ran, mib: u32, mode: &str) {
     assert_eq!(r.code, Some(0), "stderr:\n{}", r.stderr);
     assert_eq!(r.out(), format!("fill: {mib} MiB {mode} mismatches 0\n"), "stderr:\n{}", r.stderr);
@@ -51,11 +62,7 @@ fn checked(r: &Ran, mib: u32, mode: &str) {
 
 #[test]
 fn a_swap_file_on_a_full_filesystem_is_said_at_once_and_no_page_is_lost() {
-    let d = tempdir();
-    let prog = fill(d.path());
-    let small = d.path().join("small");
-    std::fs::create_dir(&small).unwrap();
-    let tiers = format!("zero,lz4,file:{}", small.display());
+    let (_dir, prog, small, tiers) = small_fs_setup();
     let r = run_with_small_fs(&small, &["--limit", "64M", "--tiers", &tiers, "--", &prog, "100", "random"]);
     if no_uffd(&r) {
         return;
@@ -74,12 +81,8 @@ fn a_swap_file_on_a_full_filesystem_is_said_at_once_and_no_page_is_lost() {
 
 #[test]
 fn data_that_compresses_goes_to_the_pool_past_its_share_when_the_file_is_full() {
-    let d = tempdir();
-    let prog = fill(d.path());
-    let small = d.path().join("small");
-    std::fs::create_dir(&small).unwrap();
+    let (d, prog, small, tiers) = small_fs_setup();
     let stats = d.path().join("stats.json");
-    let tiers = format!("zero,lz4,file:{}", small.display());
     let st = stats.to_string_lossy().into_owned();
     let r =
         run_with_small_fs(&small, &["--limit", "64M", "--tiers", &tiers, "--stats", &st, "--", &prog, "100", "text"]);

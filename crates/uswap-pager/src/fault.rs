@@ -166,6 +166,7 @@ pub(crate) fn try_fault(p: &Pager, addr: usize, write: bool, wp: bool, force: bo
     };
     let t0 = if p.cfg.record_latency { now_ns() } else { 0 };
     let pg = (addr - r.start) / PAGE_SIZE;
+    let need = (PAGE_SIZE << r.folio_order) as u64;
     if !force && !wp {
         // Throttle: a page to map while the charge is over the limit waits for the reclaimer
         // (the fault is retried), so the limit holds within a few folios. With
@@ -174,7 +175,6 @@ pub(crate) fn try_fault(p: &Pager, addr: usize, write: bool, wp: bool, force: bo
         // limit starts it with its event thread); until then such a fault waits at most
         // `THROTTLE_MAX_NS` (not waiting at all let a program that fills memory fast run 4 MiB
         // past its bound of 38 MiB before the reconciler's next pass, 2026-11-29).
-        let need = (PAGE_SIZE << r.folio_order) as u64;
         let charged = p.charged_bytes();
         if charged + need > reclaim::wake_mark(p) {
             crate::sys::futex_wake(&p.reclaim_wake);
@@ -193,7 +193,6 @@ pub(crate) fn try_fault(p: &Pager, addr: usize, write: bool, wp: bool, force: bo
         }
     } else if force && !wp && p.health.failing() {
         // Mapped over the limit because the store has failed for longer than faults wait.
-        let need = (PAGE_SIZE << r.folio_order) as u64;
         if p.charged_bytes() + need > p.limit() + throttle_slack(p) {
             inc(&p.counters.limit_breaks, 1);
         }
