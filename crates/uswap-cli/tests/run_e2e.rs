@@ -1120,6 +1120,36 @@ fn interposed_calls_leave_errno_alone() {
     assert_eq!(r.out(), String::from_utf8_lossy(&native.stdout), "stderr:\n{}", r.stderr);
 }
 
+/// The library's threads take no descriptor number the program counts on
+/// (`tests/programs/lowfd.c`: number 1 freed, then `open` must give 1 and a `dup2`'ed 1 must
+/// stay the file it names, in the program and in fork children). Before their file work moved
+/// to a table of its own (`uswap::procfs`), the scan thread's `/proc/self/statm` took number 1
+/// between a shell's `close(1)` and `dup2(fd, 1)`, and its `close` then closed the shell's
+/// standard output: `echo: I/O error` one run in thirty, and a few hundred wrong rounds in
+/// three seconds of this program.
+#[test]
+fn library_threads_take_no_descriptor_number_of_the_programs() {
+    let dir = tempdir();
+    let prog = compile("lowfd", dir.path());
+    // Under its limit, and below it (the reclaimer, the event thread's CPU follower and the
+    // fork children's new threads all run).
+    for limit in ["64M", "8M"] {
+        let r = uswap_run(&[
+            OsStr::new("--limit"),
+            limit.as_ref(),
+            "--quiet".as_ref(),
+            "--".as_ref(),
+            prog.as_os_str(),
+            "2".as_ref(),
+        ]);
+        if no_uffd(&r) {
+            return;
+        }
+        assert_eq!(r.code, Some(0), "--limit {limit}: stderr:\n{}", r.stderr);
+        assert!(r.stderr.contains(" 0 wrong"), "--limit {limit}: stderr:\n{}", r.stderr);
+    }
+}
+
 /// A program built with AddressSanitizer refuses to start after an LD_PRELOAD library ("ASan
 /// runtime does not come first in initial library list", advice to preload it), and with the
 /// check off crashed in the library's `malloc` during its own start-up. `uswap run` refuses it

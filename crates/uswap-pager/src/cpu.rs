@@ -57,7 +57,6 @@
 //! event thread alone.
 
 use crate::sys::YieldLock;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
 /// How often the event thread looks at the faulting thread's CPU while faults arrive.
@@ -292,11 +291,8 @@ pub(crate) struct Follower {
     /// At the last check, more than 1/[`SHARED_FAULTS`] of the faults came from threads other
     /// than the one followed.
     shared: bool,
-    /// A thread id and its `/proc/self/task/TID/stat`, open (`close` is not interposed).
-    stat: Option<(u32, OwnedFd)>,
-    /// The pinned thread's `/proc/self/task/TID/schedstat`, and at the previous check the
-    /// time and its run delay (ns).
-    sched: Option<(u32, OwnedFd)>,
+    /// At the previous check of the pinned thread's `schedstat`, the time and its run delay
+    /// (ns).
     sched_at_ns: u64,
     sched_delay_ns: u64,
     /// No pin before this time (after a pinned thread waited for its CPU).
@@ -320,8 +316,6 @@ impl Follower {
             others: 0,
             next_ns: 0,
             shared: false,
-            stat: None,
-            sched: None,
             sched_at_ns: 0,
             sched_delay_ns: 0,
             pin_not_before_ns: 0,
@@ -391,7 +385,7 @@ impl Follower {
         {
             return;
         }
-        let Some((_, delay)) = schedstat(&mut self.sched, tid) else { return };
+        let Some((_, delay)) = schedstat(tid) else { return };
         // A wrapper lifting the pin to start a thread or a process waits for this, or it is
         // held off here (`Placement::hold_pins`).
         let Some(g) = p.pin_lock.try_lock() else { return };
@@ -420,7 +414,7 @@ impl Follower {
             let _ = p.pinned.compare_exchange(pin, 0, Ordering::AcqRel, Ordering::Acquire);
             return;
         }
-        let Some((_, delay)) = schedstat(&mut self.sched, tid as u32) else {
+        let Some((_, delay)) = schedstat(tid as u32) else {
             p.release_pin();
             return;
         };
@@ -473,40 +467,37 @@ impl Follower {
     /// The CPU thread `tid` of this process last ran on.
     fn cpu_of(&mut self, tid: u32) -> Option<i32> {
         let mut buf = [0u8; 1024];
-        processor(read_task_file(&mut self.stat, tid, "stat", &mut buf)?)
+        processor(read_task_file(tid, "stat", &mut buf)?)
     }
 }
 
-/// Read `/proc/self/task/TID/FILE` of thread `tid` into `buf`, through a descriptor kept open
-/// in `slot` with its thread id (opened on first use or for another thread, dropped when
-/// unreadable). Raw system calls into the caller's buffer: the preload interposes `open` and
-/// `pread`, and the event thread allocates nothing.
-fn read_task_file<'b>(slot: &mut Option<(u32, OwnedFd)>, tid: u32, file: &str, buf: &'b mut [u8]) -> Option<&'b [u8]> {
-    if slot.as_ref().is_none_or(|(t, _)| *t != tid) {
-        *slot = None;
-        let mut path = [0u8; 56];
-        task_path(tid, file, &mut path);
-        let path = std::ffi::CStr::from_bytes_until_nul(&path).ok()?;
-        // SAFETY: a new descriptor we own.
-        *slot = Some((tid, unsafe { OwnedFd::from_raw_fd(crate::sys::open_raw(path)?) }));
-    }
-    // SAFETY: pread into the caller's buffer of the length given, on a descriptor we own.
-    let n = unsafe { libc::syscall(libc::SYS_pread64, slot.as_ref()?.1.as_raw_fd(), buf.as_mut_ptr(), buf.len(), 0) };
-    if n <= 0 {
-        *slot = None;
-        return None;
-    }
-    Some(&buf[..n as usize])
+/// Read `/proc/self/task/TID/FILE` of thread `tid` into `buf`, on the `uswap-procfs` thread
+/// (`uswap::procfs`: a descriptor opened here could take a number the program is about to
+/// use). `None` when it cannot be read, or that thread is serving another caller (the event
+/// thread does not wait: this check comes again). Raw system calls into the caller's buffer:
+/// the preload interposes `open` and `read`, and the event thread allocates nothing.
+fn read_task_file<'b>(tid: u32, file: &str, buf: &'b mut [u8]) -> Option<&'b [u8]> {
+    let mut path = [0u8; 56];
+    task_path(tid, file, &mut path);
+    let path = std::ffi::CStr::from_bytes_until_nul(&path).ok()?;
+    let (ptr, len) = (buf.as_mut_ptr() as usize, buf.len());
+    let n = uswap::procfs::try_private(|| {
+        let Some(fd) = crate::sys::open_raw(path) else { return -1 };
+        // SAFETY: a read into the caller's buffer of the length given (alive until
+        // `try_private` returns), then the close of the descriptor opened above.
+        unsafe {
+            let n = libc::syscall(libc::SYS_read, fd, ptr as *mut u8, len);
+            libc::syscall(libc::SYS_close, fd);
+            n
+        }
+    })?;
+    (n > 0).then(|| &buf[..n as usize])
 }
 
 /// `(sum_exec_runtime, run_delay)` in ns of thread `tid` ([`read_task_file`] of `schedstat`).
-fn schedstat(slot: &mut Option<(u32, OwnedFd)>, tid: u32) -> Option<(u64, u64)> {
+fn schedstat(tid: u32) -> Option<(u64, u64)> {
     let mut buf = [0u8; 128];
-    let parsed = parse_schedstat(read_task_file(slot, tid, "schedstat", &mut buf)?);
-    if parsed.is_none() {
-        *slot = None;
-    }
-    parsed
+    parse_schedstat(read_task_file(tid, "schedstat", &mut buf)?)
 }
 
 /// The first two numbers of a `schedstat` line: time run and time waited to run (ns).
@@ -641,10 +632,9 @@ mod tests {
         }
         // SAFETY: sched_yield has no arguments and cannot fail.
         unsafe { libc::syscall(libc::SYS_sched_yield) };
-        let mut slot = None;
-        let (run, delay) = schedstat(&mut slot, gettid() as u32).expect("this kernel has schedstat");
+        let (run, delay) = schedstat(gettid() as u32).expect("this kernel has schedstat");
         assert!(run > 0, "no run time after 5 ms of running");
-        let (run2, delay2) = schedstat(&mut slot, gettid() as u32).expect("read again");
+        let (run2, delay2) = schedstat(gettid() as u32).expect("read again");
         assert!(run2 >= run && delay2 >= delay);
     }
 

@@ -384,6 +384,21 @@ unsafe impl Sync for Pager {}
 // SAFETY: as above.
 unsafe impl Send for Pager {}
 
+/// Start this process's `uswap-procfs` thread (`uswap::procfs`) as a pager thread, so that its
+/// stack is the library's own memory. If it cannot run (no table of its own for it), the file
+/// work runs on the threads that ask for it, as it did before.
+fn start_procfs() {
+    let _ = uswap::procfs::start(|work| {
+        let t = own::spawn("uswap-procfs", Some(256 << 10), move || {
+            sys::block_async_signals_forever();
+            work()
+        })?;
+        // It serves until the process exits: never joined.
+        std::mem::forget(t);
+        Ok(())
+    });
+}
+
 struct PagerPtr(*const Pager);
 // SAFETY: the pointer is only dereferenced by threads joined before the pager is freed.
 unsafe impl Send for PagerPtr {}
@@ -638,6 +653,12 @@ impl Pager {
         gate: Option<&Arc<forkserve::StartGate>>,
     ) -> std::io::Result<Vec<own::Thread<()>>> {
         self.background.store(background, Ordering::SeqCst);
+        // The descriptors the threads would otherwise open on first use, and the thread that
+        // does their file work: opened here, where no number the program is about to use is
+        // taken (`uswap::procfs`).
+        start_procfs();
+        uswap::tier::pages::prime_pidfd();
+        self.pagemap.get(|_| sys::open_raw(c"/proc/self/pagemap"));
         let mut th = vec![self.spawn_thread("uswap-uffd", gate, fault::event_loop)?];
         if background {
             th.append(&mut self.spawn_background(gate)?);

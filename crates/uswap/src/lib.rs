@@ -17,6 +17,7 @@
 //! - [`fails`]: store failures by tier and kind (full, read-only, I/O), which the engine
 //!   passes over for the next tier.
 //! - [`stats`]: kernel-named counters, sharded so the hot path stays cheap.
+//! - [`procfs`]: file work of uswap's own threads, in a descriptor table of its own.
 //! - [`size`]: the one parser and printer of byte sizes (`1.5G`, `256MiB`, `50%`).
 //!
 //! `docs/design.md` in the repository is the contract between these parts (bit layout of the
@@ -28,6 +29,7 @@ pub mod config;
 pub mod error;
 pub mod fails;
 pub mod group;
+pub mod procfs;
 pub mod size;
 pub mod stats;
 pub mod swap_cache;

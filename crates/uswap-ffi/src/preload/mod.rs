@@ -376,7 +376,7 @@ pub fn write_stats(final_: bool) {
     let Some(dir) = env(c"USWAP_STATS_DIR") else { return };
     internal(|| {
         let Some(mut v) = stats_json() else { return };
-        let cmd = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+        let cmd = uswap::procfs::private(|| std::fs::read("/proc/self/cmdline")).unwrap_or_default();
         let argv: Vec<String> =
             cmd.split(|&b| b == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect();
         if let Some(o) = v.as_object_mut() {
@@ -393,9 +393,12 @@ pub fn write_stats(final_: bool) {
         }
         let path = format!("{dir}/{}{}.json", std::process::id(), if final_ { ".final" } else { "" });
         let tmp = format!("{path}.tmp");
-        if std::fs::write(&tmp, v.to_string()).is_ok() {
-            let _ = std::fs::rename(&tmp, &path);
-        }
+        let text = v.to_string();
+        uswap::procfs::private(|| {
+            if std::fs::write(&tmp, text).is_ok() {
+                let _ = std::fs::rename(&tmp, &path);
+            }
+        });
     });
 }
 

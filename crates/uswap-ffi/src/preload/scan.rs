@@ -213,7 +213,7 @@ fn own_whole(m: &Map) -> bool {
 }
 
 fn read_maps() -> Vec<Map> {
-    std::fs::read_to_string("/proc/self/maps").map(|s| parse_maps(&s)).unwrap_or_default()
+    uswap::procfs::private(|| std::fs::read_to_string("/proc/self/maps")).map(|s| parse_maps(&s)).unwrap_or_default()
 }
 
 /// Is `[a, a + len)` inside one anonymous private writable mapping?
@@ -451,18 +451,21 @@ fn measure(p: &Pager, first: bool) {
 }
 
 /// The start of a procfs file `path`, read with raw calls into `buf` (one `read`: these files
-/// are generated whole), or `None` if it cannot be read.
+/// are generated whole), or `None` if it cannot be read. Opened where it takes no descriptor
+/// number of the program's (`uswap::procfs`).
 fn read_proc<'a>(path: &std::ffi::CStr, buf: &'a mut [u8]) -> Option<&'a [u8]> {
-    // SAFETY: open/read/close of a procfs file into the caller's buffer.
-    let n = unsafe {
-        let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+    let (ptr, len) = (buf.as_mut_ptr() as usize, buf.len());
+    // SAFETY: open/read/close of a procfs file into the caller's buffer (alive: `private`
+    // returns only when the work is done).
+    let n = uswap::procfs::private(|| unsafe {
+        let fd = libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
         if fd < 0 {
-            return None;
+            return -1;
         }
-        let n = libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len());
-        libc::close(fd);
+        let n = libc::syscall(libc::SYS_read, fd, ptr as *mut u8, len);
+        libc::syscall(libc::SYS_close, fd);
         n
-    };
+    });
     (n > 0).then(|| &buf[..n as usize])
 }
 

@@ -93,7 +93,9 @@ pub struct FileHolds {
 /// The start time of process `pid` (field 22 of `/proc/PID/stat`, clock ticks since boot), or
 /// `None` if there is no such process.
 pub fn start_time(pid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let path = format!("/proc/{pid}/stat");
+    // Read where it takes no descriptor number of the program's (the reclaimer reads it).
+    let s = crate::procfs::private(|| std::fs::read_to_string(path)).ok()?;
     // Fields after the command name (which may hold spaces and parentheses) start at field 3.
     let rest = &s[s.rfind(')')? + 1..];
     rest.split_ascii_whitespace().nth(19)?.parse().ok()

@@ -145,31 +145,40 @@ impl Default for ProcessFd {
     }
 }
 
+// The pidfd names the process that opened it: a fork child opens its own. An advice on
+// another process's pidfd would fail anyway (remote MADV_DONTNEED is refused), never drop its
+// pages.
+static PIDFD: ProcessFd = ProcessFd::new();
+static UNSUPPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn open_pidfd(pid: i64) -> Option<i32> {
+    // SAFETY: pidfd_open(pid, 0) returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        // No pidfds here (an old kernel, or a seccomp filter): one madvise per block.
+        UNSUPPORTED.store(true, Ordering::Relaxed);
+    }
+    i32::try_from(fd).ok().filter(|&fd| fd >= 0)
+}
+
+/// Open this process's pidfd for [`dontneed`] now, if it has none: where a new descriptor
+/// cannot take a number the program is about to use (a pager being made, a fork child before
+/// its threads run), rather than on the first batch, which a background thread may advise
+/// (`uswap::procfs` says why that matters).
+pub fn prime_pidfd() {
+    PIDFD.get(open_pidfd);
+}
+
 /// [`dontneed`] of at most 1024 ranges (`UIO_MAXIOV`).
 ///
 /// # Safety
 /// As for [`dontneed`].
 unsafe fn dontneed_chunk(iov: &[libc::iovec]) -> u64 {
-    // The pidfd names the process that opened it: a fork child opens its own. An advice on
-    // another process's pidfd would fail anyway (remote MADV_DONTNEED is refused), never drop
-    // its pages.
-    static PIDFD: ProcessFd = ProcessFd::new();
-    static UNSUPPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let n = iov.len();
     let total: usize = iov.iter().map(|v| v.iov_len).sum();
     let mut calls = 0;
     if n > 1 && !UNSUPPORTED.load(Ordering::Relaxed) {
-        let fd = PIDFD
-            .get(|pid| {
-                // SAFETY: pidfd_open(pid, 0) returns a new descriptor or -1.
-                let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-                if fd < 0 {
-                    // No pidfds here (an old kernel, or a seccomp filter): one madvise per block.
-                    UNSUPPORTED.store(true, Ordering::Relaxed);
-                }
-                i32::try_from(fd).ok().filter(|&fd| fd >= 0)
-            })
-            .unwrap_or(-1);
+        let fd = PIDFD.get(open_pidfd).unwrap_or(-1);
         if fd >= 0 {
             // SAFETY: process_madvise reads the `n` iovecs of `iov`; the caller gives up the
             // contents of those ranges of its own memory (DONTNEED on private anonymous memory).
