@@ -1080,7 +1080,8 @@ fn a_program_that_drops_privileges_is_counted_not_paged() {
 /// parent's had, close-on-exec like every descriptor of the pager's: with `dup2` (which clears
 /// the flag) a program the child exec'd inherited the child's uffd beside its own (and a
 /// deleted swap file copy's blocks stayed allocated while it ran). Here a perl child execs `ls`
-/// of its own descriptors: one userfaultfd, its own.
+/// of its own descriptors: one userfaultfd and at most one pidfd, its own pager's (opened as
+/// that pager starts).
 #[test]
 fn a_fork_childs_descriptors_do_not_leak_into_what_it_execs() {
     let r = uswap_run(&[
@@ -1098,7 +1099,7 @@ fn a_fork_childs_descriptors_do_not_leak_into_what_it_execs() {
     assert_eq!(r.code, Some(0), "stderr:\n{}", r.stderr);
     let out = r.out();
     assert_eq!(out.matches("anon_inode:[userfaultfd]").count(), 1, "the exec'd program's descriptors:\n{out}");
-    assert_eq!(out.matches("anon_inode:[pidfd]").count(), 0, "the exec'd program's descriptors:\n{out}");
+    assert!(out.matches("anon_inode:[pidfd]").count() <= 1, "the exec'd program's descriptors:\n{out}");
 }
 
 /// Every interposed call that succeeds leaves `errno` as it found it (`tests/programs/errno.c`:
