@@ -21,7 +21,8 @@
 //!
 //! Locking: callers are served one at a time, in the order they take `CALL` (a futex word:
 //! 0 free, 1 taken, 2 taken with waiters). The caller holding it posts its work in `WORK` and
-//! sets `TURN` to [`POSTED`]; the helper runs it and sets [`DONE`]; the caller takes `TURN`
+//! sets `TURN` to [`POSTED`]; the helper claims it ([`RUNNING`]), runs it and sets [`DONE`];
+//! each side waits on the value it last read, so neither spins. The caller takes `TURN`
 //! back to [`IDLE`] before it lets `CALL` go. The helper takes no lock, and the work may block
 //! only in the kernel (a `/proc` read waits for the address-space lock at most), never on a
 //! uswap thread. [`try_private`] does not wait for `CALL`: the event thread uses it. A fork
@@ -34,8 +35,13 @@ use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 const IDLE: u32 = 0;
 const POSTED: u32 = 1;
 const DONE: u32 = 2;
+/// The helper took the posted work (by CAS from [`POSTED`]) and runs it.
+const RUNNING: u32 = 3;
 
 static CALL: AtomicU32 = AtomicU32::new(0);
+/// Held by [`start`] (0 free, else the pid of the process starting): one helper per process
+/// even when pagers are made on several threads at once.
+static STARTING: AtomicU32 = AtomicU32::new(0);
 static TURN: AtomicU32 = AtomicU32::new(IDLE);
 /// The process whose helper is running (0: none). A fork child inherits its parent's pid here
 /// and so sees no helper until it starts its own.
@@ -105,8 +111,12 @@ fn on_helper<R>(f: impl FnOnce() -> R) -> Option<R> {
     unsafe { *WORK.0.get() = Some(ptr) };
     TURN.store(POSTED, Ordering::Release);
     futex_wake(&TURN);
-    while TURN.load(Ordering::Acquire) != DONE {
-        futex_wait(&TURN, POSTED);
+    loop {
+        let t = TURN.load(Ordering::Acquire);
+        if t == DONE {
+            break;
+        }
+        futex_wait(&TURN, t);
     }
     TURN.store(IDLE, Ordering::Relaxed);
     out
@@ -127,8 +137,9 @@ pub fn private<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     r.expect(PANICKED)
 }
 
-/// [`private`] for a caller that must not wait for others' work (the event thread): `None`
-/// (and `f` not run) when another caller is being served.
+/// [`private`] for a caller that must not wait for others' work, and must not panic (the
+/// event thread): `None` when another caller is being served (`f` is not run then), or `f`
+/// panicked.
 pub fn try_private<R: Send>(f: impl FnOnce() -> R + Send) -> Option<R> {
     if !running() {
         return Some(f());
@@ -138,14 +149,19 @@ pub fn try_private<R: Send>(f: impl FnOnce() -> R + Send) -> Option<R> {
     }
     let r = on_helper(f);
     unlock();
-    Some(r.expect(PANICKED))
+    r
 }
 
 /// The helper's loop: a table of its own, then each posted work in turn.
 fn serve() {
     loop {
-        while TURN.load(Ordering::Acquire) != POSTED {
-            futex_wait(&TURN, IDLE);
+        let t = TURN.load(Ordering::Acquire);
+        if t != POSTED {
+            futex_wait(&TURN, t);
+            continue;
+        }
+        if TURN.compare_exchange(POSTED, RUNNING, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            continue;
         }
         // SAFETY: POSTED was published after WORK was written; the caller waits for DONE.
         if let Some(w) = unsafe { (*WORK.0.get()).take() } {
@@ -187,6 +203,27 @@ fn empty_own_table() -> std::io::Result<()> {
 /// before its threads start), or where the helper already runs (then it does nothing).
 pub fn start(spawn: impl FnOnce(Box<dyn FnOnce() + Send>) -> std::io::Result<()>) -> std::io::Result<()> {
     let me = pid();
+    if HELPER_PID.load(Ordering::Acquire) == me {
+        return Ok(());
+    }
+    // Threads of one process wait for each other; a word that names another process was
+    // copied by a fork from a parent thread inside `start`, and is free here.
+    let me_word = me as u32;
+    loop {
+        match STARTING.compare_exchange(0, me_word, Ordering::Acquire, Ordering::Relaxed) {
+            Ok(_) => break,
+            Err(v) if v != me_word => {
+                let _ = STARTING.compare_exchange(v, 0, Ordering::Relaxed, Ordering::Relaxed);
+            }
+            Err(_) => std::thread::yield_now(),
+        }
+    }
+    let r = start_locked(me, spawn);
+    STARTING.store(0, Ordering::Release);
+    r
+}
+
+fn start_locked(me: i32, spawn: impl FnOnce(Box<dyn FnOnce() + Send>) -> std::io::Result<()>) -> std::io::Result<()> {
     if HELPER_PID.load(Ordering::Acquire) == me {
         return Ok(());
     }

@@ -28,7 +28,8 @@ fn is_open(fd: i32) -> bool {
     (unsafe { libc::fcntl(fd, libc::F_GETFD) }) != -1
 }
 
-/// Inline (no helper yet) the work's open takes the lowest free number; on the helper it never
+/// Inline (no helper yet) the work's open takes the lowest free number; threads starting at
+/// once start one helper; on the helper it never
 /// does, the work still reads what it opened, and the helper's table has none of the
 /// process's descriptors (not even standard error).
 #[test]
@@ -40,7 +41,21 @@ fn work_opens_in_a_table_of_its_own() {
     // SAFETY: closing what was opened.
     unsafe { libc::close(fd) };
 
-    start(spawn_plain).expect("a helper with a table of its own");
+    // Pagers made on several threads at once start one helper.
+    static SPAWNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let starters: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(|| {
+                start(|f| {
+                    SPAWNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    spawn_plain(f)
+                })
+                .expect("a helper with a table of its own")
+            })
+        })
+        .collect();
+    starters.into_iter().for_each(|h| h.join().unwrap());
+    assert_eq!(SPAWNS.load(std::sync::atomic::Ordering::Relaxed), 1, "one helper for the process");
     assert!(running());
     start(|_| panic!("a second start spawns nothing")).expect("start again");
     for _ in 0..200 {
