@@ -474,24 +474,13 @@ impl Follower {
 /// Read `/proc/self/task/TID/FILE` of thread `tid` into `buf`, on the `uswap-procfs` thread
 /// (`uswap::procfs`: a descriptor opened here could take a number the program is about to
 /// use). `None` when it cannot be read, or that thread is serving another caller (the event
-/// thread does not wait: this check comes again). Raw system calls into the caller's buffer:
-/// the preload interposes `open` and `read`, and the event thread allocates nothing.
+/// thread does not wait: this check comes again). The event thread allocates nothing.
 fn read_task_file<'b>(tid: u32, file: &str, buf: &'b mut [u8]) -> Option<&'b [u8]> {
     let mut path = [0u8; 56];
     task_path(tid, file, &mut path);
     let path = std::ffi::CStr::from_bytes_until_nul(&path).ok()?;
-    let (ptr, len) = (buf.as_mut_ptr() as usize, buf.len());
-    let n = uswap::procfs::try_private(|| {
-        let Some(fd) = crate::sys::open_raw(path) else { return -1 };
-        // SAFETY: a read into the caller's buffer of the length given (alive until
-        // `try_private` returns), then the close of the descriptor opened above.
-        unsafe {
-            let n = libc::syscall(libc::SYS_read, fd, ptr as *mut u8, len);
-            libc::syscall(libc::SYS_close, fd);
-            n
-        }
-    })?;
-    (n > 0).then(|| &buf[..n as usize])
+    let n = uswap::procfs::try_read_start(path, buf)?;
+    Some(&buf[..n])
 }
 
 /// `(sum_exec_runtime, run_delay)` in ns of thread `tid` ([`read_task_file`] of `schedstat`).

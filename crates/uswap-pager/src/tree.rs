@@ -404,19 +404,8 @@ pub fn share<I: Iterator<Item = Member> + Clone>(me: Member, others: I, limit: u
 /// ([`shared_from_rollup`] of `/proc/self/smaps_rollup`).
 fn shared_anon() -> u64 {
     let mut buf = [0u8; 2048];
-    // Raw system calls: the scan thread must not call what the preload library interposes;
-    // opened where it takes no descriptor number of the program's (`uswap::procfs`).
-    let n = uswap::procfs::private(|| {
-        let Some(fd) = crate::sys::open_raw(c"/proc/self/smaps_rollup") else { return 0 };
-        // SAFETY: read into a stack buffer of the length given, then close the descriptor
-        // opened above.
-        unsafe {
-            let n = libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len());
-            libc::syscall(libc::SYS_close, fd);
-            n
-        }
-    });
-    std::str::from_utf8(&buf[..n.clamp(0, buf.len() as i64) as usize]).map_or(0, shared_from_rollup)
+    let n = uswap::procfs::read_start(c"/proc/self/smaps_rollup", &mut buf).unwrap_or(0);
+    std::str::from_utf8(&buf[..n]).map_or(0, shared_from_rollup)
 }
 
 /// `Anonymous - Pss_Anon` of an smaps_rollup text, in bytes: the part of the anonymous

@@ -122,8 +122,6 @@ fn on_helper<R>(f: impl FnOnce() -> R) -> Option<R> {
     out
 }
 
-const PANICKED: &str = "the work given to the uswap-procfs thread panicked";
-
 /// Run `f` where the descriptors it opens do not take numbers of the process's table (on the
 /// helper, or inline when this process has none). `f` must not use descriptors of the process's
 /// table, and must not wait for a uswap thread.
@@ -134,7 +132,7 @@ pub fn private<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     lock();
     let r = on_helper(f);
     unlock();
-    r.expect(PANICKED)
+    r.expect("the work given to the uswap-procfs thread panicked")
 }
 
 /// [`private`] for a caller that must not wait for others' work, and must not panic (the
@@ -150,6 +148,33 @@ pub fn try_private<R: Send>(f: impl FnOnce() -> R + Send) -> Option<R> {
     let r = on_helper(f);
     unlock();
     r
+}
+
+/// The start of procfs file `path`, read into `buf` with raw system calls (one `read`: these
+/// files are generated whole; raw, as uswap's threads must not call what the preload
+/// interposes), through [`private`]. The bytes read; `None` if it cannot be read.
+pub fn read_start(path: &std::ffi::CStr, buf: &mut [u8]) -> Option<usize> {
+    usize::try_from(private(|| read_raw(path, buf))).ok().filter(|&n| n > 0)
+}
+
+/// [`read_start`] through [`try_private`]: `None` also while another caller is being served.
+pub fn try_read_start(path: &std::ffi::CStr, buf: &mut [u8]) -> Option<usize> {
+    usize::try_from(try_private(|| read_raw(path, buf))?).ok().filter(|&n| n > 0)
+}
+
+/// Open, read once into `buf`, close: the bytes read, or -1.
+fn read_raw(path: &std::ffi::CStr, buf: &mut [u8]) -> i64 {
+    // SAFETY: openat of a NUL-terminated path, a read into `buf` of its length, and the close
+    // of the descriptor opened here.
+    unsafe {
+        let fd = libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return -1;
+        }
+        let n = libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len());
+        libc::syscall(libc::SYS_close, fd);
+        n
+    }
 }
 
 /// The helper's loop: a table of its own, then each posted work in turn.

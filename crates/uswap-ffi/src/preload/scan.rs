@@ -454,19 +454,8 @@ fn measure(p: &Pager, first: bool) {
 /// are generated whole), or `None` if it cannot be read. Opened where it takes no descriptor
 /// number of the program's (`uswap::procfs`).
 fn read_proc<'a>(path: &std::ffi::CStr, buf: &'a mut [u8]) -> Option<&'a [u8]> {
-    let (ptr, len) = (buf.as_mut_ptr() as usize, buf.len());
-    // SAFETY: open/read/close of a procfs file into the caller's buffer (alive: `private`
-    // returns only when the work is done).
-    let n = uswap::procfs::private(|| unsafe {
-        let fd = libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return -1;
-        }
-        let n = libc::syscall(libc::SYS_read, fd, ptr as *mut u8, len);
-        libc::syscall(libc::SYS_close, fd);
-        n
-    });
-    (n > 0).then(|| &buf[..n as usize])
+    let n = uswap::procfs::read_start(path, buf)?;
+    Some(&buf[..n])
 }
 
 /// Resident and shared (file-backed + shared memory) bytes from `/proc/self/statm`, read
