@@ -350,6 +350,7 @@ pub fn process(v: &Value, tiers: &str) -> Value {
         "adopt_calls",
         "adopt_bytes",
         "adopt_errors",
+        "adopt_deferred",
         "mmap_small",
         "reservations",
     ] {

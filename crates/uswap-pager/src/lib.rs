@@ -275,7 +275,8 @@ pub enum PagerError {
     /// A system call failed.
     #[error("{0}")]
     Os(String),
-    /// Not now: try again later (an adoption met the pager's own mappings in flight).
+    /// Not now: try again later (an adoption met the pager's own mappings in flight, or a range
+    /// that changed since the maps were read).
     #[error("busy: {0}")]
     Busy(String),
 }

@@ -37,11 +37,12 @@
 //! lock: `IN_FLIGHT` counts makers, `ADOPTING` adopters; each side raises its own counter,
 //! then reads the other's). So when an adopter checks [`is_own`] under its guard, every own
 //! mapping that exists is recorded and none can appear until it has registered. A maker waits
-//! (spinning, then yielding) only for an adopter's check and one system call; an adopter waits
-//! a bounded time for makers and gives up rather than wait longer. A thread's creation and its
-//! exit are each held under a maker's guard, from the first mapping the system makes for it
-//! until it is recorded, and from when it is forgotten until it is gone. A [`Mapping`] has no lock:
-//! it is immutable after creation, and its contents are its user's to synchronize.
+//! (spinning, then yielding) only for an adopter's check and its registration (a few system
+//! calls); an adopter waits a bounded time for makers and gives up rather than wait longer.
+//! A thread's creation and its exit are each held under a maker's guard, from the first
+//! mapping the system makes for it until it is recorded, and from when it is forgotten until
+//! it is gone. A [`Mapping`] has no lock: it is immutable after creation, and its contents
+//! are its user's to synchronize.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -126,7 +127,7 @@ pub struct Making(());
 static ADOPTING: AtomicUsize = AtomicUsize::new(0);
 
 /// Start making an own mapping (see [`Making`]). Waits while an adopter holds an
-/// [`Adopting`] guard (a check and one system call).
+/// [`Adopting`] guard (a check and a registration: a few system calls).
 pub fn making() -> Making {
     loop {
         IN_FLIGHT.fetch_add(1, Ordering::SeqCst);

@@ -1,6 +1,7 @@
 //! OS primitives: futex wait/wake, a yielding lock, copying from our own memory through
 //! `process_vm_readv`, opening a file by raw system call, and which pages a fork relative
-//! maps too (`/proc/self/pagemap`). Nothing here knows about regions (the system-call wrappers
+//! maps too (`/proc/self/pagemap`), and which parts of a range are mapped (`PAGEMAP_SCAN`,
+//! `msync`). Nothing here knows about regions (the system-call wrappers
 //! that prefault region memory are in [`crate::syscall`]; batched `MADV_DONTNEED` is the
 //! engine's [`uswap::tier::pages::dontneed`]).
 //!
@@ -254,4 +255,95 @@ pub(crate) fn all_shared(fd: i32, addr: usize, pages: usize) -> bool {
     // SAFETY: pread into our own array of `n` u64s (n * 8 bytes).
     let got = unsafe { libc::syscall(libc::SYS_pread64, fd, ent.as_mut_ptr(), n * 8, off) };
     got == (n * 8) as i64 && ent[..n].iter().all(|&e| e & PM_PRESENT != 0 && e & PM_MMAP_EXCLUSIVE == 0)
+}
+
+/// `PAGEMAP_SCAN` (Linux 6.7; `include/uapi/linux/fs.h`): `_IOWR('f', 16, struct pm_scan_arg)`.
+const PAGEMAP_SCAN: u64 = 0xC060_6610;
+
+/// `struct page_region`: one run of pages the scan reports.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct PageRegion {
+    start: u64,
+    end: u64,
+    categories: u64,
+}
+
+/// `struct pm_scan_arg`.
+#[repr(C)]
+#[derive(Default)]
+struct PmScanArg {
+    size: u64,
+    flags: u64,
+    start: u64,
+    end: u64,
+    walk_end: u64,
+    vec: u64,
+    vec_len: u64,
+    max_pages: u64,
+    category_inverted: u64,
+    category_mask: u64,
+    category_anyof_mask: u64,
+    return_mask: u64,
+}
+
+/// Runs reported per call (the scan resumes from where it stopped).
+const SCAN_RUNS: usize = 32;
+
+/// Call `f(a, b)` for every run `[a, b)` of `[start, end)` (page aligned) that is mapped, in
+/// address order, adjacent mappings merged; holes are skipped. `fd` is `/proc/self/pagemap`
+/// of this process. `PAGEMAP_SCAN` with no category asked for reports every page of every
+/// mapping, and its runs break only at holes (and at `VM_PFNMAP` mappings, which it skips as
+/// holes). No allocation, no lock: callable where the pager holds off its own mappings.
+/// `Err(errno)` when the scan failed: `ENOTTY` or `EINVAL` before Linux 6.7.
+pub(crate) fn mapped_runs(fd: i32, start: usize, end: usize, mut f: impl FnMut(usize, usize)) -> Result<(), i32> {
+    let mut runs = [PageRegion::default(); SCAN_RUNS];
+    let mut open: Option<(usize, usize)> = None;
+    let mut at = start;
+    while at < end {
+        let mut arg = PmScanArg {
+            size: std::mem::size_of::<PmScanArg>() as u64,
+            start: at as u64,
+            end: end as u64,
+            vec: runs.as_mut_ptr() as u64,
+            vec_len: SCAN_RUNS as u64,
+            ..PmScanArg::default()
+        };
+        // SAFETY: PAGEMAP_SCAN reads `arg` and writes `walk_end` and at most `vec_len` runs
+        // into our array.
+        let n = unsafe { libc::ioctl(fd, PAGEMAP_SCAN as _, &mut arg) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO));
+        }
+        for r in &runs[..(n as usize).min(SCAN_RUNS)] {
+            let (a, b) = (r.start as usize, r.end as usize);
+            match &mut open {
+                Some((_, e)) if *e == a => *e = b,
+                _ => {
+                    if let Some((oa, ob)) = open.take() {
+                        f(oa, ob);
+                    }
+                    open = Some((a, b));
+                }
+            }
+        }
+        let next = arg.walk_end as usize;
+        if next <= at {
+            break;
+        }
+        at = next;
+    }
+    if let Some((a, b)) = open {
+        f(a, b);
+    }
+    Ok(())
+}
+
+/// Whether all of `[start, end)` (page aligned) is mapped: `msync(MS_ASYNC)` does nothing
+/// since Linux 2.6.19 but answer `ENOMEM` when part of its range is not mapped. The check for
+/// kernels without `PAGEMAP_SCAN`.
+pub(crate) fn all_mapped(start: usize, end: usize) -> bool {
+    // SAFETY: msync with MS_ASYNC touches no memory; a page-aligned start.
+    let rc = unsafe { libc::syscall(libc::SYS_msync, start, end - start, libc::MS_ASYNC) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOMEM)
 }

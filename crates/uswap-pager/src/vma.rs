@@ -122,6 +122,74 @@ enum Refused {
     Own,
     /// `UFFDIO_REGISTER` failed.
     Register(crate::uffd::UffdError),
+    /// Part of the range is no longer mapped, and this kernel cannot say which part (no
+    /// `PAGEMAP_SCAN`): the maps must be read again.
+    Changed,
+}
+
+/// Register the parts of `r`'s range that are mapped now, and mark the rest UNMAPPED.
+///
+/// The maps the caller read may be stale, and `UFFDIO_REGISTER` skips holes without an
+/// error. glibc's malloc maps twice an arena's size and unmaps the misaligned ends at once; a
+/// range registered across such a hole had page words that said "registered" where the
+/// kernel had nothing, pager mappings were made there later (thread stacks, page words), and
+/// a fork child, which registers its parent's regions again from their words, registered
+/// them and hung faulting on its own page words. So the mapped runs are listed first
+/// (`PAGEMAP_SCAN`) and only they are registered; and listed again after: a run unmapped in
+/// between sent no unmap event (it was not registered yet), and its pages are marked here. A
+/// run unmapped after registering sends its event, whose effect is the same mark. (Unmapped
+/// in between and mapped again before the second listing, both by the program within two
+/// system calls, a run would stay counted as registered.) A run that cannot be registered
+/// (gone, or replaced by a mapping a uffd cannot take) is marked UNMAPPED too; the error is
+/// returned only when no run was registered. Without `PAGEMAP_SCAN` (before Linux 6.7), a
+/// range with a hole is refused ([`Refused::Changed`]) and the caller reads the maps again.
+///
+/// Called under the [`crate::own::Adopting`] guard: nothing here allocates.
+fn register_mapped(p: &Pager, r: &RegionInner, mode: u64) -> Result<usize, Refused> {
+    let (start, end) = (r.start, r.start + r.len);
+    let unmapped = |a: usize, b: usize| {
+        for i in (a - start) / PAGE_SIZE..(b - start) / PAGE_SIZE {
+            r.mark_unmapped(i);
+        }
+    };
+    let Some(fd) = p.pagemap.get(|_| crate::sys::open_raw(c"/proc/self/pagemap")) else {
+        return register_whole(p, start, end, mode);
+    };
+    let (mut at, mut registered, mut first_err) = (start, 0, None);
+    let listed = crate::sys::mapped_runs(fd, start, end, |a, b| {
+        unmapped(at, a);
+        match p.uffd.register(a, b - a, mode) {
+            Ok(_) => registered += b - a,
+            Err(e) => {
+                unmapped(a, b);
+                first_err.get_or_insert(e);
+            }
+        }
+        at = b;
+    });
+    if listed.is_err() {
+        return register_whole(p, start, end, mode);
+    }
+    unmapped(at, end);
+    if registered == 0 {
+        let e = first_err.unwrap_or(crate::uffd::UffdError { op: "UFFDIO_REGISTER", errno: libc::ENOMEM });
+        return Err(Refused::Register(e));
+    }
+    let mut at = start;
+    let _ = crate::sys::mapped_runs(fd, start, end, |a, b| {
+        unmapped(at, a);
+        at = b;
+    });
+    unmapped(at, end);
+    Ok(registered)
+}
+
+/// [`register_mapped`] where `PAGEMAP_SCAN` is missing: the whole range, if it has no hole.
+fn register_whole(p: &Pager, start: usize, end: usize, mode: u64) -> Result<usize, Refused> {
+    if !crate::sys::all_mapped(start, end) {
+        return Err(Refused::Changed);
+    }
+    p.uffd.register(start, end - start, mode).map(|_| end - start).map_err(Refused::Register)
 }
 
 fn adopt_piece(
@@ -138,30 +206,34 @@ fn adopt_piece(
     // run hung with the scan thread faulting on them). Checked and registered with own
     // mappings held off, so nothing own can move in between.
     // (Nothing under the guard allocates: an allocation may map, and a maker waits for it.)
-    let refused = match crate::own::adopting() {
-        None => Some(Refused::InFlight),
+    let registered = match crate::own::adopting() {
+        None => Err(Refused::InFlight),
         // An own mapping left unrecorded (the table full) may be anywhere: adopt nothing.
-        Some(_g) if crate::own::is_own(start, start + len) || crate::own::overflowed() > 0 => Some(Refused::Own),
-        Some(_g) => p.uffd.register(start, len, mode).err().map(Refused::Register),
+        Some(_g) if crate::own::is_own(start, start + len) || crate::own::overflowed() > 0 => Err(Refused::Own),
+        Some(_g) => register_mapped(p, r, mode),
     };
-    if let Some(e) = refused {
-        for i in 0..r.npages {
-            r.mark_unmapped(i);
+    let bytes = match registered {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            for i in 0..r.npages {
+                r.mark_unmapped(i);
+            }
+            let r = r as *const RegionInner as *mut RegionInner;
+            // SAFETY: published above; unpublished once; freed by the caller outside the lock.
+            unsafe { region::unpublish(r) };
+            dead.push(r);
+            let at = format!("(adopting {len} bytes at {start:#x})");
+            return Err(match e {
+                // Transient: the caller tries again later (a reconciler that took it for good left
+                // the program's memory unmanaged, over the limit).
+                Refused::InFlight => PagerError::Busy(format!("own mappings in flight {at}")),
+                Refused::Changed => PagerError::Busy(format!("the range changed since the maps were read {at}")),
+                Refused::Own => PagerError::Os(format!("the range is own now, or own mappings went unrecorded {at}")),
+                // Gone or not registrable (unmapped meanwhile, a VM_PFNMAP/hugetlb/shared mapping).
+                Refused::Register(e) => PagerError::Os(format!("{e} {at}")),
+            });
         }
-        let r = r as *const RegionInner as *mut RegionInner;
-        // SAFETY: published above; unpublished once; freed by the caller outside the lock.
-        unsafe { region::unpublish(r) };
-        dead.push(r);
-        let at = format!("(adopting {len} bytes at {start:#x})");
-        return Err(match e {
-            // Transient: the caller tries again later (a reconciler that took it for good left
-            // the program's memory unmanaged, over the limit).
-            Refused::InFlight => PagerError::Busy(format!("own mappings in flight {at}")),
-            Refused::Own => PagerError::Os(format!("the range is own now, or own mappings went unrecorded {at}")),
-            // Gone or not registrable (unmapped meanwhile, a VM_PFNMAP/hugetlb/shared mapping).
-            Refused::Register(e) => PagerError::Os(format!("{e} {at}")),
-        });
-    }
+    };
     inc(&p.counters.adopted_regions, 1);
     // Pages already present are resident: from here on the uffd reports the missing ones, so
     // this snapshot cannot miss a page that appears later.
@@ -175,13 +247,24 @@ fn adopt_piece(
         // SAFETY: mincore on a page-aligned range with one byte per page in the vector.
         let rc = unsafe { libc::mincore(r.addr(c) as *mut _, n * PAGE_SIZE, present.as_mut_ptr()) };
         if rc != 0 {
+            // A hole (ENOMEM): each run of pages still mapped on its own.
             present[..n].fill(0);
+            let mapped = |i: usize| r.word(c + i).load(Ordering::Acquire).kind() != kind::UNMAPPED;
+            region::runs(n, &mapped, |i, j| {
+                // SAFETY: as above, for pages c + i .. c + j and their bytes of the vector.
+                let rc =
+                    unsafe { libc::mincore(r.addr(c + i) as *mut _, (j - i) * PAGE_SIZE, present[i..j].as_mut_ptr()) };
+                if rc != 0 {
+                    present[i..j].fill(0);
+                }
+                true
+            });
         }
         count += mark_present(p, r, c, &present[..n], order);
     }
     p.resident_pages.fetch_add(count as i64, Ordering::AcqRel);
     inc(&p.counters.adopted_pages, count);
-    Ok(len)
+    Ok(bytes)
 }
 
 /// Pages `first..first + present.len()` of a just-registered region that `mincore` found

@@ -94,6 +94,9 @@ pub struct Counters {
     pub adopt_bytes: AtomicU64,
     /// Adoptions that failed (not registrable, no region slot).
     pub adopt_errors: AtomicU64,
+    /// Adoptions put off (the pager's own mappings were being made, or the range changed
+    /// meanwhile): left to the scanner, which adopts what is still there in its next round.
+    pub adopt_deferred: AtomicU64,
     /// Anonymous mappings too small to adopt at `mmap` time (left to the scanner).
     pub mmap_small: AtomicU64,
     /// `PROT_NONE` reservations remembered.
@@ -104,6 +107,7 @@ pub static COUNTERS: Counters = Counters {
     adopt_calls: AtomicU64::new(0),
     adopt_bytes: AtomicU64::new(0),
     adopt_errors: AtomicU64::new(0),
+    adopt_deferred: AtomicU64::new(0),
     mmap_small: AtomicU64::new(0),
     reservations: AtomicU64::new(0),
 };
@@ -434,6 +438,7 @@ pub fn stats_json() -> Option<serde_json::Value> {
         "adopt_calls": c.adopt_calls.load(Ordering::Relaxed),
         "adopt_bytes": c.adopt_bytes.load(Ordering::Relaxed),
         "adopt_errors": c.adopt_errors.load(Ordering::Relaxed),
+        "adopt_deferred": c.adopt_deferred.load(Ordering::Relaxed),
         "mmap_small": c.mmap_small.load(Ordering::Relaxed),
         "reservations": c.reservations.load(Ordering::Relaxed),
         "unmanaged": u,
@@ -505,6 +510,9 @@ fn adopt(a: usize, len: usize) {
     match internal(|| p.adopt(a, len)) {
         Ok(n) => {
             COUNTERS.adopt_bytes.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        Err(uswap_pager::PagerError::Busy(_)) => {
+            COUNTERS.adopt_deferred.fetch_add(1, Ordering::Relaxed);
         }
         Err(_) => {
             COUNTERS.adopt_errors.fetch_add(1, Ordering::Relaxed);
