@@ -507,7 +507,7 @@ fn rebuild_child(idx: usize, t: &Tracked, started: uswap_pager::ForkChildThreads
     }
     let t0 = std::time::Instant::now();
     let mut err = None;
-    pager.registered_ranges(|start, len| {
+    let mut register = |start: usize, len: usize| {
         if err.is_some() {
             return;
         }
@@ -524,6 +524,19 @@ fn rebuild_child(idx: usize, t: &Tracked, started: uswap_pager::ForkChildThreads
                     break;
                 }
             }
+        }
+    };
+    // Never the pager's own memory (this child's pager threads' stacks, page words): a range
+    // counted as registered over a hole the kernel never registered once held such memory,
+    // and the child hung faulting on its own page words (`vma::register_mapped` in the pager
+    // keeps the words true; this keeps a stale word from hanging the child).
+    pager.registered_ranges(|start, len| {
+        if uswap_pager::own::is_own(start, start + len) {
+            for (a, b) in uswap_pager::own::gaps(start, start + len) {
+                register(a, b - a);
+            }
+        } else {
+            register(start, len);
         }
     });
     if let Some(e) = err {
