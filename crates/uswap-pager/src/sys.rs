@@ -10,6 +10,13 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
+/// The calling thread's errno.
+#[inline]
+pub(crate) fn errno() -> i32 {
+    // SAFETY: __errno_location returns the calling thread's errno slot, always valid.
+    unsafe { *libc::__errno_location() }
+}
+
 /// Print `msg` on stderr and abort: a stored page cannot be brought back, and running on
 /// would hand the program wrong data. Signal-safe (write(2), abort), nothing allocated.
 pub(crate) fn fatal(msg: &str) -> ! {
@@ -313,7 +320,7 @@ pub(crate) fn mapped_runs(fd: i32, start: usize, end: usize, mut f: impl FnMut(u
         // into our array.
         let n = unsafe { libc::ioctl(fd, PAGEMAP_SCAN as _, &mut arg) };
         if n < 0 {
-            return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO));
+            return Err(errno());
         }
         for r in &runs[..(n as usize).min(SCAN_RUNS)] {
             let (a, b) = (r.start as usize, r.end as usize);
@@ -345,5 +352,5 @@ pub(crate) fn mapped_runs(fd: i32, start: usize, end: usize, mut f: impl FnMut(u
 pub(crate) fn all_mapped(start: usize, end: usize) -> bool {
     // SAFETY: msync with MS_ASYNC touches no memory; a page-aligned start.
     let rc = unsafe { libc::syscall(libc::SYS_msync, start, end - start, libc::MS_ASYNC) };
-    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOMEM)
+    rc == 0 || errno() != libc::ENOMEM
 }

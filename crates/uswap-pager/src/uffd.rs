@@ -10,6 +10,7 @@
 //! Locking: none. A [`Uffd`] may be used from any number of threads at once; the kernel
 //! serializes the range operations itself.
 
+use crate::sys::errno;
 use linux_raw_sys::general as g;
 use linux_raw_sys::ioctl as io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -97,12 +98,6 @@ impl std::fmt::Display for UffdError {
 }
 
 impl std::error::Error for UffdError {}
-
-#[inline]
-fn errno() -> i32 {
-    // SAFETY: __errno_location returns the calling thread's errno slot, always valid.
-    unsafe { *libc::__errno_location() }
-}
 
 /// A decoded uffd message.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
