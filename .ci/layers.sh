@@ -2,9 +2,10 @@
 # The pager's modules must form layers (docs/design.md, Pager, "Layers"): each module of
 # crates/uswap-pager/src imports only modules below it, so the graph of `crate::<module>` uses
 # (comments left out; the crate root lib.rs, which holds the `Pager` type every layer works on,
-# left out) has no cycle. A module is a file `x.rs` or a directory `x/` (its `mod.rs` and its
-# files count as `x`); inside a directory module the files form layers of their own too
-# (`super::y` and `crate::x::y` uses). Prints the edges and fails naming the modules of a cycle.
+# left out) has no cycle. A module is a file `x.rs` or a directory `x/` with a `mod.rs` (the
+# files of `x/` count as `x` either way); inside a directory module the files form layers of
+# their own too (`super::y` and `crate::x::y` uses). Prints the edges and fails naming the
+# modules of a cycle.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=crates/uswap-pager/src
@@ -50,8 +51,8 @@ check() {
 
 check "$src" "$src" 'crate::'
 for d in "$src"/*/; do
-  [ -f "$d/mod.rs" ] || continue
   name=$(basename "$d")
-  check "$d" "$src/$name" "(?:super::|crate::$name\::)"
+  [ -f "$d/mod.rs" ] || [ -f "$src/$name.rs" ] || continue
+  check "$d" "$src/$name" "(?:super::|crate::${name}::)"
 done
 echo "layers: ok"
