@@ -11,17 +11,13 @@
 //! and it has seen the same other CPU at two checks in a row, it pins itself there and moves
 //! the pager's background threads (reclaimer, recompressor, the preload's scanner: those that
 //! called [`Placement::join`]) to the other CPUs it may use, so that reclaim runs beside the
-//! program rather than on its CPU. Measured on `python3 dict.py 3000000` under
-//! `uswap run --limit 227M` (BENCHMARKS.md, "the event thread follows the faulting thread").
+//! program rather than on its CPU.
 //!
 //! **The followed thread is pinned too** while it has the faults to itself. Following alone
-//! left the program behind: `UFFDIO_COPY` wakes the faulting thread from the event thread's
+//! leaves the program behind: `UFFDIO_COPY` wakes the faulting thread from the event thread's
 //! CPU, which is busy at that instant, so the scheduler puts the woken thread on the idle
-//! one, and every fault until the next check was a cross-CPU hand-off. Redis serving GETs
-//! under `uswap run --limit 128M`, interleaved with kernel zram in a memory cgroup at the same
-//! limit: 27.7-34.3 k/s following, 38.3-40.2 k/s pinned, kernel 38.0-43.0 k/s (BENCHMARKS.md,
-//! "the followed thread is pinned"). A pin is the program's business as much as ours, so it
-//! is kept out of the program's sight and out of its children:
+//! one, and every fault until the next check is a cross-CPU hand-off. A pin is the program's
+//! business as much as ours, so it is kept out of the program's sight and out of its children:
 //! - the preload's `sched_getaffinity` and `pthread_getaffinity_np` report the program's own
 //!   mask to the pinned thread ([`Placement::reported_mask`]);
 //! - threads and processes it starts get that mask: the preload lifts the pin around
@@ -63,9 +59,8 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 pub(crate) const CHECK_NS: u64 = 1_000_000;
 
 /// The event thread follows a thread only while the others take less than this fraction
-/// (1/N) of the faults: GNU sort (two threads sorting) took 35 % longer when it followed
-/// whichever thread faulted last (BENCHMARKS.md, "the event thread follows the faulting
-/// thread").
+/// (1/N) of the faults: following whichever thread faulted last slows a program whose
+/// threads fault in turn (GNU sort's two sorting threads).
 const SHARED_FAULTS: u32 = 8;
 
 /// The window over which a pinned thread's wait for its CPU is judged: long enough that a
@@ -214,8 +209,7 @@ impl Placement {
 
     /// Another process of the tree is live (true) or none is (false): while one is, no thread
     /// is pinned (two processes, each pinned beside its event thread, may share one CPU that
-    /// the scheduler could not part them on: a Redis BGSAVE took 15.1-17.9 s with pins against
-    /// 12.3-15.7 s without).
+    /// the scheduler could not part them on, as a Redis server and its BGSAVE child would).
     pub(crate) fn set_relatives_busy(&self, busy: bool) {
         if self.relatives_busy.swap(busy, Ordering::AcqRel) != busy && busy {
             self.release_pin();

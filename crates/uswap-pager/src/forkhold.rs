@@ -4,16 +4,15 @@
 //! included, taken at one instant of the forking thread's `clone`. The child has none of the
 //! other threads, so an operation the event thread had in flight at that instant stays in
 //! flight in the child forever: a cluster lock, a pool class lock, a claimed page. The
-//! child's first `put` or swap-in then waits for a lock nobody will release. Seen as rustc
-//! forking its linker (2 cargo builds in 13 hung, 2026-11-28) and in the e2e test
-//! `fork_while_other_threads_fault` (`crates/uswap-cli/tests/run_e2e.rs`: a program forking
-//! while three threads fault hung in each of 7 runs).
+//! child's first `put` or swap-in then waits for a lock nobody will release (rustc forking
+//! its linker; the e2e test `fork_while_other_threads_fault` in
+//! `crates/uswap-cli/tests/run_e2e.rs`: a program forking while three threads fault).
 //!
 //! The background threads stop for a fork ([`crate::Pager::quiesce`]); the event thread
 //! cannot. The forking thread still runs glibc's own fork preparation after the last atfork
 //! handler: it locks every malloc arena, and a program thread that holds an arena lock may be
 //! waiting for a fault that only the event thread serves. (Stopping the event thread outright
-//! deadlocked that way.) So from the end of the prepare handler ([`ForkHold::begin`]) the
+//! would deadlock that way.) So from the end of the prepare handler ([`ForkHold::begin`]) the
 //! event thread *holds*: it reads the uffd as always, but does pager work only while the
 //! forking thread cannot be in `clone`. The hold ends when it reads the fork's
 //! `UFFD_EVENT_FORK` (the kernel sends it once the copy is complete), or when the parent
@@ -246,10 +245,10 @@ impl ForkHold {
 
     /// Whether the forking thread sleeps in the kernel (its `wchan` names where), as a thread
     /// waiting for a lock does. The kernel shows 0 for a thread that runs or waits for a CPU:
-    /// on a loaded machine a runnable thread can wait 20 ms for one, and a round forced then
-    /// was caught by its `clone` (the e2e test `fork_while_other_threads_fault`, once in CI,
-    /// 2026-11-28: the child exited with the message of [`ForkHold::reset_in_fork_child`]).
-    /// True when `wchan` cannot be read (the time alone decides, as before).
+    /// on a loaded machine a runnable thread can wait [`FORCE_AFTER_NS`] for one, and a round
+    /// forced then could be caught by its `clone` (the child would exit with the message of
+    /// [`ForkHold::reset_in_fork_child`]). True when `wchan` cannot be read (the time alone
+    /// decides).
     fn asleep(&self) -> bool {
         let mut buf = [0u8; 64];
         let w = read_start(&self.wchan_fd, &mut buf);

@@ -5,11 +5,10 @@
 //! thread-specific blocks (`reclaim_stacks`), and resets its locks and name-service state. Any
 //! of those pages may be swapped out at the fork, in the parent and so in the child, whose
 //! pager the LD_PRELOAD library's child handler rebuilds only afterwards (`uswap_ffi::fork`).
-//! The event thread used to close the `UFFD_EVENT_FORK` descriptor at once, which dropped the
-//! child's registrations, and such a page read as zeros: `redis-server`'s BGSAVE child died in
-//! `reclaim_stacks` on a zeroed thread descriptor (its SIGSEGV handler then waited forever for a
-//! jemalloc lock held across the fork, and the parent for the child: a hang in the end-to-end
-//! tests, 2026-11-28).
+//! Closing the `UFFD_EVENT_FORK` descriptor at once would drop the child's registrations, and
+//! such a page would read as zeros: a child such as `redis-server`'s BGSAVE would die in
+//! `reclaim_stacks` on a zeroed thread descriptor (and its SIGSEGV handler could wait forever
+//! for a jemalloc lock held across the fork, and the parent for the child).
 //!
 //! So the event thread keeps that descriptor (the kernel's copy of the registrations, on the
 //! child's memory) and serves the child's faults itself, from the parent's state, which is
@@ -57,8 +56,7 @@ const WARN_AFTER_NS: u64 = 10_000_000_000;
 /// A pager's side of the serving: the page it shares with its fork children, and whether a
 /// child is being served now.
 pub(crate) struct ForkServe {
-    /// None when the shared page could not be made: fork descriptors are then closed at once
-    /// (the behaviour before this module).
+    /// None when the shared page could not be made: fork descriptors are then closed at once.
     slot: Option<SharedMap>,
     /// The slot could not be made this process's own (a fork child's `renew` failed): unused.
     off: AtomicBool,

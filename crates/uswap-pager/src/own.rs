@@ -15,11 +15,11 @@
 //! `__tls_get_addr`). glibc allocates it with the global `calloc` when the thread is created,
 //! and when the executable defines `calloc` itself (rustc and Rust programs built with an
 //! unprefixed jemalloc, programs linked with tcmalloc) that is the program's heap: managed
-//! memory. Evicted, the event thread's next thread-local access waited for the event thread
-//! (`uswap run -- cargo build`: every pager thread of a `rustc` blocked in
-//! `__tls_get_addr`). So each pager thread *pins* its vector ([`pin_thread_vector`], x86-64
-//! glibc: the vector's address is at `%fs:8`, its length one entry below it) and reclaim
-//! passes over folios that hold a pinned range ([`pinned`]). A vector glibc moves later (it
+//! memory. Evicted, the event thread's next thread-local access would wait for the event
+//! thread itself (every pager thread blocked in `__tls_get_addr`). So each pager thread
+//! *pins* its vector ([`pin_thread_vector`], x86-64 glibc: the vector's address is at
+//! `%fs:8`, its length one entry below it) and reclaim passes over folios that hold a pinned
+//! range ([`pinned`]). A vector glibc moves later (it
 //! grows when more than a dozen libraries with thread-locals are loaded after the thread
 //! started) is pinned again by the thread's next loop. Pager threads also get stacks of an
 //! unusual size ([`STACK_PAD`]): a fork child starts its pager threads on the stacks glibc
@@ -50,21 +50,19 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 const PAGE: usize = crate::PAGE_SIZE;
 
 /// Entries of the table. The engine maps many small areas of its own (each `PageVec` of the
-/// pool and the page heap is a mapping), so a JVM or V8 under the pager has thousands: with
-/// 2048 the table overflowed in node (1100 mappings unrecorded), the reconciler adopted the
-/// pager's own page words, and the event thread hung faulting on them. 1 MiB of `.bss`,
-/// touched only as far as it is used.
+/// pool and the page heap is a mapping), so a JVM or V8 under the pager has thousands; the
+/// table holds many times that, since an own mapping it cannot hold stops adoption
+/// ([`overflowed`]). 1 MiB of `.bss`, touched only as far as it is used.
 const MAX_OWN: usize = 1 << 16;
 const MAX_STACKS: usize = 64;
 
 /// One recorded range in one atomic word, so a reader never sees half of one entry and half
 /// of another: the start's page number in the high 35 bits, the length in pages in the low 29
-/// (0: free). Two words (start, end) were read torn: an entry freed and claimed again for a
-/// mapping at the same address (`mmap` hands the same one back) between a reader's two loads
-/// read as a range nobody recorded, double reading did not catch it when the addresses
-/// repeated, and [`remove`] then cleared or trimmed another thread's new entry (1 run in about
-/// 30 of `a_mapping_made_where_another_was_just_freed_stays_own` under a full test run).
-/// Every change is one CAS from the value its writer read.
+/// (0: free). Two words (start, end) could be read torn: an entry freed and claimed again for
+/// a mapping at the same address (`mmap` hands the same one back) between a reader's two
+/// loads reads as a range nobody recorded, reading twice does not catch it when the addresses
+/// repeat, and [`remove`] could then clear or trim another thread's new entry. Every change is
+/// one CAS from the value its writer read.
 struct Range(AtomicU64);
 
 /// Bits of a [`Range`] word that hold the length in pages.
@@ -232,8 +230,8 @@ fn insert_one(start: usize, end: usize) -> bool {
 /// [`Making`] guard) until it is dropped. Entries are address ranges, not owners, so a
 /// [`remove`] after the unmap could erase the entry of another thread's new mapping that the
 /// kernel put in the freed range meanwhile (or that mapping's [`add`] found the old entry
-/// still covering it and recorded nothing). That left the pager's page words unrecorded, and a
-/// reconciler adopted them: the event thread faulted on its own memory (a hang). Forgotten
+/// still covering it and recorded nothing), leaving the pager's page words unrecorded for a
+/// reconciler to adopt: the event thread would fault on its own memory (a deadlock). Forgotten
 /// first, the range is unrecorded only while it is still mapped and adopters are held off.
 #[must_use = "adopters are held off only while the guard lives"]
 pub struct Unmapping {
@@ -271,9 +269,8 @@ pub fn remove(start: usize, len: usize) {
             }
             // The part above the hole is recorded before the entry shrinks: a mapping of
             // another thread's in it that found this entry covering it (and so recorded
-            // nothing) must never look unrecorded, not even for a moment (it did, in
-            // `a_mapping_made_where_another_was_just_freed_stays_own` under a full test run).
-            // Recorded twice if the CAS below loses; harmless (a later remove clears both).
+            // nothing) must never look unrecorded, not even for a moment. Recorded twice if
+            // the CAS below loses; harmless (a later remove clears both).
             if start > s && end < e {
                 insert(end, e - end);
             }
@@ -313,12 +310,11 @@ struct ThreadMem {
 
 /// Start a pager thread named `name` (with `stack_size` bytes of stack, or 2 MiB, plus [`STACK_PAD`]) that
 /// runs `f`. A thread's memory is mapped before its code runs, by `pthread_create` (the
-/// stack) and by the Rust runtime's thread start (a signal stack, `MAP_PRIVATE|MAP_ANONYMOUS`,
-/// about 12 KiB here), and unmapped after it returns; none of that goes through [`Mapping`].
-/// Unrecorded, an adopter that found such a mapping where the program had just unmapped
-/// memory registered it with the uffd, and the event thread's exit then unmapped its own
-/// registered signal stack and waited for its own UNMAP event: a hang (1 run in 8 of
-/// `adopt_never_registers_the_pagers_own_memory`). So a [`Making`] guard is held from before
+/// stack) and by the Rust runtime's thread start (a signal stack, `MAP_PRIVATE|MAP_ANONYMOUS`),
+/// and unmapped after it returns; none of that goes through [`Mapping`]. Unrecorded, such a
+/// mapping found where the program had just unmapped memory could be registered with the uffd
+/// by an adopter, and the event thread's exit would then unmap its own registered signal stack
+/// and wait for its own UNMAP event: a deadlock. So a [`Making`] guard is held from before
 /// the thread is created until it has recorded its stack pointer and signal stack, and
 /// another from before the records are forgotten until it has exited ([`Thread::join`]).
 pub fn spawn<T: Send + 'static>(
@@ -540,9 +536,8 @@ unsafe impl Sync for Mapping {}
 impl Mapping {
     /// Map `len` bytes (rounded up to whole pages by the kernel; [`Mapping::len`] is `len`) of
     /// zeroed anonymous private memory, `MAP_NORESERVE`, and record it as the pager's own.
-    /// Goes through the `mmap` symbol, as the pager's own mappings always did (in the
-    /// LD_PRELOAD library that is the interposer, which passes uswap's own calls straight to
-    /// the system call).
+    /// Goes through the `mmap` symbol (in the LD_PRELOAD library that is the interposer, which
+    /// passes uswap's own calls straight to the system call).
     pub fn new(len: usize) -> std::io::Result<Mapping> {
         let _making = making();
         // SAFETY: anonymous private mapping, no address hint: it replaces nothing.
@@ -677,10 +672,9 @@ mod tests {
     }
 
     /// A mapping freed by one thread and one made by another at the same address: the new one
-    /// stays recorded for as long as it lives. (With the entry forgotten after the unmap, the
-    /// new mapping's `add` found the old entry still covering its range and skipped, or the
-    /// old owner's late `remove` erased it; the reconciler then adopted the pager's own page
-    /// words and node's event thread faulted on them, a hang, 1 run in 50.)
+    /// stays recorded for as long as it lives. (Were the entry forgotten after the unmap, the
+    /// new mapping's `add` could find the old entry still covering its range and skip, or the
+    /// old owner's late `remove` erase it.)
     #[test]
     fn a_mapping_made_where_another_was_just_freed_stays_own() {
         const LEN: usize = 3 * 4096 + 100;

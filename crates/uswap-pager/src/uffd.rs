@@ -240,7 +240,7 @@ impl Uffd {
     /// dropped root privileges under `uswap run` does not: a pager there would fail a `read(2)`
     /// into swapped-out memory with EFAULT, and at a `fork` its child's ranges would lose their
     /// registration until its pager is rebuilt, while glibc's fork code already touches memory
-    /// that may be swapped out (the rebuild also asks for fork events, and the child died).
+    /// that may be swapped out (and the rebuild, which also asks for fork events, would fail).
     pub fn fork_events_permitted() -> bool {
         Self::open(feature::EVENT_FORK, 0, false).is_ok_and(|u| !u.user_mode_only())
     }

@@ -131,10 +131,10 @@ enum Refused {
 ///
 /// The maps the caller read may be stale, and `UFFDIO_REGISTER` skips holes without an
 /// error. glibc's malloc maps twice an arena's size and unmaps the misaligned ends at once; a
-/// range registered across such a hole had page words that said "registered" where the
-/// kernel had nothing, pager mappings were made there later (thread stacks, page words), and
-/// a fork child, which registers its parent's regions again from their words, registered
-/// them and hung faulting on its own page words. So the mapped runs are listed first
+/// range registered across such a hole would have page words that say "registered" where the
+/// kernel has nothing; pager mappings made there later (thread stacks, page words) would then
+/// be registered by a fork child, which registers its parent's regions again from their
+/// words, and it would hang faulting on its own page words. So the mapped runs are listed first
 /// (`PAGEMAP_SCAN`) and only they are registered; and listed again after: a run unmapped in
 /// between sent no unmap event (it was not registered yet), and its pages are marked here. A
 /// run unmapped after registering sends its event, whose effect is the same mark. (Unmapped
@@ -202,9 +202,9 @@ fn adopt_piece(
     let r = region::publish_adopted(p, start, len, order)?;
     let mode = crate::uffd::mode::MISSING | crate::uffd::mode::WP;
     // The range may have become the pager's own since the maps were read: the program unmapped
-    // it and a pager mapping took its place (even this region's words, just made above; a CI
-    // run hung with the scan thread faulting on them). Checked and registered with own
-    // mappings held off, so nothing own can move in between.
+    // it and a pager mapping took its place (even this region's words, just made above, on
+    // which the scan thread would then fault). Checked and registered with own mappings held
+    // off, so nothing own can move in between.
     // (Nothing under the guard allocates: an allocation may map, and a maker waits for it.)
     let registered = match crate::own::adopting() {
         None => Err(Refused::InFlight),
@@ -224,8 +224,8 @@ fn adopt_piece(
             dead.push(r);
             let at = format!("(adopting {len} bytes at {start:#x})");
             return Err(match e {
-                // Transient: the caller tries again later (a reconciler that took it for good left
-                // the program's memory unmanaged, over the limit).
+                // Transient: the caller tries again later (a reconciler that took it for good
+                // would leave the program's memory unmanaged, over the limit).
                 Refused::InFlight => PagerError::Busy(format!("own mappings in flight {at}")),
                 Refused::Changed => PagerError::Busy(format!("the range changed since the maps were read {at}")),
                 Refused::Own => PagerError::Os(format!("the range is own now, or own mappings went unrecorded {at}")),

@@ -3,10 +3,10 @@
 //!
 //! A region keeps 12 bytes per page (its state word and its shadow, [`crate::region`]). A
 //! mapping of its own costs at least a page, which is 12 KiB of words per 16 KiB region
-//! rounded up to 4 KiB: Ruby 3.1 maps its heap in 16 KiB pieces, each adopted as a region of
-//! its own, and a 2M-entry Hash left 46 MB of such pages (11 500 regions, 2026-11-28), all
+//! rounded up to 4 KiB: a runtime that maps its heap in small pieces (Ruby maps 16 KiB ones,
+//! each adopted as a region of its own) would pay most of a page of words per piece, all
 //! counted against its limit as memory outside the pager. Words of up to [`SLAB_MAX`] bytes
-//! (regions of up to 170 pages) now take a power-of-two block, 64 bytes at least, carved
+//! (regions of up to 170 pages) take a power-of-two block, 64 bytes at least, carved
 //! from 64 KiB slab chunks. Chunks are the pager's own mappings ([`crate::own::Mapping`]: never
 //! adopted) and are kept for reuse, never unmapped; a freed block goes on its class's free
 //! list and is zeroed when it is taken again.

@@ -24,11 +24,9 @@ pub struct Program {
     pub at_once: u32,
     /// The smallest fraction of its native peak its limit is set to unless `--limit-fraction`
     /// says otherwise (0 for most). A program that walks its whole heap at random has a
-    /// working set as large as its peak; below it, it thrashes under any swap. Measured for the
-    /// two that have one (bench programs --only xz,perl-hash --compare kernel --limit-fraction F,
-    /// 2026-11-27/28): the kernel OOM-killed both at 0.4, 0.6 and 0.8; uswap took xz 161 s at 0.6
-    /// and 66 s at 0.8 (native 15-17 s), perl-hash about 500 s at 0.4, 278 s at 0.6 and 64 s at
-    /// 0.8 (native 6-7 s).
+    /// working set as large as its peak; below it, it thrashes under any swap (xz and
+    /// perl-hash: found with `bench programs --only xz,perl-hash --compare kernel
+    /// --limit-fraction F` over several fractions).
     pub floor: f64,
     prepare: fn(&Ctx) -> Result<Body, String>,
 }
