@@ -18,8 +18,8 @@
 //! Locking: pages are claimed by CAS to `BUSY` (see [`crate::region`]); the batch is taken
 //! from the [`BatchPool`](super::batch::BatchPool). In thread fault mode without REMOVE
 //! events the drop holds the pager's read gate ([`gate_or_abort`]), never while waiting for
-//! anything. A copy to the store takes a bounce buffer (waited for in thread fault mode, taken
-//! only if free in SIGBUS mode). Nothing here allocates.
+//! anything. A copy to the store takes a bounce buffer: waited for in thread fault mode; in
+//! SIGBUS mode only for an adopted region, and only if one is free. Nothing here allocates.
 
 use crate::page::{clean_payload, kind, PageWord};
 use crate::region::{self, RegionInner};

@@ -1,11 +1,11 @@
 //! The reclaim step: what one pass of reclaim takes from which list, and the callers that
 //! run it. [`reclaim_batch`] sizes a batch, balances the protected list, and then shrinks the
 //! inactive list (compressing the oldest swap-cache folios into the store) and the active
-//! list (evicting through [`evict_resident`], to the swap cache
-//! with the two-list policy, straight to the store with FIFO or while the workingset bypasses
-//! the inactive stage). [`direct_reclaim`] runs it on the faulting thread until a folio fits;
-//! [`evict_region`] takes a whole region out to the store. After the kernel's `shrink_lruvec`
-//! and `reclaim_pages` in `mm/vmscan.c`.
+//! list (evicting through [`evict_resident`], to the swap cache with the two-list policy,
+//! straight to the store with FIFO or while the workingset bypasses the inactive stage).
+//! [`direct_reclaim`] runs it on the faulting thread until a folio fits; [`evict_region`]
+//! takes a whole region out to the store. After the kernel's `shrink_lruvec` and
+//! `reclaim_pages` in `mm/vmscan.c`.
 //!
 //! Locking: pages are claimed by CAS to `BUSY` (see [`crate::region`]); the caller is inside
 //! [`region::enter`]/[`region::leave`]. Shrinking the inactive list and evicting a region's
