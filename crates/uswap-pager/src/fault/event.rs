@@ -366,8 +366,8 @@ impl<'p> EventLoop<'p> {
     /// Retry the queued faults; keep those that cannot finish now. `held`: a fork hold's round
     /// (faults are mapped over the limit, and their wake-ups wait for the round's end).
     fn retry_faults(&mut self, held: bool) {
-        let EventLoop { p, faults, events, hold_wakes, .. } = self;
-        let p: &Pager = p;
+        let p = self.p;
+        let EventLoop { faults, events, hold_wakes, .. } = self;
         let now = now_ns();
         let remap_pending = events.iter().any(|e| matches!(e, Event::Remap { .. }));
         faults.retain_mut(|f| {
