@@ -1,0 +1,368 @@
+//! The fills: how a page that is not mapped (`NONE`, `SWAPPED` or `CACHED`) gets its data,
+//! by where the data is ([`fill`]).
+//!
+//! Every fill is one sequence: **claim** the pages ([`Claim`]), **load** the data (the swap
+//! cache, a buffer from the store, or zeros), **copy** it into place and **publish** the pages
+//! mapped ([`super::map`]), and **put** what held the data before (store entries, the cache
+//! object). How many pages a fill takes is [`super::readahead`]'s.
+//!
+//! Locking: the claims of [`crate::page`] (a [`Claim`] rolls back to the old words when
+//! dropped unpublished, so every way out of a fill leaves no page `BUSY`); the engine locks of
+//! the store's `load` and `put`; a buffer from the pool ([`crate::bufs`], taken by CAS) before
+//! any page is claimed, so a fill never waits for the pool while holding pages.
+
+use super::map::{copy_runs, note_refaults, publish, wake_page, Mapped};
+use super::readahead::{large_whole, readahead_done, small_window};
+use crate::bufs::Scratch;
+use crate::page::{kind, Claim, PageWord, CLEAN_MAX_ENTRY};
+use crate::reclaim::{self, entry};
+use crate::region::{self, RegionInner};
+use crate::stats::inc;
+use crate::uffd::Filled;
+use crate::{Pager, PAGE_SIZE};
+use std::sync::atomic::Ordering;
+
+/// Fill the folio around `pg` (state `w0`). Returns false when it lost a race (retry).
+///
+/// Every way of filling is the same sequence: **claim** the pages (a [`Claim`]: CAS to
+/// `BUSY`, rolled back if the path gives up), **load** the data (the swap cache, a buffer
+/// from the store, or zeros), **copy** it into place (`UFFDIO_COPY`; pages the kernel refuses
+/// are rolled back), **publish** the pages mapped (RESIDENT, or CLEAN keeping their swap
+/// entries), and **put** what held the data before (store entries, the cache object). The
+/// four ways differ in which pages they claim and where the data comes from:
+/// - [`fill_cached`]: a refault from the swap cache, the whole cached folio;
+/// - [`fill_large`]: a large stored folio swapped in whole (or its still-stored parts);
+/// - [`fill_one_of_large`]: only the faulting page of a large stored folio;
+/// - [`fill_small`]: zero-fill or 4 KiB swap-in (a whole folio, a readahead window, a page).
+pub(super) fn fill(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write: bool, wake: bool) -> bool {
+    let k0 = w0.order();
+    match w0.kind() {
+        kind::CACHED => fill_cached(p, r, pg, w0, write, wake),
+        kind::SWAPPED if k0 > 0 => {
+            if large_whole(p, r, pg) {
+                fill_large(p, r, pg, w0, write, wake)
+            } else {
+                fill_one_of_large(p, r, pg, w0, write, wake)
+            }
+        }
+        _ => fill_small(p, r, pg, w0, write, wake),
+    }
+}
+
+/// Refault of an inactive folio: promote it whole from the swap cache.
+fn fill_cached(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write: bool, wake: bool) -> bool {
+    let k0 = w0.order();
+    let n = 1usize << k0;
+    let head = pg & !(n - 1);
+    // Claim: all pages or none.
+    let mut bi = p.bufs.take();
+    let (_, Scratch { old, kept }) = bi.parts();
+    let mut c = Claim::new(r.words(head, n), old);
+    for i in 0..n {
+        if !c.take(i, w0) {
+            return false; // the claim rolls back
+        }
+    }
+    // Load: the cache object holds the folio. A clean folio demoted here still has its swap
+    // entries: a read maps it clean again.
+    let o = region::cached_obj(w0, k0);
+    let k = reclaim::clean_tags(p, o, n, kept);
+    let clean = k == n && !write && p.keep.keep(p);
+    // Copy.
+    // SAFETY: the cache object holds the folio; the pages are claimed and missing.
+    let res = unsafe { p.uffd.copy(r.addr(head), p.cache.ptr(o), PAGE_SIZE << k0, clean, wake) };
+    if res.is_err() {
+        if n == 1 || crate::uffd::AGAIN.with(|c| c.get()) {
+            c.roll_back_all();
+            wake_page(p, r, pg, wake);
+            return true; // unmapped meanwhile, or an event pending (retried)
+        }
+        // The folio spans mappings the kernel will not fill in one call (part of it
+        // is PROT_NONE now): promote it page by page; a page that cannot be mapped
+        // keeps its data in the store.
+        uncache_by_page(p, r, head, o, &kept[..n], &mut c, wake);
+        wake_page(p, r, pg, wake);
+        return true;
+    }
+    // Publish, put. A page that was present already is the kernel's truth: not clean (see
+    // `Copied::existed`).
+    let clean = clean && matches!(res, Ok(Filled::Done));
+    reclaim::clear_clean_tags(p, o, n);
+    let hot = reclaim::refault_is_hot(p, r, pg);
+    if clean {
+        publish(p, r, head, &mut c, Mapped::CleanKept(&kept[..n]), hot);
+    } else {
+        for &w in kept[..n].iter().filter(|&&w| w != PageWord::NONE) {
+            p.store.put(w.payload(), 1);
+        }
+        publish(p, r, head, &mut c, Mapped::Resident, hot);
+    }
+    p.cache.free(o);
+    inc(&p.counters.fault_cache, 1);
+    if !p.ws.bypassed() {
+        // (While bypassed, the swap cache is not aged: a hit on what it still holds
+        // from before says nothing about recency; shadows measure instead.)
+        p.ws.hit(1);
+    }
+    true
+}
+
+/// Swap in a large stored folio whole: take every page of the folio still in the store
+/// (pages swapped in alone earlier are skipped), load the folio once, copy the runs.
+fn fill_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write: bool, wake: bool) -> bool {
+    let k0 = w0.order();
+    let n = 1usize << k0;
+    let head = pg & !(n - 1);
+    let e_head = w0.payload() - (pg - head) as u64;
+    // Claim: every page still holding its stored word; the faulting one at least.
+    let mut bi = p.bufs.take();
+    let (data, scratch) = bi.parts();
+    let mut c = Claim::new(r.words(head, n), &mut scratch.old);
+    let mut all = true;
+    for i in 0..n {
+        all &= c.take(i, PageWord::swapped(k0, e_head + i as u64));
+    }
+    if !c.held(pg - head) {
+        return false; // the claim rolls back
+    }
+    // Load: the whole folio in one load, or its still-stored parts block by block.
+    let buf = &mut data[..PAGE_SIZE << k0];
+    let mut res = Ok(());
+    if all {
+        res = p.store.load(e_head, buf);
+    } else {
+        reclaim::blocks(0, n, &|i| c.held(i), |i, k| {
+            if res.is_ok() {
+                res = p.store.load(e_head + i as u64, &mut buf[i * PAGE_SIZE..(i + (1 << k)) * PAGE_SIZE]);
+            }
+        });
+    }
+    if res.is_err() {
+        crate::sys::fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
+    }
+    // Copy.
+    let clean = all && !write && e_head + (n as u64) < CLEAN_MAX_ENTRY && p.keep.keep(p);
+    let Some(copied) = copy_runs(p, r, head, &c, buf.as_ptr(), clean, wake) else {
+        c.roll_back_all();
+        return true;
+    };
+    // Pages the kernel would not fill keep their words.
+    c.roll_back(&copied.failed);
+    let clean = clean && c.all_held() && !copied.existed;
+    if !c.held(pg - head) {
+        wake_page(p, r, pg, wake);
+    }
+    // Publish, put.
+    let hot = reclaim::refault_is_hot(p, r, pg);
+    if clean {
+        publish(p, r, head, &mut c, Mapped::CleanOld, hot);
+    } else {
+        for i in 0..n {
+            if c.held(i) {
+                p.store.put(e_head + i as u64, 1);
+            }
+        }
+        publish(p, r, head, &mut c, Mapped::Resident, hot);
+    }
+    note_refaults(p, r, head, (0..n).map(|i| c.held(i)));
+    if all {
+        inc(&p.counters.swpin[k0 as usize], 1);
+    } else {
+        // As the kernel's mTHP fallback: the folio was not swapped in whole; the pages that
+        // were are counted as order-0 swap-ins (so `swpin` alone adds up to pswpin).
+        inc(&p.counters.swpin_fallback[k0 as usize], 1);
+        inc(&p.counters.swpin[0], (0..n).filter(|&i| c.held(i)).count() as u64);
+    }
+    inc(&p.counters.fault_swapin, 1);
+    true
+}
+
+/// Swap in only page `pg` of a large stored folio (`swpin_fallback`).
+fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write: bool, wake: bool) -> bool {
+    let k0 = w0.order();
+    let e = w0.payload();
+    // Claim.
+    let mut bi = p.bufs.take();
+    let (data, scratch) = bi.parts();
+    let mut c = Claim::new(r.words(pg, 1), &mut scratch.old);
+    if !c.take(0, w0) {
+        return false;
+    }
+    // Load.
+    let buf = &mut data[..PAGE_SIZE];
+    if p.store.load(e, buf).is_err() {
+        crate::sys::fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
+    }
+    // Copy.
+    let clean = !write && e < CLEAN_MAX_ENTRY && p.keep.keep(p);
+    // SAFETY: page pg is claimed and missing; the buffer holds its data.
+    let res = unsafe { p.uffd.copy(r.addr(pg), buf.as_ptr(), PAGE_SIZE, clean, wake) };
+    if res.is_err() {
+        c.roll_back_all();
+        wake_page(p, r, pg, wake);
+        return true;
+    }
+    // Publish, put (a page present already is not clean: see `Copied::existed`).
+    let clean = clean && matches!(res, Ok(Filled::Done));
+    let hot = reclaim::refault_is_hot(p, r, pg);
+    if clean {
+        publish(p, r, pg, &mut c, Mapped::CleanOld, hot);
+    } else {
+        p.store.put(e, 1);
+        publish(p, r, pg, &mut c, Mapped::Resident, hot);
+    }
+    note_refaults(p, r, pg, std::iter::once(true));
+    inc(&p.counters.swpin_fallback[k0 as usize], 1);
+    inc(&p.counters.swpin[0], 1);
+    inc(&p.counters.fault_swapin, 1);
+    true
+}
+
+/// Zero-fill or 4 KiB swap-in around `pg`: the whole folio of the region when faults are
+/// sequential (a swap-in: a stream of [`STREAM_STEPS`]; or not adaptive), a readahead window
+/// in 4 KiB regions, else just the page ([`small_window`]).
+///
+/// [`STREAM_STEPS`]: super::readahead::STREAM_STEPS
+fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write: bool, wake: bool) -> bool {
+    let fo = r.folio_order;
+    let (first, n) = small_window(p, r, pg, w0);
+    // Claim: zero-fill and 4 KiB stored pages; the faulting one at least.
+    let mut bi = p.bufs.take();
+    let (data, scratch) = bi.parts();
+    let mut c = Claim::new(r.words(first, n), &mut scratch.old);
+    let mut any_swapped = false;
+    let mut all_swapped = true;
+    for i in 0..n {
+        let q = first + i;
+        let w = if q == pg { w0 } else { r.word(q).load(Ordering::Acquire) };
+        let k = w.kind();
+        let ok = (k == kind::NONE || (k == kind::SWAPPED && w.order() == 0)) && c.take(i, w);
+        if ok {
+            any_swapped |= k == kind::SWAPPED;
+            all_swapped &= k == kind::SWAPPED && w.payload() < CLEAN_MAX_ENTRY;
+        } else if q == pg {
+            return false; // the claim rolls back
+        } else if fo == 0 {
+            // Readahead window: stop at the first page we cannot take.
+            break;
+        }
+    }
+    if !any_swapped && !write && n == 1 {
+        // A read of a never-written page: map the shared zero page.
+        if p.uffd.zeropage(r.addr(pg), PAGE_SIZE, wake).is_err() {
+            c.roll_back_all();
+            wake_page(p, r, pg, wake);
+            return true;
+        }
+        publish(p, r, first, &mut c, Mapped::Resident, false);
+        inc(&p.counters.fault_zero, 1);
+        return true;
+    }
+    // Load: stored pages from the store, the others zero.
+    let src: *const u8 = if any_swapped {
+        let buf = &mut data[..n * PAGE_SIZE];
+        for i in 0..n {
+            if !c.held(i) {
+                continue;
+            }
+            let dst = &mut buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE];
+            if c.old(i).kind() == kind::SWAPPED {
+                if p.store.load(c.old(i).payload(), dst).is_err() {
+                    crate::sys::fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
+                }
+            } else {
+                dst.fill(0);
+            }
+        }
+        buf.as_ptr()
+    } else {
+        p.bufs.zero()
+    };
+    // Copy.
+    let clean = any_swapped && all_swapped && !write && p.keep.keep(p);
+    let Some(copied) = copy_runs(p, r, first, &c, src, clean, wake) else {
+        c.roll_back_all();
+        return true;
+    };
+    // Pages the kernel would not fill keep their words (and their entries).
+    c.roll_back(&copied.failed);
+    let clean = clean && !copied.existed;
+    if !c.held(pg - first) {
+        wake_page(p, r, pg, wake);
+    }
+    // Publish, put.
+    let swapped_at = |c: &Claim<'_>, i: usize| c.held(i) && c.old(i).kind() == kind::SWAPPED;
+    let mut swapped = 0u64;
+    for i in 0..n {
+        if swapped_at(&c, i) {
+            if !clean {
+                p.store.put(c.old(i).payload(), 1);
+            }
+            swapped += 1;
+        }
+    }
+    let hot = w0.kind() == kind::SWAPPED && reclaim::refault_is_hot(p, r, pg);
+    publish(p, r, first, &mut c, if clean { Mapped::CleanOld } else { Mapped::Resident }, hot);
+    if swapped > 0 {
+        note_refaults(p, r, first, (0..n).map(|i| swapped_at(&c, i)));
+    }
+    if w0.kind() == kind::SWAPPED {
+        inc(&p.counters.fault_swapin, 1);
+        inc(&p.counters.swpin[0], swapped);
+        if fo == 0 && n > 1 {
+            readahead_done(p, r, first, n, swapped);
+        }
+    } else {
+        inc(&p.counters.fault_zero, 1);
+        if swapped > 0 {
+            inc(&p.counters.swpin[0], swapped);
+        }
+    }
+    true
+}
+
+/// Promote the cached folio `[head, head + n)` (cache object `o`, every page held by `c`,
+/// `kept` its pages' kept SWAPPED words) page by page: pages the kernel maps become RESIDENT,
+/// the others are stored as 4 KiB pages (their data is never dropped). Publishes every page
+/// of `c`, and frees the cache object.
+fn uncache_by_page(
+    p: &Pager,
+    r: &RegionInner,
+    head: usize,
+    o: crate::arena::Obj,
+    kept: &[PageWord],
+    c: &mut Claim<'_>,
+    wake: bool,
+) {
+    let n = c.len();
+    reclaim::clear_clean_tags(p, o, n);
+    let mut mapped = 0i64;
+    for i in 0..n {
+        // SAFETY: page i of the claimed cache object.
+        let src = unsafe { p.cache.ptr(o).add(i * PAGE_SIZE) };
+        // SAFETY: src is one readable page; the destination page is claimed.
+        if unsafe { p.uffd.copy(r.addr(head + i), src, PAGE_SIZE, false, wake) }.is_ok() {
+            if kept[i] != PageWord::NONE {
+                p.store.put(kept[i].payload(), 1);
+            }
+            c.set(i, PageWord::resident(0));
+            p.active.push(entry(r, head + i, 0));
+            mapped += 1;
+            continue;
+        }
+        if kept[i] != PageWord::NONE {
+            c.set(i, PageWord::swapped(0, kept[i].payload()));
+            continue;
+        }
+        // SAFETY: as above.
+        let d = unsafe { std::slice::from_raw_parts(src, PAGE_SIZE) };
+        let mut nw = [PageWord::NONE; 1];
+        if reclaim::store_folio(p, d, 0, &mut nw).is_ok() {
+            c.set(i, PageWord::swapped(0, nw[0].payload()));
+        } else {
+            crate::sys::fatal("uswap-pager: a cached page could be neither mapped nor stored\n");
+        }
+    }
+    p.resident_pages.fetch_add(mapped, Ordering::AcqRel);
+    p.cache.free(o);
+}
