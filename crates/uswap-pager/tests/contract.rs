@@ -107,6 +107,9 @@ fn check_contract(mode: FaultMode, folio: usize, tiers: Option<&str>) {
         PagerConfig { limit_bytes: 4 << 20, folio_size: folio, fault_mode: mode, reclaim, ..Default::default() };
     if let Some(t) = tiers {
         cfg.tiers = t.into();
+        // No background recompressor: its pass, every `recompress_ms`, could take the idle
+        // objects between the two passes below, which must find them.
+        cfg.recompress_ms = 0;
     }
     let Some(p) = common::pager(cfg) else { return };
     let mut r = p.map(16 << 20).unwrap();
