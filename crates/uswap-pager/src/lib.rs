@@ -5,18 +5,18 @@
 //! pool exceed `limit_bytes`, cold folios are evicted to a [`PageStore`] and come back on the
 //! next access. Code using a region sees ordinary memory.
 //!
-//! Design (figures: `BENCHMARKS.md`, "fault hand-off in thread mode" and "fault-path options"):
+//! Design (the costs behind these choices are measured by `uswap bench`, results in `BENCHMARKS.md`):
 //! - **Faults are resolved in the faulting thread** ([`FaultMode::Sigbus`], the default for
 //!   programs that use the API). The userfaultfd is opened with `UFFD_FEATURE_SIGBUS`, so a
 //!   missing or write-protected page raises SIGBUS in the thread that touched it; the handler
 //!   (`fault`) swaps the folio in with `UFFDIO_COPY` and returns, and the instruction is
-//!   retried (about 3 µs per 4 KiB fault here, against about 20 µs for a hand-off to a handler
-//!   thread). A fault taken inside a system call then fails it with `EFAULT`, so buffers handed
-//!   to the kernel go through [`syscall`]'s prefault-and-retry wrappers.
+//!   retried, with no hand-off to another thread. A fault taken inside a system call then
+//!   fails it with `EFAULT`, so buffers handed to the kernel go through [`syscall`]'s
+//!   prefault-and-retry wrappers.
 //! - **Unmodified programs use [`FaultMode::Thread`]** (`uswap run`): a handler thread reads the
 //!   uffd and resolves faults while the faulting thread sleeps in the kernel, so a fault inside
-//!   any system call blocks instead of failing; the thread polls for 100 µs after a fault so
-//!   that a thrashing program's next fault finds it awake, and it moves to the CPU of the
+//!   any system call blocks instead of failing; the thread polls for a short while after a fault
+//!   so that a thrashing program's next fault finds it awake, and it moves to the CPU of the
 //!   thread whose faults it serves, so that a hand-off is a context switch rather than a
 //!   cross-CPU wake-up (`cpu`).
 //! - **Reclaim is direct**, in the faulting thread, in batches (`reclaim`): folios are
