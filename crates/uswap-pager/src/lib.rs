@@ -172,7 +172,7 @@ pub struct PagerConfig {
     /// Share of the limit the compressed pool may hold when a tier outside RAM takes the rest,
     /// in percent: where it starts, with `pool_adapt`.
     pub pool_percent: u8,
-    /// Let the pool's share follow the workload ([`pool_share`]) instead of staying at
+    /// Let the pool's share follow the workload (`pool_share`) instead of staying at
     /// `pool_percent` (off by default: it loses on some programs, see `pool_share`).
     pub pool_adapt: bool,
     /// Pages per reclaim batch (one `process_madvise` per batch).

@@ -506,7 +506,7 @@ pub fn recorded_high() -> usize {
 }
 
 /// Own mappings that could not be recorded (the table was full). While any are, nothing can
-/// prove a range is not the pager's, so adoption stops ([`crate::vma`]).
+/// prove a range is not the pager's, so adoption stops (`crate::vma`).
 pub fn overflowed() -> usize {
     OVERFLOW.load(Ordering::Relaxed)
 }

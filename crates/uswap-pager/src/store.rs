@@ -87,7 +87,7 @@ pub trait PageStore: Send + Sync {
         false
     }
     /// What the split of the limit between resident pages and the pool is decided from
-    /// ([`crate::pool_share`]): swap-ins from the pool and from the file with their time, and
+    /// (`crate::pool_share`): swap-ins from the pool and from the file with their time, and
     /// what each tier holds. `None` without both a pool and a file.
     fn tier_refaults(&self) -> Option<TierRefaults> {
         None

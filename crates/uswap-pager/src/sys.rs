@@ -164,7 +164,7 @@ pub(crate) fn fault_handler_mask(set: &mut libc::sigset_t) {
     }
 }
 
-/// Asynchronous signals blocked on this thread (the [`fault_handler_mask`]) until dropped,
+/// Asynchronous signals blocked on this thread (the `fault_handler_mask`) until dropped,
 /// which restores the mask as it was. Taken by a program thread for a pager operation that
 /// claims pages or calls the store (`discard_range`, `adopt`, a region's discard, eviction or
 /// retirement): a signal handler run in the middle could fault on memory the operation holds

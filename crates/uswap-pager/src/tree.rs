@@ -306,7 +306,7 @@ fn my_slot() -> Option<&'static Slot> {
     budget()?.slots.get(MY_SLOT.load(Ordering::Relaxed)).filter(|s| s.pid.load(Ordering::Relaxed) == std::process::id())
 }
 
-/// Whether this process holds a slot of the tree's budget ([`my_slot`]).
+/// Whether this process holds a slot of the tree's budget (`my_slot`).
 pub fn holds_slot() -> bool {
     my_slot().is_some()
 }

@@ -434,7 +434,7 @@ fn create(p: &Path) -> Result<BufWriter<std::fs::File>, String> {
     std::fs::File::create(p).map(|f| BufWriter::with_capacity(1 << 20, f)).map_err(|e| format!("{}: {e}", p.display()))
 }
 
-/// About `bytes` of lines "<16 hex digits> <word> <number>" for sort.
+/// About `bytes` of lines `"<16 hex digits> <word> <number>"` for sort.
 fn gen_lines(p: &Path, bytes: u64) -> Result<(), String> {
     let mut w = create(p)?;
     let mut r = Rng::new(1);
