@@ -13,8 +13,8 @@
 //! (picked by [`thread_shard`](crate::sync::thread_shard)), each behind its own mutex held for
 //! one submit-and-reap; no other lock is taken inside an engine.
 
-use super::pages::PageBuf;
 use crate::error::TierError;
+use crate::page_heap::PageBuf;
 use crate::sync::{lock, thread_shard, LockClass, Mutex};
 use std::fs::File;
 use std::os::fd::AsRawFd;

@@ -52,9 +52,9 @@
 //! pinned. Counters are relaxed atomics.
 
 use super::lz4::Lz4Table;
-use super::pages::{self, PageVec};
 use crate::backend::{Backend, Recompressed, Relocate, Stored, TierKind, Usage};
 use crate::error::TierError;
+use crate::page_heap::{self, PageVec};
 use crate::swap_table::{SwapEntry, MAX_ORDER, PAGE_SIZE, PAYLOAD_MAX};
 use crate::sync::{lock, AtomicBool, AtomicU64, LockClass, Mutex, Ordering};
 use crossbeam_utils::CachePadded;
@@ -456,7 +456,7 @@ impl Class {
                 spare.give(self.zspage_bytes() as u64);
                 m
             }
-            None => match pages::heap().alloc(self.zspage_bytes()) {
+            None => match page_heap::heap().alloc(self.zspage_bytes()) {
                 Some(m) => m,
                 None => {
                     self.free_ids.push(id);
@@ -534,7 +534,7 @@ impl Class {
             self.spare.push(zs.mem);
         } else {
             // SAFETY: allocated in new_zspage with this size; no handle names it now.
-            unsafe { pages::heap().free(zs.mem, self.zspage_bytes()) };
+            unsafe { page_heap::heap().free(zs.mem, self.zspage_bytes()) };
         }
         self.free_ids.push(id);
     }
@@ -545,11 +545,11 @@ impl Drop for Class {
         let bytes = self.zspage_bytes();
         for m in self.spare.drain(..) {
             // SAFETY: allocated in new_zspage with this size, freed exactly once here.
-            unsafe { pages::heap().free(m, bytes) };
+            unsafe { page_heap::heap().free(m, bytes) };
         }
         for zs in self.zspages.iter().flatten() {
             // SAFETY: allocated in new_zspage with this size, freed exactly once here.
-            unsafe { pages::heap().free(zs.mem, bytes) };
+            unsafe { page_heap::heap().free(zs.mem, bytes) };
         }
     }
 }
@@ -596,11 +596,11 @@ impl Drop for LargeArea {
     fn drop(&mut self) {
         for (m, alloc) in self.spare.drain(..) {
             // SAFETY: allocated with this size in place(); kept here only.
-            unsafe { pages::heap().free(m, alloc) };
+            unsafe { page_heap::heap().free(m, alloc) };
         }
         for l in self.slots.iter().flatten() {
             // SAFETY: allocated with this size in place(); freed once.
-            unsafe { pages::heap().free(l.mem, l.alloc) };
+            unsafe { page_heap::heap().free(l.mem, l.alloc) };
         }
     }
 }
@@ -864,14 +864,14 @@ impl ZPool {
             while let Some(z) = cl.spare.pop() {
                 self.spare.give(bytes as u64);
                 // SAFETY: a spare zspage of this class, allocated with this size; no handle names it.
-                unsafe { pages::heap().free(z, bytes) };
+                unsafe { page_heap::heap().free(z, bytes) };
             }
         }
         let mut la = lock(&self.large);
         while let Some((m, a)) = la.spare.pop() {
             self.spare.give(a as u64);
             // SAFETY: a spare large allocation of this size; no handle names it.
-            unsafe { pages::heap().free(m, a) };
+            unsafe { page_heap::heap().free(m, a) };
         }
     }
 
@@ -1033,7 +1033,7 @@ impl ZPool {
                 self.spare.give(a as u64);
                 (m, a)
             }
-            None => (pages::heap().alloc(alloc).ok_or(TierError::Reject)?, alloc),
+            None => (page_heap::heap().alloc(alloc).ok_or(TierError::Reject)?, alloc),
         };
         // SAFETY: `mem` has `alloc >= size` bytes, s.buf has `size` bytes, they do not overlap.
         unsafe { std::ptr::copy_nonoverlapping(s.buf.as_ptr(), mem.as_ptr(), size) };
@@ -1153,7 +1153,7 @@ impl ZPool {
             self.total.fetch_sub(l.alloc as u64, Ordering::Relaxed);
             if !kept {
                 // SAFETY: allocated in place() with this size; removed from the area above.
-                unsafe { pages::heap().free(l.mem, l.alloc) };
+                unsafe { page_heap::heap().free(l.mem, l.alloc) };
             }
             return Some((l.hdr, l.alloc as u64));
         }

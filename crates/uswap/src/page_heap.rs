@@ -1,4 +1,6 @@
-//! Page-granular memory for the compressed pool: zspages and large objects ([`PageHeap`]).
+//! Page-granular memory that leaves the process when freed ([`PageHeap`]): the compressed
+//! pool's zspages and large objects, the swap tables, the cluster lists' vectors and the swap
+//! cache's buffers. It sits at the bottom of the engine (it uses only [`crate::sync`]).
 //!
 //! The pool's size is charged to a limit (the pager's resident limit counts it, as a memory
 //! cgroup counts zswap), so when the pool shrinks its memory must leave the process. A general
