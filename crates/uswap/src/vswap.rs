@@ -272,8 +272,8 @@ impl Engine {
             stamps: Stamps::new(nr_slots as usize),
             epoch: Instant::now(),
             // 0: decided at the first drain (`available_parallelism` reads the cgroup's CPU
-            // quota files: 0.1 ms of every process's start under `uswap run`, for a drain
-            // that most never make).
+            // quota files, a cost at every process's start under `uswap run`, for a drain that
+            // most never make).
             drain_threads: StdAtomicUsize::new(if cfg!(any(loom, shuttle)) { 1 } else { 0 }),
         })
     }
