@@ -19,6 +19,8 @@
 //! - [`stats`]: kernel-named counters, sharded so the hot path stays cheap.
 //! - [`procfs`]: file work of uswap's own threads, in a descriptor table of its own.
 //! - [`size`]: the one parser and printer of byte sizes (`1.5G`, `256MiB`, `50%`).
+//! - [`page_heap`]: page-granular memory that goes back to the kernel when freed, at the bottom
+//!   of the engine (the swap table, the cluster lists, the swap cache and the pool use it).
 //!
 //! `docs/design.md` in the repository is the contract between these parts (bit layout of the
 //! table word, lock order, engine API).
@@ -29,6 +31,7 @@ pub mod config;
 pub mod error;
 pub mod fails;
 pub mod group;
+pub mod page_heap;
 pub mod procfs;
 pub mod size;
 pub mod stats;

@@ -16,8 +16,7 @@
 //! The helper runs from [`start`] (the pager starts it where it starts its own threads: when
 //! it is made, and in a fork child before the child's threads run) until the process exits; a
 //! fork child has none until its [`start`]. Without a helper in this process (not started, or
-//! the kernel refused a table of its own) the work runs inline on the caller, as it did before
-//! this module.
+//! the kernel refused a table of its own) the work runs inline on the caller.
 //!
 //! Locking: callers are served one at a time, in the order they take `CALL` (a futex word:
 //! 0 free, 1 taken, 2 taken with waiters). The caller holding it posts its work in `WORK` and

@@ -41,9 +41,9 @@
 
 use crate::cluster::{ClusterGuard, SwapSpace};
 use crate::error::SwapError;
+use crate::page_heap::PageBuf;
 use crate::swap_table::{Kind, SwapEntry, Word, MAX_ORDER, NR_ORDERS, PAGE_SIZE, PAYLOAD_MAX, SLOTS_PER_CLUSTER};
 use crate::sync::{lock, thread_shard, AtomicPtr, AtomicU32, AtomicU64, Condvar, LockClass, Mutex, Ordering};
-use crate::tier::pages::PageBuf;
 use crossbeam_utils::CachePadded;
 use std::cell::UnsafeCell;
 

@@ -218,7 +218,7 @@ impl SwapTable {
         Box::new(SwapTable { words: std::array::from_fn(|_| AtomicU64::new(0)) })
     }
 
-    /// A table of free slots in memory of the page heap ([`crate::tier::pages::heap`]), not
+    /// A table of free slots in memory of the page heap ([`crate::page_heap::heap`]), not
     /// the process's allocator: tables come and go on the fault path (a store takes a cluster
     /// that had none, a put empties one). Free it with [`SwapTable::free_raw`]. (Under loom,
     /// a box: loom's atomics are not plain words.)
@@ -226,7 +226,7 @@ impl SwapTable {
         #[cfg(not(loom))]
         {
             const { assert!(std::mem::size_of::<SwapTable>() == 4096) };
-            match crate::tier::pages::heap().alloc(std::mem::size_of::<SwapTable>()) {
+            match crate::page_heap::heap().alloc(std::mem::size_of::<SwapTable>()) {
                 // A zero-filled page: 512 FREE words (an AtomicU64 is a plain u64 in memory).
                 Some(p) => p.as_ptr().cast(),
                 None => std::alloc::handle_alloc_error(std::alloc::Layout::new::<SwapTable>()),
@@ -244,8 +244,7 @@ impl SwapTable {
         #[cfg(not(loom))]
         // SAFETY: a page-heap block of this size (caller's contract), unused from now.
         unsafe {
-            crate::tier::pages::heap()
-                .free(std::ptr::NonNull::new_unchecked(p.cast()), std::mem::size_of::<SwapTable>())
+            crate::page_heap::heap().free(std::ptr::NonNull::new_unchecked(p.cast()), std::mem::size_of::<SwapTable>())
         };
         #[cfg(loom)]
         // SAFETY: from Box::into_raw in alloc_raw (caller's contract).

@@ -192,7 +192,7 @@ unsafe impl Sync for Stamps {}
 impl Stamps {
     fn new(n: usize) -> Stamps {
         let bytes = (n.max(1) * 4).next_multiple_of(PAGE_SIZE);
-        match crate::tier::pages::map(bytes, true).and_then(|p| std::ptr::NonNull::new(p as *mut StdAtomicU32)) {
+        match crate::page_heap::map(bytes, true).and_then(|p| std::ptr::NonNull::new(p as *mut StdAtomicU32)) {
             Some(ptr) => Stamps { ptr, len: n },
             // No address space: no stamps (every object then looks as old as the engine).
             None => Stamps { ptr: std::ptr::NonNull::dangling(), len: 0 },
@@ -272,8 +272,8 @@ impl Engine {
             stamps: Stamps::new(nr_slots as usize),
             epoch: Instant::now(),
             // 0: decided at the first drain (`available_parallelism` reads the cgroup's CPU
-            // quota files: 0.1 ms of every process's start under `uswap run`, for a drain
-            // that most never make).
+            // quota files, a cost at every process's start under `uswap run`, for a drain that
+            // most never make).
             drain_threads: StdAtomicUsize::new(if cfg!(any(loom, shuttle)) { 1 } else { 0 }),
         })
     }
@@ -1233,7 +1233,7 @@ impl Engine {
                 .iter_mut()
                 .filter_map(|(lf, _)| lf.data_mut().map(|d| (d.as_mut_ptr() as usize, d.len())))
                 .collect();
-            crate::tier::pages::populate(&mut bufs);
+            crate::page_heap::populate(&mut bufs);
             let mut reqs: Vec<LoadReq<'_>> = batch
                 .iter_mut()
                 .map(|(lf, _)| {

@@ -7,9 +7,8 @@
 //! commits a page only when it is first written), and only clusters `0..ready` are
 //! initialized: the allocator makes the next one ready when it wants a free cluster
 //! (`SwapSpace::isolate_lock_in`: never-used clusters first, in order, as when every cluster
-//! started on the free list). Measured (2026-11-28): `sleep` under `uswap run` held 4.7 MB of
-//! anonymous memory, 3.4 MB of it this array written whole at start; a three-stage pipeline
-//! paid that four times (one per process, the shell included).
+//! started on the free list). Written whole at start, the array would be most of the anonymous
+//! memory of a small program under `uswap run`, paid again by every process of a pipeline.
 //!
 //! Locking: clusters are made ready only under the space's list lock (one writer at a time);
 //! `ready` is published with Release after the clusters below it are written, and a reader

@@ -10,7 +10,7 @@
 //! Locking: none here. The whole structure lives behind the space's list lock
 //! (`SwapSpace::lists`).
 
-use crate::tier::pages::PageVec;
+use crate::page_heap::PageVec;
 
 /// "No cluster".
 pub(super) const NIL: u32 = u32::MAX;

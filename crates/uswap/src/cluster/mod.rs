@@ -49,7 +49,7 @@ const INVALID: u64 = u64::MAX;
 /// How fragment clusters are searched.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default, serde::Serialize)]
 pub enum FragPolicy {
-    /// The kernel's (v6.18) policy: try one cluster from frag[order] per allocation.
+    /// The kernel's (v6.18) policy: try one cluster from `frag[order]` per allocation.
     #[default]
     ScanOne,
     /// Chris Li's proposal: frag clusters bucketed by how free they are, freer buckets first,

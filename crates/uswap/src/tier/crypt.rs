@@ -135,7 +135,7 @@ mod tests {
     }
 
     /// A fork child shares the nonce counter with its parent: pages sealed by the two after
-    /// the fork never share a nonce (the bug: the child copied the counter and repeated the
+    /// the fork never share a nonce (a child with a copy of the counter would repeat the
     /// parent's nonces under the same key).
     #[test]
     fn fork_child_and_parent_never_share_a_nonce() {

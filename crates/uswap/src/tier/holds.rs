@@ -7,9 +7,9 @@
 //! holders, and a table of rows, one per process, each with a state word, the process's start
 //! time and a bitmap of the clusters it holds. The rows' headers lie together, apart from their
 //! bitmaps: counting or reaping the rows reads 64 KiB, not a page of every row (with a 64 GiB
-//! file's 32 768 clusters a row is 4 KiB, and every process that wrote its statistics read 1024
-//! pages of this mapping: 0.5 ms and 4 MiB of shared memory, allocated by the reads, at every
-//! exit of a short-lived process). A process holds a cluster while its copy of the
+//! file's 32 768 clusters a row is 4 KiB, and reading every row would fault in, and allocate,
+//! a page of shared memory per row at every exit of a short-lived process that writes its
+//! statistics). A process holds a cluster while its copy of the
 //! tables may name a slot in it (the allocator claims a free cluster with one CAS of its count
 //! from 0 to 1, and releases it when its last slot here is freed). The count is the number of
 //! rows whose bit is set, plus at most one claim in flight per process (a process killed
@@ -56,8 +56,8 @@ const NONE: usize = usize::MAX;
 /// have taken it within milliseconds).
 const PENDING_GRACE_NS: u64 = 30_000_000_000;
 /// Byte offset of the rows' high-water mark: rows `0..mark` are all ever taken, so counting and
-/// reaping read that many headers, not all [`NR_ROWS`] (16 pages: 16 page faults at every exit
-/// of a short-lived process that wrote its statistics, 2026-11-29).
+/// reaping read that many headers, not all [`NR_ROWS`] (16 pages, faulted in at every exit of
+/// a short-lived process that writes its statistics).
 const ROWS_USED: usize = 0;
 /// Bytes of a row's header (state, start time, stamp), one cache line.
 const ROW_HEAD: usize = 64;
@@ -377,9 +377,9 @@ mod tests {
     use super::*;
 
     /// Counting the sharers (every statistics snapshot does) and reaping read the rows'
-    /// headers, not a page of every row: with a 64 GiB file (32 768 clusters, 4 KiB bitmaps)
-    /// they used to fault in 1024 pages of shared memory; and only the headers of rows ever
-    /// taken (all 1024 headers were 16 pages). Rows taken for fork children are counted.
+    /// headers, not a page of every row (with a 64 GiB file: 32 768 clusters, 4 KiB bitmaps,
+    /// 1024 pages of shared memory), and only the headers of rows ever taken (all 1024 headers
+    /// are 16 pages). Rows taken for fork children are counted.
     #[test]
     fn counting_rows_reads_only_their_headers() {
         let file = tempfile::tempfile().unwrap();

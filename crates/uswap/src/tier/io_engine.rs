@@ -6,15 +6,15 @@
 //! every operation on it has completed. If an engine cannot prove that the kernel is done with a
 //! buffer (an io_uring wait that fails with requests still in flight), it keeps the buffer for
 //! the rest of its life (quarantine) and returns `None`, so the kernel can never write into
-//! memory that was freed or reused. This is the fix for the use-after-free class described in
-//! foyer issue #1286, where the future owning a buffer could be dropped mid-I/O.
+//! memory that was freed or reused: the use-after-free class of foyer issue #1286, where the
+//! future owning a buffer could be dropped mid-I/O, cannot happen here.
 //!
 //! Locking: [`PsyncEngine`] takes no lock. [`UringEngine`] has one ring per shard
 //! (picked by [`thread_shard`](crate::sync::thread_shard)), each behind its own mutex held for
 //! one submit-and-reap; no other lock is taken inside an engine.
 
-use super::pages::PageBuf;
 use crate::error::TierError;
+use crate::page_heap::PageBuf;
 use crate::sync::{lock, thread_shard, LockClass, Mutex};
 use std::fs::File;
 use std::os::fd::AsRawFd;

@@ -19,7 +19,7 @@
 //! stale bytes (which then fail authentication) rather than being undefined behaviour.
 
 use super::crypt::META_BYTES;
-use super::pages::PageVec;
+use crate::page_heap::PageVec;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 const WORDS: usize = META_BYTES / 8;

@@ -3,14 +3,14 @@
 //! Objects are stored fast with the pool's primary algorithm (lz4). A pass, run by the owner
 //! of the pool when it chooses (explicitly, or from a background thread; never on the fault
 //! path), re-encodes the objects that have been idle with the secondary algorithm of
-//! [`PoolConfig::recompress`] (zstd at a high level), and keeps the new copy only if it lands
-//! in a smaller size class (or, for a large object, fewer pages). The new copy is placed like a
-//! store, reported through the [`Relocate`] hook exactly as compaction reports a move, and the
-//! old copy is freed once the owner took the new handle (or the new copy is freed if it
-//! refused). The object header records the codec, so loads need nothing new: a recompressed
-//! object is a zstd object, decoded with the thread's preallocated zstd context (made on the
-//! thread's first load when the pool may hold zstd objects, so the fault path never
-//! allocates for it).
+//! [`PoolConfig::recompress`](super::PoolConfig::recompress) (zstd at a high level), and
+//! keeps the new copy only if it lands in a smaller size class (or, for a large object, fewer
+//! pages). The new copy is placed like a store, reported through the [`Relocate`] hook exactly
+//! as compaction reports a move, and the old copy is freed once the owner took the new handle
+//! (or the new copy is freed if it refused). The object header records the codec, so loads
+//! need nothing new: a recompressed object is a zstd object, decoded with the thread's
+//! preallocated zstd context (made on the thread's first load when the pool may hold zstd
+//! objects, so the fault path never allocates for it).
 //!
 //! Idleness is tracked per zspage (and per large object), not per object: a store into a
 //! zspage or a load from it marks it *touched*; [`ZPool::mark_idle`] clears every mark
@@ -38,7 +38,18 @@
 //! copy out an object, to place the new copy and to free the old; none is held across
 //! decompression, compression or the relocate hook.
 
-use super::*;
+use super::class::Zspage;
+use super::codec::{codec_of, SCRATCH};
+use super::config::Compressor;
+use super::large::Large;
+use super::layout::{
+    class_size, handle, hdr_codec, hdr_len, hdr_order, hdr_owner, make_hdr, split, CLASS_MAX, CODEC_RAW, HDR,
+    LARGE_CLASS, NR_CLASSES, OBJ_BITS, USED, ZS_BITS,
+};
+use super::ZPool;
+use crate::backend::{Recompressed, Relocate};
+use crate::swap_table::{SwapEntry, PAGE_SIZE};
+use crate::sync::{lock, AtomicU64, Ordering};
 
 /// While nonzero, every recompression pass of the process stops at its next object
 /// ([`hold_off`]).
@@ -61,7 +72,7 @@ fn held_off() -> bool {
     HOLD_OFF.load(std::sync::atomic::Ordering::SeqCst) > 0
 }
 
-/// Counters of recompression (see [`PoolStats`]).
+/// Counters of recompression (see [`PoolStats`](super::PoolStats)).
 #[derive(Default)]
 pub(super) struct Counters {
     pub(super) objects: AtomicU64,
@@ -120,9 +131,10 @@ impl ZPool {
 
     /// One recompression pass (see the module doc): every object idle since the last
     /// [`ZPool::mark_idle`] (or every object, `idle_only` false) not yet in the secondary
-    /// codec is re-encoded with [`PoolConfig::recompress`] and moved if that takes a smaller
-    /// slot, each move reported through `relocate`. Returns at once, doing nothing, when no
-    /// secondary algorithm is configured or a compaction or recompression pass is running.
+    /// codec is re-encoded with [`PoolConfig::recompress`](super::PoolConfig::recompress) and
+    /// moved if that takes a smaller slot, each move reported through `relocate`. Returns at
+    /// once, doing nothing, when no secondary algorithm is configured or a compaction or
+    /// recompression pass is running.
     pub fn recompress(&self, idle_only: bool, relocate: Relocate<'_>) -> Recompressed {
         let mut done = Recompressed::default();
         let Some(comp) = self.cfg.recompress else { return done };

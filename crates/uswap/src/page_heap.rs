@@ -1,10 +1,12 @@
-//! Page-granular memory for the compressed pool: zspages and large objects ([`PageHeap`]).
+//! Page-granular memory that leaves the process when freed ([`PageHeap`]): the compressed
+//! pool's zspages and large objects, the swap tables, the cluster lists' vectors and the swap
+//! cache's buffers. It sits at the bottom of the engine (it uses only [`crate::sync`]).
 //!
 //! The pool's size is charged to a limit (the pager's resident limit counts it, as a memory
 //! cgroup counts zswap), so when the pool shrinks its memory must leave the process. A general
 //! heap does not do that: glibc's malloc and the dlmalloc inside the LD_PRELOAD library keep
-//! freed chunks resident for reuse, and a pool that grew to 40 MiB and shrank to nothing still
-//! held 40 MiB of RSS. The pool's allocations are whole pages anyway, so they come from here:
+//! freed chunks resident for reuse, so a pool that grew and shrank to nothing would still hold
+//! its peak size as RSS. The pool's allocations are whole pages anyway, so they come from here:
 //! page-aligned blocks carved from one `MAP_NORESERVE` reservation (address space only; memory
 //! is committed on first touch). A freed block has its pages dropped (`MADV_DONTNEED`) and
 //! goes on the free list of its page count, so its address range is reused by the next block
@@ -14,11 +16,10 @@
 //! Freed blocks are released in batches ([`RELEASE_BATCH`] blocks or [`RELEASE_PAGES`] pages,
 //! whichever comes first) by one `process_madvise(2)` on this process: dropping pages flushes
 //! the TLB of every CPU the process runs on, and on a VM each such flush is an IPI (a VM exit)
-//! per other CPU. Measured on the project's 2-vCPU machine with a second thread running:
-//! 13.3 µs per block with one `madvise` each, 0.70 µs per block in batches of 64. A block
-//! waiting in the batch is not on a free list (so a block handed out still reads as zeros) and
-//! no longer counts in [`PageHeap::live_bytes`]: the process's RSS may exceed the live bytes by
-//! at most [`RELEASE_PAGES`] pages until the batch goes out ([`PageHeap::flush`] sends it now).
+//! per other CPU, so one flush per batch costs far less than one per block. A block waiting in
+//! the batch is not on a free list (so a block handed out still reads as zeros) and no longer
+//! counts in [`PageHeap::live_bytes`]: the process's RSS may exceed the live bytes by at most
+//! [`RELEASE_PAGES`] pages until the batch goes out ([`PageHeap::flush`] sends it now).
 //!
 //! One heap serves the whole process ([`heap`]): pools come and go (tests create hundreds) and
 //! share the reservation.
@@ -546,9 +547,10 @@ impl<T: Copy> PageVec<T> {
 
     /// An array of `n` zeros in a fresh mapping, whose pages cost nothing until written. A
     /// `vec![0; n]` is that only where the allocator maps large blocks fresh: the preload
-    /// library's internal heap writes every byte of a block under 256 KiB, and the cluster
-    /// lists' links (320 KiB for a 64 GiB swap file, in three arrays) were 71 zero-fill page
-    /// faults in every process `uswap run` started, nearly all never read again (2026-11-29).
+    /// library's internal heap writes every byte of a block under 256 KiB, and arrays such as
+    /// the cluster lists' links (320 KiB for a 64 GiB swap file, in three arrays) would cost
+    /// zero-fill page faults in every process `uswap run` starts, for pages nearly all never
+    /// read again.
     pub fn zeroed(n: usize) -> Self
     where
         T: Zeroable,
