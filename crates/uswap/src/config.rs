@@ -7,7 +7,7 @@
 //! | tier | meaning | keys |
 //! |---|---|---|
 //! | `zero` | zero-page elision (no backend: a flag) | |
-//! | `lz4`, `zstd`, `pool` | compressed pool (`pool` = lz4) | `pool=20%` or `pool=512M` (zswap `max_pool_percent`), `accept=90%` (`accept_threshold_percent`), `threshold=75%`, `incompressible=raw\|reject\|auto` (default auto: reject to a file tier below the pool, else raw), `folio=16k\|whole\|page` (default 16k), `comp=lz4\|zstd`, `level=1`, `recomp=zstd\|lz4\|off` (zram's `recomp_algorithm`: idle objects re-encoded by [`crate::Engine::recompress_tier`]; default off), `recomp_level=9` (zstd level of it; implies `recomp=zstd`) |
+//! | `lz4`, `zstd`, `pool` | compressed pool (`pool` = lz4) | `pool=20%` or `pool=512M` (zswap `max_pool_percent`), `accept=90%` (`accept_threshold_percent`), `threshold=75%`, `incompressible=raw\|reject\|auto` (default auto: reject to a file tier below the pool, else raw), `folio=16k\|whole\|page` (default 16k), `comp=lz4\|zstd`, `level=1`, `recomp=zstd\|lz4\|off` (zram's `recomp_algorithm`: idle objects re-encoded by [`crate::vswap::Engine::recompress_tier`]; default off), `recomp_level=9` (zstd level of it; implies `recomp=zstd`) |
 //! | `file[:PATH]` | swap file: an unlinked temp file in directory PATH (default `/var/tmp`), or the file/block device PATH | `size=8G`, `engine=psync\|uring`, `encrypt=on\|off`, `discard=on\|off`, `direct=on\|off` (O_DIRECT), `force` (use an existing file or device without uswap's header, overwriting it) |
 //! | `mem` | uncompressed RAM (tests) | `pages=N` |
 //!

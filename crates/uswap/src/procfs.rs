@@ -20,9 +20,9 @@
 //!
 //! Locking: callers are served one at a time, in the order they take `CALL` (a futex word:
 //! 0 free, 1 taken, 2 taken with waiters). The caller holding it posts its work in `WORK` and
-//! sets `TURN` to [`POSTED`]; the helper claims it ([`RUNNING`]), runs it and sets [`DONE`];
+//! sets `TURN` to `POSTED`; the helper claims it (`RUNNING`), runs it and sets `DONE`;
 //! each side waits on the value it last read, so neither spins. The caller takes `TURN`
-//! back to [`IDLE`] before it lets `CALL` go. The helper takes no lock, and the work may block
+//! back to `IDLE` before it lets `CALL` go. The helper takes no lock, and the work may block
 //! only in the kernel (a `/proc` read waits for the address-space lock at most), never on a
 //! uswap thread. [`try_private`] does not wait for `CALL`: the event thread uses it. A fork
 //! copies these words as they were; [`start`] in the child sets them afresh while the child
@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 const IDLE: u32 = 0;
 const POSTED: u32 = 1;
 const DONE: u32 = 2;
-/// The helper took the posted work (by CAS from [`POSTED`]) and runs it.
+/// The helper took the posted work (by CAS from `POSTED`) and runs it.
 const RUNNING: u32 = 3;
 
 static CALL: AtomicU32 = AtomicU32::new(0);
@@ -46,7 +46,7 @@ static TURN: AtomicU32 = AtomicU32::new(IDLE);
 /// and so sees no helper until it starts its own.
 static HELPER_PID: AtomicI32 = AtomicI32::new(0);
 
-/// The posted work: a pointer to the caller's closure, valid until `TURN` is [`DONE`].
+/// The posted work: a pointer to the caller's closure, valid until `TURN` is `DONE`.
 struct Work(UnsafeCell<Option<*mut (dyn FnMut() + 'static)>>);
 // SAFETY: written by the caller holding `CALL` before it publishes `POSTED` (Release), read by
 // the helper after it observes `POSTED` (Acquire), and not touched again until `DONE`.

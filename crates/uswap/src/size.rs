@@ -12,7 +12,7 @@
 //! | `50%` | (only where a total applies, e.g. `--limit`) a share of physical memory |
 //!
 //! Zero, negative numbers, unknown units and overflow are errors whose message names the
-//! input. [`format`] prints every size the same way: `4.0 KiB`, `12.3 MiB`, `1.50 GiB`.
+//! input. [`format()`] prints every size the same way: `4.0 KiB`, `12.3 MiB`, `1.50 GiB`.
 //!
 //! Locking: none (pure functions; [`parse_limit`] reads `/proc/meminfo` once per call).
 

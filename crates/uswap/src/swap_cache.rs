@@ -530,7 +530,7 @@ impl SwapCache {
     /// folio from a free list instead of the heap (the pager's fault path runs in a SIGBUS
     /// handler, where malloc is forbidden): every shard gets `per_shard` folios of each order
     /// up to 64 KiB, and shards 0 and 1 one of each larger order (any shard can take them,
-    /// see [`Self::alloc_folio`]). Call outside the fault path; idempotent (tops up).
+    /// see `Self::alloc_folio`). Call outside the fault path; idempotent (tops up).
     pub fn reserve(&self, max_order: u8, per_shard: usize) -> Result<(), SwapError> {
         for o in 0..=usize::from(max_order.min(MAX_ORDER)) {
             for sh in 0..NR_SHARDS {

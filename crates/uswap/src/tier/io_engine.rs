@@ -10,7 +10,7 @@
 //! future owning a buffer could be dropped mid-I/O, cannot happen here.
 //!
 //! Locking: [`PsyncEngine`] takes no lock. [`UringEngine`] has one ring per shard
-//! (picked by [`thread_shard`](crate::sync::thread_shard)), each behind its own mutex held for
+//! (picked by [`crate::sync::thread_shard`]), each behind its own mutex held for
 //! one submit-and-reap; no other lock is taken inside an engine.
 
 use crate::error::TierError;

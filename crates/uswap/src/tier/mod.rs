@@ -5,7 +5,7 @@
 //!   size-class allocator, a size limit with hysteresis, and compaction; its memory comes
 //!   from the page heap ([`crate::page_heap`], also at its old path `tier::pages`), which
 //!   gives freed pages back to the kernel.
-//! - [`file`]: the swap file or block device, with the cluster allocator over its physical
+//! - [`file`](mod@file): the swap file or block device, with the cluster allocator over its physical
 //!   slots, pluggable I/O engines ([`io_engine`]) and AES-256-GCM at rest ([`crypt`]); its
 //!   on-disk header and the checks that keep it off files and devices in use ([`swapfile`]);
 //!   its clusters' holds across the processes of a tree that share it after `fork` ([`holds`]).
