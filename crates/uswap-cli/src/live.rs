@@ -458,7 +458,7 @@ fn of_tree(pid: u64, dir: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
     let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { return false };
     env.split(|&b| b == 0)
-        .filter_map(|v| v.strip_prefix(b"USWAP_STATS_DIR="))
+        .filter_map(|v| v.strip_prefix(uswap_pager::launch::STATS_DIR.name.to_bytes())?.strip_prefix(b"="))
         .any(|v| std::fs::canonicalize(std::ffi::OsStr::from_bytes(v)).is_ok_and(|d| d == dir))
 }
 

@@ -169,7 +169,7 @@ pub fn shed_before_spawn() {
 
 /// The library to preload, or a message naming every way to provide one.
 pub fn locate() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("USWAP_PRELOAD") {
+    if let Some(p) = std::env::var_os(uswap_pager::launch::PRELOAD.os_name()) {
         return named(Path::new(&p));
     }
     let mut why = String::new();
@@ -188,8 +188,9 @@ pub fn locate() -> Result<PathBuf, String> {
     }
     Err(format!(
         "cannot find libuswap_ffi.so next to {}{why}: build uswap with `cargo build --release -p uswap-cli` (which \
-         embeds it) or `cargo install --path crates/uswap-cli`, or set USWAP_PRELOAD to the library's path",
-        exe.display()
+         embeds it) or `cargo install --path crates/uswap-cli`, or set {} to the library's path",
+        exe.display(),
+        uswap_pager::launch::PRELOAD.name()
     ))
 }
 
@@ -199,7 +200,8 @@ pub fn locate() -> Result<PathBuf, String> {
 /// directory.
 fn named(p: &Path) -> Result<PathBuf, String> {
     use std::io::Read;
-    let bad = |why: &str| Err(format!("USWAP_PRELOAD={}: {why}; unset it to use the built-in library", p.display()));
+    let var = uswap_pager::launch::PRELOAD.name();
+    let bad = |why: &str| Err(format!("{var}={}: {why}; unset it to use the built-in library", p.display()));
     if p.as_os_str().is_empty() {
         return bad("empty");
     }

@@ -69,6 +69,7 @@ mod fault;
 mod forkhold;
 mod forkserve;
 mod handle;
+pub mod launch;
 pub mod own;
 mod page;
 mod pool_share;

@@ -363,11 +363,7 @@ fn setup_kernel_on(ops: Box<dyn SysOps>, root: bool, want: Want, allowance: u64,
     match setup::setup_cgroup(&mut k.guard, &probe, 1 << 30) {
         Ok(cg) => {
             k.cgroup_version = Some(cg.version);
-            k.disk_zswap = match std::env::var("USWAP_BENCH_DISK_ZSWAP").as_deref() {
-                Ok("on") => true,
-                Ok("off") => false,
-                _ => cg.version == 2,
-            };
+            k.disk_zswap = uswap_pager::launch::BENCH_DISK_ZSWAP.read_std().ok().flatten().unwrap_or(cg.version == 2);
             if let Err(e) = k.guard.undo_now(&Undo::Rmdir(cg.dir)) {
                 skip_all(&mut k, format!("memory cgroup: cannot remove {probe}: {e}"));
                 return k;
