@@ -1158,7 +1158,7 @@ mod tests {
     /// (this test's own pid, so that it counts as running), an exited child and a process that
     /// runs without the pager; one whose program ended without exit(3).
     fn realistic_doc() -> Value {
-        let tiers = "zero,lz4:recomp=zstd,file:/var/tmp";
+        let tiers = uswap_pager::launch::DEFAULT_TIERS;
         let me = std::process::id();
         let info = |runner: u32, pid: u32| {
             json!({"runner_pid": runner, "runner_start_ticks": 1, "pid": pid, "command": ["python3", "train.py"],
@@ -1303,7 +1303,7 @@ mod tests {
         let long = "x".repeat(300);
         let t = &mut doc["trees"][0];
         t["command"] = json!(["python3", "-c", format!("import os\n{long}")]);
-        t["tiers"] = json!(format!("zero,lz4:recomp=zstd,file:/var/tmp/{long}"));
+        t["tiers"] = json!(format!("{}/{long}", uswap_pager::launch::DEFAULT_TIERS));
         t["runner_pid"] = json!(4_194_304);
         t["limit_bytes"] = json!(u64::MAX);
         for p in t["processes"].as_array_mut().unwrap() {

@@ -131,7 +131,7 @@ mod tests {
     fn the_program_starts_at_dashdash_or_the_first_word() {
         let a = run_args(&["uswap", "run", "--limit", "1G", "python3", "-c", "x", "--tiers", "y"]).unwrap();
         assert_eq!(cmd(&a), ["python3", "-c", "x", "--tiers", "y"]);
-        assert_eq!(a.tiers, "zero,lz4:recomp=zstd,file:/var/tmp");
+        assert_eq!(a.tiers, uswap_pager::launch::DEFAULT_TIERS);
         let a = run_args(&["uswap", "run", "--limit", "1G", "--", "ls", "-l"]).unwrap();
         assert_eq!(cmd(&a), ["ls", "-l"]);
         let a = run_args(&["uswap", "run", "--limit=1G", "-q", "--", "--weird", "--", "-x"]).unwrap();
@@ -179,6 +179,11 @@ mod tests {
             }
         }
         let run = c.find_subcommand("run").unwrap().get_after_long_help().unwrap().to_string();
+        // The defaults it states are the launch module's.
+        let pool = format!("(default {}, 5-50)", uswap_pager::launch::RUN_POOL_PERCENT);
+        assert!(run.contains(&pool), "run --help lacks {pool}");
+        let tiers = format!("default {}):", uswap_pager::launch::DEFAULT_TIERS);
+        assert!(run.contains(&tiers), "run --help lacks {tiers}");
         // Every variable of the launch contract a user meets is documented, in the help and the
         // README; the benchmarks' in the README.
         let readme = include_str!("../../../README.md");

@@ -126,7 +126,7 @@ pub fn tier_names(tiers: &str) -> Vec<String> {
     use uswap::config::{TierSpec, TiersConfig};
     use uswap::tier::file::FileTarget;
     use uswap::tier::zpool::Compressor;
-    let spec = if tiers == "default" { "zero,lz4:recomp=zstd,file:/var/tmp" } else { tiers };
+    let spec = if tiers == "default" { uswap_pager::launch::DEFAULT_TIERS } else { tiers };
     let Ok(c) = TiersConfig::parse(spec) else { return Vec::new() };
     c.tiers
         .iter()

@@ -47,7 +47,7 @@ pub struct RunArgs {
     /// swap file in /var/tmp, so the limit holds for data that compresses poorly; `zero,lz4`
     /// keeps everything in RAM. `recomp=zstd`: pool objects idle for a whole period are
     /// recompressed with zstd in the background (`recomp=off` to turn it off).
-    #[arg(long, default_value = "zero,lz4:recomp=zstd,file:/var/tmp")]
+    #[arg(long, default_value = launch::DEFAULT_TIERS)]
     pub tiers: String,
     /// Folio size: 4K, 64K or 2M.
     #[arg(long, default_value = "64K")]

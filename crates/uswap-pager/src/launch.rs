@@ -127,6 +127,30 @@ impl TextVar {
     }
 }
 
+/// The text of [`DEFAULT_TIERS`], for `concat!` in help texts (a `const` cannot be).
+#[macro_export]
+macro_rules! default_tiers {
+    () => {
+        "zero,lz4:recomp=zstd,file:/var/tmp"
+    };
+}
+
+/// The tiers of `uswap run` (and of the benchmarks that run a program under it): what does not
+/// fit in [`RUN_POOL_PERCENT`] of the limit goes compressed to an encrypted, unlinked swap file
+/// in `/var/tmp`, and pool objects idle for a whole period are recompressed with zstd.
+pub const DEFAULT_TIERS: &str = default_tiers!();
+
+/// The compressed pool's share of the limit, in percent, under `uswap run` when a file tier
+/// takes the rest ([`POOL_PERCENT`]'s default), and the inactive list's share is small too
+/// ([`INACTIVE_PERCENT`]): a program's resident set must hold its working set. Unlike the
+/// kernel, the pager sees no accessed bits, so every page it takes from the resident set is a
+/// guess and every wrong guess costs a fault; beside a swap file, a small pool leaves the room.
+///
+/// Not the same share as [`crate::DEFAULT_POOL_PERCENT_OF_LIMIT`] (the pager's default for an
+/// embedder), nor as `uswap::config::DEFAULT_POOL_PERCENT_OF_RAM` (a pool tier's size as a share
+/// of RAM, when its `pool=` is not given).
+pub const RUN_POOL_PERCENT: u8 = 8;
+
 fn size(name: &'static str, text: &str) -> Result<u64, String> {
     uswap::config::parse_size(name, text).map_err(|e| e.to_string())
 }
@@ -157,8 +181,7 @@ pub const FOLIO: Var<u64> =
     Var { name: c"USWAP_FOLIO", scope: Scope::Runner, default: 65536, parse: size, format: decimal };
 
 /// The tiers (`uswap::config` grammar).
-pub const TIERS: TextVar =
-    TextVar { name: c"USWAP_TIERS", scope: Scope::Runner, default: Some("zero,lz4:recomp=zstd,file:/var/tmp") };
+pub const TIERS: TextVar = TextVar { name: c"USWAP_TIERS", scope: Scope::Runner, default: Some(DEFAULT_TIERS) };
 
 /// The tree's statistics directory: each process writes `<pid>.json` (snapshots) and
 /// `<pid>.final.json` (at exit) there. Unset: no statistics files.
@@ -210,7 +233,7 @@ pub const INACTIVE_PERCENT: Var<u64> = Var {
 pub const POOL_PERCENT: Var<u64> = Var {
     name: c"USWAP_POOL_PERCENT",
     scope: Scope::User,
-    default: 8,
+    default: RUN_POOL_PERCENT as u64,
     parse: |n, t| size(n, t).map(|v| v.clamp(5, 50)),
     format: decimal,
 };
@@ -382,7 +405,8 @@ mod tests {
             }
             assert_eq!(v.read(|_| None), v.default);
         }
-        assert_eq!(TIERS.read(|_| None), Some("zero,lz4:recomp=zstd,file:/var/tmp"));
+        assert_eq!(TIERS.read(|_| None), Some(DEFAULT_TIERS));
+        assert_eq!(POOL_PERCENT.read(|_| None), Ok(u64::from(RUN_POOL_PERCENT)));
     }
 
     #[test]

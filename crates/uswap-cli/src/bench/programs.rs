@@ -127,7 +127,7 @@ pub struct Args {
     /// uswap tiers: `uswap run`'s default, a user's out-of-the-box setup. uswap charges its
     /// compressed pool to the limit (as cgroup v2 charges zswap), the kernel side's zram is
     /// not charged; so what does not fit goes to a swap file here. `zero,lz4` keeps all in RAM.
-    #[arg(long, default_value = "zero,lz4:recomp=zstd,file:/var/tmp")]
+    #[arg(long, default_value = uswap_pager::launch::DEFAULT_TIERS)]
     pub tiers: String,
     /// uswap folio size (4K, 64K or 2M).
     #[arg(long, default_value = "64K")]

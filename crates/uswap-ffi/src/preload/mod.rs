@@ -263,16 +263,8 @@ fn start() -> Result<(), String> {
         // must hold off reading while reclaim drops (see the pager's read gate). The program's
         // madvise goes through the interposed `madvise` below instead.
         event_remove: false,
-        // A program's resident set must hold its working set: unlike the kernel, the pager
-        // sees no accessed bits, so pages it takes from the resident set are guesses, and every
-        // wrong one costs a fault. Measured on `bench programs` (python-dict, sort, redis,
-        // sqlite, node, java at 0.4 of their native peak, 2026-11-24): an inactive list of
-        // 5 % and a pool of 15 % beside a swap file finished 6 of the 7 in 60 s (perl-hash did
-        // not, with any setting), against 3 of 7 with 25 % and 50 %; python-dict took 28 s.
-        // With the swap file's faster AES-GCM (ring), a pool of 8 % instead of 15 % (same run,
-        // alternating, uswap side, 2026-11-24): gcc 23.0 -> 15.3 s, sort 32.2 -> 22.3 s, java
-        // 11.5 -> 10.2 s, pipeline 8.0 -> 7.1 s, python-dict 69 -> 67 s; python-list, sqlite,
-        // node and redis within noise; peak RSS unchanged.
+        // A program's resident set must hold its working set: small inactive list and pool
+        // (`launch::RUN_POOL_PERCENT` says why).
         inactive_percent: launch::INACTIVE_PERCENT.read(env)? as u8,
         pool_percent: launch::POOL_PERCENT.read(env)? as u8,
         pool_adapt: launch::POOL_ADAPT.read(env)?,

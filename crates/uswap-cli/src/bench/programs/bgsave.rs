@@ -53,7 +53,7 @@ pub struct Args {
     #[arg(long, default_value_t = 600)]
     pub timeout: u64,
     /// uswap tiers (`uswap run`'s default).
-    #[arg(long, default_value = "zero,lz4:recomp=zstd,file:/var/tmp")]
+    #[arg(long, default_value = uswap_pager::launch::DEFAULT_TIERS)]
     pub tiers: String,
     /// uswap folio size.
     #[arg(long, default_value = "64K")]
