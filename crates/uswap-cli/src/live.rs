@@ -1,5 +1,6 @@
 //! The live view of running `uswap run` trees: where each tree's statistics live while it runs,
-//! how they are read back, and what `uswap status`, `uswap top` and `run --metrics-file` show.
+//! how they are read back ([`crate::stats_read`]), and what `uswap status`, `uswap top` and
+//! `run --metrics-file` show.
 //!
 //! Each `uswap run` makes a *tree directory* `<run dir>/<runner pid>/` (the run directory is
 //! `$XDG_RUNTIME_DIR/uswap` when that directory can be used, else `/dev/shm/uswap-<uid>` where
@@ -21,6 +22,7 @@
 //! every reader works on its own copy.
 
 use crate::report;
+use crate::stats_read::{read_procs, u};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
@@ -347,36 +349,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> bool {
     std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, path).is_ok()
 }
 
-/// The per-process statistics in a tree directory, one per pid: its final file if it wrote
-/// one, else its last snapshot.
-pub fn read_procs(dir: &Path) -> Vec<Value> {
-    let mut by_pid: std::collections::BTreeMap<u64, Value> = std::collections::BTreeMap::new();
-    let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
-    for e in rd.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(stem) = name.strip_suffix(".json") else { continue };
-        let (pid, is_final) = match stem.strip_suffix(".final") {
-            Some(p) => (p, true),
-            None => (stem, false),
-        };
-        let Ok(pid) = pid.parse::<u64>() else { continue };
-        let Some(v) = std::fs::read(e.path()).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok()) else {
-            continue;
-        };
-        if is_final || !by_pid.contains_key(&pid) {
-            by_pid.insert(pid, v);
-        }
-    }
-    by_pid.into_values().collect()
-}
-
 /// Is the process `pid` alive (and not a zombie)?
 fn alive(pid: u64) -> bool {
     stat_fields(pid as i64).and_then(|f| f.chars().next()).is_some_and(|c| c != 'Z' && c != 'X')
-}
-
-fn u(v: &Value, p: &str) -> u64 {
-    v.pointer(p).and_then(Value::as_u64).unwrap_or(0)
 }
 
 /// One process as `uswap status` shows it, from its raw statistics (`tiers` names the tiers).
@@ -1073,20 +1048,6 @@ mod tests {
         assert!(may_exceed(anon, 1, pss_anon - 1), "RssAnon {anon} against Pss_Anon {pss_anon}");
         assert!(may_exceed(rss, 1, pss - 1), "VmRSS {rss} against Pss {pss}");
         assert_eq!(std::hint::black_box(&block)[(4 << 20) + 7], 1);
-    }
-
-    #[test]
-    fn final_files_win_over_snapshots_and_bad_files_are_skipped() {
-        let d = tempfile::tempdir().unwrap();
-        std::fs::write(d.path().join("10.json"), r#"{"pid":10,"final":false,"written_unix_ms":1}"#).unwrap();
-        std::fs::write(d.path().join("10.final.json"), r#"{"pid":10,"final":true,"written_unix_ms":2}"#).unwrap();
-        std::fs::write(d.path().join("11.json"), r#"{"pid":11,"final":false}"#).unwrap();
-        std::fs::write(d.path().join("12.json"), "{half a fi").unwrap();
-        std::fs::write(d.path().join("run.json"), "{}").unwrap();
-        let v = read_procs(d.path());
-        assert_eq!(v.len(), 2, "{v:?}");
-        assert_eq!(v[0]["final"], true);
-        assert_eq!(v[1]["pid"], 11);
     }
 
     #[test]

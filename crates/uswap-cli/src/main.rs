@@ -13,6 +13,7 @@ mod preload;
 mod progress;
 mod report;
 mod run;
+mod stats_read;
 mod status;
 mod unmanaged;
 

@@ -12,6 +12,7 @@
 //!
 //! Locking: none (pure functions over JSON values).
 
+use crate::stats_read::u;
 use serde_json::{json, Map, Value};
 
 /// Version of the printed schema; bumped when a key changes meaning or goes away.
@@ -79,10 +80,6 @@ pub fn self_cpu_s() -> (f64, f64) {
     }
     let tv = |t: libc::timeval| ((t.tv_sec as f64 + t.tv_usec as f64 / 1e6) * 1000.0).round() / 1000.0;
     (tv(ru.ru_utime), tv(ru.ru_stime))
-}
-
-fn u(v: &Value, p: &str) -> u64 {
-    v.pointer(p).and_then(Value::as_u64).unwrap_or(0)
 }
 
 /// A number, or absent when unknown or "unlimited" (u64::MAX).

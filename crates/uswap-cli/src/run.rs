@@ -24,6 +24,7 @@
 //! atomic pid and calls kill.
 
 use crate::live;
+use crate::stats_read::u;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use uswap_pager::launch;
@@ -428,7 +429,7 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
         samples: tp.samples,
         every_ms: TREE_SAMPLE_MS,
     };
-    let procs = live::read_procs(&statsdir);
+    let procs = crate::stats_read::read_procs(&statsdir);
     drop(tree);
     let (unmanaged, shmem_peak) = {
         let w = watch.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -528,10 +529,6 @@ impl MetricsWriter {
         let _ = self.stop.send(());
         let _ = self.thread.join();
     }
-}
-
-fn u(v: &serde_json::Value, p: &str) -> u64 {
-    v.pointer(p).and_then(|x| x.as_u64()).unwrap_or(0)
 }
 
 fn summary(prog: &Path, limit: u64, peak: u64, doc: &serde_json::Value) {
