@@ -3,7 +3,7 @@
 //! target directory, `../lib/` when installed by a package).
 //!
 //! The embedded copy is written once to a cache file, `$XDG_RUNTIME_DIR/uswap/` (when that
-//! directory can be used, [`crate::live::runtime_dir`]) or `/tmp/uswap-$UID/` (directory mode
+//! directory can be used, [`crate::rundir::runtime_dir`]) or `/tmp/uswap-$UID/` (directory mode
 //! 0711, owned by us, not a symlink: others may load the library by name, as a program that
 //! drops privileges must, but not list or write), named by the content's hash, written to a
 //! temporary name and renamed, so concurrent runs never see half a file. A file path (not a
@@ -33,16 +33,16 @@ const EMBEDDED_HASH: Option<&str> = None;
 // EMBEDDED_HASH, so the two cannot differ.
 include!("fnv1a.rs");
 
-/// The cache's directory (see [`crate::live::owned_dir`]: ours, closed to writing and listing
+/// The cache's directory (see [`crate::rundir::owned_dir`]: ours, closed to writing and listing
 /// by others, open to traversal so that a program that drops privileges can load the library).
 fn private_dir() -> Result<PathBuf, String> {
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
-    let d = match crate::live::runtime_dir() {
+    let d = match crate::rundir::runtime_dir() {
         Some(r) => r.join("uswap"),
         None => std::env::temp_dir().join(format!("uswap-{uid}")),
     };
-    crate::live::owned_dir(&d, uid)?;
+    crate::rundir::owned_dir(&d, uid)?;
     Ok(d)
 }
 

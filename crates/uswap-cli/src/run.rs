@@ -359,7 +359,7 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
     let lib = crate::preload::locate().map_err(|m| RunError(m, 1))?;
     let lib = lib.canonicalize().unwrap_or(lib);
     if let Some(m) = &a.metrics_file {
-        live::write_atomic(m, b"")
+        crate::rundir::write_atomic(m, b"")
             .then_some(())
             .ok_or_else(|| usage(format!("--metrics-file {}: cannot write it", m.display())))?;
     }
@@ -379,7 +379,7 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
     };
     // One limit for the whole tree (uswap_pager::tree): every process under the pager takes
     // its share from this file.
-    let budget = statsdir.join(crate::live::BUDGET_FILE);
+    let budget = statsdir.join(crate::rundir::BUDGET_FILE);
     uswap_pager::tree::create(&budget, limit).map_err(|e| RunError(format!("{}: {e}", budget.display()), 1))?;
     let interval_set = std::env::var_os(launch::STATS_INTERVAL_MS.os_name()).is_some();
     let env = launch_env(preload, limit, folio as u64, &tiers, &statsdir, &budget, interval_set);
@@ -484,7 +484,7 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
 /// from outside, across processes. Each sample also looks for processes that run without
 /// the pager and counts their memory against the limit ([`crate::unmanaged`]).
 fn sample_tree(watch: std::sync::Arc<std::sync::Mutex<crate::unmanaged::Watch>>) -> live::PeakSampler {
-    let mut pss = live::PssWatch::default();
+    let mut pss = crate::procsum::PssWatch::default();
     live::PeakSampler::start(std::time::Duration::from_millis(TREE_SAMPLE_MS), move |peak| {
         let pids = watch.lock().unwrap_or_else(std::sync::PoisonError::into_inner).sample();
         pss.read(&pids, "Pss_Anon:", peak).map(|v| (v, pids.len() as u64))
@@ -513,7 +513,7 @@ impl MetricsWriter {
                 if last {
                     live::mark_over(&mut doc);
                 }
-                live::write_atomic(&path, live::prometheus(&doc).as_bytes());
+                crate::rundir::write_atomic(&path, live::prometheus(&doc).as_bytes());
                 if last {
                     return;
                 }

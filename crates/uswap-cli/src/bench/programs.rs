@@ -551,7 +551,7 @@ fn remove_run_statsdir(pid: i32) {
     if pid <= 0 {
         return;
     }
-    if let Ok(d) = crate::live::run_dir() {
+    if let Ok(d) = crate::rundir::run_dir() {
         let _ = std::fs::remove_dir_all(d.join(pid.to_string()));
     }
     let prefix = format!("uswap-run-{pid}-");

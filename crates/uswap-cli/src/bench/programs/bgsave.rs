@@ -150,7 +150,7 @@ pub fn run(a: &Args) -> CliResult {
             let swapins = |pid: i32| -> Option<u64> {
                 match side {
                     Side::Uswap => {
-                        let tree = crate::live::tree_at(&crate::live::run_dir().ok()?.join(pid.to_string()))?;
+                        let tree = crate::live::tree_at(&crate::rundir::run_dir().ok()?.join(pid.to_string()))?;
                         Some(tree.procs.iter().filter_map(|v| v["swapin_pages"].as_u64()).sum())
                     }
                     _ => {
