@@ -1,12 +1,13 @@
 //! The launch contract between `uswap run` and the LD_PRELOAD library: every `USWAP_*`
 //! environment variable, declared once with its name, its type, its default and its parser.
-//! The runner sets variables through [`Var::pair`], the library reads them through
-//! [`Var::read`]; neither writes a name of its own.
+//! The runner sets variables through [`Var::pair`] and [`TextVar::pair`], the library reads
+//! them through [`Var::read`] and [`TextVar::read`]; neither writes a name of its own.
 //!
-//! A [`Var`]'s name is a `&'static CStr`, so the library reads it with `getenv` at its start
-//! without building a string: [`Var::read`] takes the reader (the library's `env`, which
-//! returns the environment's own `&'static str`) and allocates nothing unless the value does
-//! not parse (the error message). The parsers are plain functions of the text.
+//! A name is a `&'static CStr`, so the library reads it with `getenv` at its start without
+//! building a string: `read` takes the reader (the library's `env`, which returns the
+//! environment's own `&'static str`) and allocates nothing unless the value does not parse (the
+//! error message). A [`Var`]'s parser is a plain function of the text; a [`TextVar`]'s value is
+//! the text itself.
 //!
 //! Each variable has a [`Scope`]: who sets it and who reads it. [`ALL`] lists every one, for
 //! the tests that check the runner sets only declared variables and the documentation names
