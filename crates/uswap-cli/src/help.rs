@@ -20,7 +20,8 @@ kB, MB, GB, TB are 1000-based (as GNU dd); decimals such as 1.5G are allowed.
 Statistics (run --stats, demo --json, bench --json) follow docs/stats.md (schema_version 1).";
 
 /// `uswap run --help`.
-pub const RUN: &str = "\
+pub const RUN: &str = concat!(
+    "\
 Examples:
   uswap run --limit 512M -- python3 -c 'x = bytearray(2 << 30)'
   uswap run --limit 1.5G make -j2                      (the program starts at the first word)
@@ -53,7 +54,9 @@ limit covers the whole process tree (pipelines, exec, fork, shells), as a memory
 memory.max: each process's pager takes a share, its charge plus what the tree leaves free, or
 over the limit its charge in proportion (pages shared copy-on-write counted in proportion).
 
-Tiers (--tiers, comma-separated, in order of preference; default zero,lz4:recomp=zstd,file:/var/tmp):
+Tiers (--tiers, comma-separated, in order of preference; default ",
+    uswap_pager::default_tiers!(),
+    "):
   zero                 store nothing for all-zero pages
   lz4 | zstd | pool    compressed RAM pool (pool = lz4), options:
     pool=20%|512M        pool size (share of RAM or a size; zswap's max_pool_percent)
@@ -132,7 +135,8 @@ Environment:
                      (the live view of `uswap status`; uswap run sets 500 unless it is set)
   Set by uswap run for the program (inherited by everything it starts): LD_PRELOAD,
   USWAP_LIMIT, USWAP_FOLIO, USWAP_TIERS, USWAP_STATS_DIR, USWAP_TREE_BUDGET (the file
-  through which the processes of the tree share the limit).";
+  through which the processes of the tree share the limit)."
+);
 
 /// `uswap bench redis --help`.
 pub const BENCH_REDIS: &str = "\

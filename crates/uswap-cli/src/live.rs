@@ -1,11 +1,12 @@
 //! The live view of running `uswap run` trees: where each tree's statistics live while it runs,
-//! how they are read back, and what `uswap status`, `uswap top` and `run --metrics-file` show.
+//! how they are read back ([`crate::stats_read`]), and what `uswap status`, `uswap top` and
+//! `run --metrics-file` show.
 //!
 //! Each `uswap run` makes a *tree directory* `<run dir>/<runner pid>/` (the run directory is
 //! `$XDG_RUNTIME_DIR/uswap` when that directory can be used, else `/dev/shm/uswap-<uid>` where
 //! `/dev/shm` is a tmpfs, else `/tmp/uswap-<uid>`; in memory because every process of a tree
-//! writes a file there when it exits, which cost 0.45 ms on the ext4 `/tmp` here against
-//! 0.02 ms on tmpfs, a sixth of what `uswap run` adds to a short-lived process; mode 0711 and
+//! writes a file there when it exits, a large part of what `uswap run` adds to a short-lived
+//! process on a disk file system; mode 0711 and
 //! owned by the user: others may pass through it to load the cached library but not list or
 //! write it; the tree directory is 0700, so nobody else can read or plant statistics) holding
 //! `run.json` (the command, the limit, the runner's pid and start time, the metrics file) and,
@@ -21,123 +22,13 @@
 //! every reader works on its own copy.
 
 use crate::report;
+use crate::rundir::{run_dir, run_dirs, write_atomic};
+use crate::stats_read::{read_procs, u};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
-/// The tree's shared budget file in its tree directory (`uswap_pager::tree`), mapped by every
-/// process of the tree.
-pub const BUDGET_FILE: &str = "budget";
-
 /// The snapshot interval `uswap run` asks the preload library for.
 pub const SNAPSHOT_MS: u64 = 500;
-
-/// The user's runtime directory, `$XDG_RUNTIME_DIR`, when it can be used: an absolute path to
-/// an existing directory of this user that nobody else may write and that this process may
-/// write into. Otherwise (unset; a directory that does not exist, as after `su`, in cron or
-/// over ssh; another user's; read-only) None, and the per-user directory is used instead,
-/// without a word.
-pub fn runtime_dir() -> Option<PathBuf> {
-    usable_runtime_dir(std::env::var_os("XDG_RUNTIME_DIR"), uid())
-}
-
-fn uid() -> u32 {
-    // SAFETY: getuid cannot fail.
-    unsafe { libc::getuid() }
-}
-
-/// [`runtime_dir`] for the value `var` of `XDG_RUNTIME_DIR` and user `uid`.
-fn usable_runtime_dir(var: Option<std::ffi::OsString>, uid: u32) -> Option<PathBuf> {
-    use std::os::unix::fs::MetadataExt;
-    let d = PathBuf::from(var.filter(|d| !d.is_empty())?);
-    let m = std::fs::metadata(&d).ok()?;
-    let c = std::ffi::CString::new(d.as_os_str().as_encoded_bytes()).ok()?;
-    // SAFETY: access(2) of a NUL-terminated path.
-    let writable = unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } == 0;
-    (d.is_absolute() && m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0 && writable).then_some(d)
-}
-
-/// The per-user run directory used without a usable [`runtime_dir`]: `/dev/shm/uswap-<uid>`
-/// where `/dev/shm` is a tmpfs, else `/tmp/uswap-<uid>`.
-fn per_user_dir(uid: u32) -> PathBuf {
-    if is_tmpfs(Path::new("/dev/shm")) {
-        PathBuf::from(format!("/dev/shm/uswap-{uid}"))
-    } else {
-        PathBuf::from(format!("/tmp/uswap-{uid}"))
-    }
-}
-
-/// The directory holding one tree directory per running `uswap run` (and the cached preload
-/// library, `crate::preload`), created if missing: `<runtime dir>/uswap`, else the per-user
-/// directory. An error says why it cannot be used (then the run keeps its statistics in a
-/// private temporary directory, and `uswap status` cannot see it).
-pub fn run_dir() -> Result<PathBuf, String> {
-    let uid = uid();
-    let dir = runtime_dir().map_or_else(|| per_user_dir(uid), |d| d.join("uswap"));
-    owned_dir(&dir, uid)?;
-    Ok(dir)
-}
-
-/// Every run directory where this user's runs may be, whatever the environment they started
-/// in: `<runtime dir>/uswap`, `/run/user/<uid>/uswap` (the runtime directory of a login
-/// session, also when this environment has no `XDG_RUNTIME_DIR`) and the per-user directory;
-/// those that exist as directories of the user that nobody else may write, each once.
-pub fn run_dirs() -> Vec<PathBuf> {
-    use std::os::unix::fs::MetadataExt;
-    let uid = uid();
-    let candidates = [
-        runtime_dir().map(|d| d.join("uswap")),
-        Some(PathBuf::from(format!("/run/user/{uid}/uswap"))),
-        Some(per_user_dir(uid)),
-    ];
-    let mut out: Vec<PathBuf> = Vec::new();
-    let mut seen = Vec::new();
-    for d in candidates.into_iter().flatten() {
-        let ours = std::fs::symlink_metadata(&d).is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0);
-        let Ok(real) = std::fs::canonicalize(&d) else { continue };
-        if ours && !seen.contains(&real) {
-            seen.push(real);
-            out.push(d);
-        }
-    }
-    out
-}
-
-/// Whether `dir` is a directory on a tmpfs (memory, not a disk).
-fn is_tmpfs(dir: &Path) -> bool {
-    const TMPFS_MAGIC: i64 = 0x0102_1994;
-    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else { return false };
-    // SAFETY: statfs of a NUL-terminated path into a zeroed struct of the right type.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    (unsafe { libc::statfs(c.as_ptr(), &mut st) }) == 0 && st.f_type as i64 == TMPFS_MAGIC && dir.is_dir()
-}
-
-/// Make `dir` (mode 0711) unless it exists, and check that it is a real directory of `uid` that
-/// nobody else may write or list. Others may *traverse* it: a program that drops privileges
-/// under `uswap run` (`runuser`, `gosu`, a server's own `setuid`) must still be able to load
-/// the cached library by its name (with 0700 its loader printed "cannot be preloaded" and it
-/// ran without the pager). A 0700 directory of an older uswap is opened up to 0711.
-pub fn owned_dir(dir: &std::path::Path, uid: u32) -> Result<(), String> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-    match std::fs::DirBuilder::new().mode(0o711).create(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(format!("{}: {e}", dir.display())),
-    }
-    let m = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let mode = m.permissions().mode() & 0o7777;
-    if !m.is_dir() || m.uid() != uid || mode & 0o066 != 0 {
-        return Err(format!(
-            "{} is not a directory of user {uid} that nobody else may write or list (mode {mode:o}, owner {})",
-            dir.display(),
-            m.uid()
-        ));
-    }
-    if mode & 0o011 != 0o011 {
-        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o011));
-    }
-    Ok(())
-}
 
 /// A process's start time in clock ticks since boot (`/proc/PID/stat` field 22): with the pid,
 /// it names a process even after its pid is reused.
@@ -217,76 +108,6 @@ impl Drop for TreeDir {
     }
 }
 
-/// The sum of one `smaps_rollup` field (`Pss:`, `Pss_Anon:`, in bytes) over processes `pids`
-/// (those gone meanwhile count 0). Each read walks the process's page tables.
-pub fn smaps_sum<P: std::fmt::Display>(pids: impl IntoIterator<Item = P>, key: &str) -> u64 {
-    proc_sum(pids, "smaps_rollup", key)
-}
-
-/// The sum of one `/proc/PID/status` field (`VmRSS:`, `RssAnon:`, in bytes) over processes
-/// `pids`: the kernel's counters, read without walking page tables. `RssAnon` bounds
-/// `Pss_Anon` from above, and `VmRSS` bounds `Pss` (a proportional share is at most the page).
-pub fn status_sum<P: std::fmt::Display>(pids: impl IntoIterator<Item = P>, key: &str) -> u64 {
-    proc_sum(pids, "status", key)
-}
-
-/// Whether a sum of [`status_sum`] counters over `procs` processes may hide a proportional
-/// size above `peak`. The counters are per-CPU batched in the kernel and may lag the page
-/// tables by 32 pages per CPU; 512 KiB per process covers that on the machines we run on.
-fn may_exceed(counters: u64, procs: usize, peak: u64) -> bool {
-    counters + procs as u64 * COUNTER_LAG > peak
-}
-
-/// How far a process's `/proc/PID/status` counters may lag its page tables (see [`may_exceed`]).
-const COUNTER_LAG: u64 = 512 << 10;
-
-/// The sum of `pss_key` (`Pss:` or `Pss_Anon:`) over `pids` if it may be above `peak`: the
-/// page tables are walked only when the counters that bound it (`VmRSS:`, `RssAnon:`) allow
-/// a new peak.
-pub fn pss_if_above<P: std::fmt::Display>(pids: &[P], pss_key: &str, peak: u64) -> Option<u64> {
-    PssWatch::default().read(pids, pss_key, peak)
-}
-
-/// [`pss_if_above`] that also skips the walk when it cannot find a new peak: the processes
-/// are the same as at the last walk, their counters (`RssAnon:` or `VmRSS:`) sum to no more
-/// than then, and that walk found no page shared between them (the proportional sum equal to
-/// the counters' within their lag). Pages come to be shared only through a `fork`, which
-/// brings a new process, so the sum is still the counters', at most the last reading. A
-/// program at rest under its limit had its page tables walked every 200 ms: 86 % of the
-/// runner's time, about 1 % of a CPU (more with a large resident set).
-#[derive(Default)]
-pub struct PssWatch {
-    /// (processes, counters' sum) at the last walk that found nothing shared.
-    unshared: Option<(Vec<String>, u64)>,
-}
-
-impl PssWatch {
-    /// As [`pss_if_above`].
-    pub fn read<P: std::fmt::Display>(&mut self, pids: &[P], pss_key: &str, peak: u64) -> Option<u64> {
-        let bound = if pss_key == "Pss_Anon:" { "RssAnon:" } else { "VmRSS:" };
-        let counters = status_sum(pids, bound);
-        if !may_exceed(counters, pids.len(), peak) {
-            return None;
-        }
-        let names: Vec<String> = pids.iter().map(|p| p.to_string()).collect();
-        if self.unshared.as_ref().is_some_and(|(n, c)| *n == names && counters <= *c) {
-            return None;
-        }
-        let pss = smaps_sum(pids, pss_key);
-        let unshared = pss + pids.len() as u64 * COUNTER_LAG >= counters;
-        self.unshared = unshared.then_some((names, counters));
-        Some(pss)
-    }
-}
-
-fn proc_sum<P: std::fmt::Display>(pids: impl IntoIterator<Item = P>, file: &str, key: &str) -> u64 {
-    pids.into_iter()
-        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/{file}")).ok())
-        .filter_map(|st| crate::kernel::kb_field(&st, key))
-        .sum::<u64>()
-        * 1024
-}
-
 /// The largest reading a [`PeakSampler`] saw.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Peak {
@@ -301,9 +122,9 @@ pub struct Peak {
 /// A thread that takes a reading (a value and what came with it) right away and then every
 /// `every`, until [`PeakSampler::finish`], keeping the largest. The reading is given the
 /// largest value so far and may answer `None` when a cheap bound shows it cannot beat it
-/// (e.g. the summed `RssAnon` before walking page tables for `Pss_Anon`, see [`status_sum`]):
-/// sampling a tree that sits at its limit then costs a few counters, not a page-table walk
-/// every period, which took a tenth of a CPU from the program on two cores.
+/// (e.g. the summed `RssAnon` before walking page tables for `Pss_Anon`, see
+/// [`crate::procsum::status_sum`]): sampling a tree that sits at its limit then costs a few
+/// counters, not a page-table walk every period, which takes CPU from the program.
 pub struct PeakSampler {
     stop: std::sync::mpsc::Sender<()>,
     thread: std::thread::JoinHandle<Peak>,
@@ -340,43 +161,9 @@ impl PeakSampler {
     }
 }
 
-/// Write `bytes` to `path` through a temporary name in the same directory and a rename.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> bool {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, path).is_ok()
-}
-
-/// The per-process statistics in a tree directory, one per pid: its final file if it wrote
-/// one, else its last snapshot.
-pub fn read_procs(dir: &Path) -> Vec<Value> {
-    let mut by_pid: std::collections::BTreeMap<u64, Value> = std::collections::BTreeMap::new();
-    let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
-    for e in rd.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(stem) = name.strip_suffix(".json") else { continue };
-        let (pid, is_final) = match stem.strip_suffix(".final") {
-            Some(p) => (p, true),
-            None => (stem, false),
-        };
-        let Ok(pid) = pid.parse::<u64>() else { continue };
-        let Some(v) = std::fs::read(e.path()).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok()) else {
-            continue;
-        };
-        if is_final || !by_pid.contains_key(&pid) {
-            by_pid.insert(pid, v);
-        }
-    }
-    by_pid.into_values().collect()
-}
-
 /// Is the process `pid` alive (and not a zombie)?
 fn alive(pid: u64) -> bool {
     stat_fields(pid as i64).and_then(|f| f.chars().next()).is_some_and(|c| c != 'Z' && c != 'X')
-}
-
-fn u(v: &Value, p: &str) -> u64 {
-    v.pointer(p).and_then(Value::as_u64).unwrap_or(0)
 }
 
 /// One process as `uswap status` shows it, from its raw statistics (`tiers` names the tiers).
@@ -458,7 +245,7 @@ fn of_tree(pid: u64, dir: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
     let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { return false };
     env.split(|&b| b == 0)
-        .filter_map(|v| v.strip_prefix(b"USWAP_STATS_DIR="))
+        .filter_map(|v| v.strip_prefix(uswap_pager::launch::STATS_DIR.name.to_bytes())?.strip_prefix(b"="))
         .any(|v| std::fs::canonicalize(std::ffi::OsStr::from_bytes(v)).is_ok_and(|d| d == dir))
 }
 
@@ -939,53 +726,7 @@ pub fn prometheus(doc: &Value) -> String {
 
 #[cfg(test)]
 mod tests {
-    /// The run directory is made 0711 (others may traverse it to load the cached library, not
-    /// list or write it), an older 0700 one is opened to 0711, and one others may list or
-    /// write is refused.
-    #[test]
-    fn the_run_directory_is_traversable_and_nothing_more() {
-        use std::os::unix::fs::PermissionsExt;
-        let base = tempfile::tempdir().unwrap();
-        // SAFETY: getuid cannot fail.
-        let uid = unsafe { libc::getuid() };
-        let mode = |d: &std::path::Path| std::fs::metadata(d).unwrap().permissions().mode() & 0o7777;
-        let d = base.path().join("new");
-        owned_dir(&d, uid).unwrap();
-        assert_eq!(mode(&d), 0o711);
-        let old = base.path().join("old");
-        std::fs::create_dir(&old).unwrap();
-        std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o700)).unwrap();
-        owned_dir(&old, uid).unwrap();
-        assert_eq!(mode(&old), 0o711, "a 0700 directory is opened to traversal");
-        for bad in [0o755, 0o733, 0o777] {
-            std::fs::set_permissions(&old, std::fs::Permissions::from_mode(bad)).unwrap();
-            let e = owned_dir(&old, uid).expect_err("a directory others may list or write is refused");
-            assert!(e.contains("nobody else may write or list"), "{e}");
-        }
-        assert!(owned_dir(&d, uid + 1).is_err(), "another user's directory is refused");
-    }
-
     use super::*;
-
-    /// `XDG_RUNTIME_DIR` is used only when it names an existing directory of this user, by an
-    /// absolute path, that nobody else may write: else the per-user directory is.
-    #[test]
-    fn an_unusable_runtime_directory_is_passed_over() {
-        use std::os::unix::fs::PermissionsExt;
-        let me = uid();
-        let d = tempfile::tempdir().unwrap();
-        let var = |p: &Path| Some(p.as_os_str().to_os_string());
-        assert_eq!(usable_runtime_dir(var(d.path()), me), Some(d.path().to_path_buf()));
-        for missing in [None, Some("".into()), Some("/nonexistent".into()), Some(".".into())] {
-            assert_eq!(usable_runtime_dir(missing.clone(), me), None, "{missing:?}");
-        }
-        assert_eq!(usable_runtime_dir(var(d.path()), me + 1), None, "another user's directory");
-        let file = d.path().join("file");
-        std::fs::write(&file, b"").unwrap();
-        assert_eq!(usable_runtime_dir(var(&file), me), None, "not a directory");
-        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-        assert_eq!(usable_runtime_dir(var(d.path()), me), None, "others may write it");
-    }
 
     /// The metrics say whether the run goes on: `uswap_run_up` is 1, and 0 once marked over.
     #[test]
@@ -994,39 +735,6 @@ mod tests {
         assert!(prometheus(&doc).contains("uswap_run_up{runner=\"7\"} 1"), "{}", prometheus(&doc));
         mark_over(&mut doc);
         assert!(prometheus(&doc).contains("uswap_run_up{runner=\"7\"} 0"), "{}", prometheus(&doc));
-    }
-
-    /// A process alone: once walked, a reading with its counters no higher is skipped. With a
-    /// fork child sharing its pages: every reading walks (the shared part can move while the
-    /// counters stay).
-    #[test]
-    fn pss_watch_skips_walks_only_while_nothing_is_shared() {
-        let me = std::process::id();
-        let mut w = PssWatch::default();
-        // Other tests of this binary allocate meanwhile: of 50 readings some must find the
-        // counters no higher than at the last walk.
-        let walks: Vec<bool> = (0..50).map(|_| w.read(&[me], "Pss_Anon:", 0).is_some()).collect();
-        assert!(walks[0], "the first reading walks");
-        assert!(walks.contains(&false), "a reading with nothing grown and nothing shared was never skipped");
-        let mut block = vec![1u8; 16 << 20];
-        std::hint::black_box(&mut block);
-        // SAFETY: fork; the child only sleeps until killed.
-        let child = unsafe { libc::fork() };
-        assert!(child >= 0);
-        if child == 0 {
-            loop {
-                // SAFETY: pause(2) in the child.
-                unsafe { libc::pause() };
-            }
-        }
-        let pids = [me, child as u32];
-        let walked = (0..5).filter(|_| w.read(&pids, "Pss_Anon:", 0).is_some()).count();
-        // SAFETY: our own child.
-        unsafe {
-            libc::kill(child, libc::SIGKILL);
-            libc::waitpid(child, std::ptr::null_mut(), 0);
-        }
-        assert_eq!(walked, 5, "16 MiB shared with a fork child: every reading walks");
     }
 
     /// The reading sees the largest value so far, and a reading that declines (`None`) leaves
@@ -1049,44 +757,6 @@ mod tests {
         assert_eq!((peak.value, peak.with), (9, 90));
         assert!(peak.samples >= 8);
         assert_eq!(seen.lock().unwrap()[..7], [0, 5, 5, 9, 9, 9, 9]);
-    }
-
-    /// The counters bound the page-table walk from above, which is what lets the samplers
-    /// skip the walk. Other tests of this binary allocate and free on other threads between
-    /// the two readings, so a reading counts only when the counter did not move across the
-    /// walk (by more than its lag); one such reading in ten is required.
-    #[test]
-    fn status_counters_bound_the_proportional_sizes() {
-        let me = [std::process::id()];
-        let block = std::hint::black_box(vec![1u8; 8 << 20]);
-        let steady = |counter: &str, pss_key: &str| {
-            (0..10).find_map(|_| {
-                let before = status_sum(me, counter);
-                let pss = smaps_sum(me, pss_key);
-                let after = status_sum(me, counter);
-                (before.abs_diff(after) <= COUNTER_LAG).then_some((before.min(after), pss))
-            })
-        };
-        let (anon, pss_anon) = steady("RssAnon:", "Pss_Anon:").expect("RssAnon never steady across a walk");
-        let (rss, pss) = steady("VmRSS:", "Pss:").expect("VmRSS never steady across a walk");
-        assert!(pss_anon >= 8 << 20, "Pss_Anon {pss_anon} without the 8 MiB block");
-        assert!(may_exceed(anon, 1, pss_anon - 1), "RssAnon {anon} against Pss_Anon {pss_anon}");
-        assert!(may_exceed(rss, 1, pss - 1), "VmRSS {rss} against Pss {pss}");
-        assert_eq!(std::hint::black_box(&block)[(4 << 20) + 7], 1);
-    }
-
-    #[test]
-    fn final_files_win_over_snapshots_and_bad_files_are_skipped() {
-        let d = tempfile::tempdir().unwrap();
-        std::fs::write(d.path().join("10.json"), r#"{"pid":10,"final":false,"written_unix_ms":1}"#).unwrap();
-        std::fs::write(d.path().join("10.final.json"), r#"{"pid":10,"final":true,"written_unix_ms":2}"#).unwrap();
-        std::fs::write(d.path().join("11.json"), r#"{"pid":11,"final":false}"#).unwrap();
-        std::fs::write(d.path().join("12.json"), "{half a fi").unwrap();
-        std::fs::write(d.path().join("run.json"), "{}").unwrap();
-        let v = read_procs(d.path());
-        assert_eq!(v.len(), 2, "{v:?}");
-        assert_eq!(v[0]["final"], true);
-        assert_eq!(v[1]["pid"], 11);
     }
 
     #[test]
@@ -1158,7 +828,7 @@ mod tests {
     /// (this test's own pid, so that it counts as running), an exited child and a process that
     /// runs without the pager; one whose program ended without exit(3).
     fn realistic_doc() -> Value {
-        let tiers = "zero,lz4:recomp=zstd,file:/var/tmp";
+        let tiers = uswap_pager::launch::DEFAULT_TIERS;
         let me = std::process::id();
         let info = |runner: u32, pid: u32| {
             json!({"runner_pid": runner, "runner_start_ticks": 1, "pid": pid, "command": ["python3", "train.py"],
@@ -1303,7 +973,7 @@ mod tests {
         let long = "x".repeat(300);
         let t = &mut doc["trees"][0];
         t["command"] = json!(["python3", "-c", format!("import os\n{long}")]);
-        t["tiers"] = json!(format!("zero,lz4:recomp=zstd,file:/var/tmp/{long}"));
+        t["tiers"] = json!(format!("{}/{long}", uswap_pager::launch::DEFAULT_TIERS));
         t["runner_pid"] = json!(4_194_304);
         t["limit_bytes"] = json!(u64::MAX);
         for p in t["processes"].as_array_mut().unwrap() {

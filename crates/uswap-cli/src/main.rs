@@ -10,9 +10,12 @@ mod help;
 mod kernel;
 mod live;
 mod preload;
+mod procsum;
 mod progress;
 mod report;
 mod run;
+mod rundir;
+mod stats_read;
 mod status;
 mod unmanaged;
 
@@ -131,7 +134,7 @@ mod tests {
     fn the_program_starts_at_dashdash_or_the_first_word() {
         let a = run_args(&["uswap", "run", "--limit", "1G", "python3", "-c", "x", "--tiers", "y"]).unwrap();
         assert_eq!(cmd(&a), ["python3", "-c", "x", "--tiers", "y"]);
-        assert_eq!(a.tiers, "zero,lz4:recomp=zstd,file:/var/tmp");
+        assert_eq!(a.tiers, uswap_pager::launch::DEFAULT_TIERS);
         let a = run_args(&["uswap", "run", "--limit", "1G", "--", "ls", "-l"]).unwrap();
         assert_eq!(cmd(&a), ["ls", "-l"]);
         let a = run_args(&["uswap", "run", "--limit=1G", "-q", "--", "--weird", "--", "-x"]).unwrap();
@@ -179,13 +182,23 @@ mod tests {
             }
         }
         let run = c.find_subcommand("run").unwrap().get_after_long_help().unwrap().to_string();
-        // Every variable the preload library reads is documented, in the help and the README.
-        let src = include_str!("../../uswap-ffi/src/preload/mod.rs");
+        // The defaults it states are the launch module's.
+        let pool = format!("(default {}, 5-50)", uswap_pager::launch::RUN_POOL_PERCENT);
+        assert!(run.contains(&pool), "run --help lacks {pool}");
+        let tiers = format!("default {}):", uswap_pager::launch::DEFAULT_TIERS);
+        assert!(run.contains(&tiers), "run --help lacks {tiers}");
+        // Every variable of the launch contract a user meets is documented, in the help and the
+        // README; the benchmarks' in the README.
         let readme = include_str!("../../../README.md");
-        for part in src.split("env(c\"").skip(1) {
-            let var = &part[..part.find('"').unwrap()];
-            assert!(run.contains(var), "run --help lacks {var}");
-            assert!(readme.contains(var), "README lacks {var}");
+        for d in uswap_pager::launch::ALL {
+            use uswap_pager::launch::Scope;
+            let var = d.name.to_str().unwrap();
+            if matches!(d.scope, Scope::Runner | Scope::User | Scope::Cli) {
+                assert!(run.contains(var), "run --help lacks {var}");
+            }
+            if d.scope != Scope::Test {
+                assert!(readme.contains(var), "README lacks {var}");
+            }
         }
         for s in ["USWAP_PRELOAD", "128+N", "127", "126", "125", "uswap completions", "uswap man", "1.5G", "50%"] {
             assert!(readme.contains(s), "README lacks {s}");

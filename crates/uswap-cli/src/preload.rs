@@ -3,7 +3,7 @@
 //! target directory, `../lib/` when installed by a package).
 //!
 //! The embedded copy is written once to a cache file, `$XDG_RUNTIME_DIR/uswap/` (when that
-//! directory can be used, [`crate::live::runtime_dir`]) or `/tmp/uswap-$UID/` (directory mode
+//! directory can be used, [`crate::rundir::runtime_dir`]) or `/tmp/uswap-$UID/` (directory mode
 //! 0711, owned by us, not a symlink: others may load the library by name, as a program that
 //! drops privileges must, but not list or write), named by the content's hash, written to a
 //! temporary name and renamed, so concurrent runs never see half a file. A file path (not a
@@ -33,16 +33,16 @@ const EMBEDDED_HASH: Option<&str> = None;
 // EMBEDDED_HASH, so the two cannot differ.
 include!("fnv1a.rs");
 
-/// The cache's directory (see [`crate::live::owned_dir`]: ours, closed to writing and listing
+/// The cache's directory (see [`crate::rundir::owned_dir`]: ours, closed to writing and listing
 /// by others, open to traversal so that a program that drops privileges can load the library).
 fn private_dir() -> Result<PathBuf, String> {
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
-    let d = match crate::live::runtime_dir() {
+    let d = match crate::rundir::runtime_dir() {
         Some(r) => r.join("uswap"),
         None => std::env::temp_dir().join(format!("uswap-{uid}")),
     };
-    crate::live::owned_dir(&d, uid)?;
+    crate::rundir::owned_dir(&d, uid)?;
     Ok(d)
 }
 
@@ -169,7 +169,7 @@ pub fn shed_before_spawn() {
 
 /// The library to preload, or a message naming every way to provide one.
 pub fn locate() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("USWAP_PRELOAD") {
+    if let Some(p) = std::env::var_os(uswap_pager::launch::PRELOAD.os_name()) {
         return named(Path::new(&p));
     }
     let mut why = String::new();
@@ -188,8 +188,9 @@ pub fn locate() -> Result<PathBuf, String> {
     }
     Err(format!(
         "cannot find libuswap_ffi.so next to {}{why}: build uswap with `cargo build --release -p uswap-cli` (which \
-         embeds it) or `cargo install --path crates/uswap-cli`, or set USWAP_PRELOAD to the library's path",
-        exe.display()
+         embeds it) or `cargo install --path crates/uswap-cli`, or set {} to the library's path",
+        exe.display(),
+        uswap_pager::launch::PRELOAD.name()
     ))
 }
 
@@ -199,7 +200,8 @@ pub fn locate() -> Result<PathBuf, String> {
 /// directory.
 fn named(p: &Path) -> Result<PathBuf, String> {
     use std::io::Read;
-    let bad = |why: &str| Err(format!("USWAP_PRELOAD={}: {why}; unset it to use the built-in library", p.display()));
+    let var = uswap_pager::launch::PRELOAD.name();
+    let bad = |why: &str| Err(format!("{var}={}: {why}; unset it to use the built-in library", p.display()));
     if p.as_os_str().is_empty() {
         return bad("empty");
     }

@@ -12,6 +12,7 @@
 //!
 //! Locking: none (pure functions over JSON values).
 
+use crate::stats_read::u;
 use serde_json::{json, Map, Value};
 
 /// Version of the printed schema; bumped when a key changes meaning or goes away.
@@ -81,10 +82,6 @@ pub fn self_cpu_s() -> (f64, f64) {
     (tv(ru.ru_utime), tv(ru.ru_stime))
 }
 
-fn u(v: &Value, p: &str) -> u64 {
-    v.pointer(p).and_then(Value::as_u64).unwrap_or(0)
-}
-
 /// A number, or absent when unknown or "unlimited" (u64::MAX).
 fn opt(v: &Value, p: &str) -> Option<u64> {
     v.pointer(p).and_then(Value::as_u64).filter(|&n| n != u64::MAX)
@@ -126,7 +123,7 @@ pub fn tier_names(tiers: &str) -> Vec<String> {
     use uswap::config::{TierSpec, TiersConfig};
     use uswap::tier::file::FileTarget;
     use uswap::tier::zpool::Compressor;
-    let spec = if tiers == "default" { "zero,lz4:recomp=zstd,file:/var/tmp" } else { tiers };
+    let spec = if tiers == "default" { uswap_pager::launch::DEFAULT_TIERS } else { tiers };
     let Ok(c) = TiersConfig::parse(spec) else { return Vec::new() };
     c.tiers
         .iter()

@@ -24,8 +24,10 @@
 //! atomic pid and calls kill.
 
 use crate::live;
+use crate::stats_read::u;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use uswap_pager::launch;
 
 /// Exit code when userfaultfd is not permitted.
 pub const EXIT_NO_UFFD: u8 = 1;
@@ -46,7 +48,7 @@ pub struct RunArgs {
     /// swap file in /var/tmp, so the limit holds for data that compresses poorly; `zero,lz4`
     /// keeps everything in RAM. `recomp=zstd`: pool objects idle for a whole period are
     /// recompressed with zstd in the background (`recomp=off` to turn it off).
-    #[arg(long, default_value = "zero,lz4:recomp=zstd,file:/var/tmp")]
+    #[arg(long, default_value = launch::DEFAULT_TIERS)]
     pub tiers: String,
     /// Folio size: 4K, 64K or 2M.
     #[arg(long, default_value = "64K")]
@@ -246,6 +248,32 @@ fn sig_name(s: i32) -> &'static str {
     }
 }
 
+/// The variables the program is started with: the library to preload, and the library's
+/// configuration ([`uswap_pager::launch`]). The snapshot period is the live view's
+/// ([`live::SNAPSHOT_MS`]) unless the user set one (`interval_set`).
+fn launch_env(
+    preload: OsString,
+    limit: u64,
+    folio: u64,
+    tiers: &str,
+    statsdir: &Path,
+    budget: &Path,
+    interval_set: bool,
+) -> Vec<(OsString, OsString)> {
+    let mut env = vec![
+        ("LD_PRELOAD".into(), preload),
+        launch::LIMIT.pair(limit),
+        launch::FOLIO.pair(folio),
+        launch::TIERS.pair(tiers),
+        launch::STATS_DIR.pair(statsdir),
+        launch::TREE_BUDGET.pair(budget),
+    ];
+    if !interval_set {
+        env.push(launch::STATS_INTERVAL_MS.pair(live::SNAPSHOT_MS));
+    }
+    env
+}
+
 /// Check the configuration, start the program under the pager, wait, report. Returns the exit
 /// code to use.
 pub fn run(a: RunArgs) -> Result<u8, RunError> {
@@ -331,7 +359,7 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
     let lib = crate::preload::locate().map_err(|m| RunError(m, 1))?;
     let lib = lib.canonicalize().unwrap_or(lib);
     if let Some(m) = &a.metrics_file {
-        live::write_atomic(m, b"")
+        crate::rundir::write_atomic(m, b"")
             .then_some(())
             .ok_or_else(|| usage(format!("--metrics-file {}: cannot write it", m.display())))?;
     }
@@ -349,21 +377,12 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
         }
         _ => lib.clone().into_os_string(),
     };
-    let mut env: Vec<(OsString, OsString)> = vec![
-        ("LD_PRELOAD".into(), preload),
-        ("USWAP_LIMIT".into(), limit.to_string().into()),
-        ("USWAP_FOLIO".into(), folio.to_string().into()),
-        ("USWAP_TIERS".into(), tiers.clone().into()),
-        ("USWAP_STATS_DIR".into(), statsdir.clone().into()),
-    ];
     // One limit for the whole tree (uswap_pager::tree): every process under the pager takes
     // its share from this file.
-    let budget = statsdir.join(crate::live::BUDGET_FILE);
+    let budget = statsdir.join(crate::rundir::BUDGET_FILE);
     uswap_pager::tree::create(&budget, limit).map_err(|e| RunError(format!("{}: {e}", budget.display()), 1))?;
-    env.push(("USWAP_TREE_BUDGET".into(), budget.clone().into()));
-    if std::env::var_os("USWAP_STATS_INTERVAL_MS").is_none() {
-        env.push(("USWAP_STATS_INTERVAL_MS".into(), live::SNAPSHOT_MS.to_string().into()));
-    }
+    let interval_set = std::env::var_os(launch::STATS_INTERVAL_MS.os_name()).is_some();
+    let env = launch_env(preload, limit, folio as u64, &tiers, &statsdir, &budget, interval_set);
     // Forward signals sent to us.
     for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2] {
         // SAFETY: installing an SA_SIGINFO handler that only calls kill(2).
@@ -410,7 +429,7 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
         samples: tp.samples,
         every_ms: TREE_SAMPLE_MS,
     };
-    let procs = live::read_procs(&statsdir);
+    let procs = crate::stats_read::read_procs(&statsdir);
     drop(tree);
     let (unmanaged, shmem_peak) = {
         let w = watch.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -465,7 +484,7 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
 /// from outside, across processes. Each sample also looks for processes that run without
 /// the pager and counts their memory against the limit ([`crate::unmanaged`]).
 fn sample_tree(watch: std::sync::Arc<std::sync::Mutex<crate::unmanaged::Watch>>) -> live::PeakSampler {
-    let mut pss = live::PssWatch::default();
+    let mut pss = crate::procsum::PssWatch::default();
     live::PeakSampler::start(std::time::Duration::from_millis(TREE_SAMPLE_MS), move |peak| {
         let pids = watch.lock().unwrap_or_else(std::sync::PoisonError::into_inner).sample();
         pss.read(&pids, "Pss_Anon:", peak).map(|v| (v, pids.len() as u64))
@@ -494,7 +513,7 @@ impl MetricsWriter {
                 if last {
                     live::mark_over(&mut doc);
                 }
-                live::write_atomic(&path, live::prometheus(&doc).as_bytes());
+                crate::rundir::write_atomic(&path, live::prometheus(&doc).as_bytes());
                 if last {
                     return;
                 }
@@ -510,10 +529,6 @@ impl MetricsWriter {
         let _ = self.stop.send(());
         let _ = self.thread.join();
     }
-}
-
-fn u(v: &serde_json::Value, p: &str) -> u64 {
-    v.pointer(p).and_then(|x| x.as_u64()).unwrap_or(0)
 }
 
 fn summary(prog: &Path, limit: u64, peak: u64, doc: &serde_json::Value) {
@@ -682,5 +697,32 @@ mod tests {
         assert!(m.contains("greater than zero") && m.contains("--limit") && code == 2, "{m}");
         assert_eq!(parse_folio("64K").ok(), Some(65536));
         assert!(parse_folio("8K").is_err());
+    }
+
+    /// Every variable the runner sets (but `LD_PRELOAD`) is one the launch module declares for
+    /// the runner, and the library reads back what the runner meant.
+    #[test]
+    fn the_runner_sets_only_declared_variables_and_the_library_reads_them_back() {
+        use uswap_pager::launch::{Scope, FOLIO, LIMIT, STATS_DIR, STATS_INTERVAL_MS, TIERS, TREE_BUDGET};
+        let (dir, budget) = (Path::new("/run/uswap/tree-1"), Path::new("/run/uswap/tree-1/budget"));
+        for interval_set in [false, true] {
+            let env = launch_env("/lib/x.so".into(), 3 << 29, 65536, "zero,lz4", dir, budget, interval_set);
+            assert_eq!(env[0], ("LD_PRELOAD".into(), "/lib/x.so".into()));
+            for (k, _) in &env[1..] {
+                let d = launch::lookup(k).unwrap_or_else(|| panic!("{k:?} is not declared in uswap_pager::launch"));
+                assert!(d.scope == Scope::Runner || d.name == STATS_INTERVAL_MS.name, "{k:?} is not the runner's");
+            }
+            let get = |name: &std::ffi::CStr| -> Option<&'static str> {
+                let v = env.iter().find(|(k, _)| k.as_encoded_bytes() == name.to_bytes())?;
+                Some(Box::leak(v.1.to_str().unwrap().to_owned().into_boxed_str()))
+            };
+            assert_eq!(LIMIT.read(get).unwrap(), 3 << 29);
+            assert_eq!(FOLIO.read(get).unwrap(), 65536);
+            assert_eq!(TIERS.read(get), Some("zero,lz4"));
+            assert_eq!(STATS_DIR.read(get), Some("/run/uswap/tree-1"));
+            assert_eq!(TREE_BUDGET.read(get), Some("/run/uswap/tree-1/budget"));
+            let interval = STATS_INTERVAL_MS.read(get).unwrap();
+            assert_eq!(interval, if interval_set { STATS_INTERVAL_MS.default } else { live::SNAPSHOT_MS });
+        }
     }
 }

@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 pub enum Reason {
     /// Its executable has no ELF interpreter: the LD_PRELOAD library is never loaded.
     Static,
-    /// A Go program: the preload leaves it alone ([`crate::run::GO_REFUSED`]).
+    /// A Go program: the preload leaves it alone ([`uswap_pager::exe::GO_REFUSED`]).
     Go,
     /// It may not open a userfaultfd with fork events (it dropped root privileges): the
     /// preload leaves it alone.
@@ -126,13 +126,13 @@ pub struct Watch {
 fn tree_shmem(pids: &[i32]) -> u64 {
     let mut total = 0;
     for &pid in pids {
-        let rss = crate::live::status_sum([pid], "RssShmem:");
+        let rss = crate::procsum::status_sum([pid], "RssShmem:");
         if rss == 0 {
             continue;
         }
         let own = own_shared_bytes(pid);
         if rss > own {
-            total += crate::live::smaps_sum([pid], "Pss_Shmem:").saturating_sub(own);
+            total += crate::procsum::smaps_sum([pid], "Pss_Shmem:").saturating_sub(own);
         }
     }
     total
@@ -153,7 +153,8 @@ fn own_shared_bytes(pid: i32) -> u64 {
 /// A `/proc/PID/maps` line of a tree's budget file (`<tree dir>/budget`, mapped shared by every
 /// process of the tree; on a tmpfs it is shared memory, and uswap's own).
 fn is_tree_budget(line: &str) -> bool {
-    line.trim_end().strip_suffix(crate::live::BUDGET_FILE).is_some_and(|p| p.ends_with('/')) && line.contains("/uswap")
+    line.trim_end().strip_suffix(crate::rundir::BUDGET_FILE).is_some_and(|p| p.ends_with('/'))
+        && line.contains("/uswap")
 }
 
 /// Shared memory below which the watch says nothing (a multiprocessing semaphore, a small
@@ -261,9 +262,9 @@ fn command_of(pid: i32) -> String {
 
 /// Why `pid`, whose executable `exe` is of `kind` and whose maps lack the library `lib`, runs
 /// without it.
-fn reason_of(pid: i32, exe: &Path, kind: Option<crate::run::ExeKind>, lib: &str) -> Reason {
+fn reason_of(pid: i32, exe: &Path, kind: Option<uswap_pager::exe::ExeKind>, lib: &str) -> Reason {
     use std::os::unix::fs::MetadataExt;
-    if kind == Some(crate::run::ExeKind::Static) {
+    if kind == Some(uswap_pager::exe::ExeKind::Static) {
         return Reason::Static;
     }
     if std::fs::metadata(exe).is_ok_and(|m| m.mode() & 0o6000 != 0) {
@@ -367,8 +368,9 @@ impl Watch {
                     // A process where the library stands aside maps it but has no pager: a Go
                     // program (`exe::GO_REFUSED`, also told by its executable), or one that may
                     // not open a full userfaultfd (`tree::INERT_MARK`).
-                    let kind = crate::run::exe_kind(&key.2).ok();
-                    let aside = inert_reason(&maps).or((kind == Some(crate::run::ExeKind::Go)).then_some(Reason::Go));
+                    let kind = uswap_pager::exe::exe_kind(&key.2).ok();
+                    let aside =
+                        inert_reason(&maps).or((kind == Some(uswap_pager::exe::ExeKind::Go)).then_some(Reason::Go));
                     if maps.contains(&self.lib) && aside.is_none() {
                         self.seen.insert(key, Seen::Managed);
                         continue;
@@ -402,7 +404,7 @@ impl Watch {
                     self.found.len() - 1
                 }
             };
-            let anon = crate::live::status_sum([pid], "RssAnon:");
+            let anon = crate::procsum::status_sum([pid], "RssAnon:");
             let rec = &mut self.found[index];
             rec.peak_anon_bytes = rec.peak_anon_bytes.max(anon);
             (rec.anon_bytes, rec.running) = (anon, true);
@@ -423,7 +425,7 @@ impl Watch {
             // For `uswap status` and the metrics file (beside the budget file, in the tree's
             // directory; not a process record: its name is no pid).
             let doc: Vec<serde_json::Value> = self.found.iter().map(Unmanaged::to_json).collect();
-            crate::live::write_atomic(
+            crate::rundir::write_atomic(
                 &self.budget.with_file_name(UNMANAGED_FILE),
                 serde_json::Value::from(doc).to_string().as_bytes(),
             );
@@ -511,7 +513,7 @@ mod tests {
         // a child sleeping holding 16 MiB (python3 keeps the test free of a static binary).
         let dir = std::env::temp_dir().join(format!("uswap-unmanaged-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let budget = dir.join(crate::live::BUDGET_FILE);
+        let budget = dir.join(crate::rundir::BUDGET_FILE);
         uswap_pager::tree::create(&budget, 64 << 20).unwrap();
         // The interpreter itself, not a version manager's shim (which runs helpers of its own).
         let py = std::process::Command::new("python3")

@@ -69,6 +69,7 @@ mod fault;
 mod forkhold;
 mod forkserve;
 mod handle;
+pub mod launch;
 pub mod own;
 mod page;
 mod pool_share;
@@ -148,6 +149,12 @@ pub enum Replacement {
     /// Active and inactive lists with an uncompressed swap cache for the inactive list.
     TwoList,
 }
+
+/// The compressed pool's cap as a share of the limit, in percent, when a tier outside RAM takes
+/// the rest: [`PagerConfig::pool_percent`]'s default, for a pager an embedder configures.
+/// `uswap run` gives its programs a smaller share ([`launch::RUN_POOL_PERCENT`]); a pool tier's
+/// own size is a share of RAM (`uswap::config::DEFAULT_POOL_PERCENT_OF_RAM`).
+pub const DEFAULT_POOL_PERCENT_OF_LIMIT: u8 = 50;
 
 /// Pager configuration.
 #[derive(Clone, Debug)]
@@ -241,7 +248,7 @@ impl Default for PagerConfig {
             reclaim: ReclaimMode::Direct,
             replacement: Replacement::TwoList,
             inactive_percent: 25,
-            pool_percent: 50,
+            pool_percent: DEFAULT_POOL_PERCENT_OF_LIMIT,
             pool_adapt: false,
             reclaim_batch: 256,
             readahead_pages: 8,

@@ -20,8 +20,9 @@
 //! A period with too few swap-ins to tell ([`MIN_SWAPINS`]) changes nothing: a workload that
 //! streams, or does not swap, keeps the share it has.
 //!
-//! Off by default (`USWAP_POOL_ADAPT=1` under `uswap run`): the balance of the two costs is not where their sum is least, and a pool
-//! grown for the file's sake takes from a resident set whose faults this does not see coming.
+//! Off by default ([`crate::launch::POOL_ADAPT`] under `uswap run`): the balance of the two
+//! costs is not where their sum is least, and a pool grown for the file's sake takes from a
+//! resident set whose faults this does not see coming.
 //!
 //! Locking: none. The state is the background reclaimer's own; it publishes the share as one
 //! relaxed atomic of the pager, which [`Pager::pool_cap`](crate::Pager) reads.

@@ -581,7 +581,10 @@ mod tests {
         let p = match crate::Pager::new(PagerConfig { limit_bytes: 16 << 20, ..Default::default() }) {
             Ok(p) => p,
             Err(PagerError::Unavailable(w)) => {
-                assert!(std::env::var_os("USWAP_REQUIRE_UFFD").is_none(), "userfaultfd unavailable: {w}");
+                assert!(
+                    std::env::var_os(crate::launch::REQUIRE_UFFD.os_name()).is_none(),
+                    "userfaultfd unavailable: {w}"
+                );
                 eprintln!("SKIPPED: userfaultfd unavailable: {w}");
                 return;
             }

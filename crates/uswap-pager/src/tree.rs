@@ -1,7 +1,7 @@
 //! One limit for the whole process tree, as a memory cgroup's `memory.max` (issue 12, item 1).
 //!
 //! `uswap run` creates a small *budget file* ([`create`]; the preload library finds it through
-//! `USWAP_TREE_BUDGET`, in the tree's statistics directory): a header with the limit and one
+//! [`crate::launch::TREE_BUDGET`], in the tree's statistics directory): a header with the limit and one
 //! slot per process of the tree. Every process that starts under the pager (after `exec`, and
 //! every `fork` child) maps it shared and claims a slot ([`attach`], [`in_fork_child`]); every
 //! [`UPDATE_MS`] it writes there its charge and how fast it uses memory, and sets its own

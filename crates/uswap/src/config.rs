@@ -25,8 +25,12 @@ use std::sync::Arc;
 
 /// Default directory of the swap file.
 pub const DEFAULT_FILE_DIR: &str = "/var/tmp";
-/// zswap's default `max_pool_percent`.
-pub const DEFAULT_POOL_PERCENT: u8 = 20;
+/// A pool tier's size as a share of RAM, in percent, when its `pool=` is not given: zswap's
+/// default `max_pool_percent`. (Not the pool's cap as a share of the pager's limit:
+/// `uswap_pager::DEFAULT_POOL_PERCENT_OF_LIMIT`, `uswap_pager::launch::RUN_POOL_PERCENT`.)
+pub const DEFAULT_POOL_PERCENT_OF_RAM: u8 = 20;
+/// The former name of [`DEFAULT_POOL_PERCENT_OF_RAM`].
+pub const DEFAULT_POOL_PERCENT: u8 = DEFAULT_POOL_PERCENT_OF_RAM;
 /// zstd level of `recomp=zstd` (recompression runs in the background: ratio over speed).
 pub const DEFAULT_RECOMP_LEVEL: i32 = 9;
 
@@ -289,7 +293,7 @@ impl TiersConfig {
                         Some(t) => t,
                         None => *mem.insert(mem_total_bytes()?),
                     };
-                    p.max_bytes = total / 100 * u64::from(DEFAULT_POOL_PERCENT);
+                    p.max_bytes = total / 100 * u64::from(DEFAULT_POOL_PERCENT_OF_RAM);
                 }
             }
             cfg.tiers.push(spec);

@@ -127,7 +127,7 @@ pub struct Args {
     /// uswap tiers: `uswap run`'s default, a user's out-of-the-box setup. uswap charges its
     /// compressed pool to the limit (as cgroup v2 charges zswap), the kernel side's zram is
     /// not charged; so what does not fit goes to a swap file here. `zero,lz4` keeps all in RAM.
-    #[arg(long, default_value = "zero,lz4:recomp=zstd,file:/var/tmp")]
+    #[arg(long, default_value = uswap_pager::launch::DEFAULT_TIERS)]
     pub tiers: String,
     /// uswap folio size (4K, 64K or 2M).
     #[arg(long, default_value = "64K")]
@@ -363,11 +363,7 @@ fn setup_kernel_on(ops: Box<dyn SysOps>, root: bool, want: Want, allowance: u64,
     match setup::setup_cgroup(&mut k.guard, &probe, 1 << 30) {
         Ok(cg) => {
             k.cgroup_version = Some(cg.version);
-            k.disk_zswap = match std::env::var("USWAP_BENCH_DISK_ZSWAP").as_deref() {
-                Ok("on") => true,
-                Ok("off") => false,
-                _ => cg.version == 2,
-            };
+            k.disk_zswap = uswap_pager::launch::BENCH_DISK_ZSWAP.read_std().ok().flatten().unwrap_or(cg.version == 2);
             if let Err(e) = k.guard.undo_now(&Undo::Rmdir(cg.dir)) {
                 skip_all(&mut k, format!("memory cgroup: cannot remove {probe}: {e}"));
                 return k;
@@ -555,7 +551,7 @@ fn remove_run_statsdir(pid: i32) {
     if pid <= 0 {
         return;
     }
-    if let Ok(d) = crate::live::run_dir() {
+    if let Ok(d) = crate::rundir::run_dir() {
         let _ = std::fs::remove_dir_all(d.join(pid.to_string()));
     }
     let prefix = format!("uswap-run-{pid}-");

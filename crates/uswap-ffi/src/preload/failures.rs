@@ -33,7 +33,7 @@ const BROKEN: u64 = 1 << 41;
 static SEEN: AtomicU64 = AtomicU64::new(0);
 /// With every tier in RAM, a charge over the limit by more than 1/this of it is said.
 const OVER_SHARE: u64 = 16;
-/// `USWAP_FULL_WAIT_MS`, for the messages.
+/// [`uswap_pager::launch::FULL_WAIT_MS`], for the messages.
 static WAIT_MS: AtomicU64 = AtomicU64::new(0);
 
 /// Remember the wait in force (read by the library's start from the environment).
@@ -83,8 +83,9 @@ fn say_new(p: &Pager, raw_over: bool) {
         said |= BROKEN;
         say(&format!(
             "the limit is broken: the store has failed for {} and faults now map pages over the limit \
-             (USWAP_FULL_WAIT_MS=0 waits for ever)",
-            wait_text(WAIT_MS.load(Ordering::Relaxed))
+             ({}=0 waits for ever)",
+            wait_text(WAIT_MS.load(Ordering::Relaxed)),
+            uswap_pager::launch::FULL_WAIT_MS.name()
         ));
     }
     SAID.store(said, Ordering::Relaxed);

@@ -2,18 +2,10 @@
 //! where it lies.
 //!
 //! Activation: the library is inert unless `USWAP_LIMIT` is set in the environment (a program that
-//! links it for the C ABI is not touched). Configuration, set by `uswap run`: `USWAP_LIMIT`
-//! (bytes), `USWAP_TIERS`, `USWAP_FOLIO` (bytes), `USWAP_STATS_DIR` (each process writes
-//! `<pid>.json` there at exit), `USWAP_MMAP_MIN` (smallest anonymous mapping adopted at `mmap`
-//! time, default 16 KiB), `USWAP_SCAN_MS` (how often the resident set is checked for memory to
-//! reconcile while it moves, default 1 ms; up to 5 ms while it stays put), `USWAP_ON_ERROR=warn`
-//! (run unmanaged, with a warning, if the pager cannot start; default: print why and exit 125),
-//! `USWAP_RECOMP_MS` and `USWAP_RECOMP_CPU_PERCENT` (period and CPU budget of background
-//! recompression, default 5000 ms and 5 %; it runs only for a pool tier with `recomp=`),
-//! `USWAP_WRITEBACK_AGE_MS` (pool objects unused this long are written back to the file by the same
-//! thread, default 60 000, 0 = off), `USWAP_PROMOTE=0` (no promotion of refaulted file objects into
-//! the pool), `USWAP_FOLLOW_CPU=0` (the event thread does not follow the faulting thread's CPU) and
-//! `USWAP_PIN_THREAD=0` (it follows, but does not pin the thread it follows beside it).
+//! links it for the C ABI is not touched). Configuration: the `USWAP_*` variables declared in
+//! [`uswap_pager::launch`] (names, defaults, parsers), read once at start through `env` —
+//! those `uswap run` sets (the limit, folio, tiers, statistics directory, the tree's budget
+//! file) and the knobs a user may set (`uswap run --help` lists them).
 //!
 //! The program keeps its own allocator (glibc malloc, jemalloc, pymalloc, a JVM's or V8's
 //! heap): nothing is replaced. Its anonymous private memory is found and adopted by the pager
@@ -70,7 +62,7 @@ use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
-use uswap_pager::{Pager, PagerConfig};
+use uswap_pager::{launch, Pager, PagerConfig};
 
 const UNKNOWN: u8 = 0;
 pub(crate) const OFF: u8 = 1;
@@ -131,7 +123,7 @@ pub(crate) fn mode() -> u8 {
     if s != UNKNOWN {
         return s;
     }
-    let m = if env(c"USWAP_LIMIT").is_some() { BOOT } else { OFF };
+    let m = if env(launch::LIMIT.name).is_some() { BOOT } else { OFF };
     let _ = STATE.compare_exchange(UNKNOWN, m, Ordering::AcqRel, Ordering::Acquire);
     STATE.load(Ordering::Acquire)
 }
@@ -210,7 +202,7 @@ extern "C" fn init() {
             unsafe { libc::atexit(at_exit) };
         }
         Err(e) => {
-            let warn = env(c"USWAP_ON_ERROR") == Some("warn");
+            let warn = launch::ON_ERROR.read(env).unwrap_or(false);
             let msg = if warn {
                 format!(
                     "uswap: warning: pid {} runs WITHOUT the pager (unprotected, no limit): {e}\n",
@@ -246,13 +238,6 @@ fn stand_aside(mark: &std::ffi::CStr) {
     }
 }
 
-fn parse_num(name: &std::ffi::CStr, default: u64) -> Result<u64, String> {
-    match env(name) {
-        None => Ok(default),
-        Some(v) => uswap::config::parse_size(&name.to_string_lossy(), v).map_err(|e| e.to_string()),
-    }
-}
-
 /// Fork child: our pager runs again; its reconciler thread must too.
 fn restart_scan_in_child(p: *const Pager) {
     if let Some(ours) = pager() {
@@ -265,53 +250,42 @@ fn restart_scan_in_child(p: *const Pager) {
 }
 
 fn start() -> Result<(), String> {
-    let limit = parse_num(c"USWAP_LIMIT", 0)?;
-    let folio = parse_num(c"USWAP_FOLIO", 65536)? as usize;
-    MMAP_MIN.store(parse_num(c"USWAP_MMAP_MIN", 16 << 10)? as usize, Ordering::Relaxed);
-    let scan_ms = parse_num(c"USWAP_SCAN_MS", 1)?;
+    let limit = launch::LIMIT.read(env)?;
+    let folio = launch::FOLIO.read(env)? as usize;
+    MMAP_MIN.store(launch::MMAP_MIN.read(env)? as usize, Ordering::Relaxed);
+    let scan_ms = launch::SCAN_MS.read(env)?;
     let cfg = PagerConfig {
         limit_bytes: limit,
         folio_size: folio,
-        tiers: env(c"USWAP_TIERS").unwrap_or("zero,lz4:recomp=zstd,file:/var/tmp").to_string(),
+        tiers: launch::TIERS.read(env).unwrap_or_default().to_string(),
         fault_mode: uswap_pager::FaultMode::Thread,
         // No REMOVE events: reclaim's own madvise would then wait for the event thread, which
         // must hold off reading while reclaim drops (see the pager's read gate). The program's
         // madvise goes through the interposed `madvise` below instead.
         event_remove: false,
-        // A program's resident set must hold its working set: unlike the kernel, the pager
-        // sees no accessed bits, so pages it takes from the resident set are guesses, and every
-        // wrong one costs a fault. Measured on `bench programs` (python-dict, sort, redis,
-        // sqlite, node, java at 0.4 of their native peak, 2026-11-24): an inactive list of
-        // 5 % and a pool of 15 % beside a swap file finished 6 of the 7 in 60 s (perl-hash did
-        // not, with any setting), against 3 of 7 with 25 % and 50 %; python-dict took 28 s.
-        // With the swap file's faster AES-GCM (ring), a pool of 8 % instead of 15 % (same run,
-        // alternating, uswap side, 2026-11-24): gcc 23.0 -> 15.3 s, sort 32.2 -> 22.3 s, java
-        // 11.5 -> 10.2 s, pipeline 8.0 -> 7.1 s, python-dict 69 -> 67 s; python-list, sqlite,
-        // node and redis within noise; peak RSS unchanged.
-        inactive_percent: parse_num(c"USWAP_INACTIVE_PERCENT", 5)?.min(90) as u8,
-        pool_percent: parse_num(c"USWAP_POOL_PERCENT", 8)?.clamp(5, 50) as u8,
-        pool_adapt: env(c"USWAP_POOL_ADAPT") == Some("1"),
-        replacement: match env(c"USWAP_REPLACEMENT") {
-            Some("fifo") => uswap_pager::Replacement::Fifo,
-            _ => uswap_pager::Replacement::TwoList,
-        },
+        // A program's resident set must hold its working set: small inactive list and pool
+        // (`launch::RUN_POOL_PERCENT` says why).
+        inactive_percent: launch::INACTIVE_PERCENT.read(env)? as u8,
+        pool_percent: launch::POOL_PERCENT.read(env)? as u8,
+        pool_adapt: launch::POOL_ADAPT.read(env)?,
+        replacement: launch::REPLACEMENT.read(env)?,
         // Background recompression (when a pool tier has `recomp=`): period and CPU budget.
-        recompress_ms: parse_num(c"USWAP_RECOMP_MS", 5000)?,
-        recompress_cpu_percent: parse_num(c"USWAP_RECOMP_CPU_PERCENT", 5)?.clamp(1, 100) as u8,
+        recompress_ms: launch::RECOMP_MS.read(env)?,
+        recompress_cpu_percent: launch::RECOMP_CPU_PERCENT.read(env)? as u8,
         // Tiers both ways (same thread and period): writeback of pool objects unused this long
         // (0 = off), promotion of refaulted file objects (`USWAP_PROMOTE=0` turns it off).
-        writeback_age_ms: parse_num(c"USWAP_WRITEBACK_AGE_MS", 60_000)?,
-        promote: env(c"USWAP_PROMOTE") != Some("0"),
+        writeback_age_ms: launch::WRITEBACK_AGE_MS.read(env)?,
+        promote: launch::PROMOTE.read(env)?,
         // The event thread follows the faulting thread's CPU (`USWAP_FOLLOW_CPU=0` turns it
         // off): see uswap-pager's `cpu` module.
-        follow_cpu: env(c"USWAP_FOLLOW_CPU") != Some("0"),
+        follow_cpu: launch::FOLLOW_CPU.read(env)?,
         // ... and pins the thread it follows there (`USWAP_PIN_THREAD=0`: it does not).
-        pin_thread: env(c"USWAP_PIN_THREAD") != Some("0"),
+        pin_thread: launch::PIN_THREAD.read(env)?,
         // The reclaimer and recompressor start when the scanner sees the charge at half the
         // limit: a shell's or a build's many small processes never start them.
         lazy_background: true,
         // While the store fails, faults over the limit wait this long for room (0: for ever).
-        full_wait_ms: parse_num(c"USWAP_FULL_WAIT_MS", 10_000)?,
+        full_wait_ms: launch::FULL_WAIT_MS.read(env)?,
         ..Default::default()
     };
     failures::set_wait_ms(cfg.full_wait_ms);
@@ -336,7 +310,7 @@ fn start() -> Result<(), String> {
     fork::on_child_rebuilt(restart_scan_in_child);
     // One limit for the tree `uswap run` started (its budget file): from now on this process's
     // limit in force is its share (the scan thread updates it).
-    if let Some(path) = env(c"USWAP_TREE_BUDGET").and_then(|p| std::ffi::CString::new(p).ok()) {
+    if let Some(path) = launch::TREE_BUDGET.read(env).and_then(|p| std::ffi::CString::new(p).ok()) {
         uswap_pager::tree::attach(&path);
     }
     let (rss, shared) = scan::statm();
@@ -377,7 +351,7 @@ pub fn write_stats(final_: bool) {
     if let (true, true, Some(p)) = (final_, ready(), pager()) {
         failures::check(p);
     }
-    let Some(dir) = env(c"USWAP_STATS_DIR") else { return };
+    let Some(dir) = launch::STATS_DIR.read(env) else { return };
     internal(|| {
         let Some(mut v) = stats_json() else { return };
         let cmd = uswap::procfs::private(|| std::fs::read("/proc/self/cmdline")).unwrap_or_default();

@@ -556,7 +556,7 @@ fn sample_rss() -> u64 {
 /// Start the `uswap-scan` thread.
 pub fn start_thread(p: Arc<Pager>, ms: u64) -> Result<(), String> {
     SCAN_MS.store(ms, Ordering::Relaxed);
-    let every = super::env(c"USWAP_STATS_INTERVAL_MS").and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    let every = uswap_pager::launch::STATS_INTERVAL_MS.read(super::env).unwrap_or(0);
     STATS_EVERY_MS.store(every, Ordering::Relaxed);
     spawn(p).map_err(|e| format!("cannot start the scan thread: {e}"))
 }

@@ -53,7 +53,7 @@ pub struct Args {
     #[arg(long, default_value_t = 600)]
     pub timeout: u64,
     /// uswap tiers (`uswap run`'s default).
-    #[arg(long, default_value = "zero,lz4:recomp=zstd,file:/var/tmp")]
+    #[arg(long, default_value = uswap_pager::launch::DEFAULT_TIERS)]
     pub tiers: String,
     /// uswap folio size.
     #[arg(long, default_value = "64K")]
@@ -150,7 +150,7 @@ pub fn run(a: &Args) -> CliResult {
             let swapins = |pid: i32| -> Option<u64> {
                 match side {
                     Side::Uswap => {
-                        let tree = crate::live::tree_at(&crate::live::run_dir().ok()?.join(pid.to_string()))?;
+                        let tree = crate::live::tree_at(&crate::rundir::run_dir().ok()?.join(pid.to_string()))?;
                         Some(tree.procs.iter().filter_map(|v| v["swapin_pages"].as_u64()).sum())
                     }
                     _ => {

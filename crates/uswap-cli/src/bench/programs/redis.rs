@@ -510,7 +510,7 @@ fn sample_servers(pgid: i32, root: i32) -> crate::live::PeakSampler {
             .into_iter()
             .filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "redis-server"))
             .collect();
-        crate::live::pss_if_above(&servers, "Pss:", peak).map(|v| (v, 0))
+        crate::procsum::pss_if_above(&servers, "Pss:", peak).map(|v| (v, 0))
     })
 }
 
