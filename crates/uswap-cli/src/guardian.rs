@@ -652,7 +652,7 @@ pub fn end_main() -> Option<std::process::ExitCode> {
             crate::live::end_run(Path::new(&dir));
             std::process::ExitCode::SUCCESS
         }
-        None => std::process::ExitCode::from(crate::EXIT_USAGE),
+        None => std::process::ExitCode::from(crate::exit::USAGE),
     })
 }
 

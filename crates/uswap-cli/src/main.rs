@@ -5,6 +5,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
 
 mod bench;
+mod exit;
 mod guardian;
 mod help;
 mod kernel;
@@ -18,9 +19,6 @@ mod rundir;
 mod stats_read;
 mod status;
 mod unmanaged;
-
-/// Exit code for bad usage or bad configuration (clap uses 2 as well).
-pub const EXIT_USAGE: u8 = 2;
 
 #[derive(Parser)]
 #[command(

@@ -29,9 +29,6 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use uswap_pager::launch;
 
-/// Exit code when userfaultfd is not permitted.
-pub const EXIT_NO_UFFD: u8 = 1;
-
 /// Arguments of `uswap run`. Options end at `--` or at the first word that is not an option
 /// (the program), as for `env` and `systemd-run`; an unknown option is an error.
 #[derive(clap::Args, Debug)]
@@ -80,7 +77,7 @@ pub struct RunArgs {
 pub struct RunError(pub String, pub u8);
 
 fn usage(msg: String) -> RunError {
-    RunError(msg, crate::EXIT_USAGE)
+    RunError(msg, crate::exit::USAGE)
 }
 
 /// Parse a limit such as 512M, 1.5G or 25% (of physical memory).
@@ -193,13 +190,18 @@ fn find_program(p: &OsString) -> Result<PathBuf, RunError> {
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
                 // A directory on the way is not searchable: found or not, it cannot run (126,
                 // as a shell says).
-                return Err(RunError(format!("{}: permission denied", name.display()), 126));
+                return Err(RunError(format!("{}: permission denied", name.display()), crate::exit::NOT_EXECUTABLE));
             }
-            Err(_) => return Err(RunError(format!("{}: no such file or directory", name.display()), 127)),
+            Err(_) => {
+                return Err(RunError(format!("{}: no such file or directory", name.display()), crate::exit::NOT_FOUND))
+            }
             Ok(_) => {}
         }
         if !is_exec(name) {
-            return Err(RunError(format!("{}: permission denied (not an executable file)", name.display()), 126));
+            return Err(RunError(
+                format!("{}: permission denied (not an executable file)", name.display()),
+                crate::exit::NOT_EXECUTABLE,
+            ));
         }
         return Ok(name.to_path_buf());
     }
@@ -216,8 +218,8 @@ fn find_program(p: &OsString) -> Result<PathBuf, RunError> {
         }
     }
     match denied {
-        Some(q) => Err(RunError(format!("{}: permission denied", q.display()), 126)),
-        None => Err(RunError(format!("{}: command not found", name.display()), 127)),
+        Some(q) => Err(RunError(format!("{}: permission denied", q.display()), crate::exit::NOT_EXECUTABLE)),
+        None => Err(RunError(format!("{}: command not found", name.display()), crate::exit::NOT_FOUND)),
     }
 }
 
@@ -310,7 +312,10 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
         | uswap_pager::uffd::feature::SIGBUS;
     match uswap_pager::uffd::Uffd::open(f, 0, true) {
         Err(e) => {
-            return Err(RunError(format!("cannot run under the pager: {e}; the program was not started"), EXIT_NO_UFFD))
+            return Err(RunError(
+                format!("cannot run under the pager: {e}; the program was not started"),
+                crate::exit::NO_UFFD,
+            ))
         }
         // Not enough for an unmodified program: a read(2) into swapped-out memory would fail
         // with EFAULT instead of being paged in.
@@ -322,7 +327,7 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
                      not started",
                     uswap_pager::uffd::PERMIT_HINT
                 ),
-                EXIT_NO_UFFD,
+                crate::exit::NO_UFFD,
             ))
         }
         Ok(_) => {}
@@ -354,7 +359,7 @@ pub fn run(a: RunArgs) -> Result<u8, RunError> {
             )))
         }
         Ok(_) => {}
-        Err(e) => return Err(RunError(format!("{}: {e}", prog.display()), 126)),
+        Err(e) => return Err(RunError(format!("{}: {e}", prog.display()), crate::exit::NOT_EXECUTABLE)),
     }
     let lib = crate::preload::locate().map_err(|m| RunError(m, 1))?;
     let lib = lib.canonicalize().unwrap_or(lib);

@@ -27,7 +27,7 @@ impl CliError {
     }
     /// A usage or configuration error (exit 2).
     pub fn usage(msg: impl Into<String>) -> Self {
-        CliError { msg: msg.into(), code: crate::EXIT_USAGE }
+        CliError { msg: msg.into(), code: crate::exit::USAGE }
     }
     /// The process exit code.
     pub fn exit_code(&self) -> u8 {

@@ -17,6 +17,7 @@
 
 pub mod bgsave;
 mod redis;
+mod rng;
 mod runner;
 mod suite;
 

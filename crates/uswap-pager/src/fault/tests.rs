@@ -17,7 +17,7 @@ fn pager(cfg: PagerConfig) -> Option<Arc<Pager>> {
     match Pager::new(cfg) {
         Ok(p) => Some(p),
         Err(PagerError::Unavailable(w)) => {
-            assert!(std::env::var_os("USWAP_REQUIRE_UFFD").is_none(), "userfaultfd unavailable: {w}");
+            assert!(std::env::var_os(crate::launch::REQUIRE_UFFD.os_name()).is_none(), "userfaultfd unavailable: {w}");
             eprintln!("SKIPPED: userfaultfd unavailable: {w}");
             None
         }

@@ -9,8 +9,8 @@
 //!
 //! Locking: none; the driver is single-threaded (each process has a waiter thread in `runner`).
 
+use super::rng::Rng;
 use super::runner::{self, Proc, Waited};
-use super::suite::Rng;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};

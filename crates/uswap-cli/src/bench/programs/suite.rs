@@ -5,6 +5,7 @@
 //!
 //! Locking: none (called from the benchmark's main thread only).
 
+use super::rng::Rng;
 use std::ffi::OsString;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -403,28 +404,6 @@ fn python() -> Result<PathBuf, String> {
         Ok(p)
     } else {
         Err(format!("python3 does not say where its interpreter is: {}", String::from_utf8_lossy(&o.stderr).trim()))
-    }
-}
-
-/// splitmix64: the deterministic stream behind every generated input.
-pub struct Rng(u64);
-
-impl Rng {
-    /// A stream from `seed`.
-    pub fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-    /// The next 64 bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in 0..n.
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
     }
 }
 
