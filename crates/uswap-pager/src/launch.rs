@@ -156,6 +156,15 @@ fn size(name: &'static str, text: &str) -> Result<u64, String> {
     uswap::config::parse_size(name, text).map_err(|e| e.to_string())
 }
 
+/// A duration in ms whose `0` means something (off, or no bound): `0`, or what [`size`] takes.
+fn millis(name: &'static str, text: &str) -> Result<u64, String> {
+    if text.trim() == "0" {
+        Ok(0)
+    } else {
+        size(name, text)
+    }
+}
+
 fn decimal(v: u64) -> String {
     v.to_string()
 }
@@ -252,9 +261,9 @@ pub const REPLACEMENT: Var<Replacement> = Var {
     format: |r| if r == Replacement::Fifo { "fifo" } else { "two-list" }.into(),
 };
 
-/// Period of background recompression, in ms.
+/// Period of background recompression and tier moves, in ms (`0`: no background thread).
 pub const RECOMP_MS: Var<u64> =
-    Var { name: c"USWAP_RECOMP_MS", scope: Scope::User, default: 5000, parse: size, format: decimal };
+    Var { name: c"USWAP_RECOMP_MS", scope: Scope::User, default: 5000, parse: millis, format: decimal };
 
 /// CPU budget of background recompression, in percent of one core (1..=100).
 pub const RECOMP_CPU_PERCENT: Var<u64> = Var {
@@ -265,10 +274,10 @@ pub const RECOMP_CPU_PERCENT: Var<u64> = Var {
     format: decimal,
 };
 
-/// Pool objects unused this long are written back to the file, in ms. A size: `0` does not
-/// parse, so writeback by age cannot be turned off through it.
+/// Pool objects unused this long are written back to the file, in ms (`0`: no writeback by
+/// age).
 pub const WRITEBACK_AGE_MS: Var<u64> =
-    Var { name: c"USWAP_WRITEBACK_AGE_MS", scope: Scope::User, default: 60_000, parse: size, format: decimal };
+    Var { name: c"USWAP_WRITEBACK_AGE_MS", scope: Scope::User, default: 60_000, parse: millis, format: decimal };
 
 /// `0`: no promotion of refaulted file objects into the pool.
 pub const PROMOTE: Var<bool> =
@@ -282,10 +291,9 @@ pub const FOLLOW_CPU: Var<bool> =
 pub const PIN_THREAD: Var<bool> =
     Var { name: c"USWAP_PIN_THREAD", scope: Scope::User, default: true, parse: flag_on_unless_0, format: bit };
 
-/// While the store fails, how long faults over the limit wait for room, in ms. A size: `0`
-/// (the pager's "for ever") does not parse.
+/// While the store fails, how long faults over the limit wait for room, in ms (`0`: for ever).
 pub const FULL_WAIT_MS: Var<u64> =
-    Var { name: c"USWAP_FULL_WAIT_MS", scope: Scope::User, default: 10_000, parse: size, format: decimal };
+    Var { name: c"USWAP_FULL_WAIT_MS", scope: Scope::User, default: 10_000, parse: millis, format: decimal };
 
 /// The library `uswap run` preloads instead of its built-in copy (a path).
 pub const PRELOAD: TextVar = TextVar { name: c"USWAP_PRELOAD", scope: Scope::Cli, default: None };
@@ -388,6 +396,11 @@ mod tests {
         for v in [&LIMIT, &FOLIO, &MMAP_MIN, &SCAN_MS, &RECOMP_MS, &WRITEBACK_AGE_MS, &FULL_WAIT_MS] {
             round_trip(v, &[1, 4096, 65536, 2 << 20, 3 << 30]);
         }
+        // Durations whose 0 is documented (off, for ever) take it; sizes do not.
+        for v in [&RECOMP_MS, &WRITEBACK_AGE_MS, &FULL_WAIT_MS] {
+            round_trip(v, &[0]);
+        }
+        assert!(LIMIT.parse("0").is_err());
         round_trip(&STATS_INTERVAL_MS, &[0, 1, 500]);
         round_trip(&INACTIVE_PERCENT, &[1, 5, 90]);
         round_trip(&POOL_PERCENT, &[5, 8, 50]);
