@@ -9,7 +9,7 @@
 //!   size), naming the tier (its path), the error, and what happens to the pages now;
 //! - pages no tier takes without any tier failing (`--tiers zero`, or a pool that rejects
 //!   what does not compress with no tier after it), or a charge over the limit by more than
-//!   [`OVER_SHARE`] with every tier in RAM (a pool holding data that does not compress: it
+//!   `OVER_SHARE` with every tier in RAM (a pool holding data that does not compress: it
 //!   takes about what it stores): the tier list cannot bound the memory;
 //! - the first fault mapped over the limit because the store failed for longer than faults
 //!   wait (`USWAP_FULL_WAIT_MS`).

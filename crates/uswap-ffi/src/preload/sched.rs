@@ -12,7 +12,7 @@
 //! - `vfork` (CPython's `subprocess`) and the variadic `execl`, `execlp` and `execle` cannot be
 //!   wrapped by a Rust function (a `vfork` child returns through its caller's frame; Rust
 //!   defines no C-variadic functions): on x86-64 each is a small assembly trampoline that
-//!   saves the argument registers, gives the program's mask back ([`uswap_unpin_and_next`])
+//!   saves the argument registers, gives the program's mask back (`uswap_unpin_and_next`)
 //!   and jumps to the next definition, which then returns straight to the caller. The pin is
 //!   not put back after them (the event thread may pin the thread again at a later check).
 //!
