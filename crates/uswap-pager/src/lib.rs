@@ -547,9 +547,9 @@ impl Pager {
     /// still serves this child's faults. A new thread's start touches program memory that may be
     /// swapped out (glibc's `__ctype_init` reads the locale data `setlocale` allocated on the
     /// program's heap), and once the child has a uffd of its own only its event thread serves
-    /// it: started after the registration, the event thread faulted on that page and waited for
-    /// itself (`python-fork` in CI, 2026-11-29: the child hung in `start_thread`, and its parent
-    /// on the atfork pipe). The threads wait until [`Pager::restart_in_fork_child`], given the
+    /// it: started after the registration, the event thread would fault on that page and wait
+    /// for itself (the child hangs in `start_thread`, and its parent on the atfork pipe). The
+    /// threads wait until [`Pager::restart_in_fork_child`], given the
     /// returned [`ForkChildThreads`], has set up the child's pager.
     pub fn start_threads_in_fork_child(&self) -> Result<ForkChildThreads, PagerError> {
         let Ok(mut threads) = self.threads.try_lock() else {

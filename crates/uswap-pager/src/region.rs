@@ -27,9 +27,9 @@ pub(crate) fn cached_obj(w: PageWord, order: u32) -> crate::arena::Obj {
 const WORD_BYTES: usize = 12;
 
 /// Maximum number of live regions in the process (a slot index fits the 16 bits a reclaim
-/// queue entry has for it, `reclaim::entry_raw`). 16384 before 2026-11-28: Ruby 3.1 maps its
-/// heap in 16 KiB pieces, a region each, and a 5M-entry Hash ran out (12 400 adoptions
-/// refused, 267 MiB left outside the pager).
+/// queue entry has for it, `reclaim::entry_raw`). As many as that, because a runtime may map
+/// its heap in many small pieces, a region each (Ruby maps 16 KiB pages), and an adoption
+/// refused for want of a slot leaves that memory outside the pager.
 pub(crate) const MAX_REGIONS: usize = 1 << 16;
 /// Bits of a slot's generation kept in a reclaim queue entry (12): an entry left in a queue
 /// after its region was retired names the slot's next region only after 4096 reuses of the
