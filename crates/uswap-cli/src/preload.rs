@@ -21,8 +21,8 @@ use std::path::{Path, PathBuf};
 static EMBEDDED: Option<&[u8]> = Some(include_bytes!(env!("USWAP_EMBED_PATH")));
 #[cfg(not(uswap_embed))]
 static EMBEDDED: Option<&[u8]> = None;
-/// `fnv1a` of [`EMBEDDED`], computed by build.rs (hashing the 30 MiB library it was before it
-/// lost its debug information took 25-30 ms of every `uswap run`).
+/// `fnv1a` of [`EMBEDDED`], computed by build.rs, so that `uswap run` does not hash the library at
+/// every start.
 #[cfg(uswap_embed)]
 const EMBEDDED_HASH: Option<&str> = Some(env!("USWAP_EMBED_HASH"));
 #[cfg(not(uswap_embed))]

@@ -107,8 +107,8 @@ pub struct Watch {
     /// The largest shared memory the tree held at a sample (see [`tree_shmem`]); the warning
     /// is printed when it first reaches [`SHMEM_WARN`].
     shmem_peak: u64,
-    /// Reasons warned about: one warning per reason (a shell loop that starts a short process
-    /// as another user every 200 ms printed a line for each).
+    /// Reasons warned about: one warning per reason (a shell loop that starts short processes
+    /// as another user would otherwise print a line for each).
     warned: HashSet<Reason>,
 }
 

@@ -42,8 +42,8 @@ pub(crate) const PERIOD_NS: u64 = 100_000_000;
 const MIN_SWAPINS: u64 = 64;
 /// What a swap-in costs beyond the tier's own work (the fault's delivery, the hand-off to the
 /// pager's thread and back, mapping the page). Under `uswap run` a fault is a hand-off between
-/// threads: 7.6 µs on one vCPU, 51-92 µs across two on the project's machine
-/// (`../shared/design/measured-limits.md`). Taken too low, the pool is grown past the point
+/// threads: a few µs when both run on one CPU, tens of µs for a wake-up across two. Taken too
+/// low, the pool is grown past the point
 /// where its faults cost more than the file reads it saves.
 const FAULT_NS: u64 = 30_000;
 /// A move needs its side to win by this factor (hysteresis against noise).

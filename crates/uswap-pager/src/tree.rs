@@ -1,4 +1,4 @@
-//! One limit for the whole process tree, as a memory cgroup's `memory.max` (issue 12, item 1).
+//! One limit for the whole process tree, as a memory cgroup's `memory.max`.
 //!
 //! `uswap run` creates a small *budget file* ([`create`]; the preload library finds it through
 //! [`crate::launch::TREE_BUDGET`], in the tree's statistics directory): a header with the limit and one
