@@ -1,4 +1,4 @@
-//! `uswap bench redis`: the virtual-swap series' own case (issue 12). A Redis server holding
+//! `uswap bench redis`: the virtual-swap series' own case. A Redis server holding
 //! several times the limit in 1 KiB values serves GETs with and without a BGSAVE running, under
 //! kernel swap in a memory cgroup with the limit (the `zram` side: lz4 zram; the `disk` side:
 //! zswap in front of a swap file; set up and torn down here) and under `uswap run --limit` in a
