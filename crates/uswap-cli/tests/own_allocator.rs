@@ -1,13 +1,13 @@
 //! End-to-end: a program whose executable defines `malloc` itself. rustc links jemalloc
 //! unprefixed into its executable, so every `malloc`/`calloc` in the process (glibc's own
 //! included) goes to it, and the preload library's routing of uswap's allocations to its
-//! internal heap never sees them. Three hangs followed (see `uswap_ffi::preload::tls`,
-//! `uswap_pager::own` and `crates/uswap-ffi/build.rs`):
-//! - a fork child's pager threads registered their thread-local destructors through glibc,
-//!   whose `calloc` waited for jemalloc's fork lock: every `rustc` that forked its linker hung;
-//! - the pager threads' thread vectors (glibc's DTV, allocated with that `calloc`) were evicted
-//!   with the program's heap, and the event thread's next thread-local access waited for itself;
-//! - zstd's contexts, made with `malloc` on the event thread, lived in the program's heap.
+//! internal heap never sees them. Three hangs come of that unless the library guards against
+//! them (see `uswap_ffi::preload::tls`, `uswap_pager::own` and `crates/uswap-ffi/build.rs`):
+//! - a fork child's pager threads that register their thread-local destructors through glibc
+//!   wait in its `calloc` for jemalloc's fork lock: every `rustc` that forks its linker hangs;
+//! - the pager threads' thread vectors (glibc's DTV, allocated with that `calloc`) are evicted
+//!   with the program's heap, and the event thread's next thread-local access waits for itself;
+//! - zstd's contexts, made with `malloc` on the event thread, live in the program's heap.
 //!
 //! Each test has a deadline and prints every thread's stack when it fires (`common::run`).
 //! rustc is needed to build this crate, so it is always here.
@@ -72,8 +72,8 @@ fn rustc_forks_its_linker_under_uswap() {
 fn rustc_under_a_limit_keeps_its_pager_threads_memory() {
     note_allocator();
     let dir = tempdir();
-    // About 450 MiB of RSS without uswap (rustc 1.95, x86-64): 180 MiB makes it swap its heap
-    // several times over.
+    // rustc's RSS on this source without uswap is a few times the limit of 180 MiB, which
+    // makes it swap its heap several times over.
     let mut src = String::new();
     for i in 0..6000 {
         src += &format!(

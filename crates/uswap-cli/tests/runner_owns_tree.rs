@@ -104,8 +104,8 @@ fn until(deadline: Instant, mut done: impl FnMut() -> bool) -> bool {
 /// orphan reparented away from its parent, an unmanaged child that cleared `LD_PRELOAD`, and an
 /// unmanaged orphan in a session of its own) ends within a few seconds; then the metrics file
 /// says the run is over, the tree directory is gone and `uswap status` no longer shows it
-/// running. Before the runner owned its tree, all of them ran on, reparented to init, and the
-/// metrics said `uswap_running_processes 5` for ever.
+/// running. A runner that did not own its tree would leave all of them running, reparented to
+/// init, and the metrics saying `uswap_running_processes 5` for ever.
 #[test]
 fn a_sigkilled_runner_ends_its_whole_tree_and_the_run() {
     let _one = one_at_a_time();
@@ -217,7 +217,8 @@ fn a_sigkilled_runner_ends_its_whole_tree_and_the_run() {
 
 /// A runner SIGKILLed at any moment of its start, before or after it forked its program, leaves
 /// no process behind: the program (`sleep` with an argument of this test's own) never runs on.
-/// Before the runner owned its tree, any kill after the fork left the program running.
+/// A runner that did not own its tree would leave the program running after any kill that
+/// comes after the fork.
 #[test]
 fn a_runner_killed_while_it_starts_its_program_leaves_nothing() {
     let _one = one_at_a_time();
@@ -283,8 +284,8 @@ fn a_runner_killed_while_it_starts_its_program_leaves_nothing() {
 /// A tree whose runner died without ending it (here made by hand: `run.json` naming a runner that
 /// is gone) is listed as stale, with the one process of it that still runs (by its environment,
 /// not by a pid that may have been reused); once nothing of it runs it is listed one last time,
-/// its metrics file says the run is over, and its directory is removed. Before, status removed
-/// such a directory without a word and listed nothing.
+/// its metrics file says the run is over, and its directory is removed; it is never removed
+/// without a word.
 #[test]
 fn a_stale_tree_is_listed_as_such_and_ended_when_nothing_of_it_runs() {
     use std::os::unix::fs::PermissionsExt;

@@ -170,8 +170,7 @@ fn gnu_sort() {
     runtime("sort", 0.2);
 }
 
-/// Redis loading, a BGSAVE under GET load, the dump reloaded. It timed out here under a debug
-/// build until 2026-11-23; 3.6-4.2 s in three debug runs on 2026-11-25.
+/// Redis loading, a BGSAVE under GET load, the dump reloaded.
 #[test]
 fn redis_bgsave_under_load() {
     runtime("redis", 0.05);
@@ -189,19 +188,17 @@ fn make_j2_builds_two_files_at_once() {
     runtime("make-j2", 0.1);
 }
 
-/// xz's match finder reads its whole window at random, so at half its peak it thrashes: in
-/// three debug runs on 2026-11-25, 71-74 s against 0.7-1.0 s native, 9.5-10.7 GiB swapped
-/// out, peak RSS 41.6-42.1 MiB within its bound (ignored until then: 51.8 MiB against 43.9).
-/// It runs for what it checks (no hang, every byte right, the peak), with room for a slower
-/// machine: 240 s a run.
+/// xz's match finder reads its whole window at random, so at half its peak it thrashes: it
+/// runs many times slower than native and swaps out many times its data, its peak RSS within
+/// its bound. It runs for what it checks (no hang, every byte right, the peak), with room for
+/// a slower machine: 240 s a run.
 #[test]
 fn xz_compresses() {
     runtime_within("xz", 0.1, 240);
 }
 
-/// A Perl hash at half its peak thrashes like xz: in three debug runs on 2026-11-25, 62-63 s
-/// against 0.6 s native, 12.5-12.9 GiB swapped out, peak RSS 49.0-49.7 MiB within its bound
-/// (ignored until then: 63.7 MiB against 56.0). 240 s a run, as xz.
+/// A Perl hash at half its peak thrashes like xz, its peak RSS within its bound. 240 s a run,
+/// as xz.
 #[test]
 fn perl_hash() {
     runtime_within("perl-hash", 0.1, 240);

@@ -5,12 +5,12 @@ use uswap_pager::PagerConfig;
 /// A reconciler reads `/proc/self/maps`, and by the time it adopts a range the program may have
 /// unmapped it and the pager may have mapped its own memory there, even the page words of the
 /// very region being adopted (made just before the registration). Registering that would make
-/// a pager thread fault on memory only it can fill (a CI run hung so, in the scan thread). Here
-/// the range is freed before `adopt`, so the words the adoption maps tend to land in it: the
+/// a pager thread fault on memory only it can fill (the scan thread would hang so). Here the
+/// range is freed before `adopt`, so the words the adoption maps tend to land in it: the
 /// adoption must then refuse, and whatever it does adopt must not be own memory. (It also
-/// caught the pager's threads' signal stacks, mapped by the Rust runtime as each thread starts,
-/// landing in the freed range unrecorded: the event thread's exit then unmapped registered
-/// memory and waited for its own UNMAP event, a hang 1 run in 8; see `own::spawn`.)
+/// covers the pager's threads' signal stacks, mapped by the Rust runtime as each thread starts:
+/// one landing in the freed range unrecorded would have the event thread's exit unmap
+/// registered memory and wait for its own UNMAP event, a hang; see `own::spawn`.)
 #[test]
 fn adopt_never_registers_the_pagers_own_memory() {
     let Some(p) = common::pager(PagerConfig { limit_bytes: 64 << 20, folio_size: 4096, ..Default::default() }) else {

@@ -33,10 +33,10 @@ fn kernel_registered(a: usize, b: usize) -> Vec<(usize, usize)> {
 
 /// The maps a reconciler read may list a mapping the program has since cut: glibc's malloc
 /// maps twice an arena's size and unmaps the misaligned ends at once. `UFFDIO_REGISTER`
-/// skips holes without an error, and an adoption across them used to count the holes as
-/// registered: a fork child, which registers its parent's regions again from the pager's
-/// list, registered pager memory made in a hole later (thread stacks, page words), and hung
-/// faulting on its own page words (`fork_reads_swapped_out_thread_descriptors`, 1 run in 20
+/// skips holes without an error, and an adoption across them that counted the holes as
+/// registered would have a fork child, which registers its parent's regions again from the
+/// pager's list, register pager memory made in a hole later (thread stacks, page words) and
+/// hang faulting on its own page words (as `fork_reads_swapped_out_thread_descriptors` can
 /// under load). Here a range cut at both ends and in the middle is adopted as if its maps
 /// were read before the cuts: the pager's registered ranges must be exactly what the kernel
 /// registered, the mapped parts only; a mapping made in a hole later is adopted on its own;

@@ -132,16 +132,16 @@ fn writes_race_evictions_64k_fifo() {
 
 /// SIGBUS fault mode (the C API's) with the churn thread: the program unmaps adopted memory
 /// while other threads' direct reclaim evicts it. A plain copy of a range unmapped under it
-/// crashed the process (SIGSEGV) 3 runs in 10; adopted regions are now copied through the
-/// kernel (`reclaim::via_kernel`).
+/// would crash the process (SIGSEGV), so adopted regions are copied through the kernel
+/// (`reclaim::via_kernel`).
 #[test]
 fn writes_race_evictions_and_unmap_events_64k_sigbus_mode() {
     hammer_in(FaultMode::Sigbus, 65536, Replacement::TwoList, true, true);
 }
 
 /// Reads, then writes, race background reclaim and unmap events, in thread mode with 64 KiB
-/// folios (`uswap run`'s setting). Before the fix in `fault::copy_runs` (a page a swap-in finds
-/// mapped already is never published clean) it lost whole pages 8 runs in 20, as a JVM lost
+/// folios (`uswap run`'s setting). A page a swap-in finds mapped already is never published
+/// clean (`fault::copy_runs`); published clean, it could lose whole pages, as a JVM would lose
 /// HashMap entries.
 #[test]
 fn reads_and_writes_race_reclaim_and_unmap_events_64k_thread_mode() {
@@ -149,12 +149,11 @@ fn reads_and_writes_race_reclaim_and_unmap_events_64k_thread_mode() {
 }
 
 /// The same with a thread evicting the whole region in a loop (`Region::evict_all`, the C
-/// API's `uswap_evict_all`). It lost writes 1 run in 3 (a whole page: zeros, or an older
-/// round) to three races of a fault path with an eviction, each an ioctl on a page the fault
-/// path did not hold: the zero page mapped for a `RESIDENT` word the eviction had just taken
-/// and dropped, zeros mapped for a page an eviction was dropping, and the protection of a page
-/// taken back lifted after its block was republished and taken by the next eviction
-/// (`fault::take_back`). 0 in 60 after.
+/// API's `uswap_evict_all`). Three races of a fault path with an eviction, each an ioctl on a
+/// page the fault path does not hold, would lose writes (a whole page: zeros, or an older
+/// round): the zero page mapped for a `RESIDENT` word the eviction has just taken and dropped,
+/// zeros mapped for a page an eviction is dropping, and the protection of a page taken back
+/// lifted after its block is republished and taken by the next eviction (`fault::take_back`).
 #[test]
 fn reads_and_writes_race_evict_all_and_unmap_events_64k_thread_mode() {
     hammer_in(FaultMode::Thread, 65536, Replacement::TwoList, true, true);

@@ -56,8 +56,8 @@ fn madvise_dontneed_releases_entries_when_remove_events_are_on() {
 }
 
 /// After the program unmaps part of a region, that address may become somebody else's
-/// mapping: dropping the region must leave it alone (it used to unmap its whole original
-/// range, taking the new mapping with it), and faults there are not the region's.
+/// mapping: dropping the region must leave it alone (unmapping its whole original range would
+/// take the new mapping with it), and faults there are not the region's.
 #[test]
 fn dropping_a_region_leaves_what_now_lives_in_its_unmapped_part() {
     let Some(p) = common::pager(PagerConfig { limit_bytes: 4 << 20, folio_size: 65536, ..Default::default() }) else {

@@ -1,6 +1,7 @@
 //! When the table of the pager's own mappings overflows, some own mapping is unrecorded and
 //! could be anywhere: adoption must stop rather than risk registering the pager's own memory
-//! (node hung so when the engine's many small mappings overflowed a 2048-entry table). A test
+//! (a program with many small mappings, as node's engine makes, can overflow the table, and
+//! the pager hangs on own memory it registered). A test
 //! binary of its own: it fills the process-wide table for good.
 mod common;
 use uswap_pager::PagerConfig;

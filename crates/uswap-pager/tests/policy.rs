@@ -85,8 +85,8 @@ fn hot_and_stream(protect: bool) -> Option<f64> {
 /// resident pages however often it is read, and the stream's pages push it out. A hot page
 /// refaults at a short distance and goes onto the protected list, which the stream's pages
 /// (refaulting a whole region later) never reach; so the hot set stays resident and the
-/// swap-ins are the stream's own. Measured (release build): 1.00 swap-ins per step, as for
-/// the stream alone; with every folio queued on the active list (the policy before), 2.00.
+/// swap-ins are the stream's own: about as many per step as for the stream alone, where a
+/// policy that queued every folio on the active list would swap in the hot set too.
 #[test]
 fn a_hot_set_stays_resident_alongside_a_stream() {
     let Some(alone) = hot_and_stream(false) else { return };

@@ -187,8 +187,8 @@ proptest! {
 }
 
 /// Relatives start with the same free list: a free cluster a sibling claimed first is passed
-/// over for the next one, so an allocation succeeds while a free cluster is left (it failed
-/// before, one store in many of a fork burst's children, with an empty 8 GiB file).
+/// over for the next one, so an allocation succeeds while a free cluster is left (else a
+/// store in a fork burst's child could fail with the file all but empty).
 #[test]
 fn a_cluster_a_relative_claimed_first_is_passed_over() {
     let shared = Arc::new(Mutex::new(Shared::default()));

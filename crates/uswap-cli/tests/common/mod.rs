@@ -35,11 +35,6 @@ pub fn timeout() -> Duration {
 /// and the library's own heap grow with use) + limit / 4 (reclaim keeps at least limit / 8
 /// resident when the pool and the swap cache fill the limit, and lets the charge run over
 /// rather than evict the page the last fault mapped).
-///
-/// Measured 2026-11-22 (main at 2efa5d0, 2 shared cores), peak RSS over limit + fixed
-/// overhead: threads (32M) +2.6 MiB, fork (32M) +2.3 MiB, readwrite (16M) +1.7 MiB; Python
-/// 200k-entry dict (32M, release build) +11 MiB. Before main's b63f7d3 threads was at +7.7 MiB
-/// and fork at +9.6 MiB.
 pub fn slack(limit: u64) -> u64 {
     8 * MIB + limit / 4
 }
@@ -102,7 +97,7 @@ pub fn run(cmd: Command, what: &str) -> Ran {
 
 /// One program under test at a time in a test binary: the tests measure peak RSS against tight
 /// bounds, and under a debug build the pager's threads fall behind programs of other tests
-/// running beside them (measured: a peak of 61-85 MiB against a bound of 58 MiB, 44 alone).
+/// running beside them, far enough to take a peak over a bound the program alone stays within.
 /// Taken by [`run_with`] and by tests that start programs themselves; a test that panicked
 /// while holding it does not stop the others.
 pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {

@@ -1,4 +1,4 @@
-/* The shape of the Redis hang (issue 10): threads that fault on swapped-out memory while they
+/* The shape of a Redis hang: threads that fault on swapped-out memory while they
  * hold their allocator's lock, while the pager evicts (and sets up its compressed pool for the
  * first time) to make room.
  *
