@@ -545,7 +545,7 @@ fn tail(p: &Path) -> String {
     lines[lines.len().saturating_sub(STDERR_TAIL)..].join(" | ")
 }
 
-/// `uswap run` keeps its processes' statistics in its tree directory (`live.rs`: the run
+/// `uswap run` keeps its processes' statistics in its tree directory (`live`: the run
 /// directory's `PID`, or `$TMPDIR/uswap-run-PID-N`) and removes it when the program ends; a
 /// `uswap run` we killed (timeout) leaves it behind: remove it.
 fn remove_run_statsdir(pid: i32) {
