@@ -25,7 +25,7 @@ use crate::swap_table::GROUP_MAX;
 use crate::sync::{AtomicU64, Ordering};
 
 /// "No limit".
-pub const UNLIMITED: u64 = u64::MAX;
+pub(crate) const UNLIMITED: u64 = u64::MAX;
 
 /// Counters and limits of one group.
 #[derive(Default)]

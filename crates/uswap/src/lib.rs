@@ -25,23 +25,92 @@
 //! `docs/design.md` in the repository is the contract between these parts (bit layout of the
 //! table word, lock order, engine API).
 
+#![warn(unreachable_pub)]
+
 pub mod backend;
-pub mod cluster;
+mod cluster;
 pub mod config;
-pub mod error;
+mod error;
 pub mod fails;
-pub mod group;
-pub mod page_heap;
+mod group;
+mod page_heap;
 pub mod procfs;
 pub mod size;
 pub mod stats;
-pub mod swap_cache;
-pub mod swap_table;
-pub mod sync;
+mod swap_cache;
+mod swap_table;
+mod sync;
 pub mod tier;
 pub mod vswap;
 
+pub use backend::{Backend, ShareStep, TierKind};
+pub use cluster::FragPolicy;
+pub use config::{TierSpec, TiersConfig};
 pub use error::{SwapError, TierError};
+pub use fails::{FailCounts, FailKind};
+pub use stats::{Event, Stats};
+pub use swap_table::{SwapEntry, MAX_ORDER, PAGE_SIZE, SLOTS_PER_CLUSTER};
+pub use sync::FaultScope;
+pub use vswap::{Engine, EngineConfig, Location};
+
+#[doc(hidden)]
+pub mod internals {
+    //! Engine internals re-exported for the workspace's tests and benchmarks only (the
+    //! cluster allocator, the swap table word, the swap cache, the groups, the lock
+    //! accounting, the tiers' building blocks). Not part of the API: a program uses the
+    //! facade of the crate root.
+    //!
+    //! Locking: none (re-exports only).
+
+    /// The cluster allocator (`crate::cluster`).
+    pub mod cluster {
+        pub use crate::cluster::{AllocStats, BucketStats, ClusterHolds, FragPolicy, SpaceConfig, SwapSpace};
+    }
+    /// The swap table word and its limits (`crate::swap_table`).
+    pub mod swap_table {
+        pub use crate::swap_table::{
+            Kind, SwapEntry, Word, COUNT_MAX, MAX_ORDER, NR_ORDERS, PAGE_SIZE, SLOTS_PER_CLUSTER,
+        };
+    }
+    /// The swap cache (`crate::swap_cache`).
+    pub mod swap_cache {
+        pub use crate::swap_cache::{AddMode, Lookup, RefBit, SwapCache};
+    }
+    /// The groups' limits and counters (`crate::group`).
+    pub mod group {
+        pub use crate::group::{GroupUsage, Groups};
+    }
+    /// The engine's mutex and the fault path's lock accounting (`crate::sync`).
+    pub mod sync {
+        pub use crate::sync::{
+            fault_entries_holding_locks, fault_lock_counts, held_locks, in_fault_path, FaultScope, LockClass, Mutex,
+        };
+    }
+    /// Encryption at rest of the file tier (`crate::tier::crypt`).
+    pub mod crypt {
+        pub use crate::tier::crypt::{PageCipher, META_BYTES};
+    }
+    /// The file tier's drop-behind window (`crate::tier::drop_behind`).
+    pub mod drop_behind {
+        pub use crate::tier::drop_behind::WINDOW_BYTES;
+    }
+    /// The file tier's I/O engines (`crate::tier::io_engine`).
+    pub mod io_engine {
+        pub use crate::tier::io_engine::{Fault, FaultEngine, IoBuf, IoEngine, IoOp, PsyncEngine, UringEngine};
+    }
+    /// The LZ4 codec over page tables (`crate::tier::lz4`).
+    pub mod lz4 {
+        pub use crate::tier::lz4::{decompress_exact, Lz4Table};
+    }
+    /// The swap file's header (`crate::tier::swapfile`).
+    pub mod swapfile {
+        pub use crate::tier::swapfile::{HEADER_BYTES, MAGIC};
+    }
+    /// Zero-page detection (`crate::tier::zero`).
+    pub mod zero {
+        pub use crate::tier::zero::{is_zero, is_zero_naive};
+    }
+}
 
 /// Make this thread's per-thread engine state now rather than on its first swap-in or free:
 /// its registration with the swap table's epoch collector and the pool's decoding state. A
@@ -54,4 +123,3 @@ pub fn prepare_thread() {
     drop(crossbeam_epoch::pin());
     tier::zpool::prepare_thread();
 }
-pub use swap_table::{SwapEntry, PAGE_SIZE, SLOTS_PER_CLUSTER};

@@ -39,14 +39,14 @@ use std::sync::OnceLock;
 
 const PAGE: usize = 4096;
 /// Largest block, in pages, served from the reservation (4 MiB); larger ones are mapped alone.
-pub const MAX_PAGES: usize = 1024;
+pub(crate) const MAX_PAGES: usize = 1024;
 /// Address space reserved for the heap (never committed as a whole).
 const RESERVE: usize = 1 << 40;
 /// Freed blocks released together by one `process_madvise` (its vector limit is 1024).
-pub const RELEASE_BATCH: usize = 64;
+pub(crate) const RELEASE_BATCH: usize = 64;
 /// Pages a release batch may hold before it goes out, however few blocks (1 MiB): the bound on
 /// freed memory still resident.
-pub const RELEASE_PAGES: usize = 256;
+pub(crate) const RELEASE_PAGES: usize = 256;
 
 /// Page-aligned, zero-filled blocks of whole pages that give their memory back when freed.
 pub struct PageHeap {
@@ -379,7 +379,7 @@ impl PageHeap {
 /// page (blocks handed out one after another by the bump pointer are adjacent). `blocks` are
 /// (address, bytes), page-aligned; sorted here. Best effort: a range the kernel refuses is
 /// simply faulted in when written. Returns the system calls made.
-pub fn populate(blocks: &mut [(usize, usize)]) -> u64 {
+pub(crate) fn populate(blocks: &mut [(usize, usize)]) -> u64 {
     blocks.sort_unstable();
     let mut calls = 0;
     let mut i = 0;
@@ -403,7 +403,7 @@ pub fn populate(blocks: &mut [(usize, usize)]) -> u64 {
 /// An owned, page-aligned buffer of whole pages from the process's [`heap`] (swap-cache folio
 /// data, the file tier's I/O buffers): no allocator lock, no heap growth by `mprotect` or `brk` per
 /// buffer, and its memory leaves the process (in the next release batch) when it is dropped.
-pub struct PageBuf {
+pub(crate) struct PageBuf {
     ptr: NonNull<u8>,
     len: usize,
 }
@@ -415,18 +415,18 @@ unsafe impl Sync for PageBuf {}
 
 impl PageBuf {
     /// The empty buffer (no memory).
-    pub const EMPTY: PageBuf = PageBuf { ptr: NonNull::dangling(), len: 0 };
+    pub(crate) const EMPTY: PageBuf = PageBuf { ptr: NonNull::dangling(), len: 0 };
 
     /// A zero-filled buffer of `len` bytes (a multiple of the page size), or None when no
     /// memory or address space is left.
-    pub fn zeroed(len: usize) -> Option<PageBuf> {
+    pub(crate) fn zeroed(len: usize) -> Option<PageBuf> {
         Self::new(len, false)
     }
 
     /// A buffer of `len` bytes (a multiple of the page size) whose contents are unspecified
     /// (stale bytes of this process: see [`PageHeap::alloc_dirty`]), for a caller that writes
     /// all of it before reading; None when no memory or address space is left.
-    pub fn dirty(len: usize) -> Option<PageBuf> {
+    pub(crate) fn dirty(len: usize) -> Option<PageBuf> {
         Self::new(len, true)
     }
 

@@ -49,7 +49,7 @@ use std::cell::UnsafeCell;
 
 /// A folio id that names no folio: the placeholder payload of slots whose data is being
 /// stored by `swap_out` (allocated, not yet visible to anyone but the allocating thread).
-pub const FOLIO_INFLIGHT: u64 = PAYLOAD_MAX;
+pub(crate) const FOLIO_INFLIGHT: u64 = PAYLOAD_MAX;
 
 const F_LOCKED: u32 = 1;
 const F_UPTODATE: u32 = 2;
@@ -71,12 +71,12 @@ const NR_SHARDS: usize = if cfg!(loom) { 1 } else { 8 };
 
 /// The location part of a word (kind, tier, payload), without count, REF and group.
 #[inline]
-pub fn location(w: Word) -> Word {
+pub(crate) fn location(w: Word) -> Word {
     Word::FREE.with_location_of(w)
 }
 
 /// One folio: a resident copy of 2^order slots.
-pub struct Folio {
+pub(crate) struct Folio {
     refcount: AtomicU32,
     flags: AtomicU32,
     /// `entry << 4 | order`, or `SWAP_NONE`.
@@ -444,7 +444,7 @@ impl<'a> std::ops::Deref for LockedFolio<'a> {
 /// that all hold the same location (tier and handle are unique among live objects, and all
 /// slots of an object stay allocated until the whole object is freed). A ZERO slot is its
 /// own object. CACHED slots: the caller asks the folio instead.
-pub fn object_extent(g: &ClusterGuard<'_>, off: usize) -> (usize, u8) {
+pub(crate) fn object_extent(g: &ClusterGuard<'_>, off: usize) -> (usize, u8) {
     let w = g.word(off);
     if w.kind() != Kind::Stored {
         return (off, 0);

@@ -29,7 +29,7 @@ mod lock;
 mod share;
 mod stats;
 
-pub use frag::{bucket_of, bucket_prior, bucket_range, success_probability, NR_BUCKETS};
+pub(crate) use frag::{bucket_of, bucket_prior, bucket_range, success_probability, NR_BUCKETS};
 pub use share::ClusterHolds;
 pub use stats::{AllocStats, BucketStats};
 

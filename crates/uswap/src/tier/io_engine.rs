@@ -1,6 +1,5 @@
 //! I/O engines for the swap file: positional `pread`/`pwrite` ([`PsyncEngine`]), io_uring
-//! ([`UringEngine`]), a no-op engine ([`NoopEngine`]) and a fault-injecting wrapper
-//! ([`FaultEngine`]) for tests, all behind [`IoEngine`].
+//! ([`UringEngine`]) and a fault-injecting wrapper ([`FaultEngine`]) for tests, all behind [`IoEngine`].
 //!
 //! Buffer ownership: a request moves its [`IoBuf`] *into* the engine and gets it back only once
 //! every operation on it has completed. If an engine cannot prove that the kernel is done with a
@@ -87,7 +86,7 @@ impl IoOp {
 }
 
 /// The result of a submission: the buffer back (None if quarantined) and the outcome.
-pub type IoResult = (Option<IoBuf>, Result<(), TierError>);
+pub(crate) type IoResult = (Option<IoBuf>, Result<(), TierError>);
 
 /// An I/O engine over one file.
 pub trait IoEngine: Send + Sync {
@@ -327,27 +326,6 @@ impl Drop for UringEngine {
         for b in lock(&self.quarantine).drain(..) {
             std::mem::forget(b);
         }
-    }
-}
-
-/// Discards writes and reads zeros: measures everything but the device.
-pub struct NoopEngine;
-
-impl IoEngine for NoopEngine {
-    fn name(&self) -> &'static str {
-        "noop"
-    }
-    fn submit(&self, mut buf: IoBuf, ops: &[IoOp]) -> IoResult {
-        if let Err(e) = check_ops(&buf, ops) {
-            return (Some(buf), Err(e));
-        }
-        for op in ops.iter().filter(|o| !o.write) {
-            buf.as_mut_slice()[op.buf_off..op.buf_off + op.len].fill(0);
-        }
-        (Some(buf), Ok(()))
-    }
-    fn punch_hole(&self, _off: u64, _len: u64) -> Result<(), TierError> {
-        Ok(())
     }
 }
 
