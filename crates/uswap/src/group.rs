@@ -138,7 +138,7 @@ impl Groups {
     }
 
     /// Charge `pages` physical swap pages; false (nothing charged) if that would pass `swap_max`.
-    pub fn try_charge_swap(&self, g: u16, pages: u64) -> bool {
+    pub(crate) fn try_charge_swap(&self, g: u16, pages: u64) -> bool {
         match self.get(g) {
             Ok(x) => charge(&x.swap_pages, pages, UNLIMITED - x.swap_max_inv.load(Ordering::Relaxed)),
             Err(_) => false,
@@ -146,14 +146,14 @@ impl Groups {
     }
 
     /// Uncharge physical swap pages.
-    pub fn uncharge_swap(&self, g: u16, pages: u64) {
+    pub(crate) fn uncharge_swap(&self, g: u16, pages: u64) {
         if let Ok(x) = self.get(g) {
             uncharge(&x.swap_pages, pages);
         }
     }
 
     /// True if the group may put more data into RAM tiers (below `pool_max`).
-    pub fn may_pool(&self, g: u16) -> bool {
+    pub(crate) fn may_pool(&self, g: u16) -> bool {
         match self.get(g) {
             Ok(x) => x.pool_bytes.load(Ordering::Relaxed) < UNLIMITED - x.pool_max_inv.load(Ordering::Relaxed),
             Err(_) => false,
@@ -162,28 +162,28 @@ impl Groups {
 
     /// Charge RAM-tier bytes (after a store: the size is only known then, as with
     /// `obj_cgroup_charge_zswap`, so this may overshoot `pool_max` by one object).
-    pub fn charge_pool(&self, g: u16, bytes: u64) {
+    pub(crate) fn charge_pool(&self, g: u16, bytes: u64) {
         if let Ok(x) = self.get(g) {
             x.pool_bytes.fetch_add(bytes, Ordering::Relaxed);
         }
     }
 
     /// Uncharge RAM-tier bytes.
-    pub fn uncharge_pool(&self, g: u16, bytes: u64) {
+    pub(crate) fn uncharge_pool(&self, g: u16, bytes: u64) {
         if let Ok(x) = self.get(g) {
             uncharge(&x.pool_bytes, bytes);
         }
     }
 
     /// Count pages the engine now holds for `g`.
-    pub fn add_swapped(&self, g: u16, pages: u64) {
+    pub(crate) fn add_swapped(&self, g: u16, pages: u64) {
         if let Ok(x) = self.get(g) {
             x.swapped_pages.fetch_add(pages, Ordering::Relaxed);
         }
     }
 
     /// Count pages the engine no longer holds for `g`.
-    pub fn sub_swapped(&self, g: u16, pages: u64) {
+    pub(crate) fn sub_swapped(&self, g: u16, pages: u64) {
         if let Ok(x) = self.get(g) {
             uncharge(&x.swapped_pages, pages);
         }

@@ -364,7 +364,8 @@ impl PageHeap {
     }
 
     /// System calls made so far to release freed blocks.
-    pub fn release_calls(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn release_calls(&self) -> u64 {
         self.release_calls.load(Ordering::Relaxed)
     }
 

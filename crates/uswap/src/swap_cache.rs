@@ -297,7 +297,7 @@ impl<'a> FolioRef<'a> {
         (SwapEntry(s >> 4), (s & 0xf) as u8)
     }
     /// Pages in the folio.
-    pub fn nr_pages(&self) -> usize {
+    pub(crate) fn nr_pages(&self) -> usize {
         1 << self.swap().1
     }
     /// True if the slot range `[e, e + n)` lies inside this folio.
@@ -313,25 +313,17 @@ impl<'a> FolioRef<'a> {
         self.folio.flags.load(Ordering::Acquire)
     }
     /// The owner is still filling or finishing the folio.
-    pub fn is_locked(&self) -> bool {
+    pub(crate) fn is_locked(&self) -> bool {
         self.flags() & F_LOCKED != 0
     }
     /// The data is valid.
-    pub fn is_uptodate(&self) -> bool {
+    pub(crate) fn is_uptodate(&self) -> bool {
         self.flags() & F_UPTODATE != 0
-    }
-    /// The owner failed to fill the folio.
-    pub fn is_error(&self) -> bool {
-        self.flags() & F_ERROR != 0
     }
     /// The owner read only part of the object and dropped the folio (see
     /// [`LockedFolio::set_partial`]): not a failure.
-    pub fn is_partial(&self) -> bool {
+    pub(crate) fn is_partial(&self) -> bool {
         self.flags() & F_PARTIAL != 0
-    }
-    /// The folio is the only copy of its data (no backing).
-    pub fn is_dirty(&self) -> bool {
-        self.flags() & F_DIRTY != 0
     }
     /// Block until the owner unlocks the folio.
     pub fn wait_unlocked(&self) {
@@ -401,17 +393,17 @@ impl<'a> LockedFolio<'a> {
         self.r.folio.flags.fetch_or(F_UPTODATE, Ordering::Release);
     }
     /// Mark the folio failed (waiters retry).
-    pub fn set_error(&mut self) {
+    pub(crate) fn set_error(&mut self) {
         self.r.folio.flags.fetch_or(F_ERROR, Ordering::Release);
     }
     /// Mark the folio dropped after a partial read: not uptodate, waiters retry (and do not
     /// count it as a failure); finish it like a failed folio.
-    pub fn set_partial(&mut self) {
+    pub(crate) fn set_partial(&mut self) {
         self.r.folio.flags.fetch_or(F_ERROR | F_PARTIAL, Ordering::Release);
     }
     /// Change the backing location (after the data was stored elsewhere, or FREE to make the
     /// folio the only copy, which also marks it dirty). Call under the cluster lock.
-    pub fn set_backing(&mut self, loc: Word) {
+    pub(crate) fn set_backing(&mut self, loc: Word) {
         self.r.folio.backing.store(location(loc).0, Ordering::Release);
         if loc.is_free() {
             self.r.folio.flags.fetch_or(F_DIRTY, Ordering::Release);
@@ -492,7 +484,7 @@ impl SwapCache {
 
     /// Take a reference to folio `id` if it is live (refcount CAS-increment-if-nonzero). The
     /// caller must still check that the folio is the one it wanted (see [`Self::lookup`]).
-    pub fn try_get(&self, id: u64) -> Option<FolioRef<'_>> {
+    pub(crate) fn try_get(&self, id: u64) -> Option<FolioRef<'_>> {
         let folio = self.arena.get(id)?;
         let mut cur = folio.refcount.load(Ordering::Acquire);
         loop {
@@ -632,7 +624,7 @@ impl SwapCache {
     /// [`Self::add_or_get`] under the cluster lock `g` of `entry`, which the caller holds
     /// (and may keep, to add several objects of one cluster in one critical section: the
     /// batched drain).
-    pub fn add_or_get_locked<'a>(
+    pub(crate) fn add_or_get_locked<'a>(
         &'a self,
         g: &mut ClusterGuard<'_>,
         entry: SwapEntry,
@@ -701,7 +693,12 @@ impl SwapCache {
     /// as dead, for the caller to free in its tier. Otherwise each word gets the backing
     /// location back (keeping count and group; REF as `r` says); a dirty folio (no
     /// backing) with live counts cannot leave the cache and is refused.
-    pub fn delete_locked(&self, g: &mut ClusterGuard<'_>, f: &FolioRef<'_>, r: RefBit) -> Result<Deleted, SwapError> {
+    pub(crate) fn delete_locked(
+        &self,
+        g: &mut ClusterGuard<'_>,
+        f: &FolioRef<'_>,
+        r: RefBit,
+    ) -> Result<Deleted, SwapError> {
         let (first, order) = f.swap();
         let start = first.offset();
         let n = 1usize << order;

@@ -107,7 +107,8 @@ impl Word {
     /// The free word.
     pub const FREE: Word = Word(0);
     /// The bad-slot word.
-    pub const BAD: Word = Word(Kind::Bad as u64);
+    #[cfg(test)]
+    pub(crate) const BAD: Word = Word(Kind::Bad as u64);
 
     fn make(kind: Kind, group: u16, tier: u8, payload: u64, count: u8) -> Word {
         debug_assert!(payload <= PAYLOAD_MAX);
@@ -163,7 +164,7 @@ impl Word {
     }
     /// The same word with another inline count.
     #[inline]
-    pub fn with_count(self, count: u8) -> Word {
+    pub(crate) fn with_count(self, count: u8) -> Word {
         debug_assert!(count <= COUNT_MAX);
         Word((self.0 & !COUNT_MASK) | u64::from(count) << COUNT_SHIFT)
     }
@@ -174,7 +175,7 @@ impl Word {
     }
     /// The same word with the referenced bit set or cleared.
     #[inline]
-    pub fn with_referenced(self, r: bool) -> Word {
+    pub(crate) fn with_referenced(self, r: bool) -> Word {
         if r {
             Word(self.0 | REF_BIT)
         } else {
@@ -199,7 +200,7 @@ impl Word {
     /// The same word with the data location (kind, tier, payload) of `loc`, keeping this
     /// word's count, referenced bit and group.
     #[inline]
-    pub fn with_location_of(self, loc: Word) -> Word {
+    pub(crate) fn with_location_of(self, loc: Word) -> Word {
         let keep = COUNT_MASK | REF_BIT | (u64::from(GROUP_MAX) << GROUP_SHIFT);
         Word((self.0 & keep) | (loc.0 & !keep))
     }

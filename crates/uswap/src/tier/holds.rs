@@ -45,7 +45,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Rows: processes sharing one file at a time (a row is reused once its process is reaped).
-pub const NR_ROWS: usize = 1024;
+pub(crate) const NR_ROWS: usize = 1024;
 const TAG_SHIFT: u32 = 62;
 const LIVE: u64 = 1 << TAG_SHIFT;
 const PENDING: u64 = 2 << TAG_SHIFT;
@@ -199,14 +199,14 @@ impl FileHolds {
     }
 
     /// Whether this process has switched sharing off.
-    pub fn is_private(&self) -> bool {
+    pub(crate) fn is_private(&self) -> bool {
         self.private.load(Ordering::Acquire)
     }
 
     /// Parent, before `fork` (no allocation or freeing of clusters in flight in this process):
     /// take a row for the child holding what this process holds. False if no row is free even
     /// after reaping (the child must then get a copy of the file) or this process is private.
-    pub fn share_for_fork(&self) -> bool {
+    pub(crate) fn share_for_fork(&self) -> bool {
         if self.is_private() {
             return false;
         }
@@ -243,7 +243,7 @@ impl FileHolds {
 
     /// Child, right after `fork`: take the row the parent prepared. False if there was none or
     /// it was reaped meanwhile (the child must not use the shared file then).
-    pub fn forked_child(&self) -> bool {
+    pub(crate) fn forked_child(&self) -> bool {
         let row = self.pending.swap(NONE, Ordering::AcqRel);
         if row == NONE {
             return false;
@@ -263,7 +263,7 @@ impl FileHolds {
 
     /// Parent, after `fork`: `child_took` says whether the child took its row; if not, the row
     /// is given up.
-    pub fn forked_parent(&self, child_took: bool) {
+    pub(crate) fn forked_parent(&self, child_took: bool) {
         let row = self.pending.swap(NONE, Ordering::AcqRel);
         if row != NONE && !child_took {
             let cur = self.state(row).load(Ordering::Acquire);
@@ -274,7 +274,7 @@ impl FileHolds {
     }
 
     /// This process now has a file of its own (a copy): every cluster is its own from now on.
-    pub fn go_private(&self) {
+    pub(crate) fn go_private(&self) {
         self.pending.store(NONE, Ordering::Release);
         self.private.store(true, Ordering::Release);
     }

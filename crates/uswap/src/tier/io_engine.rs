@@ -39,7 +39,7 @@ impl IoBuf {
         IoBuf { buf }
     }
     /// Capacity in bytes.
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.buf.len()
     }
     /// Grow to at least `n` bytes (contents are not kept).

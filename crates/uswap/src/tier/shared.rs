@@ -67,7 +67,7 @@ impl SharedMap {
     }
 
     /// The 4-byte atomic at byte offset `off` (a multiple of 4, inside the mapping).
-    pub fn u32_at(&self, off: usize) -> &AtomicU32 {
+    pub(crate) fn u32_at(&self, off: usize) -> &AtomicU32 {
         assert!(off.is_multiple_of(4) && off + 4 <= self.len, "u32 at {off} of {}", self.len);
         // SAFETY: aligned and in bounds (checked), inside a live mapping owned by self that is
         // only ever used through atomics.

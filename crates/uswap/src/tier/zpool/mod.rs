@@ -58,7 +58,7 @@ mod stats;
 
 pub use codec::prepare_thread;
 pub use config::{Compressor, FolioMode, Incompressible, PoolConfig};
-pub use layout::{CLASS_MAX, NR_CLASSES};
+pub(crate) use layout::NR_CLASSES;
 pub use recompress::{hold_off, release_hold_off};
 pub use stats::PoolStats;
 
