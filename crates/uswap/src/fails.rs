@@ -34,7 +34,7 @@ impl FailKind {
 
     /// The kind of a tier error, or `None` for one that is not a store failure (a rejection,
     /// corrupt data on a read, a bad handle).
-    pub fn of(e: &TierError) -> Option<FailKind> {
+    pub(crate) fn of(e: &TierError) -> Option<FailKind> {
         match e {
             TierError::Io { errno, .. } => Some(match *errno {
                 libc::ENOSPC | libc::EDQUOT => FailKind::NoSpace,

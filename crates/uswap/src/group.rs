@@ -87,21 +87,11 @@ fn uncharge(counter: &AtomicU64, n: u64) {
 
 impl Groups {
     /// `nr` groups with ids `0..nr` (at most `GROUP_MAX + 1`), all unlimited.
-    pub fn new(nr: usize) -> Result<Self, SwapError> {
+    pub(crate) fn new(nr: usize) -> Result<Self, SwapError> {
         if nr == 0 || nr > usize::from(GROUP_MAX) + 1 {
             return Err(SwapError::Config(format!("number of groups must be 1..={}", usize::from(GROUP_MAX) + 1)));
         }
         Ok(Groups { groups: (0..nr).map(|_| Group::default()).collect() })
-    }
-
-    /// Number of groups.
-    pub fn len(&self) -> usize {
-        self.groups.len()
-    }
-
-    /// Always false (there is at least one group).
-    pub fn is_empty(&self) -> bool {
-        self.groups.is_empty()
     }
 
     fn get(&self, g: u16) -> Result<&Group, SwapError> {
@@ -109,7 +99,7 @@ impl Groups {
     }
 
     /// Check that `g` names a group.
-    pub fn check(&self, g: u16) -> Result<(), SwapError> {
+    pub(crate) fn check(&self, g: u16) -> Result<(), SwapError> {
         self.get(g).map(|_| ())
     }
 

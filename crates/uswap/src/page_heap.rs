@@ -135,7 +135,7 @@ impl ProcessFd {
     }
 
     /// Forget the descriptor (the program closed it): the next [`ProcessFd::get`] opens one.
-    pub fn forget(&self) {
+    pub(crate) fn forget(&self) {
         self.0.store(-1, Ordering::Release);
     }
 }
@@ -500,7 +500,7 @@ impl Drop for PageBuf {
 ///
 /// # Safety
 /// - Every bit pattern of all zero bytes must be a valid `Self`.
-pub unsafe trait Zeroable: Copy {}
+pub(crate) unsafe trait Zeroable: Copy {}
 // SAFETY: zero is a valid integer.
 unsafe impl Zeroable for u16 {}
 // SAFETY: as above.
@@ -532,13 +532,14 @@ impl<T: Copy> Default for PageVec<T> {
 
 impl<T: Copy> PageVec<T> {
     /// An empty array (no mapping yet).
-    pub const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         const { assert!(std::mem::size_of::<T>() > 0 && std::mem::align_of::<T>() <= PAGE) };
         PageVec { ptr: NonNull::dangling(), len: 0, cap: 0 }
     }
 
     /// An empty array with room for `n` values.
-    pub fn with_capacity(n: usize) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_capacity(n: usize) -> Self {
         let mut v = Self::new();
         if n > 0 {
             v.grow_to(n);
@@ -552,7 +553,7 @@ impl<T: Copy> PageVec<T> {
     /// the cluster lists' links (320 KiB for a 64 GiB swap file, in three arrays) would cost
     /// zero-fill page faults in every process `uswap run` starts, for pages nearly all never
     /// read again.
-    pub fn zeroed(n: usize) -> Self
+    pub(crate) fn zeroed(n: usize) -> Self
     where
         T: Zeroable,
     {
@@ -591,7 +592,7 @@ impl<T: Copy> PageVec<T> {
     }
 
     /// Append `v`.
-    pub fn push(&mut self, v: T) {
+    pub(crate) fn push(&mut self, v: T) {
         if self.len == self.cap {
             self.grow_to((self.cap * 2).max(PAGE / std::mem::size_of::<T>()).max(1));
         }
@@ -601,7 +602,7 @@ impl<T: Copy> PageVec<T> {
     }
 
     /// Remove and return the last value.
-    pub fn pop(&mut self) -> Option<T> {
+    pub(crate) fn pop(&mut self) -> Option<T> {
         if self.len == 0 {
             return None;
         }
@@ -611,26 +612,27 @@ impl<T: Copy> PageVec<T> {
     }
 
     /// Remove value `i`, moving the last one into its place.
-    pub fn swap_remove(&mut self, i: usize) -> T {
+    pub(crate) fn swap_remove(&mut self, i: usize) -> T {
         let last = self.len - 1;
         self.as_mut_slice().swap(i, last);
         self.pop().expect("non-empty")
     }
 
     /// The values.
-    pub fn as_slice(&self) -> &[T] {
+    pub(crate) fn as_slice(&self) -> &[T] {
         // SAFETY: `len` initialised values at ptr (dangling but aligned when len = 0).
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 
     /// The values, mutable.
-    pub fn as_mut_slice(&mut self) -> &mut [T] {
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [T] {
         // SAFETY: as in as_slice; `&mut self` makes the borrow exclusive.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 
     /// Bytes of memory the array maps.
-    pub fn mapped_bytes(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn mapped_bytes(&self) -> usize {
         (self.cap * std::mem::size_of::<T>()).next_multiple_of(PAGE)
     }
 }

@@ -286,13 +286,9 @@ pub struct LockedFolio<'a> {
 }
 
 impl<'a> FolioRef<'a> {
-    /// The folio id (the payload of its CACHED words).
-    pub fn id(&self) -> u64 {
-        self.id
-    }
     /// First slot and order, or None if the folio has been recycled (cannot happen while
     /// a reference is held).
-    pub fn swap(&self) -> (SwapEntry, u8) {
+    pub(crate) fn swap(&self) -> (SwapEntry, u8) {
         let s = self.folio.swap.load(Ordering::Acquire);
         (SwapEntry(s >> 4), (s & 0xf) as u8)
     }
@@ -301,7 +297,7 @@ impl<'a> FolioRef<'a> {
         1 << self.swap().1
     }
     /// True if the slot range `[e, e + n)` lies inside this folio.
-    pub fn covers(&self, e: SwapEntry, n: u64) -> bool {
+    pub(crate) fn covers(&self, e: SwapEntry, n: u64) -> bool {
         let (f, o) = self.swap();
         e.0 >= f.0 && e.0 + n <= f.0 + (1u64 << o)
     }
@@ -523,7 +519,7 @@ impl SwapCache {
     /// handler, where malloc is forbidden): every shard gets `per_shard` folios of each order
     /// up to 64 KiB, and shards 0 and 1 one of each larger order (any shard can take them,
     /// see `Self::alloc_folio`). Call outside the fault path; idempotent (tops up).
-    pub fn reserve(&self, max_order: u8, per_shard: usize) -> Result<(), SwapError> {
+    pub(crate) fn reserve(&self, max_order: u8, per_shard: usize) -> Result<(), SwapError> {
         for o in 0..=usize::from(max_order.min(MAX_ORDER)) {
             for sh in 0..NR_SHARDS {
                 let want = if o <= 4 { per_shard.min(keep_per_order(o)) } else { usize::from(sh < 2) };

@@ -170,7 +170,7 @@ impl Word {
     }
     /// The referenced (second-chance) bit.
     #[inline]
-    pub fn referenced(self) -> bool {
+    pub(crate) fn referenced(self) -> bool {
         self.0 & REF_BIT != 0
     }
     /// The same word with the referenced bit set or cleared.
@@ -184,7 +184,7 @@ impl Word {
     }
     /// The tier index (meaningful for STORED).
     #[inline]
-    pub fn tier(self) -> u8 {
+    pub(crate) fn tier(self) -> u8 {
         ((self.0 >> TIER_SHIFT) & u64::from(TIER_MAX)) as u8
     }
     /// The group id.

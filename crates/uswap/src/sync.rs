@@ -247,11 +247,6 @@ impl<T> Mutex<T> {
         Mutex { class, m: inner::Mutex::new(v) }
     }
 
-    /// The class named at creation.
-    pub fn class(&self) -> LockClass {
-        self.class
-    }
-
     /// Take the lock, waiting for it, ignoring poisoning: a panic in another thread already
     /// failed the test or aborted the process, and the protected state is kept consistent step
     /// by step.
@@ -265,7 +260,7 @@ impl<T> Mutex<T> {
     }
 
     /// Take the lock if nobody holds it.
-    pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
         let g = match self.m.try_lock() {
             Ok(g) => g,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),

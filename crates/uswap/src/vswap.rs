@@ -1437,7 +1437,7 @@ impl Engine {
     /// object of `owner` from handle `old` to `new`. Takes the new handle (true) if the
     /// object's words still name `old`; refuses (false) otherwise, including while the object
     /// is in the swap cache, where a reader may be loading from `old`.
-    pub fn relocate(&self, t: usize, owner: SwapEntry, old: u64, new: u64) -> bool {
+    pub(crate) fn relocate(&self, t: usize, owner: SwapEntry, old: u64, new: u64) -> bool {
         if new > PAYLOAD_MAX || t > usize::from(TIER_MAX) {
             return false;
         }

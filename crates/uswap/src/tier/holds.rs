@@ -104,7 +104,7 @@ pub fn start_time(pid: u32) -> Option<u64> {
 impl FileHolds {
     /// Holds for `nr_clusters` clusters of `file` (open on the descriptor the tier keeps), with
     /// this process holding none yet.
-    pub fn new(nr_clusters: usize, file: &File) -> Result<Self, TierError> {
+    pub(crate) fn new(nr_clusters: usize, file: &File) -> Result<Self, TierError> {
         use std::os::unix::fs::MetadataExt;
         let md = file.metadata().map_err(|e| TierError::io("stat swap file", &e))?;
         let words = nr_clusters.div_ceil(64);
@@ -294,7 +294,7 @@ impl FileHolds {
 
     /// Release the rows of processes gone (exited, killed, or replaced by `exec`). Returns the
     /// number released. Reads `/proc`: not on the fault path.
-    pub fn reap(&self) -> usize {
+    pub(crate) fn reap(&self) -> usize {
         if self.is_private() {
             return 0;
         }

@@ -43,7 +43,7 @@ impl IoBuf {
         self.buf.len()
     }
     /// Grow to at least `n` bytes (contents are not kept).
-    pub fn reserve(&mut self, n: usize) {
+    pub(crate) fn reserve(&mut self, n: usize) {
         if n > self.capacity() {
             *self = IoBuf::new(n);
         }
@@ -365,7 +365,8 @@ impl FaultEngine {
         lock(&self.plan).push_back(f);
     }
     /// Faults queued and not yet fired.
-    pub fn pending(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn pending(&self) -> usize {
         lock(&self.plan).len()
     }
     fn take(&self, write: bool) -> Option<Fault> {

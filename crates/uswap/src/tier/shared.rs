@@ -55,7 +55,8 @@ impl SharedMap {
     }
 
     /// Bytes of the mapping that have memory (`mincore`): the pages touched so far.
-    pub fn resident_bytes(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn resident_bytes(&self) -> u64 {
         let pages = self.len / 4096;
         let mut v = vec![0u8; pages];
         // SAFETY: mincore of our own mapping into a vector of one byte per page.
