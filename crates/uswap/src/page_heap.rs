@@ -513,7 +513,7 @@ unsafe impl Zeroable for u64 {}
 /// grow on the fault path (a store in direct reclaim), where the process's allocator is
 /// off limits (see `docs/design.md`, "Deadlock freedom"). Growing maps a block twice the size
 /// (whole pages), copies, and unmaps the old one: system calls, no lock.
-pub struct PageVec<T: Copy> {
+pub(crate) struct PageVec<T: Copy> {
     ptr: NonNull<T>,
     len: usize,
     cap: usize,
