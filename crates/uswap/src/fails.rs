@@ -99,7 +99,7 @@ impl TierFails {
     }
 }
 
-/// A snapshot of [`TierFails`].
+/// A snapshot of `TierFails`.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct FailCounts {
     /// Failures of each kind, indexed as [`FailKind::ALL`].

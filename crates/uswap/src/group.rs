@@ -48,9 +48,9 @@ pub struct GroupUsage {
     pub pool_bytes: u64,
     /// Physical swap pages (file tiers).
     pub swap_pages: u64,
-    /// Limit on `swap_pages` ([`UNLIMITED`] if none).
+    /// Limit on `swap_pages` (`UNLIMITED` if none).
     pub swap_max: u64,
-    /// Limit on `pool_bytes` ([`UNLIMITED`] if none).
+    /// Limit on `pool_bytes` (`UNLIMITED` if none).
     pub pool_max: u64,
 }
 

@@ -1,29 +1,67 @@
 //! # uswap: a user-space swap engine
 //!
 //! The engine keeps pages that a pager evicted from memory and gives them back on a fault.
-//! Its parts are named after the Linux `mm/` concepts they implement:
 //!
-//! - [`swap_table`]: the 8-byte word per slot that says everything about it (free, cached,
+//! ## Public API
+//!
+//! What the other crates of the workspace (the pager, the C ABI and preload library, the
+//! command) use. Everything else is crate-private: the crate warns on a `pub` item that the
+//! root does not reach (`unreachable_pub`).
+//!
+//! - [`Engine`] (module [`vswap`]): the engine: swap out, swap in, dup and put entries, move
+//!   their data between tiers; the entry a caller holds never changes when its data moves.
+//! - [`EngineConfig`], [`FragPolicy`]: the engine's configuration, and how its allocator
+//!   searches fragment clusters.
+//! - [`Location`]: where an entry's data lives (for tests and reports).
+//! - [`TiersConfig`], [`TierSpec`] (module [`config`]): the tier configuration: a `--tiers`
+//!   string parsed into tiers, and the tiers built from it.
+//! - [`Backend`], [`TierKind`], [`ShareStep`] (module [`backend`]): the trait every tier
+//!   implements, the kinds of tier, the steps of sharing a file tier across `fork`.
+//! - [`tier::zpool`], [`tier::file`]: the tiers the configuration builds (the compressed pool,
+//!   the swap file or block device) and their configurations.
+//! - [`tier::pages`], [`tier::shared`], [`tier::holds`]: the process-wide parts the pager and
+//!   the preload library use too (the page heap, memory shared with `fork` descendants, a
+//!   process's start time).
+//! - [`Stats`], [`Event`] (module [`stats`]): the engine's kernel-named counters.
+//! - [`FailCounts`], [`FailKind`] (module [`fails`]): store failures of a tier by kind.
+//! - [`size`]: the one parser and printer of byte sizes (`1.5G`, `256MiB`, `50%`).
+//! - [`SwapEntry`], [`PAGE_SIZE`], [`SLOTS_PER_CLUSTER`], [`MAX_ORDER`]: a swap entry and the
+//!   sizes of the swap space.
+//! - [`SwapError`], [`TierError`]: the errors of the engine and of a tier.
+//! - [`FaultScope`]: marks the code that resolves a page fault, for the lock accounting.
+//! - [`prepare_thread`]: makes a fault-serving thread's engine state before its first fault.
+//! - [`procfs`]: file work of uswap's own threads, in a descriptor table of their own.
+//!
+//! The module `internals` (hidden from this documentation) re-exports the parts that the
+//! workspace's tests and benchmarks drive directly; it is not API.
+//!
+//! ## Parts
+//!
+//! The crate-private parts are named after the Linux `mm/` concepts they implement:
+//!
+//! - `swap_table`: the 8-byte word per slot that says everything about it (free, cached,
 //!   zero, stored in which tier under which handle, swap count, group).
-//! - [`cluster`]: the cluster allocator over a swap space (free / nonfull / frag / full /
+//! - `cluster`: the cluster allocator over a swap space (free / nonfull / frag / full /
 //!   discard lists, per-order allocation of naturally aligned ranges, per-shard current
 //!   cluster), and the per-cluster tables themselves.
-//! - [`swap_cache`]: the resident copies of slots being swapped in or out; the single
+//! - `swap_cache`: the resident copies of slots being swapped in or out; the single
 //!   synchronization point for swap-in (add-or-get).
-//! - [`vswap`]: the virtual swap layer, the [`Engine`](vswap::Engine) callers use. The entry a
-//!   caller holds never changes when its data moves between tiers.
+//! - [`vswap`]: the virtual swap layer over them, the [`Engine`].
 //! - [`backend`] and [`tier`]: where data lives (zero elision, compressed pool, swap file).
-//! - [`group`]: groups with limits and counters (the memory cgroup analogue).
+//! - `group`: groups with limits and counters (the memory cgroup analogue).
 //! - [`fails`]: store failures by tier and kind (full, read-only, I/O), which the engine
 //!   passes over for the next tier.
 //! - [`stats`]: kernel-named counters, sharded so the hot path stays cheap.
-//! - [`procfs`]: file work of uswap's own threads, in a descriptor table of its own.
-//! - [`size`]: the one parser and printer of byte sizes (`1.5G`, `256MiB`, `50%`).
-//! - [`page_heap`]: page-granular memory that goes back to the kernel when freed, at the bottom
+//! - `sync`: the one place that names atomics, locks (each with its lock class) and epoch
+//!   reclamation, so that the loom build (`--cfg loom`) can swap them.
+//! - `page_heap`: page-granular memory that goes back to the kernel when freed, at the bottom
 //!   of the engine (the swap table, the cluster lists, the swap cache and the pool use it).
 //!
 //! `docs/design.md` in the repository is the contract between these parts (bit layout of the
 //! table word, lock order, engine API).
+//!
+//! Locking: the root takes no lock of its own; each part states its locks, and
+//! `docs/design.md` their order.
 
 #![warn(unreachable_pub)]
 

@@ -311,7 +311,7 @@ impl PageHeap {
     }
 
     /// Release a block: its memory goes back to the kernel with the next release batch (at
-    /// once for a block of [`RELEASE_PAGES`] pages or more).
+    /// once for a block of `RELEASE_PAGES` pages or more).
     ///
     /// # Safety
     /// - `p` came from [`PageHeap::alloc`] of this heap with the same `bytes`, and is not used

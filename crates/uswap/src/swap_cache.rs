@@ -248,7 +248,7 @@ pub enum Lookup<'a> {
     Mixed,
 }
 
-/// What a folio leaving the cache ([`SwapCache::delete_locked`]) does to the REF bit of the
+/// What a folio leaving the cache (`SwapCache::delete_locked`) does to the REF bit of the
 /// words that get its backing back. REF means "used since it got here": a swap-in sets it
 /// (a second chance against writeback in RAM, a refault to promote on a file tier), a move
 /// into a file tier clears it, and anything else leaves it as it was.

@@ -230,7 +230,7 @@ pub fn fault_entries_holding_locks() -> u64 {
 }
 
 /// An engine mutex: the platform (or loom) mutex plus its [`LockClass`]. Every acquisition
-/// goes through [`Mutex::lock`] or [`Mutex::try_lock`], which do the bookkeeping above.
+/// goes through [`Mutex::lock`] or `Mutex::try_lock`, which do the bookkeeping above.
 pub struct Mutex<T> {
     class: LockClass,
     m: inner::Mutex<T>,

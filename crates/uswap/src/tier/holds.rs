@@ -15,15 +15,15 @@
 //! rows whose bit is set, plus at most one claim in flight per process (a process killed
 //! between the CAS and setting its bit leaks that cluster: the rows cannot tell).
 //!
-//! `fork` ([`FileHolds::share_for_fork`] in the parent's prepare handler, then
-//! [`FileHolds::forked_child`] / [`FileHolds::forked_parent`]): the parent takes a free row for
+//! `fork` (`FileHolds::share_for_fork` in the parent's prepare handler, then
+//! `FileHolds::forked_child` / `FileHolds::forked_parent`): the parent takes a free row for
 //! the child (state `PENDING`, its own pid), copies its own bitmap into it and counts every
 //! hold once more; the child turns the row `LIVE` under its own pid; the parent, told by the
 //! child (the preload library's pipe) whether it did, gives the row up if not (the fork failed
 //! or the child died first). So the child's holds exist before the fork returns, and the
 //! parent cannot empty and reuse a cluster the child still reads.
 //!
-//! Killed processes ([`FileHolds::reap`]): a row whose process is gone (no such pid, another
+//! Killed processes (`FileHolds::reap`): a row whose process is gone (no such pid, another
 //! start time) or no longer has the file open on the tier's descriptor (it called `exec`,
 //! which closes it) is released by whichever process finds it, after a CAS of its state to
 //! `REAPING`, so exactly once; a `PENDING` row whose parent is gone is released after 30 s.
@@ -31,7 +31,7 @@
 //! high (space kept, never data lost).
 //!
 //! A child that could not share (no free row) gets a private copy of the file from the
-//! preload library and switches its holds off ([`FileHolds::go_private`]): every cluster is
+//! preload library and switches its holds off (`FileHolds::go_private`): every cluster is
 //! then its own.
 //!
 //! Locking: none; atomics in the shared mapping, read and written with acquire/release.

@@ -23,7 +23,7 @@ use std::sync::Arc;
 const ALIGN: usize = 4096;
 
 /// A 4 KiB-aligned, zero-initialised I/O buffer that grows on demand (never shrinks): a
-/// [`PageBuf`] (page-heap memory, not the process's allocator: a file tier's store and load
+/// `PageBuf` (page-heap memory, not the process's allocator: a file tier's store and load
 /// run on the fault path).
 pub struct IoBuf {
     buf: PageBuf,

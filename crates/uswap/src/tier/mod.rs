@@ -1,13 +1,12 @@
 //! Storage tiers behind the [`Backend`](crate::backend::Backend) trait.
 //!
-//! - [`zero`]: zero-page detection (nothing is stored for an all-zero page).
+//! - `zero`: zero-page detection (nothing is stored for an all-zero page).
 //! - [`zpool`]: the compressed RAM pool (zswap/zram in user space) with a zsmalloc-like
 //!   size-class allocator, a size limit with hysteresis, and compaction; its memory comes
-//!   from the page heap ([`pages`]), which
-//!   gives freed pages back to the kernel.
+//!   from the page heap ([`pages`]), which gives freed pages back to the kernel.
 //! - [`file`](mod@file): the swap file or block device, with the cluster allocator over its physical
-//!   slots, pluggable I/O engines ([`io_engine`]) and AES-256-GCM at rest ([`crypt`]); its
-//!   on-disk header and the checks that keep it off files and devices in use ([`swapfile`]);
+//!   slots, pluggable I/O engines (`io_engine`) and AES-256-GCM at rest (`crypt`); its
+//!   on-disk header and the checks that keep it off files and devices in use (`swapfile`);
 //!   its clusters' holds across the processes of a tree that share it after `fork` ([`holds`]).
 //! - [`shared`]: memory shared with `fork` descendants (the nonce counter, the holds).
 //!
