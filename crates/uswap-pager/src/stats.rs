@@ -8,7 +8,7 @@
 
 use crate::Pager;
 use std::sync::atomic::{AtomicU64, Ordering};
-use uswap::swap_table::MAX_ORDER;
+use uswap::MAX_ORDER;
 
 const NR_ORDERS: usize = MAX_ORDER as usize + 1;
 const HIST: usize = 64 * 4;

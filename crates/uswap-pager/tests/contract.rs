@@ -12,7 +12,7 @@ mod common;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use uswap::sync::{fault_entries_holding_locks, fault_lock_counts, in_fault_path, LockClass};
+use uswap::internals::sync::{fault_entries_holding_locks, fault_lock_counts, in_fault_path, LockClass};
 use uswap_pager::{FaultMode, PagerConfig};
 
 /// The lock classes the fault path may take (`docs/design.md`, "Deadlock freedom"): engine
@@ -182,10 +182,10 @@ fn check_entry_under_a_lock_is_seen() {
     }
     let [.., swapped] = r.page_states();
     assert!(swapped > 0, "{:?}", r.page_states());
-    let m = uswap::sync::Mutex::new(LockClass::MemBackend, ());
+    let m = uswap::internals::sync::Mutex::new(LockClass::MemBackend, ());
     let before = fault_entries_holding_locks();
     let g = m.lock();
-    assert_eq!(uswap::sync::held_locks(), 1);
+    assert_eq!(uswap::internals::sync::held_locks(), 1);
     // The first pages were evicted first (FIFO): reading them faults.
     let sum: u64 = (0..64).map(|pg| u64::from(r.as_slice()[pg * 4096])).sum();
     drop(g);

@@ -1,7 +1,7 @@
 //! Backends: where the data of a stored slot lives.
 //!
 //! A backend stores whole folios (4 KiB << order) and names each by a handle of at most
-//! [`PAYLOAD_BITS`](crate::swap_table::PAYLOAD_BITS) bits, which the engine keeps in the
+//! `PAYLOAD_BITS` bits, which the engine keeps in the
 //! slot's table word. Backends know nothing of swap counts or the swap cache; the engine calls
 //! them with no cluster lock held except for `free` (lock order: cluster -> backend).
 //!

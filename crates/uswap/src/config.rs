@@ -24,13 +24,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Default directory of the swap file.
-pub const DEFAULT_FILE_DIR: &str = "/var/tmp";
+pub(crate) const DEFAULT_FILE_DIR: &str = "/var/tmp";
 /// A pool tier's size as a share of RAM, in percent, when its `pool=` is not given: zswap's
 /// default `max_pool_percent`. (Not the pool's cap as a share of the pager's limit:
 /// `uswap_pager::DEFAULT_POOL_PERCENT_OF_LIMIT`, `uswap_pager::launch::RUN_POOL_PERCENT`.)
 pub const DEFAULT_POOL_PERCENT_OF_RAM: u8 = 20;
-/// The former name of [`DEFAULT_POOL_PERCENT_OF_RAM`].
-pub const DEFAULT_POOL_PERCENT: u8 = DEFAULT_POOL_PERCENT_OF_RAM;
 /// zstd level of `recomp=zstd` (recompression runs in the background: ratio over speed).
 pub const DEFAULT_RECOMP_LEVEL: i32 = 9;
 
@@ -59,7 +57,7 @@ fn bad(msg: String) -> SwapError {
 }
 
 /// Total RAM in bytes (`MemTotal` of /proc/meminfo).
-pub fn mem_total_bytes() -> Result<u64, SwapError> {
+pub(crate) fn mem_total_bytes() -> Result<u64, SwapError> {
     crate::size::mem_total().map_err(bad)
 }
 
@@ -203,8 +201,9 @@ fn set_key(spec: &mut TierSpec, key: &str, v: &str, mem: &mut Option<u64>) -> Re
 }
 
 impl TiersConfig {
-    /// Set `force` on every file tier (the CLI's `--force`).
-    pub fn force_files(&mut self) {
+    /// Set `force` on every file tier (what [`with_force`] does to the string).
+    #[cfg(test)]
+    pub(crate) fn force_files(&mut self) {
         for t in &mut self.tiers {
             if let TierSpec::File(f) = t {
                 f.force = true;

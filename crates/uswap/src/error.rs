@@ -53,7 +53,7 @@ pub enum TierError {
 
 impl TierError {
     /// Build an I/O error from a `std::io::Error`.
-    pub fn io(op: &'static str, e: &std::io::Error) -> Self {
+    pub(crate) fn io(op: &'static str, e: &std::io::Error) -> Self {
         TierError::Io { op, msg: e.to_string(), errno: e.raw_os_error().unwrap_or(0) }
     }
 }

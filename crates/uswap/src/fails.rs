@@ -34,7 +34,7 @@ impl FailKind {
 
     /// The kind of a tier error, or `None` for one that is not a store failure (a rejection,
     /// corrupt data on a read, a bad handle).
-    pub fn of(e: &TierError) -> Option<FailKind> {
+    pub(crate) fn of(e: &TierError) -> Option<FailKind> {
         match e {
             TierError::Io { errno, .. } => Some(match *errno {
                 libc::ENOSPC | libc::EDQUOT => FailKind::NoSpace,
@@ -58,7 +58,7 @@ impl FailKind {
 
 /// A tier's failure counters.
 #[derive(Default)]
-pub struct TierFails {
+pub(crate) struct TierFails {
     counts: [AtomicU64; 4],
     /// The `errno` of the last failure that had one (0: none yet).
     errno: AtomicI32,
@@ -66,7 +66,7 @@ pub struct TierFails {
 
 impl TierFails {
     /// Count one failure of `kind` (with the system's `errno`, 0 if none).
-    pub fn record(&self, kind: FailKind, errno: i32) {
+    pub(crate) fn record(&self, kind: FailKind, errno: i32) {
         self.counts[kind as usize].fetch_add(1, Ordering::Relaxed);
         if errno != 0 {
             self.errno.store(errno, Ordering::Relaxed);
@@ -74,7 +74,7 @@ impl TierFails {
     }
 
     /// Count `e` if it is a store failure; returns its kind.
-    pub fn record_error(&self, e: &TierError) -> Option<FailKind> {
+    pub(crate) fn record_error(&self, e: &TierError) -> Option<FailKind> {
         let k = FailKind::of(e)?;
         let errno = match e {
             TierError::Io { errno, .. } => *errno,
@@ -85,7 +85,7 @@ impl TierFails {
     }
 
     /// The counters now.
-    pub fn snapshot(&self) -> FailCounts {
+    pub(crate) fn snapshot(&self) -> FailCounts {
         FailCounts {
             by_kind: std::array::from_fn(|i| self.counts[i].load(Ordering::Relaxed)),
             errno: self.errno.load(Ordering::Relaxed),
@@ -93,13 +93,13 @@ impl TierFails {
     }
 
     /// Set the counters to zero (a fork child's engine counts its own failures).
-    pub fn reset(&self) {
+    pub(crate) fn reset(&self) {
         self.counts.iter().for_each(|c| c.store(0, Ordering::Relaxed));
         self.errno.store(0, Ordering::Relaxed);
     }
 }
 
-/// A snapshot of [`TierFails`].
+/// A snapshot of `TierFails`.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct FailCounts {
     /// Failures of each kind, indexed as [`FailKind::ALL`].

@@ -25,7 +25,7 @@ use crate::swap_table::GROUP_MAX;
 use crate::sync::{AtomicU64, Ordering};
 
 /// "No limit".
-pub const UNLIMITED: u64 = u64::MAX;
+pub(crate) const UNLIMITED: u64 = u64::MAX;
 
 /// Counters and limits of one group.
 #[derive(Default)]
@@ -48,9 +48,9 @@ pub struct GroupUsage {
     pub pool_bytes: u64,
     /// Physical swap pages (file tiers).
     pub swap_pages: u64,
-    /// Limit on `swap_pages` ([`UNLIMITED`] if none).
+    /// Limit on `swap_pages` (`UNLIMITED` if none).
     pub swap_max: u64,
-    /// Limit on `pool_bytes` ([`UNLIMITED`] if none).
+    /// Limit on `pool_bytes` (`UNLIMITED` if none).
     pub pool_max: u64,
 }
 
@@ -87,21 +87,11 @@ fn uncharge(counter: &AtomicU64, n: u64) {
 
 impl Groups {
     /// `nr` groups with ids `0..nr` (at most `GROUP_MAX + 1`), all unlimited.
-    pub fn new(nr: usize) -> Result<Self, SwapError> {
+    pub(crate) fn new(nr: usize) -> Result<Self, SwapError> {
         if nr == 0 || nr > usize::from(GROUP_MAX) + 1 {
             return Err(SwapError::Config(format!("number of groups must be 1..={}", usize::from(GROUP_MAX) + 1)));
         }
         Ok(Groups { groups: (0..nr).map(|_| Group::default()).collect() })
-    }
-
-    /// Number of groups.
-    pub fn len(&self) -> usize {
-        self.groups.len()
-    }
-
-    /// Always false (there is at least one group).
-    pub fn is_empty(&self) -> bool {
-        self.groups.is_empty()
     }
 
     fn get(&self, g: u16) -> Result<&Group, SwapError> {
@@ -109,7 +99,7 @@ impl Groups {
     }
 
     /// Check that `g` names a group.
-    pub fn check(&self, g: u16) -> Result<(), SwapError> {
+    pub(crate) fn check(&self, g: u16) -> Result<(), SwapError> {
         self.get(g).map(|_| ())
     }
 
@@ -138,7 +128,7 @@ impl Groups {
     }
 
     /// Charge `pages` physical swap pages; false (nothing charged) if that would pass `swap_max`.
-    pub fn try_charge_swap(&self, g: u16, pages: u64) -> bool {
+    pub(crate) fn try_charge_swap(&self, g: u16, pages: u64) -> bool {
         match self.get(g) {
             Ok(x) => charge(&x.swap_pages, pages, UNLIMITED - x.swap_max_inv.load(Ordering::Relaxed)),
             Err(_) => false,
@@ -146,14 +136,14 @@ impl Groups {
     }
 
     /// Uncharge physical swap pages.
-    pub fn uncharge_swap(&self, g: u16, pages: u64) {
+    pub(crate) fn uncharge_swap(&self, g: u16, pages: u64) {
         if let Ok(x) = self.get(g) {
             uncharge(&x.swap_pages, pages);
         }
     }
 
     /// True if the group may put more data into RAM tiers (below `pool_max`).
-    pub fn may_pool(&self, g: u16) -> bool {
+    pub(crate) fn may_pool(&self, g: u16) -> bool {
         match self.get(g) {
             Ok(x) => x.pool_bytes.load(Ordering::Relaxed) < UNLIMITED - x.pool_max_inv.load(Ordering::Relaxed),
             Err(_) => false,
@@ -162,28 +152,28 @@ impl Groups {
 
     /// Charge RAM-tier bytes (after a store: the size is only known then, as with
     /// `obj_cgroup_charge_zswap`, so this may overshoot `pool_max` by one object).
-    pub fn charge_pool(&self, g: u16, bytes: u64) {
+    pub(crate) fn charge_pool(&self, g: u16, bytes: u64) {
         if let Ok(x) = self.get(g) {
             x.pool_bytes.fetch_add(bytes, Ordering::Relaxed);
         }
     }
 
     /// Uncharge RAM-tier bytes.
-    pub fn uncharge_pool(&self, g: u16, bytes: u64) {
+    pub(crate) fn uncharge_pool(&self, g: u16, bytes: u64) {
         if let Ok(x) = self.get(g) {
             uncharge(&x.pool_bytes, bytes);
         }
     }
 
     /// Count pages the engine now holds for `g`.
-    pub fn add_swapped(&self, g: u16, pages: u64) {
+    pub(crate) fn add_swapped(&self, g: u16, pages: u64) {
         if let Ok(x) = self.get(g) {
             x.swapped_pages.fetch_add(pages, Ordering::Relaxed);
         }
     }
 
     /// Count pages the engine no longer holds for `g`.
-    pub fn sub_swapped(&self, g: u16, pages: u64) {
+    pub(crate) fn sub_swapped(&self, g: u16, pages: u64) {
         if let Ok(x) = self.get(g) {
             uncharge(&x.swapped_pages, pages);
         }

@@ -39,14 +39,14 @@ use std::sync::OnceLock;
 
 const PAGE: usize = 4096;
 /// Largest block, in pages, served from the reservation (4 MiB); larger ones are mapped alone.
-pub const MAX_PAGES: usize = 1024;
+pub(crate) const MAX_PAGES: usize = 1024;
 /// Address space reserved for the heap (never committed as a whole).
 const RESERVE: usize = 1 << 40;
 /// Freed blocks released together by one `process_madvise` (its vector limit is 1024).
-pub const RELEASE_BATCH: usize = 64;
+pub(crate) const RELEASE_BATCH: usize = 64;
 /// Pages a release batch may hold before it goes out, however few blocks (1 MiB): the bound on
 /// freed memory still resident.
-pub const RELEASE_PAGES: usize = 256;
+pub(crate) const RELEASE_PAGES: usize = 256;
 
 /// Page-aligned, zero-filled blocks of whole pages that give their memory back when freed.
 pub struct PageHeap {
@@ -135,7 +135,7 @@ impl ProcessFd {
     }
 
     /// Forget the descriptor (the program closed it): the next [`ProcessFd::get`] opens one.
-    pub fn forget(&self) {
+    pub(crate) fn forget(&self) {
         self.0.store(-1, Ordering::Release);
     }
 }
@@ -311,7 +311,7 @@ impl PageHeap {
     }
 
     /// Release a block: its memory goes back to the kernel with the next release batch (at
-    /// once for a block of [`RELEASE_PAGES`] pages or more).
+    /// once for a block of `RELEASE_PAGES` pages or more).
     ///
     /// # Safety
     /// - `p` came from [`PageHeap::alloc`] of this heap with the same `bytes`, and is not used
@@ -364,7 +364,8 @@ impl PageHeap {
     }
 
     /// System calls made so far to release freed blocks.
-    pub fn release_calls(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn release_calls(&self) -> u64 {
         self.release_calls.load(Ordering::Relaxed)
     }
 
@@ -379,7 +380,7 @@ impl PageHeap {
 /// page (blocks handed out one after another by the bump pointer are adjacent). `blocks` are
 /// (address, bytes), page-aligned; sorted here. Best effort: a range the kernel refuses is
 /// simply faulted in when written. Returns the system calls made.
-pub fn populate(blocks: &mut [(usize, usize)]) -> u64 {
+pub(crate) fn populate(blocks: &mut [(usize, usize)]) -> u64 {
     blocks.sort_unstable();
     let mut calls = 0;
     let mut i = 0;
@@ -403,7 +404,7 @@ pub fn populate(blocks: &mut [(usize, usize)]) -> u64 {
 /// An owned, page-aligned buffer of whole pages from the process's [`heap`] (swap-cache folio
 /// data, the file tier's I/O buffers): no allocator lock, no heap growth by `mprotect` or `brk` per
 /// buffer, and its memory leaves the process (in the next release batch) when it is dropped.
-pub struct PageBuf {
+pub(crate) struct PageBuf {
     ptr: NonNull<u8>,
     len: usize,
 }
@@ -415,18 +416,18 @@ unsafe impl Sync for PageBuf {}
 
 impl PageBuf {
     /// The empty buffer (no memory).
-    pub const EMPTY: PageBuf = PageBuf { ptr: NonNull::dangling(), len: 0 };
+    pub(crate) const EMPTY: PageBuf = PageBuf { ptr: NonNull::dangling(), len: 0 };
 
     /// A zero-filled buffer of `len` bytes (a multiple of the page size), or None when no
     /// memory or address space is left.
-    pub fn zeroed(len: usize) -> Option<PageBuf> {
+    pub(crate) fn zeroed(len: usize) -> Option<PageBuf> {
         Self::new(len, false)
     }
 
     /// A buffer of `len` bytes (a multiple of the page size) whose contents are unspecified
     /// (stale bytes of this process: see [`PageHeap::alloc_dirty`]), for a caller that writes
     /// all of it before reading; None when no memory or address space is left.
-    pub fn dirty(len: usize) -> Option<PageBuf> {
+    pub(crate) fn dirty(len: usize) -> Option<PageBuf> {
         Self::new(len, true)
     }
 
@@ -499,7 +500,7 @@ impl Drop for PageBuf {
 ///
 /// # Safety
 /// - Every bit pattern of all zero bytes must be a valid `Self`.
-pub unsafe trait Zeroable: Copy {}
+pub(crate) unsafe trait Zeroable: Copy {}
 // SAFETY: zero is a valid integer.
 unsafe impl Zeroable for u16 {}
 // SAFETY: as above.
@@ -512,7 +513,7 @@ unsafe impl Zeroable for u64 {}
 /// grow on the fault path (a store in direct reclaim), where the process's allocator is
 /// off limits (see `docs/design.md`, "Deadlock freedom"). Growing maps a block twice the size
 /// (whole pages), copies, and unmaps the old one: system calls, no lock.
-pub struct PageVec<T: Copy> {
+pub(crate) struct PageVec<T: Copy> {
     ptr: NonNull<T>,
     len: usize,
     cap: usize,
@@ -531,13 +532,14 @@ impl<T: Copy> Default for PageVec<T> {
 
 impl<T: Copy> PageVec<T> {
     /// An empty array (no mapping yet).
-    pub const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         const { assert!(std::mem::size_of::<T>() > 0 && std::mem::align_of::<T>() <= PAGE) };
         PageVec { ptr: NonNull::dangling(), len: 0, cap: 0 }
     }
 
     /// An empty array with room for `n` values.
-    pub fn with_capacity(n: usize) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_capacity(n: usize) -> Self {
         let mut v = Self::new();
         if n > 0 {
             v.grow_to(n);
@@ -551,7 +553,7 @@ impl<T: Copy> PageVec<T> {
     /// the cluster lists' links (320 KiB for a 64 GiB swap file, in three arrays) would cost
     /// zero-fill page faults in every process `uswap run` starts, for pages nearly all never
     /// read again.
-    pub fn zeroed(n: usize) -> Self
+    pub(crate) fn zeroed(n: usize) -> Self
     where
         T: Zeroable,
     {
@@ -590,7 +592,7 @@ impl<T: Copy> PageVec<T> {
     }
 
     /// Append `v`.
-    pub fn push(&mut self, v: T) {
+    pub(crate) fn push(&mut self, v: T) {
         if self.len == self.cap {
             self.grow_to((self.cap * 2).max(PAGE / std::mem::size_of::<T>()).max(1));
         }
@@ -600,7 +602,7 @@ impl<T: Copy> PageVec<T> {
     }
 
     /// Remove and return the last value.
-    pub fn pop(&mut self) -> Option<T> {
+    pub(crate) fn pop(&mut self) -> Option<T> {
         if self.len == 0 {
             return None;
         }
@@ -610,26 +612,27 @@ impl<T: Copy> PageVec<T> {
     }
 
     /// Remove value `i`, moving the last one into its place.
-    pub fn swap_remove(&mut self, i: usize) -> T {
+    pub(crate) fn swap_remove(&mut self, i: usize) -> T {
         let last = self.len - 1;
         self.as_mut_slice().swap(i, last);
         self.pop().expect("non-empty")
     }
 
     /// The values.
-    pub fn as_slice(&self) -> &[T] {
+    pub(crate) fn as_slice(&self) -> &[T] {
         // SAFETY: `len` initialised values at ptr (dangling but aligned when len = 0).
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 
     /// The values, mutable.
-    pub fn as_mut_slice(&mut self) -> &mut [T] {
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [T] {
         // SAFETY: as in as_slice; `&mut self` makes the borrow exclusive.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 
     /// Bytes of memory the array maps.
-    pub fn mapped_bytes(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn mapped_bytes(&self) -> usize {
         (self.cap * std::mem::size_of::<T>()).next_multiple_of(PAGE)
     }
 }

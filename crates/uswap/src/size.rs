@@ -36,7 +36,7 @@ impl fmt::Display for SizeError {
 impl std::error::Error for SizeError {}
 
 /// The units, for messages and help texts.
-pub const UNITS_HELP: &str =
+pub(crate) const UNITS_HELP: &str =
     "a number with an optional unit: K, M, G, T or KiB, MiB, GiB, TiB (1024-based), kB, MB, GB, TB (1000-based); \
      decimals such as 1.5G are allowed";
 
@@ -111,7 +111,7 @@ pub fn parse(s: &str) -> Result<u64, SizeError> {
 }
 
 /// Parse a size, or `N%` (decimals allowed, 0 < N <= 100) of `total()` bytes.
-pub fn parse_share(s: &str, total: impl FnOnce() -> Result<u64, String>) -> Result<u64, SizeError> {
+pub(crate) fn parse_share(s: &str, total: impl FnOnce() -> Result<u64, String>) -> Result<u64, SizeError> {
     let (int, frac, u) = split(s)?;
     if u != "%" {
         return parse(s);

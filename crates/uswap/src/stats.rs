@@ -1,6 +1,6 @@
 //! Statistics under the kernel's names (`/proc/vmstat` and the per-size mTHP `stats/` files).
 //!
-//! Counters are sharded: each thread adds to the shard picked by [`thread_shard`] with a
+//! Counters are sharded: each thread adds to the shard picked by `thread_shard` with a
 //! relaxed `fetch_add` on a cache line no other thread writes in the common case, so the hot
 //! path costs one uncontended atomic add. A read sums the shards; it is a snapshot that may
 //! miss adds in flight, as `/proc/vmstat` does.

@@ -49,7 +49,7 @@ use std::cell::UnsafeCell;
 
 /// A folio id that names no folio: the placeholder payload of slots whose data is being
 /// stored by `swap_out` (allocated, not yet visible to anyone but the allocating thread).
-pub const FOLIO_INFLIGHT: u64 = PAYLOAD_MAX;
+pub(crate) const FOLIO_INFLIGHT: u64 = PAYLOAD_MAX;
 
 const F_LOCKED: u32 = 1;
 const F_UPTODATE: u32 = 2;
@@ -71,12 +71,12 @@ const NR_SHARDS: usize = if cfg!(loom) { 1 } else { 8 };
 
 /// The location part of a word (kind, tier, payload), without count, REF and group.
 #[inline]
-pub fn location(w: Word) -> Word {
+pub(crate) fn location(w: Word) -> Word {
     Word::FREE.with_location_of(w)
 }
 
 /// One folio: a resident copy of 2^order slots.
-pub struct Folio {
+pub(crate) struct Folio {
     refcount: AtomicU32,
     flags: AtomicU32,
     /// `entry << 4 | order`, or `SWAP_NONE`.
@@ -248,7 +248,7 @@ pub enum Lookup<'a> {
     Mixed,
 }
 
-/// What a folio leaving the cache ([`SwapCache::delete_locked`]) does to the REF bit of the
+/// What a folio leaving the cache (`SwapCache::delete_locked`) does to the REF bit of the
 /// words that get its backing back. REF means "used since it got here": a swap-in sets it
 /// (a second chance against writeback in RAM, a refault to promote on a file tier), a move
 /// into a file tier clears it, and anything else leaves it as it was.
@@ -286,22 +286,18 @@ pub struct LockedFolio<'a> {
 }
 
 impl<'a> FolioRef<'a> {
-    /// The folio id (the payload of its CACHED words).
-    pub fn id(&self) -> u64 {
-        self.id
-    }
     /// First slot and order, or None if the folio has been recycled (cannot happen while
     /// a reference is held).
-    pub fn swap(&self) -> (SwapEntry, u8) {
+    pub(crate) fn swap(&self) -> (SwapEntry, u8) {
         let s = self.folio.swap.load(Ordering::Acquire);
         (SwapEntry(s >> 4), (s & 0xf) as u8)
     }
     /// Pages in the folio.
-    pub fn nr_pages(&self) -> usize {
+    pub(crate) fn nr_pages(&self) -> usize {
         1 << self.swap().1
     }
     /// True if the slot range `[e, e + n)` lies inside this folio.
-    pub fn covers(&self, e: SwapEntry, n: u64) -> bool {
+    pub(crate) fn covers(&self, e: SwapEntry, n: u64) -> bool {
         let (f, o) = self.swap();
         e.0 >= f.0 && e.0 + n <= f.0 + (1u64 << o)
     }
@@ -313,25 +309,17 @@ impl<'a> FolioRef<'a> {
         self.folio.flags.load(Ordering::Acquire)
     }
     /// The owner is still filling or finishing the folio.
-    pub fn is_locked(&self) -> bool {
+    pub(crate) fn is_locked(&self) -> bool {
         self.flags() & F_LOCKED != 0
     }
     /// The data is valid.
-    pub fn is_uptodate(&self) -> bool {
+    pub(crate) fn is_uptodate(&self) -> bool {
         self.flags() & F_UPTODATE != 0
-    }
-    /// The owner failed to fill the folio.
-    pub fn is_error(&self) -> bool {
-        self.flags() & F_ERROR != 0
     }
     /// The owner read only part of the object and dropped the folio (see
     /// [`LockedFolio::set_partial`]): not a failure.
-    pub fn is_partial(&self) -> bool {
+    pub(crate) fn is_partial(&self) -> bool {
         self.flags() & F_PARTIAL != 0
-    }
-    /// The folio is the only copy of its data (no backing).
-    pub fn is_dirty(&self) -> bool {
-        self.flags() & F_DIRTY != 0
     }
     /// Block until the owner unlocks the folio.
     pub fn wait_unlocked(&self) {
@@ -401,17 +389,17 @@ impl<'a> LockedFolio<'a> {
         self.r.folio.flags.fetch_or(F_UPTODATE, Ordering::Release);
     }
     /// Mark the folio failed (waiters retry).
-    pub fn set_error(&mut self) {
+    pub(crate) fn set_error(&mut self) {
         self.r.folio.flags.fetch_or(F_ERROR, Ordering::Release);
     }
     /// Mark the folio dropped after a partial read: not uptodate, waiters retry (and do not
     /// count it as a failure); finish it like a failed folio.
-    pub fn set_partial(&mut self) {
+    pub(crate) fn set_partial(&mut self) {
         self.r.folio.flags.fetch_or(F_ERROR | F_PARTIAL, Ordering::Release);
     }
     /// Change the backing location (after the data was stored elsewhere, or FREE to make the
     /// folio the only copy, which also marks it dirty). Call under the cluster lock.
-    pub fn set_backing(&mut self, loc: Word) {
+    pub(crate) fn set_backing(&mut self, loc: Word) {
         self.r.folio.backing.store(location(loc).0, Ordering::Release);
         if loc.is_free() {
             self.r.folio.flags.fetch_or(F_DIRTY, Ordering::Release);
@@ -444,7 +432,7 @@ impl<'a> std::ops::Deref for LockedFolio<'a> {
 /// that all hold the same location (tier and handle are unique among live objects, and all
 /// slots of an object stay allocated until the whole object is freed). A ZERO slot is its
 /// own object. CACHED slots: the caller asks the folio instead.
-pub fn object_extent(g: &ClusterGuard<'_>, off: usize) -> (usize, u8) {
+pub(crate) fn object_extent(g: &ClusterGuard<'_>, off: usize) -> (usize, u8) {
     let w = g.word(off);
     if w.kind() != Kind::Stored {
         return (off, 0);
@@ -492,7 +480,7 @@ impl SwapCache {
 
     /// Take a reference to folio `id` if it is live (refcount CAS-increment-if-nonzero). The
     /// caller must still check that the folio is the one it wanted (see [`Self::lookup`]).
-    pub fn try_get(&self, id: u64) -> Option<FolioRef<'_>> {
+    pub(crate) fn try_get(&self, id: u64) -> Option<FolioRef<'_>> {
         let folio = self.arena.get(id)?;
         let mut cur = folio.refcount.load(Ordering::Acquire);
         loop {
@@ -531,7 +519,7 @@ impl SwapCache {
     /// handler, where malloc is forbidden): every shard gets `per_shard` folios of each order
     /// up to 64 KiB, and shards 0 and 1 one of each larger order (any shard can take them,
     /// see `Self::alloc_folio`). Call outside the fault path; idempotent (tops up).
-    pub fn reserve(&self, max_order: u8, per_shard: usize) -> Result<(), SwapError> {
+    pub(crate) fn reserve(&self, max_order: u8, per_shard: usize) -> Result<(), SwapError> {
         for o in 0..=usize::from(max_order.min(MAX_ORDER)) {
             for sh in 0..NR_SHARDS {
                 let want = if o <= 4 { per_shard.min(keep_per_order(o)) } else { usize::from(sh < 2) };
@@ -632,7 +620,7 @@ impl SwapCache {
     /// [`Self::add_or_get`] under the cluster lock `g` of `entry`, which the caller holds
     /// (and may keep, to add several objects of one cluster in one critical section: the
     /// batched drain).
-    pub fn add_or_get_locked<'a>(
+    pub(crate) fn add_or_get_locked<'a>(
         &'a self,
         g: &mut ClusterGuard<'_>,
         entry: SwapEntry,
@@ -701,7 +689,12 @@ impl SwapCache {
     /// as dead, for the caller to free in its tier. Otherwise each word gets the backing
     /// location back (keeping count and group; REF as `r` says); a dirty folio (no
     /// backing) with live counts cannot leave the cache and is refused.
-    pub fn delete_locked(&self, g: &mut ClusterGuard<'_>, f: &FolioRef<'_>, r: RefBit) -> Result<Deleted, SwapError> {
+    pub(crate) fn delete_locked(
+        &self,
+        g: &mut ClusterGuard<'_>,
+        f: &FolioRef<'_>,
+        r: RefBit,
+    ) -> Result<Deleted, SwapError> {
         let (first, order) = f.swap();
         let start = first.offset();
         let n = 1usize << order;

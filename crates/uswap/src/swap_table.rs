@@ -17,7 +17,7 @@ use crate::sync::AtomicU64;
 /// Size of a page in bytes.
 pub const PAGE_SIZE: usize = 4096;
 /// log2 of the slots per cluster.
-pub const CLUSTER_SHIFT: u32 = 9;
+pub(crate) const CLUSTER_SHIFT: u32 = 9;
 /// Slots per cluster (one PMD worth of 4 KiB pages, as in the kernel with THP_SWAP).
 pub const SLOTS_PER_CLUSTER: usize = 1 << CLUSTER_SHIFT;
 /// Largest folio order (2 MiB).
@@ -69,17 +69,17 @@ pub enum Kind {
 const KIND_MASK: u64 = 0b111;
 const PAYLOAD_SHIFT: u32 = 3;
 /// Width of the payload (handles, folio ids, owner slots).
-pub const PAYLOAD_BITS: u32 = 41;
+pub(crate) const PAYLOAD_BITS: u32 = 41;
 /// Largest payload value.
-pub const PAYLOAD_MAX: u64 = (1 << PAYLOAD_BITS) - 1;
+pub(crate) const PAYLOAD_MAX: u64 = (1 << PAYLOAD_BITS) - 1;
 const GROUP_SHIFT: u32 = 44;
 /// Width of the group id.
-pub const GROUP_BITS: u32 = 12;
+pub(crate) const GROUP_BITS: u32 = 12;
 /// Largest group id.
-pub const GROUP_MAX: u16 = (1 << GROUP_BITS) - 1;
+pub(crate) const GROUP_MAX: u16 = (1 << GROUP_BITS) - 1;
 const TIER_SHIFT: u32 = 56;
 /// Largest tier index.
-pub const TIER_MAX: u8 = 7;
+pub(crate) const TIER_MAX: u8 = 7;
 const REF_BIT: u64 = 1 << 59;
 const COUNT_SHIFT: u32 = 60;
 /// Largest count kept inline; this value means "the real count is in the extend table".
@@ -107,7 +107,8 @@ impl Word {
     /// The free word.
     pub const FREE: Word = Word(0);
     /// The bad-slot word.
-    pub const BAD: Word = Word(Kind::Bad as u64);
+    #[cfg(test)]
+    pub(crate) const BAD: Word = Word(Kind::Bad as u64);
 
     fn make(kind: Kind, group: u16, tier: u8, payload: u64, count: u8) -> Word {
         debug_assert!(payload <= PAYLOAD_MAX);
@@ -163,18 +164,18 @@ impl Word {
     }
     /// The same word with another inline count.
     #[inline]
-    pub fn with_count(self, count: u8) -> Word {
+    pub(crate) fn with_count(self, count: u8) -> Word {
         debug_assert!(count <= COUNT_MAX);
         Word((self.0 & !COUNT_MASK) | u64::from(count) << COUNT_SHIFT)
     }
     /// The referenced (second-chance) bit.
     #[inline]
-    pub fn referenced(self) -> bool {
+    pub(crate) fn referenced(self) -> bool {
         self.0 & REF_BIT != 0
     }
     /// The same word with the referenced bit set or cleared.
     #[inline]
-    pub fn with_referenced(self, r: bool) -> Word {
+    pub(crate) fn with_referenced(self, r: bool) -> Word {
         if r {
             Word(self.0 | REF_BIT)
         } else {
@@ -183,7 +184,7 @@ impl Word {
     }
     /// The tier index (meaningful for STORED).
     #[inline]
-    pub fn tier(self) -> u8 {
+    pub(crate) fn tier(self) -> u8 {
         ((self.0 >> TIER_SHIFT) & u64::from(TIER_MAX)) as u8
     }
     /// The group id.
@@ -199,7 +200,7 @@ impl Word {
     /// The same word with the data location (kind, tier, payload) of `loc`, keeping this
     /// word's count, referenced bit and group.
     #[inline]
-    pub fn with_location_of(self, loc: Word) -> Word {
+    pub(crate) fn with_location_of(self, loc: Word) -> Word {
         let keep = COUNT_MASK | REF_BIT | (u64::from(GROUP_MAX) << GROUP_SHIFT);
         Word((self.0 & keep) | (loc.0 & !keep))
     }
@@ -207,14 +208,15 @@ impl Word {
 
 /// One cluster's table: 512 words, exactly one 4 KiB page.
 #[repr(C, align(4096))]
-pub struct SwapTable {
+pub(crate) struct SwapTable {
     /// The words, indexed by slot offset in the cluster.
     pub words: [AtomicU64; SLOTS_PER_CLUSTER],
 }
 
 impl SwapTable {
-    /// A table of free slots.
-    pub fn new_boxed() -> Box<SwapTable> {
+    /// A table of free slots (the loom build's tables: loom's atomics are not plain words).
+    #[cfg(loom)]
+    pub(crate) fn new_boxed() -> Box<SwapTable> {
         Box::new(SwapTable { words: std::array::from_fn(|_| AtomicU64::new(0)) })
     }
 
@@ -222,7 +224,7 @@ impl SwapTable {
     /// the process's allocator: tables come and go on the fault path (a store takes a cluster
     /// that had none, a put empties one). Free it with [`SwapTable::free_raw`]. (Under loom,
     /// a box: loom's atomics are not plain words.)
-    pub fn alloc_raw() -> *mut SwapTable {
+    pub(crate) fn alloc_raw() -> *mut SwapTable {
         #[cfg(not(loom))]
         {
             const { assert!(std::mem::size_of::<SwapTable>() == 4096) };
@@ -240,7 +242,7 @@ impl SwapTable {
     ///
     /// # Safety
     /// - `p` came from [`SwapTable::alloc_raw`], is freed once, and nothing uses it afterwards.
-    pub unsafe fn free_raw(p: *mut SwapTable) {
+    pub(crate) unsafe fn free_raw(p: *mut SwapTable) {
         #[cfg(not(loom))]
         // SAFETY: a page-heap block of this size (caller's contract), unused from now.
         unsafe {

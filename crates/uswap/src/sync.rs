@@ -20,14 +20,10 @@
 //! under loom it is compiled out.
 
 #[cfg(not(loom))]
-pub use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-#[cfg(not(loom))]
-pub use std::sync::Arc;
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 #[cfg(loom)]
-pub use loom::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-#[cfg(loom)]
-pub use loom::sync::Arc;
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 #[cfg(not(loom))]
 use std::sync as inner;
@@ -77,7 +73,7 @@ pub enum LockClass {
 }
 
 /// Number of [`LockClass`]es.
-pub const NR_LOCK_CLASSES: usize = LockClass::MemBackend as usize + 1;
+pub(crate) const NR_LOCK_CLASSES: usize = LockClass::MemBackend as usize + 1;
 
 impl LockClass {
     /// Every class, in order.
@@ -234,7 +230,7 @@ pub fn fault_entries_holding_locks() -> u64 {
 }
 
 /// An engine mutex: the platform (or loom) mutex plus its [`LockClass`]. Every acquisition
-/// goes through [`Mutex::lock`] or [`Mutex::try_lock`], which do the bookkeeping above.
+/// goes through [`Mutex::lock`] or `Mutex::try_lock`, which do the bookkeeping above.
 pub struct Mutex<T> {
     class: LockClass,
     m: inner::Mutex<T>,
@@ -251,11 +247,6 @@ impl<T> Mutex<T> {
         Mutex { class, m: inner::Mutex::new(v) }
     }
 
-    /// The class named at creation.
-    pub fn class(&self) -> LockClass {
-        self.class
-    }
-
     /// Take the lock, waiting for it, ignoring poisoning: a panic in another thread already
     /// failed the test or aborted the process, and the protected state is kept consistent step
     /// by step.
@@ -269,7 +260,7 @@ impl<T> Mutex<T> {
     }
 
     /// Take the lock if nobody holds it.
-    pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
         let g = match self.m.try_lock() {
             Ok(g) => g,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
@@ -303,18 +294,18 @@ impl<T> Drop for MutexGuard<'_, T> {
 
 /// A condition variable over a [`Mutex`].
 #[derive(Default)]
-pub struct Condvar {
+pub(crate) struct Condvar {
     cv: inner::Condvar,
 }
 
 impl Condvar {
     /// A new condition variable.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Condvar { cv: inner::Condvar::new() }
     }
 
     /// Release the guard's lock, wait for a notification, and take the lock again.
-    pub fn wait<'a, T>(&self, mut g: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+    pub(crate) fn wait<'a, T>(&self, mut g: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
         let inner_g = g.g.take().expect("guard taken only by Condvar::wait");
         drop(g);
         track::released();
@@ -328,19 +319,19 @@ impl Condvar {
     }
 
     /// Wake every waiter.
-    pub fn notify_all(&self) {
+    pub(crate) fn notify_all(&self) {
         self.cv.notify_all();
     }
 }
 
 /// Lock a mutex (see [`Mutex::lock`]).
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock()
 }
 
 /// A small stable per-thread index, used to pick a counter shard or an allocator shard
 /// (the user-space stand-in for "the current CPU").
-pub fn thread_shard() -> usize {
+pub(crate) fn thread_shard() -> usize {
     use std::cell::Cell;
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     thread_local! {

@@ -22,7 +22,7 @@
 //! - The owner of a folio finishes it under the cluster lock: it puts back the (possibly new)
 //!   backing word, or frees the slots if every count reached 0, or keeps the folio as the only
 //!   copy (drain into memory) and unlocks it while still holding the cluster lock.
-//! - Slots being stored by `swap_out` hold a placeholder CACHED word ([`FOLIO_INFLIGHT`]); a
+//! - Slots being stored by `swap_out` hold a placeholder CACHED word (`FOLIO_INFLIGHT`); a
 //!   per-tier in-flight counter lets `drain_tier` wait for stores that chose the tier before
 //!   it went offline.
 //! - Lock order: cluster lock -> backend internal locks (only `Backend::free` runs under a
@@ -814,7 +814,7 @@ impl Engine {
     }
 
     /// Preallocate swap-cache folios for swap-ins of up to `max_order` (see
-    /// [`SwapCache::reserve`]), so a swap-in from a signal handler does not call malloc.
+    /// `SwapCache::reserve`), so a swap-in from a signal handler does not call malloc.
     pub fn reserve_swapin(&self, max_order: u8) -> Result<(), SwapError> {
         self.cache.reserve(max_order, 2)
     }
@@ -1437,7 +1437,7 @@ impl Engine {
     /// object of `owner` from handle `old` to `new`. Takes the new handle (true) if the
     /// object's words still name `old`; refuses (false) otherwise, including while the object
     /// is in the swap cache, where a reader may be loading from `old`.
-    pub fn relocate(&self, t: usize, owner: SwapEntry, old: u64, new: u64) -> bool {
+    pub(crate) fn relocate(&self, t: usize, owner: SwapEntry, old: u64, new: u64) -> bool {
         if new > PAYLOAD_MAX || t > usize::from(TIER_MAX) {
             return false;
         }

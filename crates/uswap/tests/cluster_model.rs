@@ -12,8 +12,8 @@
 use proptest::prelude::*;
 use proptest::sample::Index;
 use std::collections::{BTreeMap, BTreeSet};
-use uswap::cluster::{FragPolicy, SpaceConfig, SwapSpace};
-use uswap::swap_table::{Word, COUNT_MAX, NR_ORDERS, SLOTS_PER_CLUSTER};
+use uswap::internals::cluster::{FragPolicy, SpaceConfig, SwapSpace};
+use uswap::internals::swap_table::{Word, COUNT_MAX, NR_ORDERS, SLOTS_PER_CLUSTER};
 use uswap::{SwapEntry, SwapError};
 
 const N: usize = SLOTS_PER_CLUSTER;

@@ -13,8 +13,8 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
-use uswap::cluster::{ClusterHolds, SpaceConfig, SwapSpace};
-use uswap::swap_table::{Word, SLOTS_PER_CLUSTER};
+use uswap::internals::cluster::{ClusterHolds, SpaceConfig, SwapSpace};
+use uswap::internals::swap_table::{Word, SLOTS_PER_CLUSTER};
 use uswap::SwapEntry;
 
 const N: usize = SLOTS_PER_CLUSTER;

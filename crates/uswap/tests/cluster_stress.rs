@@ -11,8 +11,8 @@
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicBool, Ordering};
-use uswap::cluster::{FragPolicy, SpaceConfig, SwapSpace};
-use uswap::swap_table::{Kind, Word, SLOTS_PER_CLUSTER};
+use uswap::internals::cluster::{FragPolicy, SpaceConfig, SwapSpace};
+use uswap::internals::swap_table::{Kind, Word, SLOTS_PER_CLUSTER};
 use uswap::{SwapEntry, SwapError};
 
 const N: usize = SLOTS_PER_CLUSTER;

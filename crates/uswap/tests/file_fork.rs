@@ -9,7 +9,7 @@
 use std::io::{Read, Write};
 use std::os::fd::FromRawFd;
 use uswap::backend::{Backend, ShareStep};
-use uswap::swap_table::{SwapEntry, SLOTS_PER_CLUSTER};
+use uswap::internals::swap_table::{SwapEntry, SLOTS_PER_CLUSTER};
 use uswap::tier::file::{EngineKind, FileConfig, FileTarget, FileTier};
 
 const PAGE: usize = 4096;

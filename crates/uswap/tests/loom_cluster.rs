@@ -14,8 +14,8 @@
 
 use loom::thread;
 use std::sync::Arc;
-use uswap::cluster::{FragPolicy, SpaceConfig, SwapSpace};
-use uswap::swap_table::{Word, SLOTS_PER_CLUSTER};
+use uswap::internals::cluster::{FragPolicy, SpaceConfig, SwapSpace};
+use uswap::internals::swap_table::{Word, SLOTS_PER_CLUSTER};
 
 /// Run `f` under loom with the bounds every model here uses.
 fn explore(f: impl Fn() + Sync + Send + 'static) {

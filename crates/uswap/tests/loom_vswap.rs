@@ -10,9 +10,9 @@
 use loom::sync::Arc;
 use loom::thread;
 use uswap::backend::{Backend, MemBackend};
-use uswap::cluster::{SpaceConfig, SwapSpace};
-use uswap::swap_cache::{AddMode, Lookup, SwapCache};
-use uswap::swap_table::{Kind, Word};
+use uswap::internals::cluster::{SpaceConfig, SwapSpace};
+use uswap::internals::swap_cache::{AddMode, Lookup, SwapCache};
+use uswap::internals::swap_table::{Kind, Word};
 use uswap::vswap::{Engine, EngineConfig};
 use uswap::PAGE_SIZE;
 
@@ -30,7 +30,7 @@ fn swapin(space: &SwapSpace, cache: &SwapCache, e: uswap::SwapEntry, delete: boo
                 lf.data_mut().unwrap().fill(0x5a);
                 lf.set_uptodate();
                 if delete {
-                    let d = cache.delete(space, &lf, uswap::swap_cache::RefBit::Keep).unwrap();
+                    let d = cache.delete(space, &lf, uswap::internals::swap_cache::RefBit::Keep).unwrap();
                     assert_eq!(d.freed_slots, 0);
                 }
                 let _ = lf.unlock();
@@ -66,7 +66,7 @@ fn add_or_get_races_add_or_get_one_loader() {
         let loaders: u32 = hs.into_iter().map(|h| h.join().unwrap()).sum();
         assert_eq!(loaders, 1);
         let f = cache.lookup(&space, e).unwrap().expect("folio stays cached");
-        cache.delete(&space, &f, uswap::swap_cache::RefBit::Keep).unwrap();
+        cache.delete(&space, &f, uswap::internals::swap_cache::RefBit::Keep).unwrap();
         drop(f);
         let w = space.load(e).unwrap();
         assert_eq!((w.kind(), w.payload()), (Kind::Stored, 7));

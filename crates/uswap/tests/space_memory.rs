@@ -6,8 +6,8 @@
 //! own.
 #![cfg(not(loom))]
 
-use uswap::cluster::{SpaceConfig, SwapSpace};
-use uswap::swap_table::{Word, SLOTS_PER_CLUSTER};
+use uswap::internals::cluster::{SpaceConfig, SwapSpace};
+use uswap::internals::swap_table::{Word, SLOTS_PER_CLUSTER};
 use uswap::SwapEntry;
 
 /// Resident bytes of this process (`/proc/self/statm`, second field).

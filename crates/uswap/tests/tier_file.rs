@@ -6,10 +6,10 @@ use rand::{Rng, RngCore, SeedableRng};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::sync::Arc;
 use uswap::backend::Backend;
-use uswap::tier::drop_behind::WINDOW_BYTES;
+use uswap::internals::drop_behind::WINDOW_BYTES;
+use uswap::internals::io_engine::{Fault, FaultEngine, IoEngine, PsyncEngine, UringEngine};
+use uswap::internals::swapfile::{HEADER_BYTES, MAGIC};
 use uswap::tier::file::{open_target, EngineKind, FileConfig, FileTarget, FileTier, CLUSTER_STRIDE};
-use uswap::tier::io_engine::{Fault, FaultEngine, IoEngine, PsyncEngine, UringEngine};
-use uswap::tier::swapfile::{HEADER_BYTES, MAGIC};
 use uswap::{SwapEntry, TierError, PAGE_SIZE};
 
 fn engines() -> Vec<EngineKind> {
@@ -391,13 +391,13 @@ fn uring_engine_owns_buffers() {
     }
     let file = Arc::new(tempfile::tempfile().unwrap());
     let e = UringEngine::new(file, 1, 4).unwrap();
-    let mut b = uswap::tier::io_engine::IoBuf::new(2 << 20);
+    let mut b = uswap::internals::io_engine::IoBuf::new(2 << 20);
     b.as_mut_slice().iter_mut().enumerate().for_each(|(i, x)| *x = i as u8);
-    let (b, r) = e.submit(b, &[uswap::tier::io_engine::IoOp::write(0, 0, 2 << 20)]);
+    let (b, r) = e.submit(b, &[uswap::internals::io_engine::IoOp::write(0, 0, 2 << 20)]);
     r.unwrap();
     let mut b = b.unwrap();
     b.as_mut_slice().fill(0);
-    let (b, r) = e.submit(b, &[uswap::tier::io_engine::IoOp::read(0, 0, 2 << 20)]);
+    let (b, r) = e.submit(b, &[uswap::internals::io_engine::IoOp::read(0, 0, 2 << 20)]);
     r.unwrap();
     assert!(b.unwrap().as_slice().iter().enumerate().all(|(i, &x)| x == i as u8));
 }

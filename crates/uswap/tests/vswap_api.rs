@@ -130,7 +130,7 @@ fn swap_is_charged_only_on_file_tiers_and_stats_have_kernel_names() {
     assert_eq!(s.swpin[2], 2);
     assert_eq!(
         e.groups().usage(1).unwrap(),
-        uswap::group::GroupUsage { swap_max: 6, pool_max: u64::MAX, ..Default::default() }
+        uswap::internals::group::GroupUsage { swap_max: 6, pool_max: u64::MAX, ..Default::default() }
     );
     assert_eq!(e.space().used_slots(), 0);
     assert_eq!(e.cache().nr_cached(), 0);

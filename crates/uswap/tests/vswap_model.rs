@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use uswap::backend::{Backend, TierKind};
-use uswap::cluster::FragPolicy;
+use uswap::internals::cluster::FragPolicy;
 use uswap::vswap::{Engine, EngineConfig, Location};
 use uswap::{SwapEntry, SwapError, PAGE_SIZE, SLOTS_PER_CLUSTER};
 use vswap_common::{make_data, TestBackend};

@@ -16,8 +16,8 @@ use rand::{Rng, SeedableRng};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::time::Instant;
-use uswap::cluster::{AllocStats, BucketStats, FragPolicy, SpaceConfig, SwapSpace};
-use uswap::swap_table::{Word, NR_ORDERS, SLOTS_PER_CLUSTER};
+use uswap::internals::cluster::{AllocStats, BucketStats, FragPolicy, SpaceConfig, SwapSpace};
+use uswap::internals::swap_table::{Word, NR_ORDERS, SLOTS_PER_CLUSTER};
 use uswap::{SwapEntry, SwapError};
 
 /// Which policies to run.

@@ -16,7 +16,7 @@ use serde_json::{json, Map, Value};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use uswap::backend::Backend;
-use uswap::tier::crypt::{PageCipher, META_BYTES};
+use uswap::internals::crypt::{PageCipher, META_BYTES};
 use uswap::tier::file::{EngineKind, FileConfig, FileTarget, FileTier};
 use uswap::{SwapEntry, PAGE_SIZE};
 

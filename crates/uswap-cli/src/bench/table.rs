@@ -24,8 +24,8 @@ use std::hint::black_box;
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Instant;
 use uswap::backend::{Backend, MemBackend};
-use uswap::cluster::{SpaceConfig, SwapSpace};
-use uswap::swap_table::Word;
+use uswap::internals::cluster::{SpaceConfig, SwapSpace};
+use uswap::internals::swap_table::Word;
 use uswap::vswap::{Engine, EngineConfig};
 use uswap::{SwapEntry, PAGE_SIZE};
 

@@ -24,7 +24,7 @@ use serde_json::{json, Map, Value};
 use std::io::Read;
 use std::time::{Duration, Instant};
 use uswap::backend::Backend;
-use uswap::tier::zero;
+use uswap::internals::zero;
 use uswap::tier::zpool::{Compressor, FolioMode, PoolConfig, ZPool};
 use uswap::{SwapEntry, PAGE_SIZE};
 
@@ -470,7 +470,7 @@ fn run_zram(corpus: &[Category], pb: &ProgressBar) -> Result<Value, String> {
         .open(&path)
         .map_err(|e| format!("open {path}: {e}"))?;
     let chunk = 1 << 20;
-    let mut buf = uswap::tier::io_engine::IoBuf::new(chunk);
+    let mut buf = uswap::internals::io_engine::IoBuf::new(chunk);
     let mut off = 0u64;
     let t = Instant::now();
     for c in corpus {

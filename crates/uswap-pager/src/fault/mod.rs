@@ -82,7 +82,7 @@ pub(crate) enum Handled {
 /// Serve a fault at `addr`. `write` = the access was a write; `wake` = wake threads blocked
 /// on the page (message mode).
 pub(crate) fn handle_fault(addr: usize, write: bool, wake: bool) -> Handled {
-    let _fault = uswap::sync::FaultScope::enter();
+    let _fault = uswap::FaultScope::enter();
     region::enter();
     // SAFETY: between enter and leave; r is not used after the leave below.
     let Some(r) = (unsafe { region::lookup(addr) }) else {
@@ -118,7 +118,7 @@ pub(crate) enum Try {
 /// has waited long enough for reclaim). `wake`: wake the faulting thread (false during a fork
 /// hold, whose round wakes everyone at its end: [`crate::forkhold`]).
 pub(crate) fn try_fault(p: &Pager, addr: usize, write: bool, wp: bool, force: bool, wake: bool) -> Try {
-    let _fault = uswap::sync::FaultScope::enter();
+    let _fault = uswap::FaultScope::enter();
     region::enter();
     // SAFETY: between enter and leave; r is not used after the leaves below.
     let Some(r) = (unsafe { region::lookup(addr) }) else {

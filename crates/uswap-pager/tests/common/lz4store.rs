@@ -13,8 +13,8 @@
 //! popped it until it is published by `store`.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use uswap::swap_table::MAX_ORDER;
-use uswap::tier::lz4::{decompress_exact, Lz4Table};
+use uswap::internals::lz4::{decompress_exact, Lz4Table};
+use uswap::MAX_ORDER;
 use uswap_pager::{PageStore, StoreError, PAGE_SIZE};
 
 use uswap_pager::own::Mapping;

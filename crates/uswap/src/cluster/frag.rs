@@ -58,23 +58,23 @@ use std::sync::OnceLock;
 const N: usize = SLOTS_PER_CLUSTER;
 
 /// Number of frag buckets per order under [`FragPolicy::Buckets`](super::FragPolicy).
-pub const NR_BUCKETS: usize = 6;
+pub(crate) const NR_BUCKETS: usize = 6;
 /// Exclusive upper bound of each bucket's used count. Free space halves from one bucket to
 /// the next (more than 256 free, 128, 64, 32, 16, at most 16), so the buckets still tell
 /// clusters apart when the whole space is 90 % full.
 const BUCKET_END: [u16; NR_BUCKETS] = [256, 384, 448, 480, 496, N as u16 + 1];
 /// Below this estimated success probability a bucket is not searched.
-pub const P_MIN: f64 = 0.05;
+pub(super) const P_MIN: f64 = 0.05;
 /// Target probability of success within one bucket's budget.
-pub const TARGET: f64 = 0.9;
+pub(super) const TARGET: f64 = 0.9;
 /// Largest number of clusters tried in one bucket per allocation.
-pub const MAX_PER_BUCKET: u32 = 8;
+pub(super) const MAX_PER_BUCKET: u32 = 8;
 /// Weight of the model prior, in scans.
-pub const PRIOR_WEIGHT: f64 = 8.0;
+pub(super) const PRIOR_WEIGHT: f64 = 8.0;
 /// Halve a bucket's scan/hit estimate when it reaches this many scans.
-pub const DECAY_AT: f64 = 256.0;
+pub(super) const DECAY_AT: f64 = 256.0;
 /// A skipped bucket is probed once per this many allocations.
-pub const EXPLORE_EVERY: u32 = 64;
+pub(super) const EXPLORE_EVERY: u32 = 64;
 
 fn table() -> &'static [Box<[f64]>] {
     static T: OnceLock<Vec<Box<[f64]>>> = OnceLock::new();
@@ -121,7 +121,7 @@ fn table() -> &'static [Box<[f64]>] {
 
 /// P(order, used): the probability that a cluster with `used` randomly placed used slots has
 /// a free naturally aligned window of `2^order` slots (see the module doc).
-pub fn success_probability(order: u8, used: usize) -> f64 {
+pub(crate) fn success_probability(order: u8, used: usize) -> f64 {
     if order as usize >= NR_ORDERS || used > N {
         return 0.0;
     }
@@ -130,19 +130,19 @@ pub fn success_probability(order: u8, used: usize) -> f64 {
 
 /// The bucket of a frag cluster with `used` slots taken (0 = freest).
 #[inline]
-pub fn bucket_of(used: u16) -> u8 {
+pub(crate) fn bucket_of(used: u16) -> u8 {
     BUCKET_END.iter().position(|&end| used < end).unwrap_or(NR_BUCKETS - 1) as u8
 }
 
 /// The used-count range `[lo, hi)` of bucket `b`.
-pub fn bucket_range(b: u8) -> (u16, u16) {
+pub(crate) fn bucket_range(b: u8) -> (u16, u16) {
     let b = (b as usize).min(NR_BUCKETS - 1);
     (if b == 0 { 0 } else { BUCKET_END[b - 1] }, BUCKET_END[b])
 }
 
 /// The model's success probability for a bucket (at the middle of its range of used counts
 /// that can be in a frag cluster, i.e. below `N`).
-pub fn bucket_prior(order: u8, b: u8) -> f64 {
+pub(crate) fn bucket_prior(order: u8, b: u8) -> f64 {
     let (lo, hi) = bucket_range(b);
     let hi = (hi as usize).min(N);
     success_probability(order, (lo as usize + hi) / 2)

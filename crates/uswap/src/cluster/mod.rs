@@ -29,7 +29,7 @@ mod lock;
 mod share;
 mod stats;
 
-pub use frag::{bucket_of, bucket_prior, bucket_range, success_probability, NR_BUCKETS};
+pub(crate) use frag::{bucket_of, bucket_prior, bucket_range, success_probability, NR_BUCKETS};
 pub use share::ClusterHolds;
 pub use stats::{AllocStats, BucketStats};
 
@@ -80,7 +80,7 @@ impl Default for SpaceConfig {
 /// The state of a cluster, the list it is on (kernel `enum swap_cluster_flags`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 #[repr(u8)]
-pub enum ClusterFlag {
+pub(crate) enum ClusterFlag {
     /// Off every list: isolated by an allocator that holds its lock.
     None,
     /// On the free list (no used slot, no table).
@@ -281,11 +281,6 @@ impl SwapSpace {
     /// Number of clusters.
     pub fn nr_clusters(&self) -> usize {
         self.clusters.len()
-    }
-
-    /// The configuration the space was built with.
-    pub fn config(&self) -> &SpaceConfig {
-        &self.cfg
     }
 
     /// Slots in use.
@@ -1049,29 +1044,14 @@ pub struct ClusterGuard<'a> {
 }
 
 impl ClusterGuard<'_> {
-    /// Index of the locked cluster.
-    pub fn cluster(&self) -> usize {
-        self.idx
-    }
-
     /// The entry of slot `off` of this cluster.
-    pub fn entry(&self, off: usize) -> SwapEntry {
+    pub(crate) fn entry(&self, off: usize) -> SwapEntry {
         SwapEntry((self.idx * N + off) as u64)
     }
 
     /// Used slots in the cluster.
     pub fn used(&self) -> usize {
         self.st.count as usize
-    }
-
-    /// The order the cluster serves (0 when free).
-    pub fn order(&self) -> u8 {
-        self.st.order
-    }
-
-    /// The list the cluster is on.
-    pub fn flag(&self) -> ClusterFlag {
-        self.st.flag
     }
 
     fn table(&self) -> Option<&SwapTable> {

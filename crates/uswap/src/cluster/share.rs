@@ -51,13 +51,8 @@ impl SwapSpace {
     }
 
     /// Clusters on the `shared` list (frozen: another process may still read them).
-    pub fn shared_clusters(&self) -> usize {
+    pub(crate) fn shared_clusters(&self) -> usize {
         lock(&self.lists).len(L_SHARED)
-    }
-
-    /// Whether the space is shared through holds.
-    pub fn holds(&self) -> Option<&dyn ClusterHolds> {
-        self.holds.as_deref()
     }
 
     /// Before a `fork` that shares the space: move every used cluster to the `shared` list, so

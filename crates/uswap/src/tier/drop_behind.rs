@@ -59,14 +59,14 @@ impl Ring {
 }
 
 /// The drop-behind state of one buffered swap file.
-pub struct DropBehind {
+pub(crate) struct DropBehind {
     file: Arc<File>,
     ring: Mutex<Ring>,
 }
 
 impl DropBehind {
     /// Drop-behind for `file`; turns its readahead off.
-    pub fn new(file: Arc<File>) -> Self {
+    pub(crate) fn new(file: Arc<File>) -> Self {
         // SAFETY: posix_fadvise on a valid open fd with integer arguments.
         unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
         DropBehind {
@@ -89,7 +89,7 @@ impl DropBehind {
     /// `[off, off + len)` was just written: start its writeback, and drop what the window no
     /// longer holds. Errors are ignored: this only ever frees page cache, and a failed write
     /// back is the next read's error (the data is still in the page cache until then).
-    pub fn written(&self, off: u64, len: u64) {
+    pub(crate) fn written(&self, off: u64, len: u64) {
         self.sync_range(off, len, libc::SYNC_FILE_RANGE_WRITE);
         // Remember this range and take what the window no longer holds, a few ranges per lock
         // round (usually the only round), dropped with the lock released.
@@ -119,7 +119,7 @@ impl DropBehind {
 
     /// `[off, off + len)` was just read and copied out: drop its pages (dirty ones, still
     /// waiting in the window, stay).
-    pub fn read(&self, off: u64, len: u64) {
+    pub(crate) fn read(&self, off: u64, len: u64) {
         self.drop_range(off, len);
     }
 }

@@ -2,22 +2,22 @@
 //! block device. By default an unlinked temporary file (mode 0600, `O_TMPFILE`) in a
 //! configurable directory, so nothing is left behind when the process ends. An existing file
 //! or device is used only if it carries uswap's header or `force` is set, and never while it
-//! is in use ([`swapfile`] has the rules).
+//! is in use (`swapfile` has the rules).
 //!
 //! Physical slots are managed by the cluster allocator ([`SwapSpace`]): a stored folio of
 //! 2^order pages takes 2^order naturally aligned slots of one cluster, each holding the
 //! reverse-map word `Word::rmap(group, owner virtual slot)`, and is written as one contiguous
 //! I/O. The handle is `slot << 4 | order`.
 //!
-//! On-disk layout: a 4 KiB header ([`swapfile::Header`]: magic, version, page size, UUID),
+//! On-disk layout: a 4 KiB header (`swapfile::Header`: magic, version, page size, UUID),
 //! then the page data, 2 MiB per 512-slot cluster. Every page is encrypted and authenticated
 //! with a per-process key, with the slot number and the owning virtual slot as associated data
-//! ([`crypt`](super::crypt)); a page that fails authentication is reported as
+//! (`crypt`); a page that fails authentication is reported as
 //! [`TierError::Corrupt`] and never returned. Each page's seal record (nonce counter and tag)
-//! stays in RAM ([`SlotRecords`]), so a swap-in is one read and a store one write.
+//! stays in RAM (`SlotRecords`), so a swap-in is one read and a store one write.
 //!
 //! Page cache: what the file holds must not sit in RAM the limit does not see. By default I/O
-//! is buffered and [`DropBehind`] keeps the file's page cache to a small window (a store costs
+//! is buffered and `DropBehind` keeps the file's page cache to a small window (a store costs
 //! a copy into the page cache and the write-back runs behind it: faster than waiting for the
 //! device). With `direct=on` the file is opened `O_DIRECT` and takes no page cache at all;
 //! where the file system refuses that (`open` fails with `EINVAL`), buffered I/O with drop-behind again.
@@ -145,7 +145,7 @@ fn io_err(op: &'static str, e: std::io::Error) -> TierError {
 }
 
 /// Open the file a configuration names, checked and with uswap's header written or verified
-/// ([`swapfile`] has the rules; `force` overwrites a file or device without the header); returns
+/// (`swapfile` has the rules; `force` overwrites a file or device without the header); returns
 /// it with its size in bytes (0 for a new file). `direct` asks for `O_DIRECT`; a file system
 /// that refuses it (`EINVAL`) gets the file opened buffered instead (its flags say which).
 pub fn open_target(target: &FileTarget, direct: bool, force: bool) -> Result<(File, u64), TierError> {

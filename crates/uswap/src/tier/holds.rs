@@ -15,15 +15,15 @@
 //! rows whose bit is set, plus at most one claim in flight per process (a process killed
 //! between the CAS and setting its bit leaks that cluster: the rows cannot tell).
 //!
-//! `fork` ([`FileHolds::share_for_fork`] in the parent's prepare handler, then
-//! [`FileHolds::forked_child`] / [`FileHolds::forked_parent`]): the parent takes a free row for
+//! `fork` (`FileHolds::share_for_fork` in the parent's prepare handler, then
+//! `FileHolds::forked_child` / `FileHolds::forked_parent`): the parent takes a free row for
 //! the child (state `PENDING`, its own pid), copies its own bitmap into it and counts every
 //! hold once more; the child turns the row `LIVE` under its own pid; the parent, told by the
 //! child (the preload library's pipe) whether it did, gives the row up if not (the fork failed
 //! or the child died first). So the child's holds exist before the fork returns, and the
 //! parent cannot empty and reuse a cluster the child still reads.
 //!
-//! Killed processes ([`FileHolds::reap`]): a row whose process is gone (no such pid, another
+//! Killed processes (`FileHolds::reap`): a row whose process is gone (no such pid, another
 //! start time) or no longer has the file open on the tier's descriptor (it called `exec`,
 //! which closes it) is released by whichever process finds it, after a CAS of its state to
 //! `REAPING`, so exactly once; a `PENDING` row whose parent is gone is released after 30 s.
@@ -31,7 +31,7 @@
 //! high (space kept, never data lost).
 //!
 //! A child that could not share (no free row) gets a private copy of the file from the
-//! preload library and switches its holds off ([`FileHolds::go_private`]): every cluster is
+//! preload library and switches its holds off (`FileHolds::go_private`): every cluster is
 //! then its own.
 //!
 //! Locking: none; atomics in the shared mapping, read and written with acquire/release.
@@ -45,7 +45,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Rows: processes sharing one file at a time (a row is reused once its process is reaped).
-pub const NR_ROWS: usize = 1024;
+pub(crate) const NR_ROWS: usize = 1024;
 const TAG_SHIFT: u32 = 62;
 const LIVE: u64 = 1 << TAG_SHIFT;
 const PENDING: u64 = 2 << TAG_SHIFT;
@@ -104,7 +104,7 @@ pub fn start_time(pid: u32) -> Option<u64> {
 impl FileHolds {
     /// Holds for `nr_clusters` clusters of `file` (open on the descriptor the tier keeps), with
     /// this process holding none yet.
-    pub fn new(nr_clusters: usize, file: &File) -> Result<Self, TierError> {
+    pub(crate) fn new(nr_clusters: usize, file: &File) -> Result<Self, TierError> {
         use std::os::unix::fs::MetadataExt;
         let md = file.metadata().map_err(|e| TierError::io("stat swap file", &e))?;
         let words = nr_clusters.div_ceil(64);
@@ -199,14 +199,14 @@ impl FileHolds {
     }
 
     /// Whether this process has switched sharing off.
-    pub fn is_private(&self) -> bool {
+    pub(crate) fn is_private(&self) -> bool {
         self.private.load(Ordering::Acquire)
     }
 
     /// Parent, before `fork` (no allocation or freeing of clusters in flight in this process):
     /// take a row for the child holding what this process holds. False if no row is free even
     /// after reaping (the child must then get a copy of the file) or this process is private.
-    pub fn share_for_fork(&self) -> bool {
+    pub(crate) fn share_for_fork(&self) -> bool {
         if self.is_private() {
             return false;
         }
@@ -243,7 +243,7 @@ impl FileHolds {
 
     /// Child, right after `fork`: take the row the parent prepared. False if there was none or
     /// it was reaped meanwhile (the child must not use the shared file then).
-    pub fn forked_child(&self) -> bool {
+    pub(crate) fn forked_child(&self) -> bool {
         let row = self.pending.swap(NONE, Ordering::AcqRel);
         if row == NONE {
             return false;
@@ -263,7 +263,7 @@ impl FileHolds {
 
     /// Parent, after `fork`: `child_took` says whether the child took its row; if not, the row
     /// is given up.
-    pub fn forked_parent(&self, child_took: bool) {
+    pub(crate) fn forked_parent(&self, child_took: bool) {
         let row = self.pending.swap(NONE, Ordering::AcqRel);
         if row != NONE && !child_took {
             let cur = self.state(row).load(Ordering::Acquire);
@@ -274,7 +274,7 @@ impl FileHolds {
     }
 
     /// This process now has a file of its own (a copy): every cluster is its own from now on.
-    pub fn go_private(&self) {
+    pub(crate) fn go_private(&self) {
         self.pending.store(NONE, Ordering::Release);
         self.private.store(true, Ordering::Release);
     }
@@ -294,7 +294,7 @@ impl FileHolds {
 
     /// Release the rows of processes gone (exited, killed, or replaced by `exec`). Returns the
     /// number released. Reads `/proc`: not on the fault path.
-    pub fn reap(&self) -> usize {
+    pub(crate) fn reap(&self) -> usize {
         if self.is_private() {
             return 0;
         }

@@ -1,6 +1,5 @@
 //! I/O engines for the swap file: positional `pread`/`pwrite` ([`PsyncEngine`]), io_uring
-//! ([`UringEngine`]), a no-op engine ([`NoopEngine`]) and a fault-injecting wrapper
-//! ([`FaultEngine`]) for tests, all behind [`IoEngine`].
+//! ([`UringEngine`]) and a fault-injecting wrapper ([`FaultEngine`]) for tests, all behind [`IoEngine`].
 //!
 //! Buffer ownership: a request moves its [`IoBuf`] *into* the engine and gets it back only once
 //! every operation on it has completed. If an engine cannot prove that the kernel is done with a
@@ -24,7 +23,7 @@ use std::sync::Arc;
 const ALIGN: usize = 4096;
 
 /// A 4 KiB-aligned, zero-initialised I/O buffer that grows on demand (never shrinks): a
-/// [`PageBuf`] (page-heap memory, not the process's allocator: a file tier's store and load
+/// `PageBuf` (page-heap memory, not the process's allocator: a file tier's store and load
 /// run on the fault path).
 pub struct IoBuf {
     buf: PageBuf,
@@ -40,11 +39,11 @@ impl IoBuf {
         IoBuf { buf }
     }
     /// Capacity in bytes.
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.buf.len()
     }
     /// Grow to at least `n` bytes (contents are not kept).
-    pub fn reserve(&mut self, n: usize) {
+    pub(crate) fn reserve(&mut self, n: usize) {
         if n > self.capacity() {
             *self = IoBuf::new(n);
         }
@@ -87,7 +86,7 @@ impl IoOp {
 }
 
 /// The result of a submission: the buffer back (None if quarantined) and the outcome.
-pub type IoResult = (Option<IoBuf>, Result<(), TierError>);
+pub(crate) type IoResult = (Option<IoBuf>, Result<(), TierError>);
 
 /// An I/O engine over one file.
 pub trait IoEngine: Send + Sync {
@@ -330,27 +329,6 @@ impl Drop for UringEngine {
     }
 }
 
-/// Discards writes and reads zeros: measures everything but the device.
-pub struct NoopEngine;
-
-impl IoEngine for NoopEngine {
-    fn name(&self) -> &'static str {
-        "noop"
-    }
-    fn submit(&self, mut buf: IoBuf, ops: &[IoOp]) -> IoResult {
-        if let Err(e) = check_ops(&buf, ops) {
-            return (Some(buf), Err(e));
-        }
-        for op in ops.iter().filter(|o| !o.write) {
-            buf.as_mut_slice()[op.buf_off..op.buf_off + op.len].fill(0);
-        }
-        (Some(buf), Ok(()))
-    }
-    fn punch_hole(&self, _off: u64, _len: u64) -> Result<(), TierError> {
-        Ok(())
-    }
-}
-
 /// A fault to inject into the next matching submission.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Fault {
@@ -387,7 +365,8 @@ impl FaultEngine {
         lock(&self.plan).push_back(f);
     }
     /// Faults queued and not yet fired.
-    pub fn pending(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn pending(&self) -> usize {
         lock(&self.plan).len()
     }
     fn take(&self, write: bool) -> Option<Fault> {

@@ -85,7 +85,7 @@ pub fn decompress_exact(src: &[u8], out: &mut [u8]) -> bool {
 }
 
 /// The largest compressed size of `n` input bytes.
-pub fn max_compressed_size(n: usize) -> usize {
+pub(crate) fn max_compressed_size(n: usize) -> usize {
     let Ok(n) = c_int::try_from(n) else { return usize::MAX };
     // SAFETY: LZ4_compressBound is a pure function.
     let b = unsafe { LZ4_compressBound(n) };

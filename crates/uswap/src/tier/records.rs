@@ -26,13 +26,13 @@ const WORDS: usize = META_BYTES / 8;
 const _: () = assert!(META_BYTES.is_multiple_of(8));
 
 /// One seal record per physical slot.
-pub struct SlotRecords {
+pub(crate) struct SlotRecords {
     words: PageVec<u64>,
 }
 
 impl SlotRecords {
     /// Room for the records of `nr_slots` slots (address space only until written).
-    pub fn new(nr_slots: u64) -> Self {
+    pub(crate) fn new(nr_slots: u64) -> Self {
         SlotRecords { words: PageVec::zeroed(nr_slots as usize * WORDS) }
     }
 
@@ -45,7 +45,7 @@ impl SlotRecords {
     }
 
     /// Keep the records `recs` (`META_BYTES` each) of the slots from `slot` on.
-    pub fn put(&self, slot: u64, recs: &[u8]) {
+    pub(crate) fn put(&self, slot: u64, recs: &[u8]) {
         for (k, rec) in recs.chunks_exact(META_BYTES).enumerate() {
             for (i, w) in rec.chunks_exact(8).enumerate() {
                 let v = u64::from_le_bytes(w.try_into().expect("8 bytes"));
@@ -55,7 +55,7 @@ impl SlotRecords {
     }
 
     /// Copy the records of the slots from `slot` on into `out` (`META_BYTES` each).
-    pub fn get(&self, slot: u64, out: &mut [u8]) {
+    pub(crate) fn get(&self, slot: u64, out: &mut [u8]) {
         for (k, rec) in out.chunks_exact_mut(META_BYTES).enumerate() {
             for (i, w) in rec.chunks_exact_mut(8).enumerate() {
                 w.copy_from_slice(&self.word(slot + k as u64, i).load(Ordering::Relaxed).to_le_bytes());
@@ -64,7 +64,8 @@ impl SlotRecords {
     }
 
     /// Slots the array has room for.
-    pub fn nr_slots(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn nr_slots(&self) -> u64 {
         (self.words.len() / WORDS) as u64
     }
 }

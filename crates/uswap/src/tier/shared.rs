@@ -55,7 +55,8 @@ impl SharedMap {
     }
 
     /// Bytes of the mapping that have memory (`mincore`): the pages touched so far.
-    pub fn resident_bytes(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn resident_bytes(&self) -> u64 {
         let pages = self.len / 4096;
         let mut v = vec![0u8; pages];
         // SAFETY: mincore of our own mapping into a vector of one byte per page.
@@ -67,7 +68,7 @@ impl SharedMap {
     }
 
     /// The 4-byte atomic at byte offset `off` (a multiple of 4, inside the mapping).
-    pub fn u32_at(&self, off: usize) -> &AtomicU32 {
+    pub(crate) fn u32_at(&self, off: usize) -> &AtomicU32 {
         assert!(off.is_multiple_of(4) && off + 4 <= self.len, "u32 at {off} of {}", self.len);
         // SAFETY: aligned and in bounds (checked), inside a live mapping owned by self that is
         // only ever used through atomics.

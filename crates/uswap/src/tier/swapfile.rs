@@ -30,11 +30,11 @@ pub const HEADER_BYTES: u64 = 4096;
 /// The first 8 bytes of every uswap swap file.
 pub const MAGIC: [u8; 8] = *b"USWAPFIL";
 /// Format version written by this build.
-pub const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 1;
 
 /// The header at offset 0 (little-endian fields).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Header {
+pub(crate) struct Header {
     /// Format version.
     pub version: u32,
     /// Page size the file was written with.
@@ -49,7 +49,7 @@ pub struct Header {
 
 impl Header {
     /// A new header with a random UUID.
-    pub fn new() -> Result<Header, TierError> {
+    pub(crate) fn new() -> Result<Header, TierError> {
         let mut uuid = [0u8; 16];
         getrandom::fill(&mut uuid).map_err(|e| TierError::Io { errno: 0, op: "getrandom", msg: e.to_string() })?;
         uuid[6] = (uuid[6] & 0x0f) | 0x40;
@@ -59,7 +59,7 @@ impl Header {
     }
 
     /// The header as the first [`HEADER_BYTES`] of the file.
-    pub fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; HEADER_BYTES as usize];
         b[..8].copy_from_slice(&MAGIC);
         b[8..12].copy_from_slice(&self.version.to_le_bytes());
@@ -72,7 +72,7 @@ impl Header {
 
     /// `None` when `b` does not start with the magic (not a uswap file); an error when it does
     /// but this build cannot use it.
-    pub fn decode(b: &[u8]) -> Option<Result<Header, String>> {
+    pub(crate) fn decode(b: &[u8]) -> Option<Result<Header, String>> {
         if b.len() < 48 || b[..8] != MAGIC {
             return None;
         }
@@ -96,7 +96,8 @@ impl Header {
     }
 
     /// The UUID in its usual text form.
-    pub fn uuid_string(&self) -> String {
+    #[cfg(test)]
+    pub(crate) fn uuid_string(&self) -> String {
         let u = &self.uuid;
         let hex = |r: std::ops::Range<usize>| u[r].iter().map(|b| format!("{b:02x}")).collect::<String>();
         format!("{}-{}-{}-{}-{}", hex(0..4), hex(4..6), hex(6..8), hex(8..10), hex(10..16))
@@ -104,7 +105,7 @@ impl Header {
 }
 
 /// Write a new header at offset 0 (through an aligned buffer, so O_DIRECT files work).
-pub fn write_header(f: &File) -> Result<Header, TierError> {
+pub(crate) fn write_header(f: &File) -> Result<Header, TierError> {
     let h = Header::new()?;
     let mut buf = super::io_engine::IoBuf::new(HEADER_BYTES as usize);
     buf.as_mut_slice()[..HEADER_BYTES as usize].copy_from_slice(&h.encode());
@@ -114,7 +115,7 @@ pub fn write_header(f: &File) -> Result<Header, TierError> {
 }
 
 /// Read the header of an existing file: `Ok(None)` when it has none (or is shorter than one).
-pub fn read_header(f: &File) -> Result<Option<Result<Header, String>>, TierError> {
+pub(crate) fn read_header(f: &File) -> Result<Option<Result<Header, String>>, TierError> {
     let mut buf = super::io_engine::IoBuf::new(HEADER_BYTES as usize);
     let b = &mut buf.as_mut_slice()[..HEADER_BYTES as usize];
     let mut got = 0;
@@ -148,7 +149,7 @@ fn unescape(s: &str) -> String {
 
 /// One mount of `/proc/self/mountinfo`: device number, mount point, source.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Mount {
+pub(crate) struct Mount {
     /// `major:minor` of the mounted file system.
     pub dev: (u32, u32),
     /// Where it is mounted.
@@ -158,7 +159,7 @@ pub struct Mount {
 }
 
 /// Parse `/proc/self/mountinfo` text.
-pub fn parse_mountinfo(text: &str) -> Vec<Mount> {
+pub(crate) fn parse_mountinfo(text: &str) -> Vec<Mount> {
     text.lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split(' ').collect();
@@ -174,7 +175,7 @@ pub fn parse_mountinfo(text: &str) -> Vec<Mount> {
 }
 
 /// The file names of `/proc/swaps` text (header line skipped).
-pub fn parse_swaps(text: &str) -> Vec<PathBuf> {
+pub(crate) fn parse_swaps(text: &str) -> Vec<PathBuf> {
     text.lines().skip(1).filter_map(|l| l.split_whitespace().next()).map(|n| PathBuf::from(unescape(n))).collect()
 }
 
@@ -190,7 +191,7 @@ fn same_file(a: &std::fs::Metadata, p: &Path) -> bool {
 
 /// Why `path` (open as `f`, with metadata `md`) is in use by someone else, if it is.
 /// `mountinfo` and `swaps` are the texts of `/proc/self/mountinfo` and `/proc/swaps`.
-pub fn in_use_reason(path: &Path, md: &std::fs::Metadata, mountinfo: &str, swaps: &str) -> Option<String> {
+pub(crate) fn in_use_reason(path: &Path, md: &std::fs::Metadata, mountinfo: &str, swaps: &str) -> Option<String> {
     use std::os::unix::fs::FileTypeExt;
     let canon = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
     if md.file_type().is_block_device() {
@@ -229,7 +230,7 @@ pub fn in_use_reason(path: &Path, md: &std::fs::Metadata, mountinfo: &str, swaps
 /// Refuse a file or device that is in use: checks [`in_use_reason`] against this system's
 /// mount table and swap list, and for a regular file takes an exclusive `flock` (held while
 /// `f` is open) so two uswap processes never share one swap file.
-pub fn claim(path: &Path, f: &File) -> Result<(), TierError> {
+pub(crate) fn claim(path: &Path, f: &File) -> Result<(), TierError> {
     let md = f.metadata().map_err(|e| TierError::io("stat swap file", &e))?;
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let swaps = std::fs::read_to_string("/proc/swaps").unwrap_or_default();
@@ -259,7 +260,7 @@ pub fn claim(path: &Path, f: &File) -> Result<(), TierError> {
 }
 
 /// The message for an existing file without uswap's header.
-pub fn not_ours(path: &Path, what: &str) -> TierError {
+pub(crate) fn not_ours(path: &Path, what: &str) -> TierError {
     TierError::Io {
         errno: 0,
         op: "open swap file",

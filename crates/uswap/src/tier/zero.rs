@@ -28,7 +28,8 @@ pub fn is_zero(data: &[u8]) -> bool {
 }
 
 /// The portable kernel: 256-byte blocks of eight-byte words ORed together, early exit per block.
-pub fn is_zero_portable(data: &[u8]) -> bool {
+#[cfg(any(test, not(target_arch = "x86_64")))]
+pub(crate) fn is_zero_portable(data: &[u8]) -> bool {
     let mut blocks = data.chunks_exact(BLOCK);
     for b in &mut blocks {
         let mut acc = 0u64;
@@ -103,16 +104,17 @@ mod x86 {
         tail_is_zero(blocks.remainder())
     }
 
-    /// The SSE2 kernel, for tests and benchmarks (safe: SSE2 is the x86_64 baseline).
-    pub fn sse2(data: &[u8]) -> bool {
+    /// The SSE2 kernel, for the tests (safe: SSE2 is the x86_64 baseline).
+    #[cfg(test)]
+    pub(super) fn sse2(data: &[u8]) -> bool {
         // SAFETY: SSE2 is part of the x86_64 baseline.
         unsafe { is_zero_sse2(data) }
     }
 }
 
-/// The SSE2 kernel (x86_64 only), for tests and benchmarks.
-#[cfg(target_arch = "x86_64")]
-pub fn is_zero_sse2(data: &[u8]) -> bool {
+/// The SSE2 kernel (x86_64 only), for the tests.
+#[cfg(all(test, target_arch = "x86_64"))]
+pub(crate) fn is_zero_sse2(data: &[u8]) -> bool {
     x86::sse2(data)
 }
 

@@ -72,7 +72,7 @@ pub struct PoolConfig {
     pub incompressible: Incompressible,
     /// Large-folio compression unit.
     pub folio_mode: FolioMode,
-    /// Secondary algorithm for [`ZPool::recompress`](super::ZPool::recompress) (zram's
+    /// Secondary algorithm for `ZPool::recompress` (zram's
     /// `recomp_algorithm`), normally zstd at a high level; None: recompression off.
     pub recompress: Option<Compressor>,
 }

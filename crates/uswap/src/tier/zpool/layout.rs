@@ -30,10 +30,10 @@ pub(super) const FINE_MAX: usize = CLASS_MIN + CLASS_STEP * (FINE_CLASSES - 1);
 /// Spacing of the classes above `FINE_MAX`.
 pub(super) const COARSE_STEP: usize = 96;
 /// Number of size classes (the class index 255 names the large-object area).
-pub const NR_CLASSES: usize = 255;
+pub(crate) const NR_CLASSES: usize = 255;
 pub(super) const LARGE_CLASS: u64 = 255;
 /// Largest object in a size class (header included).
-pub const CLASS_MAX: usize = FINE_MAX + COARSE_STEP * (NR_CLASSES - FINE_CLASSES);
+pub(crate) const CLASS_MAX: usize = FINE_MAX + COARSE_STEP * (NR_CLASSES - FINE_CLASSES);
 pub(super) const MAX_CHAIN: usize = 8;
 pub(super) const HUGE_CHAIN: usize = 64;
 pub(super) const NR_GROUPS: usize = 4;

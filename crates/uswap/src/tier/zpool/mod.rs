@@ -28,7 +28,7 @@
 //!
 //! Density: idle objects can be re-encoded with a stronger secondary algorithm
 //! ([`PoolConfig::recompress`], zstd at a high level; zram's `recomp_algorithm` and
-//! `recompress type=idle`) by [`ZPool::recompress`]. Chosen over larger compression units for
+//! `recompress type=idle`) by `ZPool::recompress`. Chosen over larger compression units for
 //! 4 KiB pages because it keeps the fast lz4 store and the 4 KiB load granularity, and pays
 //! the stronger codec's CPU only for data that stays swapped out (BENCHMARKS.md has the
 //! pool's RAM per page against kernel zram's).
@@ -58,7 +58,7 @@ mod stats;
 
 pub use codec::prepare_thread;
 pub use config::{Compressor, FolioMode, Incompressible, PoolConfig};
-pub use layout::{CLASS_MAX, NR_CLASSES};
+pub(crate) use layout::NR_CLASSES;
 pub use recompress::{hold_off, release_hold_off};
 pub use stats::PoolStats;
 

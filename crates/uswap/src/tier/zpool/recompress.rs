@@ -116,7 +116,7 @@ fn thread_cpu_ns() -> u64 {
 impl ZPool {
     /// Mark every stored object idle (zram's `echo all > idle`): the next
     /// [`ZPool::recompress`] with `idle_only` takes what was neither stored nor loaded since.
-    pub fn mark_idle(&self) {
+    pub(crate) fn mark_idle(&self) {
         for m in self.classes.iter() {
             let mut cl = lock(m);
             for zs in cl.zspages.as_mut_slice().iter_mut().flatten() {
@@ -135,7 +135,7 @@ impl ZPool {
     /// moved if that takes a smaller slot, each move reported through `relocate`. Returns at
     /// once, doing nothing, when no secondary algorithm is configured or a compaction or
     /// recompression pass is running.
-    pub fn recompress(&self, idle_only: bool, relocate: Relocate<'_>) -> Recompressed {
+    pub(crate) fn recompress(&self, idle_only: bool, relocate: Relocate<'_>) -> Recompressed {
         let mut done = Recompressed::default();
         let Some(comp) = self.cfg.recompress else { return done };
         if held_off() {

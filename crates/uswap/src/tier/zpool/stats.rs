@@ -27,7 +27,7 @@ pub struct PoolStats {
     pub pages_compacted_bytes: u64,
     /// Loads that failed to decompress.
     pub decompress_fail: u64,
-    /// Objects re-encoded by [`ZPool::recompress`] and moved to a smaller size class (zram's
+    /// Objects re-encoded by `ZPool::recompress` and moved to a smaller size class (zram's
     /// `num_recompressed`, counted in objects; see `recompressed_pages`).
     pub num_recompressed: u64,
     /// 4 KiB pages of original data in those objects.
