@@ -34,6 +34,7 @@ pub(super) struct SyncPasses {
     last_ms: AtomicU64,
 }
 
+/// The program threads' passes.
 pub(super) static SYNC: SyncPasses = SyncPasses { passes: AtomicU64::new(0), last_ms: AtomicU64::new(0) };
 
 /// A block `[a, a + n)` the program's allocator returned (no allocator lock held): if no

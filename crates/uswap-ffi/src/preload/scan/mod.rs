@@ -30,8 +30,7 @@
 //!
 //! Locking: a pass runs under [`crate::BIG`] (so a fork never copies a half-adopted mapping),
 //! and inside it the previous pass's mappings are behind a lock of their own (see `pass`);
-//! the counters are atomics. Nothing here holds a lock across program memory. The thread
-//! allocates from the library's internal heap.
+//! the counters are atomics. The thread allocates from the library's internal heap.
 
 mod block;
 mod maps;

@@ -48,6 +48,7 @@ pub(super) struct Passes {
     pub(super) skipped_bytes: AtomicU64,
 }
 
+/// The passes' counters.
 pub(super) static PASSES: Passes = Passes {
     read_at_ns: AtomicU64::new(0),
     passes: AtomicU64::new(0),

@@ -31,6 +31,7 @@ pub(super) struct Unmanaged {
     pub(super) warned: AtomicBool,
 }
 
+/// The memory outside the pager, as the last pass measured it.
 pub(super) static UNMANAGED: Unmanaged = Unmanaged {
     now: AtomicU64::new(0),
     peak: AtomicU64::new(0),
