@@ -754,7 +754,7 @@ fn shell_pipeline_matches_a_run_without_uswap() {
 /// uswap), so that its buffers are swapped out and in while it sorts. Sort's 100 MiB buffer
 /// can be mapped next to a page of a pager thread's signal stack, and the kernel then merges
 /// the two into one mapping: the reconciler adopts the parts of it that are not the pager's
-/// own (`scan::adopt_mapping`); left alone as the pager's own, the buffer would take the peak
+/// own (`scan::pass::adopt_mapping`); left alone as the pager's own, the buffer would take the peak
 /// far over the bound.
 #[test]
 fn shell_pipeline_sorting_beyond_the_limit() {
