@@ -303,10 +303,8 @@ pub struct Pager {
     pub(crate) store: Box<dyn PageStore>,
     pub(crate) cache: arena::Arena,
     pub(crate) resident_pages: AtomicI64,
-    pub(crate) active: reclaim::Ring,
-    /// Mapped folios that came back soon after they were evicted (see [`reclaim::Protect`]).
-    pub(crate) protected: reclaim::Protect,
-    pub(crate) inactive: reclaim::Ring,
+    /// The reclaim lists and the workingset state (see [`reclaim::Lru`]).
+    pub(crate) lru: reclaim::Lru,
     pub(crate) counters: stats::Counters,
     pub(crate) bufs: bufs::BufPool,
     pub(crate) stop: AtomicBool,
@@ -327,7 +325,6 @@ pub struct Pager {
     pub(crate) recomp_busy: AtomicBool,
     /// This pager holds the process's recompression passes off ([`Pager::quiesce`]).
     recomp_held: AtomicBool,
-    pub(crate) ws: reclaim::Workingset,
     pub(crate) keep: fault::KeepClean,
     /// Eviction batches (off the stack of the thread that reclaims).
     pub(crate) batches: reclaim::BatchPool,
@@ -492,9 +489,7 @@ impl Pager {
         let ring_cap = ((cfg.limit_bytes as usize / PAGE_SIZE) * 2 + (1 << 20)).next_power_of_two();
         let pager = Arc::new(Pager {
             cache: arena::Arena::new(64 << 30).map_err(os)?,
-            active: reclaim::Ring::new(ring_cap).map_err(os)?,
-            protected: reclaim::Protect::new(ring_cap).map_err(os)?,
-            inactive: reclaim::Ring::new(ring_cap).map_err(os)?,
+            lru: reclaim::Lru::new(ring_cap).map_err(os)?,
             resident_pages: AtomicI64::new(0),
             counters: stats::Counters::default(),
             bufs: bufs::BufPool::new().map_err(os)?,
@@ -507,7 +502,6 @@ impl Pager {
             recomp_wake: AtomicU32::new(0),
             recomp_busy: AtomicBool::new(false),
             recomp_held: AtomicBool::new(false),
-            ws: reclaim::Workingset::default(),
             keep: fault::KeepClean::new(cfg.keep_clean),
             batches: reclaim::BatchPool::new().map_err(os)?,
             ev_reads: std::sync::atomic::AtomicU64::new(0),

@@ -410,7 +410,7 @@ pub(crate) fn snapshot(p: &Pager, regions_live: usize) -> PagerStats {
         store_errors: g(&c.store_errors),
         limit_breaks: g(&c.limit_breaks),
         store_failing: p.health.failing(),
-        inactive_bypassed: p.ws.bypassed(),
+        inactive_bypassed: p.lru.ws.bypassed(),
         clean_kept: g(&c.clean_kept),
         clean_dirtied: g(&c.clean_dirtied),
         clean_evicted: g(&c.clean_evicted),

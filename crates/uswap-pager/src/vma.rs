@@ -311,7 +311,7 @@ fn mark_present(p: &Pager, r: &RegionInner, first: usize, present: &[u8], order:
 }
 
 fn push_active(p: &Pager, r: &RegionInner, pg: usize, k: u32) {
-    if !p.active.push(crate::reclaim::entry(r, pg, k)) {
+    if !p.lru.active.push(crate::reclaim::entry(r, pg, k)) {
         // The active list is full: the folio stays resident unqueued (counted; the ring is
         // sized for several times the limit, so reclaim is far behind if this happens).
         inc(&p.counters.reclaim_fail, 1);
@@ -505,7 +505,7 @@ pub(crate) fn remap(p: &Pager, from: usize, to: usize, len: usize) -> bool {
             }
             match w.kind() {
                 kind::RESIDENT | kind::CLEAN => push_active(p, nr, i, k),
-                kind::CACHED if !p.inactive.push(crate::reclaim::entry(nr, i, k)) => {
+                kind::CACHED if !p.lru.inactive.push(crate::reclaim::entry(nr, i, k)) => {
                     inc(&p.counters.reclaim_fail, 1);
                 }
                 _ => {}

@@ -99,10 +99,10 @@ fn fill_cached(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, writ
     }
     p.cache.free(o);
     inc(&p.counters.fault_cache, 1);
-    if !p.ws.bypassed() {
+    if !p.lru.ws.bypassed() {
         // (While bypassed, the swap cache is not aged: a hit on what it still holds
         // from before says nothing about recency; shadows measure instead.)
-        p.ws.hit(1);
+        p.lru.ws.hit(1);
     }
     true
 }
@@ -346,7 +346,7 @@ fn uncache_by_page(
                 p.store.put(kept[i].payload(), 1);
             }
             c.set(i, PageWord::resident(0));
-            p.active.push(entry(r, head + i, 0));
+            p.lru.active.push(entry(r, head + i, 0));
             mapped += 1;
             continue;
         }

@@ -48,7 +48,7 @@ pub(super) fn publish(
             };
             c.set(i, w);
         }
-        reclaim::queue_mapped(p, r, pg, k, hot);
+        p.lru.queue_mapped(&p.counters, r, pg, k, hot);
         count += 1 << k;
     });
     p.resident_pages.fetch_add(count as i64, Ordering::AcqRel);
@@ -70,7 +70,7 @@ pub(super) fn note_refaults(p: &Pager, r: &RegionInner, first: usize, swapped: i
     let win = reclaim::inactive_window(p);
     for (i, s) in swapped.enumerate() {
         if s {
-            p.ws.refault(r, first + i, win);
+            p.lru.ws.refault(r, first + i, win);
         }
     }
 }

@@ -494,7 +494,7 @@ fn publish(p: &Pager, b: &Batch, shadows: bool) -> usize {
                     backoff.snooze();
                 }
             }
-            p.active.push(entry(r, blk.page, blk.order));
+            p.lru.active.push(entry(r, blk.page, blk.order));
             continue;
         }
         for i in 0..n {
@@ -503,7 +503,7 @@ fn publish(p: &Pager, b: &Batch, shadows: bool) -> usize {
         // The workingset clock counts the pages that leave the active list; every page that
         // leaves gets the clock as its shadow, so that its refault distance says whether it
         // comes back hot (`refault_is_hot`).
-        let t = p.ws.tick(n as u64);
+        let t = p.lru.ws.tick(n as u64);
         if matches!(blk.dest, Dest::Store | Dest::CleanKept | Dest::Cache) {
             for i in 0..n {
                 r.shadow(blk.page + i).store(t, Ordering::Relaxed);
@@ -512,15 +512,15 @@ fn publish(p: &Pager, b: &Batch, shadows: bool) -> usize {
         if shadows && matches!(blk.dest, Dest::Store | Dest::CleanKept) {
             // Straight to the store with the inactive list bypassed: count the pages as if
             // demoted (their shadows measure whether the inactive list should come back).
-            p.ws.demoted(n as u64, inactive_window(p));
+            p.lru.ws.demoted(n as u64, inactive_window(p));
         }
         match blk.dest {
             Dest::CleanKept => inc(&p.counters.clean_evicted, n as u64),
             Dest::CleanDropped => inc(&p.counters.clean_discarded, n as u64),
             Dest::Cache => {
                 inc(&p.counters.demoted_pages, n as u64);
-                p.ws.demoted(n as u64, inactive_window(p));
-                if !p.inactive.push(entry(r, blk.page, blk.order)) {
+                p.lru.ws.demoted(n as u64, inactive_window(p));
+                if !p.lru.inactive.push(entry(r, blk.page, blk.order)) {
                     // Inactive list full: this folio stays cached until it refaults or its
                     // region goes; count it as a reclaim failure.
                     inc(&p.counters.reclaim_fail, 1);

@@ -131,7 +131,7 @@ pub(crate) fn release_pages_ex(r: &RegionInner, a: usize, b: usize, live: bool, 
                         let _ = unsafe { p.uffd.copy(r.addr(q), d.as_ptr(), PAGE_SIZE, false, true) };
                         r.word(q).store(PageWord::resident(0), Ordering::Release);
                         p.resident_pages.fetch_add(1, Ordering::AcqRel);
-                        p.active.push(entry(r, q, 0));
+                        p.lru.active.push(entry(r, q, 0));
                     }
                 }
                 p.cache.free(o);
