@@ -315,9 +315,9 @@ pub struct Pager {
     /// The pool's share of the limit in per mille (`pool_percent` at first; moved by the
     /// background reclaimer's [`pool_share`] with `pool_adapt`).
     pub(crate) pool_permille: AtomicU32,
-    /// An eventfd the event thread polls next to the uffd; written once by `Drop` so the
-    /// thread leaves its `poll` at once instead of at its next timeout.
-    pub(crate) stop_fd: std::os::fd::OwnedFd,
+    /// What the event thread shares with the threads that wait for it (see
+    /// [`fault::EventState`]).
+    pub(crate) ev: fault::EventState,
     pub(crate) reclaim_wake: AtomicU32,
     /// The recompressor's futex word (woken by `Drop`).
     pub(crate) recomp_wake: AtomicU32,
@@ -328,12 +328,6 @@ pub struct Pager {
     pub(crate) keep: fault::KeepClean,
     /// Eviction batches (off the stack of the thread that reclaims).
     pub(crate) batches: reclaim::BatchPool,
-    /// Event reads started / fully processed (orders the pager's own madvise REMOVE events
-    /// before its evictions publish, when `event_remove` is on).
-    pub(crate) ev_reads: std::sync::atomic::AtomicU64,
-    pub(crate) ev_done: std::sync::atomic::AtomicU64,
-    /// Events read but not yet applied (they wait for a page another thread holds).
-    pub(crate) ev_pending: std::sync::atomic::AtomicUsize,
     /// Serializes adoption, remap and retirement of adopted regions ([`vma`]).
     pub(crate) vma_lock: sys::YieldLock,
     /// [`Pager::quiesce`] asks the pager's threads to hold no page (before a fork).
@@ -344,14 +338,8 @@ pub struct Pager {
     background: AtomicBool,
     /// Serving a fork child's faults until its own pager runs.
     pub(crate) fork_serve: forkserve::ForkServe,
-    /// The event thread is not resolving faults (idle in poll, or paused).
-    pub(crate) ev_quiet: AtomicBool,
     /// The background reclaimer is paused.
     pub(crate) kswapd_quiet: AtomicBool,
-    /// Held by the event thread while it reads messages, and by reclaim while it drops pages
-    /// in thread fault mode: a program's `munmap` stays blocked in the kernel (its UNMAP event
-    /// unread) while reclaim drops, so its range cannot be mapped again and dropped by mistake.
-    pub(crate) read_gate: sys::YieldLock,
     /// The background reclaimer has not lowered the charge for `reclaim::STUCK_AFTER_NS`
     /// (nothing evictable: faults stop waiting for it).
     pub(crate) reclaim_stuck: AtomicBool,
@@ -497,22 +485,18 @@ impl Pager {
             place: cpu::Placement::new(cfg.follow_cpu && cfg.fault_mode == FaultMode::Thread, cfg.pin_thread),
             pool_capped,
             pool_permille: AtomicU32::new(u32::from(cfg.pool_percent) * 10),
-            stop_fd,
+            ev: fault::EventState::new(stop_fd),
             reclaim_wake: AtomicU32::new(0),
             recomp_wake: AtomicU32::new(0),
             recomp_busy: AtomicBool::new(false),
             recomp_held: AtomicBool::new(false),
             keep: fault::KeepClean::new(cfg.keep_clean),
             batches: reclaim::BatchPool::new().map_err(os)?,
-            ev_reads: std::sync::atomic::AtomicU64::new(0),
-            ev_done: std::sync::atomic::AtomicU64::new(0),
-            ev_pending: std::sync::atomic::AtomicUsize::new(0),
             vma_lock: sys::YieldLock::new(),
             pause: AtomicBool::new(false),
             hold: forkhold::ForkHold::default(),
             background: AtomicBool::new(false),
             fork_serve: forkserve::ForkServe::new(),
-            ev_quiet: AtomicBool::new(true),
             kswapd_quiet: AtomicBool::new(true),
             reclaim_stuck: AtomicBool::new(false),
             health: stall::StoreHealth::default(),
@@ -521,7 +505,6 @@ impl Pager {
             outside: std::sync::atomic::AtomicU64::new(0),
             cow_shared: AtomicBool::new(false),
             pagemap: uswap::tier::pages::ProcessFd::new(),
-            read_gate: sys::YieldLock::new(),
             threads: std::sync::Mutex::new(Vec::new()),
             thread_tids: Default::default(),
             cfg,
@@ -592,7 +575,7 @@ impl Pager {
         if efd < 0 {
             return Err(os("eventfd"));
         }
-        let old = std::os::fd::AsRawFd::as_raw_fd(&self.stop_fd);
+        let old = std::os::fd::AsRawFd::as_raw_fd(&self.ev.stop_fd);
         // SAFETY: dup3 replaces our inherited descriptor number with the new eventfd; then the
         // temporary number is closed.
         let r = unsafe { libc::dup3(efd, old, libc::O_CLOEXEC) };
@@ -603,13 +586,13 @@ impl Pager {
         }
         // Evictions wait for event reads to be processed; reads in flight in the parent at the
         // fork are not ours.
-        self.ev_done.store(self.ev_reads.load(Ordering::SeqCst), Ordering::SeqCst);
-        self.ev_pending.store(0, Ordering::SeqCst);
+        self.ev.done.store(self.ev.reads.load(Ordering::SeqCst), Ordering::SeqCst);
+        self.ev.pending.store(0, Ordering::SeqCst);
         // The parent's event thread held for the fork (`forkhold`): nothing of its was in
         // flight when the address space was copied, unless the hold had to be forced.
         self.hold.reset_in_fork_child().map_err(PagerError::Os)?;
         self.vma_lock.force_unlock();
-        self.read_gate.force_unlock();
+        self.ev.read_gate.force_unlock();
         words::reset_in_fork_child();
         self.batches.reset_in_fork_child();
         self.bufs.reset_in_fork_child();
@@ -617,7 +600,7 @@ impl Pager {
         // The child's statistics are its own from here (a tree's sum counts each event once).
         self.counters.reset();
         self.pause.store(false, Ordering::SeqCst);
-        self.ev_quiet.store(true, Ordering::SeqCst);
+        self.ev.quiet.store(true, Ordering::SeqCst);
         self.kswapd_quiet.store(true, Ordering::SeqCst);
         region::enter();
         // SAFETY: between enter and leave.
@@ -757,8 +740,8 @@ impl Pager {
         if fault::on_event_thread() {
             return;
         }
-        let target = self.ev_reads.load(Ordering::SeqCst);
-        while (self.ev_done.load(Ordering::SeqCst) < target || self.ev_pending.load(Ordering::SeqCst) > 0)
+        let target = self.ev.reads.load(Ordering::SeqCst);
+        while (self.ev.done.load(Ordering::SeqCst) < target || self.ev.pending.load(Ordering::SeqCst) > 0)
             && !self.stop.load(Ordering::Relaxed)
         {
             std::thread::yield_now();
@@ -801,7 +784,7 @@ impl Pager {
     /// round it is in. False if it did not within ten seconds (the fork goes ahead, and its
     /// child may find a lock the event thread held: a hang to report).
     pub fn hold_for_fork(&self) -> bool {
-        self.hold.begin(&self.ev_quiet)
+        self.hold.begin(&self.ev.quiet)
     }
 
     /// End of [`Pager::hold_for_fork`] (the parent's atfork handler, whether the fork
@@ -1028,7 +1011,7 @@ impl Drop for Pager {
         // non-blocking) and the background reclaimer out of its futex wait.
         let one = 1u64;
         // SAFETY: an 8-byte write of a valid u64 to our eventfd.
-        unsafe { libc::write(std::os::fd::AsRawFd::as_raw_fd(&self.stop_fd), (&one as *const u64).cast(), 8) };
+        unsafe { libc::write(std::os::fd::AsRawFd::as_raw_fd(&self.ev.stop_fd), (&one as *const u64).cast(), 8) };
         sys::futex_wake(&self.reclaim_wake);
         sys::futex_wake(&self.recomp_wake);
         let th = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
