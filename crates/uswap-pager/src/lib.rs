@@ -318,13 +318,10 @@ pub struct Pager {
     /// What the event thread shares with the threads that wait for it (see
     /// [`fault::EventState`]).
     pub(crate) ev: fault::EventState,
-    pub(crate) reclaim_wake: AtomicU32,
-    /// The recompressor's futex word (woken by `Drop`).
-    pub(crate) recomp_wake: AtomicU32,
-    /// The recompressor is in a pass (or about to check [`Pager::quiesce`]'s pause).
-    pub(crate) recomp_busy: AtomicBool,
-    /// This pager holds the process's recompression passes off ([`Pager::quiesce`]).
-    recomp_held: AtomicBool,
+    /// The background reclaimer's futex word and state (see [`reclaim::Kswapd`]).
+    pub(crate) kswapd: reclaim::Kswapd,
+    /// The recompressor's futex word and state (see [`recomp::Recomp`]).
+    pub(crate) recomp: recomp::Recomp,
     pub(crate) keep: fault::KeepClean,
     /// Eviction batches (off the stack of the thread that reclaims).
     pub(crate) batches: reclaim::BatchPool,
@@ -338,11 +335,6 @@ pub struct Pager {
     background: AtomicBool,
     /// Serving a fork child's faults until its own pager runs.
     pub(crate) fork_serve: forkserve::ForkServe,
-    /// The background reclaimer is paused.
-    pub(crate) kswapd_quiet: AtomicBool,
-    /// The background reclaimer has not lowered the charge for `reclaim::STUCK_AFTER_NS`
-    /// (nothing evictable: faults stop waiting for it).
-    pub(crate) reclaim_stuck: AtomicBool,
     /// Whether the store fails, and since when ([`stall`]).
     pub(crate) health: stall::StoreHealth,
     /// The limit in force for the pager's charge: the budget less the memory outside the
@@ -486,10 +478,8 @@ impl Pager {
             pool_capped,
             pool_permille: AtomicU32::new(u32::from(cfg.pool_percent) * 10),
             ev: fault::EventState::new(stop_fd),
-            reclaim_wake: AtomicU32::new(0),
-            recomp_wake: AtomicU32::new(0),
-            recomp_busy: AtomicBool::new(false),
-            recomp_held: AtomicBool::new(false),
+            kswapd: reclaim::Kswapd::default(),
+            recomp: recomp::Recomp::default(),
             keep: fault::KeepClean::new(cfg.keep_clean),
             batches: reclaim::BatchPool::new().map_err(os)?,
             vma_lock: sys::YieldLock::new(),
@@ -497,8 +487,6 @@ impl Pager {
             hold: forkhold::ForkHold::default(),
             background: AtomicBool::new(false),
             fork_serve: forkserve::ForkServe::new(),
-            kswapd_quiet: AtomicBool::new(true),
-            reclaim_stuck: AtomicBool::new(false),
             health: stall::StoreHealth::default(),
             limit: std::sync::atomic::AtomicU64::new(cfg.limit_bytes),
             budget: std::sync::atomic::AtomicU64::new(cfg.limit_bytes),
@@ -601,7 +589,7 @@ impl Pager {
         self.counters.reset();
         self.pause.store(false, Ordering::SeqCst);
         self.ev.quiet.store(true, Ordering::SeqCst);
-        self.kswapd_quiet.store(true, Ordering::SeqCst);
+        self.kswapd.quiet.store(true, Ordering::SeqCst);
         region::enter();
         // SAFETY: between enter and leave.
         unsafe { reclaim::forget_clean(self) };
@@ -760,15 +748,15 @@ impl Pager {
         self.pause.store(true, Ordering::SeqCst);
         // A recompression pass in flight stops at its next object (none may hold a pool lock
         // or a zspage's draining mark when the address space is copied).
-        if !self.recomp_held.swap(true, Ordering::SeqCst) {
+        if !self.recomp.held.swap(true, Ordering::SeqCst) {
             uswap::tier::zpool::hold_off();
         }
-        sys::futex_wake(&self.reclaim_wake);
+        sys::futex_wake(&self.kswapd.wake);
         let t0 = std::time::Instant::now();
         // Only the reclaimer and the recompressor pause: the event thread keeps serving faults,
         // because the forking thread still runs glibc's own fork preparation after our handler
         // (it locks malloc arenas, whose state lives in memory the pager may have swapped out).
-        while !self.kswapd_quiet.load(Ordering::SeqCst) || self.recomp_busy.load(Ordering::SeqCst) {
+        while !self.kswapd.quiet.load(Ordering::SeqCst) || self.recomp.busy.load(Ordering::SeqCst) {
             if t0.elapsed().as_secs() >= 10 {
                 return false;
             }
@@ -796,10 +784,10 @@ impl Pager {
     /// End of [`Pager::quiesce`].
     pub fn resume(&self) {
         self.pause.store(false, Ordering::SeqCst);
-        if self.recomp_held.swap(false, Ordering::SeqCst) {
+        if self.recomp.held.swap(false, Ordering::SeqCst) {
             uswap::tier::zpool::release_hold_off();
         }
-        sys::futex_wake(&self.reclaim_wake);
+        sys::futex_wake(&self.kswapd.wake);
     }
 
     /// One step of sharing the store's swap files with a `fork` child instead of copying them
@@ -957,7 +945,7 @@ impl Pager {
         // The pool's cap follows.
         self.apply_pool_cap();
         if self.charged_bytes() > reclaim::wake_mark(self) {
-            sys::futex_wake(&self.reclaim_wake);
+            sys::futex_wake(&self.kswapd.wake);
         }
         v
     }
@@ -1012,8 +1000,8 @@ impl Drop for Pager {
         let one = 1u64;
         // SAFETY: an 8-byte write of a valid u64 to our eventfd.
         unsafe { libc::write(std::os::fd::AsRawFd::as_raw_fd(&self.ev.stop_fd), (&one as *const u64).cast(), 8) };
-        sys::futex_wake(&self.reclaim_wake);
-        sys::futex_wake(&self.recomp_wake);
+        sys::futex_wake(&self.kswapd.wake);
+        sys::futex_wake(&self.recomp.wake);
         let th = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         for t in th {
             let _ = t.join();

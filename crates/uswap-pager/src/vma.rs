@@ -90,7 +90,7 @@ pub(crate) fn adopt(p: &Pager, start: usize, len: usize) -> Result<usize, PagerE
         unsafe { crate::reclaim::free_unpublished(r) };
     }
     if p.charged_bytes() > crate::reclaim::wake_mark(p) {
-        crate::sys::futex_wake(&p.reclaim_wake);
+        crate::sys::futex_wake(&p.kswapd.wake);
     }
     match first_err {
         Some(e) if adopted == 0 => Err(e),

@@ -35,7 +35,7 @@ pub(super) fn maybe_reclaim(p: &Pager, need: u64) {
         }
         ReclaimMode::Background => {
             if charged + need > reclaim::wake_mark(p) {
-                crate::sys::futex_wake(&p.reclaim_wake);
+                crate::sys::futex_wake(&p.kswapd.wake);
             }
             if charged + need > p.limit() {
                 reclaim::direct_reclaim(p, need);
@@ -72,7 +72,7 @@ pub(super) fn throttled(p: &Pager, r: &RegionInner, pg: usize, force: bool, wp: 
         // well past its limit before the reconciler's next pass).
         let charged = p.charged_bytes();
         if charged + need > reclaim::wake_mark(p) {
-            crate::sys::futex_wake(&p.reclaim_wake);
+            crate::sys::futex_wake(&p.kswapd.wake);
         }
         let k = r.word(pg).load(Ordering::Acquire).kind();
         let needs_memory = matches!(k, kind::NONE | kind::SWAPPED | kind::CACHED);
@@ -80,7 +80,7 @@ pub(super) fn throttled(p: &Pager, r: &RegionInner, pg: usize, force: bool, wp: 
         // room all the same, for as long as `stall` says.
         if needs_memory
             && charged + need > p.limit() + throttle_slack(p)
-            && (!p.reclaim_stuck.load(Ordering::Relaxed) || p.health.holds_faults(now_ns(), p.cfg.full_wait_ms))
+            && (!p.kswapd.stuck.load(Ordering::Relaxed) || p.health.holds_faults(now_ns(), p.cfg.full_wait_ms))
         {
             inc(&p.counters.fault_throttled, 1);
             return true;

@@ -57,7 +57,7 @@ mod swap;
 mod workingset;
 
 pub(crate) use batch::{BatchPool, IN_RECLAIM};
-pub(crate) use kswapd::{kswapd, wake_mark};
+pub(crate) use kswapd::{kswapd, wake_mark, Kswapd};
 pub(crate) use lru::{blocks, entry, Lru};
 pub(crate) use release::{forget_clean, free_unpublished, release_pages, release_pages_ex, retire_region};
 pub(crate) use shrink::{direct_reclaim, evict_region};
