@@ -6,6 +6,10 @@
 //! mapped ([`super::map`]), and **put** what held the data before (store entries, the cache
 //! object). How many pages a fill takes is [`super::readahead`]'s.
 //!
+//! Of the pager: the uffd, the store, the swap cache and the bounce buffers, the active list
+//! and workingset (`lru`), the clean-page policy (`keep`), the counters and the resident page
+//! count.
+//!
 //! Locking: the claims of [`crate::page`] (a [`Claim`] rolls back to the old words when
 //! dropped unpublished, so every way out of a fill leaves no page `BUSY`); the engine locks of
 //! the store's `load` and `put`; a buffer from the pool ([`crate::bufs`], taken by CAS) before

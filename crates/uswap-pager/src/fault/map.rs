@@ -4,6 +4,10 @@
 //! of the refaults ([`note_refaults`]), and wake a faulting thread the fill did not map for
 //! ([`wake_page`]).
 //!
+//! Of the pager: the uffd, the lists (`lru`: a mapped folio is queued there, a refault counted
+//! against the workingset), the clean-page policy (`keep`), the configuration, the counters
+//! and the resident page count.
+//!
 //! Locking: none of its own. It works on pages the caller holds (`BUSY` through a [`Claim`]);
 //! publishing queues them on the replacement lists (their rings' spinlocks).
 

@@ -3,6 +3,9 @@
 //! the limit waits for the reclaimer instead ([`throttled`]: the caller retries it), for at
 //! most [`THROTTLE_MAX_NS`], or for as long as a failing store holds faults (`stall`).
 //!
+//! Of the pager: the limit and charge, the configuration, the store's health, the background
+//! reclaimer's futex and stuck flag (`kswapd`) and the counters.
+//!
 //! Locking: none of its own; [`maybe_reclaim`] runs direct reclaim ([`crate::reclaim`]),
 //! which claims the pages it evicts. The rest is atomics and a futex wake.
 

@@ -5,6 +5,9 @@
 //! a fork child, [`forget_clean`] gives up the swap entries clean pages kept. After the
 //! kernel's `free_swap_and_cache` in `mm/swapfile.c`.
 //!
+//! Of the pager: the uffd, the store, the swap cache, the active list (`lru`) and the resident
+//! page count.
+//!
 //! Locking: pages are claimed by CAS (a page another thread holds `BUSY` is waited for by
 //! yielding, or passed over with `skip_busy`). Retiring a region waits for every thread
 //! inside the registry ([`region::enter`]), so it is called with no lock held that such a
