@@ -63,6 +63,7 @@
 
 mod arena;
 mod bufs;
+mod charge;
 mod cpu;
 pub mod exe;
 mod fault;
@@ -105,7 +106,7 @@ pub use store::{PageStore, RecompressPass, StoreError};
 pub use sys::{copy_from_self, SignalsBlocked};
 pub use syscall::prefault;
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Size of a base page.
@@ -302,7 +303,9 @@ pub struct Pager {
     pub(crate) uffd: uffd::Uffd,
     pub(crate) store: Box<dyn PageStore>,
     pub(crate) cache: arena::Arena,
-    pub(crate) resident_pages: AtomicI64,
+    /// The resident page count, the limit in force and the pool's share (see
+    /// [`charge::Charge`]).
+    pub(crate) charge: charge::Charge,
     /// The reclaim lists and the workingset state (see [`reclaim::Lru`]).
     pub(crate) lru: reclaim::Lru,
     pub(crate) counters: stats::Counters,
@@ -310,11 +313,6 @@ pub struct Pager {
     pub(crate) stop: AtomicBool,
     /// Where the event thread and the background threads run (thread fault mode).
     pub(crate) place: cpu::Placement,
-    /// The store keeps its RAM under half the limit (see [`PageStore::limit_ram`]).
-    pub(crate) pool_capped: bool,
-    /// The pool's share of the limit in per mille (`pool_percent` at first; moved by the
-    /// background reclaimer's [`pool_share`] with `pool_adapt`).
-    pub(crate) pool_permille: AtomicU32,
     /// What the event thread shares with the threads that wait for it (see
     /// [`fault::EventState`]).
     pub(crate) ev: fault::EventState,
@@ -337,14 +335,6 @@ pub struct Pager {
     pub(crate) fork_serve: forkserve::ForkServe,
     /// Whether the store fails, and since when ([`stall`]).
     pub(crate) health: stall::StoreHealth,
-    /// The limit in force for the pager's charge: the budget less the memory outside the
-    /// pager, at least a quarter of the budget ([`Pager::set_limit`], [`Pager::set_outside`]).
-    limit: std::sync::atomic::AtomicU64,
-    /// The budget ([`Pager::set_limit`]): `cfg.limit_bytes` unless lowered, as a memory
-    /// cgroup's `memory.max` can be written while it runs.
-    budget: std::sync::atomic::AtomicU64,
-    /// The program's anonymous memory outside the pager ([`Pager::set_outside`]).
-    outside: std::sync::atomic::AtomicU64,
     /// Some resident pages are shared copy-on-write with a fork relative
     /// ([`Pager::set_cow_shared`]): reclaim prefers folios mapped here alone.
     pub(crate) cow_shared: AtomicBool,
@@ -470,13 +460,11 @@ impl Pager {
         let pager = Arc::new(Pager {
             cache: arena::Arena::new(64 << 30).map_err(os)?,
             lru: reclaim::Lru::new(ring_cap).map_err(os)?,
-            resident_pages: AtomicI64::new(0),
+            charge: charge::Charge::new(cfg.limit_bytes, pool_capped, cfg.pool_percent),
             counters: stats::Counters::default(),
             bufs: bufs::BufPool::new().map_err(os)?,
             stop: AtomicBool::new(false),
             place: cpu::Placement::new(cfg.follow_cpu && cfg.fault_mode == FaultMode::Thread, cfg.pin_thread),
-            pool_capped,
-            pool_permille: AtomicU32::new(u32::from(cfg.pool_percent) * 10),
             ev: fault::EventState::new(stop_fd),
             kswapd: reclaim::Kswapd::default(),
             recomp: recomp::Recomp::default(),
@@ -488,9 +476,6 @@ impl Pager {
             background: AtomicBool::new(false),
             fork_serve: forkserve::ForkServe::new(),
             health: stall::StoreHealth::default(),
-            limit: std::sync::atomic::AtomicU64::new(cfg.limit_bytes),
-            budget: std::sync::atomic::AtomicU64::new(cfg.limit_bytes),
-            outside: std::sync::atomic::AtomicU64::new(0),
             cow_shared: AtomicBool::new(false),
             pagemap: uswap::tier::pages::ProcessFd::new(),
             threads: std::sync::Mutex::new(Vec::new()),
@@ -812,7 +797,7 @@ impl Pager {
     /// cache counts what its arena holds in memory (free objects too, until trimmed), so the
     /// charge is the pager's share of the process's RSS.
     pub fn charged_bytes(&self) -> u64 {
-        let r = self.resident_pages.load(Ordering::Relaxed).max(0) as u64 * PAGE_SIZE as u64;
+        let r = self.charge.resident_pages.load(Ordering::Relaxed).max(0) as u64 * PAGE_SIZE as u64;
         r + self.cache.resident_bytes() + self.store.pool_bytes()
     }
 
@@ -845,7 +830,7 @@ impl Pager {
     /// ([`Pager::set_outside`]).
     #[inline]
     pub fn limit(&self) -> u64 {
-        self.limit.load(Ordering::Relaxed)
+        self.charge.limit.load(Ordering::Relaxed)
     }
 
     /// Change the budget while the pager runs (as writing a memory cgroup's `memory.max`):
@@ -854,7 +839,7 @@ impl Pager {
     /// that need memory wait for it, as at the limit. Returns the limit now in force.
     pub fn set_limit(&self, bytes: u64) -> u64 {
         let v = bytes.clamp(4 * self.cfg.folio_size as u64, self.cfg.limit_bytes);
-        self.budget.store(v, Ordering::Relaxed);
+        self.charge.budget.store(v, Ordering::Relaxed);
         self.apply_limit()
     }
 
@@ -865,7 +850,7 @@ impl Pager {
     /// but never less than a quarter of the budget (past that the program is over its limit
     /// whatever the pager does, and the embedder warns). Returns the limit now in force.
     pub fn set_outside(&self, bytes: u64) -> u64 {
-        self.outside.store(bytes, Ordering::Relaxed);
+        self.charge.outside.store(bytes, Ordering::Relaxed);
         self.apply_limit()
     }
 
@@ -910,38 +895,38 @@ impl Pager {
     /// [`Pager::set_limit`] set since (its share of a tree's limit). The pager's own limit
     /// in force, [`Pager::limit`], is this less [`Pager::outside_bytes`].
     pub fn budget(&self) -> u64 {
-        self.budget.load(Ordering::Relaxed)
+        self.charge.budget.load(Ordering::Relaxed)
     }
 
     /// The most RAM the store may hold under the limit in force (the pool's share of it).
     pub(crate) fn pool_cap(&self) -> u64 {
-        self.limit() * u64::from(self.pool_permille.load(Ordering::Relaxed)) / 1000
+        self.limit() * u64::from(self.charge.pool_permille.load(Ordering::Relaxed)) / 1000
     }
 
     /// Give the pool `permille` of the limit (the background reclaimer's [`pool_share`]).
     pub(crate) fn set_pool_share(&self, permille: u32) {
-        self.pool_permille.store(permille, Ordering::Relaxed);
+        self.charge.pool_permille.store(permille, Ordering::Relaxed);
         self.apply_pool_cap();
     }
 
     /// Hand the store the pool's cap in force (the background reclaimer writes back what the
     /// pool holds over a lowered one).
     fn apply_pool_cap(&self) {
-        if self.pool_capped {
+        if self.charge.pool_capped {
             self.store.limit_ram(self.cfg.group, self.pool_cap());
         }
     }
 
     /// What [`Pager::set_outside`] last set.
     pub fn outside_bytes(&self) -> u64 {
-        self.outside.load(Ordering::Relaxed)
+        self.charge.outside.load(Ordering::Relaxed)
     }
 
     fn apply_limit(&self) -> u64 {
-        let budget = self.budget.load(Ordering::Relaxed);
+        let budget = self.charge.budget.load(Ordering::Relaxed);
         let floor = (budget / 4).max(4 * self.cfg.folio_size as u64);
-        let v = budget.saturating_sub(self.outside.load(Ordering::Relaxed)).max(floor).min(budget);
-        self.limit.store(v, Ordering::Relaxed);
+        let v = budget.saturating_sub(self.charge.outside.load(Ordering::Relaxed)).max(floor).min(budget);
+        self.charge.limit.store(v, Ordering::Relaxed);
         // The pool's cap follows.
         self.apply_pool_cap();
         if self.charged_bytes() > reclaim::wake_mark(self) {
@@ -983,7 +968,7 @@ impl Pager {
     /// True when the store's RAM is capped (a tier outside RAM takes what the pool's share
     /// does not hold): without, the limit holds only while the data compresses.
     pub fn pool_capped(&self) -> bool {
-        self.pool_capped
+        self.charge.pool_capped
     }
 
     /// A snapshot of the statistics.

@@ -262,7 +262,7 @@ fn adopt_piece(
         }
         count += mark_present(p, r, c, &present[..n], order);
     }
-    p.resident_pages.fetch_add(count as i64, Ordering::AcqRel);
+    p.charge.resident_pages.fetch_add(count as i64, Ordering::AcqRel);
     inc(&p.counters.adopted_pages, count);
     Ok(bytes)
 }
@@ -555,7 +555,7 @@ fn to_order0(p: &Pager, start: usize, words: &mut [PageWord]) {
                             // is missing (a cached page is unmapped) and claimed (moving).
                             let _ =
                                 unsafe { p.uffd.copy(start + (i + j) * PAGE_SIZE, d.as_ptr(), PAGE_SIZE, false, true) };
-                            p.resident_pages.fetch_add(1, Ordering::AcqRel);
+                            p.charge.resident_pages.fetch_add(1, Ordering::AcqRel);
                             PageWord::resident(0)
                         }
                     };

@@ -6,9 +6,9 @@
 //! mapped ([`super::map`]), and **put** what held the data before (store entries, the cache
 //! object). How many pages a fill takes is [`super::readahead`]'s.
 //!
-//! Of the pager: the uffd, the store, the swap cache and the bounce buffers, the active list
-//! and workingset (`lru`), the clean-page policy (`keep`), the counters and the resident page
-//! count.
+//! Of the pager: the uffd, the store, the swap cache and the bounce buffers, the active list and
+//! workingset (`lru`), the clean-page policy (`keep`), the counters and the resident page count
+//! (`charge`).
 //!
 //! Locking: the claims of [`crate::page`] (a [`Claim`] rolls back to the old words when
 //! dropped unpublished, so every way out of a fill leaves no page `BUSY`); the engine locks of
@@ -367,6 +367,6 @@ fn uncache_by_page(
             crate::sys::fatal("uswap-pager: a cached page could be neither mapped nor stored\n");
         }
     }
-    p.resident_pages.fetch_add(mapped, Ordering::AcqRel);
+    p.charge.resident_pages.fetch_add(mapped, Ordering::AcqRel);
     p.cache.free(o);
 }

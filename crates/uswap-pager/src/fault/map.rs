@@ -5,8 +5,8 @@
 //! ([`wake_page`]).
 //!
 //! Of the pager: the uffd, the lists (`lru`: a mapped folio is queued there, a refault counted
-//! against the workingset), the clean-page policy (`keep`), the configuration, the counters
-//! and the resident page count.
+//! against the workingset), the clean-page policy (`keep`), the configuration, the counters and the
+//! resident page count (`charge`).
 //!
 //! Locking: none of its own. It works on pages the caller holds (`BUSY` through a [`Claim`]);
 //! publishing queues them on the replacement lists (their rings' spinlocks).
@@ -55,7 +55,7 @@ pub(super) fn publish(
         p.lru.queue_mapped(&p.counters, r, pg, k, hot);
         count += 1 << k;
     });
-    p.resident_pages.fetch_add(count as i64, Ordering::AcqRel);
+    p.charge.resident_pages.fetch_add(count as i64, Ordering::AcqRel);
     inc(&p.counters.pages_mapped, count as u64);
     if !matches!(how, Mapped::Resident) {
         r.had_clean.store(true, Ordering::Relaxed);

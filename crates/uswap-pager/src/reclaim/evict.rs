@@ -17,7 +17,7 @@
 //!
 //! Of the pager: its lists and workingset (`lru`), the event thread's progress and read gate
 //! (`ev`), the uffd, the store, the swap cache, the batch and bounce-buffer pools, the
-//! configuration, the counters, the resident page count and the stop flag.
+//! configuration, the counters, the resident page count (`charge`) and the stop flag.
 //!
 //! Locking: pages are claimed by CAS to `BUSY` (see [`crate::region`]); the batch is taken
 //! from the [`BatchPool`](super::batch::BatchPool). In thread fault mode without REMOVE
@@ -534,6 +534,6 @@ fn publish(p: &Pager, b: &Batch, shadows: bool) -> usize {
         }
         out += n;
     }
-    p.resident_pages.fetch_sub(out as i64, Ordering::AcqRel);
+    p.charge.resident_pages.fetch_sub(out as i64, Ordering::AcqRel);
     out
 }

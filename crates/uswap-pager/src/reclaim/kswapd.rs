@@ -52,8 +52,8 @@ pub(crate) fn kswapd(p: &Pager) {
     let mut failing_since = 0u64;
     let mut share = crate::pool_share::PoolShare::default();
     while !p.stop.load(Ordering::Acquire) {
-        if p.pool_capped && p.cfg.pool_adapt {
-            let cur = p.pool_permille.load(Ordering::Relaxed);
+        if p.charge.pool_capped && p.cfg.pool_adapt {
+            let cur = p.charge.pool_permille.load(Ordering::Relaxed);
             if let Some(next) = share.update(crate::stats::now_ns(), p.store.tier_refaults(), cur) {
                 p.set_pool_share(next);
                 inc(&p.counters.pool_share_moves, 1);
@@ -78,7 +78,11 @@ pub(crate) fn kswapd(p: &Pager) {
         // to the cap itself: the pool gives memory back only as whole pages empty, so a pool
         // a little over it would be written back to nothing. Bounded like the reclaim below.
         let pool_high = p.pool_cap() + p.pool_cap() / 2;
-        while p.pool_capped && !p.pause.load(Ordering::SeqCst) && n < 32 && p.store.shrink_ram(pool_high, 256) > 0 {
+        while p.charge.pool_capped
+            && !p.pause.load(Ordering::SeqCst)
+            && n < 32
+            && p.store.shrink_ram(pool_high, 256) > 0
+        {
             n += 1;
         }
         region::enter();
@@ -91,7 +95,7 @@ pub(crate) fn kswapd(p: &Pager) {
         // A lowered limit (a tree's share, memory outside the pager) lowers the pool's cap:
         // what the pool holds over it goes to the file, coldest first. Here, not on the
         // fault path: it does I/O.
-        while p.pool_capped
+        while p.charge.pool_capped
             && !p.pause.load(Ordering::SeqCst)
             && p.charged_bytes() > low(p.limit())
             && n < 128

@@ -7,8 +7,9 @@
 //! takes a whole region out to the store. After the kernel's `shrink_lruvec` and
 //! `reclaim_pages` in `mm/vmscan.c`.
 //!
-//! Of the pager: its lists and workingset (`lru`), configuration, limit, resident page count,
-//! swap cache, counters, store, and the copy-on-write preference (`cow_shared`, `pagemap`).
+//! Of the pager: its lists and workingset (`lru`), configuration, limit, resident page count
+//! (`charge`), swap cache, counters, store, and the copy-on-write preference (`cow_shared`,
+//! `pagemap`).
 //!
 //! Locking: pages are claimed by CAS to `BUSY` (see [`crate::region`]); the caller is inside
 //! [`region::enter`]/[`region::leave`]. Shrinking the inactive list and evicting a region's
@@ -39,7 +40,7 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
     let two = p.cfg.replacement == Replacement::TwoList;
     let target = p.limit() * u64::from(p.cfg.inactive_percent) / 100;
     if two {
-        lru.balance_protected(&p.counters, p.resident_pages.load(Ordering::Relaxed).max(0) as u64, batch);
+        lru.balance_protected(&p.counters, p.charge.resident_pages.load(Ordering::Relaxed).max(0) as u64, batch);
     }
     // While pages are shared with a fork relative, pass over up to four batches' worth of
     // folios it maps too (see `Pager::set_cow_shared`) before taking such folios anyway.
@@ -95,7 +96,7 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
     // compressed); if that is not enough the charge stays over the limit (`reclaim_fail`),
     // by at most the floor.
     let floor = (limit_pages / 8).max(4 * (p.cfg.folio_size / PAGE_SIZE)) as i64;
-    let at_floor = p.resident_pages.load(Ordering::Relaxed) <= floor;
+    let at_floor = p.charge.resident_pages.load(Ordering::Relaxed) <= floor;
     let bypass = !at_floor && two && lru.ws.bypassed();
     if at_floor {
         progress += shrink_inactive(p, batch);

@@ -9,7 +9,7 @@
 //!
 //! Of the pager: [`Workingset`] is its `lru.ws`; [`refault_is_hot`] and [`inactive_window`]
 //! read the replacement policy and the inactive share of its configuration, its resident
-//! page count and its limit.
+//! page count (`charge`) and its limit.
 
 use crate::region::RegionInner;
 use crate::{Pager, Replacement, PAGE_SIZE};
@@ -95,7 +95,7 @@ pub(crate) fn refault_is_hot(p: &Pager, r: &RegionInner, pg: usize) -> bool {
 
 /// `percent` % of the pages resident now.
 pub(super) fn resident_percent(p: &Pager, percent: u64) -> u64 {
-    p.resident_pages.load(Ordering::Relaxed).max(0) as u64 * percent / 100
+    p.charge.resident_pages.load(Ordering::Relaxed).max(0) as u64 * percent / 100
 }
 
 /// Pages the inactive list holds at its target size (the workingset window).
