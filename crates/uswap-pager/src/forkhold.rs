@@ -36,8 +36,8 @@
 //! program thread: each waits for its own).
 //!
 //! Locking: atomics only. [`ForkHold::begin`] publishes the hold and then waits for the event
-//! thread's acknowledgement, or for its idle poll (`ev_quiet`). Both sides use SeqCst, as in
-//! Dekker's algorithm: a thread leaving its poll stores `ev_quiet = false` before it looks for
+//! thread's acknowledgement, or for its idle poll (`ev.quiet`). Both sides use SeqCst, as in
+//! Dekker's algorithm: a thread leaving its poll stores `ev.quiet = false` before it looks for
 //! a hold. Only the event thread reads the forking thread's schedstat.
 
 use crate::stats::now_ns;
@@ -157,7 +157,7 @@ impl ForkHold {
         close(self.wchan_fd.swap(-1, Ordering::SeqCst));
     }
 
-    /// The event thread, between rounds, right after it marked itself busy (`ev_quiet`
+    /// The event thread, between rounds, right after it marked itself busy (`ev.quiet`
     /// false): acknowledge a hold in force and return the forking thread's id, or None.
     pub(crate) fn check(&self, view: &mut HoldView) -> Option<i32> {
         let tid = self.tid.load(Ordering::SeqCst);

@@ -63,6 +63,7 @@
 
 mod arena;
 mod bufs;
+mod charge;
 mod cpu;
 pub mod exe;
 mod fault;
@@ -105,7 +106,7 @@ pub use store::{PageStore, RecompressPass, StoreError};
 pub use sys::{copy_from_self, SignalsBlocked};
 pub use syscall::prefault;
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Size of a base page.
@@ -302,41 +303,26 @@ pub struct Pager {
     pub(crate) uffd: uffd::Uffd,
     pub(crate) store: Box<dyn PageStore>,
     pub(crate) cache: arena::Arena,
-    pub(crate) resident_pages: AtomicI64,
-    pub(crate) active: reclaim::Ring,
-    /// Mapped folios that came back soon after they were evicted (see [`reclaim::Protect`]).
-    pub(crate) protected: reclaim::Protect,
-    pub(crate) inactive: reclaim::Ring,
+    /// The resident page count, the limit in force and the pool's share (see
+    /// [`charge::Charge`]).
+    pub(crate) charge: charge::Charge,
+    /// The reclaim lists and the workingset state (see [`reclaim::Lru`]).
+    pub(crate) lru: reclaim::Lru,
     pub(crate) counters: stats::Counters,
     pub(crate) bufs: bufs::BufPool,
     pub(crate) stop: AtomicBool,
     /// Where the event thread and the background threads run (thread fault mode).
     pub(crate) place: cpu::Placement,
-    /// The store keeps its RAM under half the limit (see [`PageStore::limit_ram`]).
-    pub(crate) pool_capped: bool,
-    /// The pool's share of the limit in per mille (`pool_percent` at first; moved by the
-    /// background reclaimer's [`pool_share`] with `pool_adapt`).
-    pub(crate) pool_permille: AtomicU32,
-    /// An eventfd the event thread polls next to the uffd; written once by `Drop` so the
-    /// thread leaves its `poll` at once instead of at its next timeout.
-    pub(crate) stop_fd: std::os::fd::OwnedFd,
-    pub(crate) reclaim_wake: AtomicU32,
-    /// The recompressor's futex word (woken by `Drop`).
-    pub(crate) recomp_wake: AtomicU32,
-    /// The recompressor is in a pass (or about to check [`Pager::quiesce`]'s pause).
-    pub(crate) recomp_busy: AtomicBool,
-    /// This pager holds the process's recompression passes off ([`Pager::quiesce`]).
-    recomp_held: AtomicBool,
-    pub(crate) ws: reclaim::Workingset,
+    /// What the event thread shares with the threads that wait for it (see
+    /// [`fault::EventState`]).
+    pub(crate) ev: fault::EventState,
+    /// The background reclaimer's futex word and state (see [`reclaim::Kswapd`]).
+    pub(crate) kswapd: reclaim::Kswapd,
+    /// The recompressor's futex word and state (see [`recomp::Recomp`]).
+    pub(crate) recomp: recomp::Recomp,
     pub(crate) keep: fault::KeepClean,
     /// Eviction batches (off the stack of the thread that reclaims).
     pub(crate) batches: reclaim::BatchPool,
-    /// Event reads started / fully processed (orders the pager's own madvise REMOVE events
-    /// before its evictions publish, when `event_remove` is on).
-    pub(crate) ev_reads: std::sync::atomic::AtomicU64,
-    pub(crate) ev_done: std::sync::atomic::AtomicU64,
-    /// Events read but not yet applied (they wait for a page another thread holds).
-    pub(crate) ev_pending: std::sync::atomic::AtomicUsize,
     /// Serializes adoption, remap and retirement of adopted regions ([`vma`]).
     pub(crate) vma_lock: sys::YieldLock,
     /// [`Pager::quiesce`] asks the pager's threads to hold no page (before a fork).
@@ -347,27 +333,8 @@ pub struct Pager {
     background: AtomicBool,
     /// Serving a fork child's faults until its own pager runs.
     pub(crate) fork_serve: forkserve::ForkServe,
-    /// The event thread is not resolving faults (idle in poll, or paused).
-    pub(crate) ev_quiet: AtomicBool,
-    /// The background reclaimer is paused.
-    pub(crate) kswapd_quiet: AtomicBool,
-    /// Held by the event thread while it reads messages, and by reclaim while it drops pages
-    /// in thread fault mode: a program's `munmap` stays blocked in the kernel (its UNMAP event
-    /// unread) while reclaim drops, so its range cannot be mapped again and dropped by mistake.
-    pub(crate) read_gate: sys::YieldLock,
-    /// The background reclaimer has not lowered the charge for `reclaim::STUCK_AFTER_NS`
-    /// (nothing evictable: faults stop waiting for it).
-    pub(crate) reclaim_stuck: AtomicBool,
     /// Whether the store fails, and since when ([`stall`]).
     pub(crate) health: stall::StoreHealth,
-    /// The limit in force for the pager's charge: the budget less the memory outside the
-    /// pager, at least a quarter of the budget ([`Pager::set_limit`], [`Pager::set_outside`]).
-    limit: std::sync::atomic::AtomicU64,
-    /// The budget ([`Pager::set_limit`]): `cfg.limit_bytes` unless lowered, as a memory
-    /// cgroup's `memory.max` can be written while it runs.
-    budget: std::sync::atomic::AtomicU64,
-    /// The program's anonymous memory outside the pager ([`Pager::set_outside`]).
-    outside: std::sync::atomic::AtomicU64,
     /// Some resident pages are shared copy-on-write with a fork relative
     /// ([`Pager::set_cow_shared`]): reclaim prefers folios mapped here alone.
     pub(crate) cow_shared: AtomicBool,
@@ -492,42 +459,25 @@ impl Pager {
         let ring_cap = ((cfg.limit_bytes as usize / PAGE_SIZE) * 2 + (1 << 20)).next_power_of_two();
         let pager = Arc::new(Pager {
             cache: arena::Arena::new(64 << 30).map_err(os)?,
-            active: reclaim::Ring::new(ring_cap).map_err(os)?,
-            protected: reclaim::Protect::new(ring_cap).map_err(os)?,
-            inactive: reclaim::Ring::new(ring_cap).map_err(os)?,
-            resident_pages: AtomicI64::new(0),
+            lru: reclaim::Lru::new(ring_cap).map_err(os)?,
+            charge: charge::Charge::new(cfg.limit_bytes, pool_capped, cfg.pool_percent),
             counters: stats::Counters::default(),
             bufs: bufs::BufPool::new().map_err(os)?,
             stop: AtomicBool::new(false),
             place: cpu::Placement::new(cfg.follow_cpu && cfg.fault_mode == FaultMode::Thread, cfg.pin_thread),
-            pool_capped,
-            pool_permille: AtomicU32::new(u32::from(cfg.pool_percent) * 10),
-            stop_fd,
-            reclaim_wake: AtomicU32::new(0),
-            recomp_wake: AtomicU32::new(0),
-            recomp_busy: AtomicBool::new(false),
-            recomp_held: AtomicBool::new(false),
-            ws: reclaim::Workingset::default(),
+            ev: fault::EventState::new(stop_fd),
+            kswapd: reclaim::Kswapd::default(),
+            recomp: recomp::Recomp::default(),
             keep: fault::KeepClean::new(cfg.keep_clean),
             batches: reclaim::BatchPool::new().map_err(os)?,
-            ev_reads: std::sync::atomic::AtomicU64::new(0),
-            ev_done: std::sync::atomic::AtomicU64::new(0),
-            ev_pending: std::sync::atomic::AtomicUsize::new(0),
             vma_lock: sys::YieldLock::new(),
             pause: AtomicBool::new(false),
             hold: forkhold::ForkHold::default(),
             background: AtomicBool::new(false),
             fork_serve: forkserve::ForkServe::new(),
-            ev_quiet: AtomicBool::new(true),
-            kswapd_quiet: AtomicBool::new(true),
-            reclaim_stuck: AtomicBool::new(false),
             health: stall::StoreHealth::default(),
-            limit: std::sync::atomic::AtomicU64::new(cfg.limit_bytes),
-            budget: std::sync::atomic::AtomicU64::new(cfg.limit_bytes),
-            outside: std::sync::atomic::AtomicU64::new(0),
             cow_shared: AtomicBool::new(false),
             pagemap: uswap::tier::pages::ProcessFd::new(),
-            read_gate: sys::YieldLock::new(),
             threads: std::sync::Mutex::new(Vec::new()),
             thread_tids: Default::default(),
             cfg,
@@ -598,7 +548,7 @@ impl Pager {
         if efd < 0 {
             return Err(os("eventfd"));
         }
-        let old = std::os::fd::AsRawFd::as_raw_fd(&self.stop_fd);
+        let old = std::os::fd::AsRawFd::as_raw_fd(&self.ev.stop_fd);
         // SAFETY: dup3 replaces our inherited descriptor number with the new eventfd; then the
         // temporary number is closed.
         let r = unsafe { libc::dup3(efd, old, libc::O_CLOEXEC) };
@@ -609,13 +559,13 @@ impl Pager {
         }
         // Evictions wait for event reads to be processed; reads in flight in the parent at the
         // fork are not ours.
-        self.ev_done.store(self.ev_reads.load(Ordering::SeqCst), Ordering::SeqCst);
-        self.ev_pending.store(0, Ordering::SeqCst);
+        self.ev.done.store(self.ev.reads.load(Ordering::SeqCst), Ordering::SeqCst);
+        self.ev.pending.store(0, Ordering::SeqCst);
         // The parent's event thread held for the fork (`forkhold`): nothing of its was in
         // flight when the address space was copied, unless the hold had to be forced.
         self.hold.reset_in_fork_child().map_err(PagerError::Os)?;
         self.vma_lock.force_unlock();
-        self.read_gate.force_unlock();
+        self.ev.read_gate.force_unlock();
         words::reset_in_fork_child();
         self.batches.reset_in_fork_child();
         self.bufs.reset_in_fork_child();
@@ -623,8 +573,8 @@ impl Pager {
         // The child's statistics are its own from here (a tree's sum counts each event once).
         self.counters.reset();
         self.pause.store(false, Ordering::SeqCst);
-        self.ev_quiet.store(true, Ordering::SeqCst);
-        self.kswapd_quiet.store(true, Ordering::SeqCst);
+        self.ev.quiet.store(true, Ordering::SeqCst);
+        self.kswapd.quiet.store(true, Ordering::SeqCst);
         region::enter();
         // SAFETY: between enter and leave.
         unsafe { reclaim::forget_clean(self) };
@@ -763,8 +713,8 @@ impl Pager {
         if fault::on_event_thread() {
             return;
         }
-        let target = self.ev_reads.load(Ordering::SeqCst);
-        while (self.ev_done.load(Ordering::SeqCst) < target || self.ev_pending.load(Ordering::SeqCst) > 0)
+        let target = self.ev.reads.load(Ordering::SeqCst);
+        while (self.ev.done.load(Ordering::SeqCst) < target || self.ev.pending.load(Ordering::SeqCst) > 0)
             && !self.stop.load(Ordering::Relaxed)
         {
             std::thread::yield_now();
@@ -783,15 +733,15 @@ impl Pager {
         self.pause.store(true, Ordering::SeqCst);
         // A recompression pass in flight stops at its next object (none may hold a pool lock
         // or a zspage's draining mark when the address space is copied).
-        if !self.recomp_held.swap(true, Ordering::SeqCst) {
+        if !self.recomp.held.swap(true, Ordering::SeqCst) {
             uswap::tier::zpool::hold_off();
         }
-        sys::futex_wake(&self.reclaim_wake);
+        sys::futex_wake(&self.kswapd.wake);
         let t0 = std::time::Instant::now();
         // Only the reclaimer and the recompressor pause: the event thread keeps serving faults,
         // because the forking thread still runs glibc's own fork preparation after our handler
         // (it locks malloc arenas, whose state lives in memory the pager may have swapped out).
-        while !self.kswapd_quiet.load(Ordering::SeqCst) || self.recomp_busy.load(Ordering::SeqCst) {
+        while !self.kswapd.quiet.load(Ordering::SeqCst) || self.recomp.busy.load(Ordering::SeqCst) {
             if t0.elapsed().as_secs() >= 10 {
                 return false;
             }
@@ -807,7 +757,7 @@ impl Pager {
     /// round it is in. False if it did not within ten seconds (the fork goes ahead, and its
     /// child may find a lock the event thread held: a hang to report).
     pub fn hold_for_fork(&self) -> bool {
-        self.hold.begin(&self.ev_quiet)
+        self.hold.begin(&self.ev.quiet)
     }
 
     /// End of [`Pager::hold_for_fork`] (the parent's atfork handler, whether the fork
@@ -819,10 +769,10 @@ impl Pager {
     /// End of [`Pager::quiesce`].
     pub fn resume(&self) {
         self.pause.store(false, Ordering::SeqCst);
-        if self.recomp_held.swap(false, Ordering::SeqCst) {
+        if self.recomp.held.swap(false, Ordering::SeqCst) {
             uswap::tier::zpool::release_hold_off();
         }
-        sys::futex_wake(&self.reclaim_wake);
+        sys::futex_wake(&self.kswapd.wake);
     }
 
     /// One step of sharing the store's swap files with a `fork` child instead of copying them
@@ -847,7 +797,7 @@ impl Pager {
     /// cache counts what its arena holds in memory (free objects too, until trimmed), so the
     /// charge is the pager's share of the process's RSS.
     pub fn charged_bytes(&self) -> u64 {
-        let r = self.resident_pages.load(Ordering::Relaxed).max(0) as u64 * PAGE_SIZE as u64;
+        let r = self.charge.resident_pages.load(Ordering::Relaxed).max(0) as u64 * PAGE_SIZE as u64;
         r + self.cache.resident_bytes() + self.store.pool_bytes()
     }
 
@@ -880,7 +830,7 @@ impl Pager {
     /// ([`Pager::set_outside`]).
     #[inline]
     pub fn limit(&self) -> u64 {
-        self.limit.load(Ordering::Relaxed)
+        self.charge.limit.load(Ordering::Relaxed)
     }
 
     /// Change the budget while the pager runs (as writing a memory cgroup's `memory.max`):
@@ -889,7 +839,7 @@ impl Pager {
     /// that need memory wait for it, as at the limit. Returns the limit now in force.
     pub fn set_limit(&self, bytes: u64) -> u64 {
         let v = bytes.clamp(4 * self.cfg.folio_size as u64, self.cfg.limit_bytes);
-        self.budget.store(v, Ordering::Relaxed);
+        self.charge.budget.store(v, Ordering::Relaxed);
         self.apply_limit()
     }
 
@@ -900,7 +850,7 @@ impl Pager {
     /// but never less than a quarter of the budget (past that the program is over its limit
     /// whatever the pager does, and the embedder warns). Returns the limit now in force.
     pub fn set_outside(&self, bytes: u64) -> u64 {
-        self.outside.store(bytes, Ordering::Relaxed);
+        self.charge.outside.store(bytes, Ordering::Relaxed);
         self.apply_limit()
     }
 
@@ -945,42 +895,42 @@ impl Pager {
     /// [`Pager::set_limit`] set since (its share of a tree's limit). The pager's own limit
     /// in force, [`Pager::limit`], is this less [`Pager::outside_bytes`].
     pub fn budget(&self) -> u64 {
-        self.budget.load(Ordering::Relaxed)
+        self.charge.budget.load(Ordering::Relaxed)
     }
 
     /// The most RAM the store may hold under the limit in force (the pool's share of it).
     pub(crate) fn pool_cap(&self) -> u64 {
-        self.limit() * u64::from(self.pool_permille.load(Ordering::Relaxed)) / 1000
+        self.limit() * u64::from(self.charge.pool_permille.load(Ordering::Relaxed)) / 1000
     }
 
     /// Give the pool `permille` of the limit (the background reclaimer's [`pool_share`]).
     pub(crate) fn set_pool_share(&self, permille: u32) {
-        self.pool_permille.store(permille, Ordering::Relaxed);
+        self.charge.pool_permille.store(permille, Ordering::Relaxed);
         self.apply_pool_cap();
     }
 
     /// Hand the store the pool's cap in force (the background reclaimer writes back what the
     /// pool holds over a lowered one).
     fn apply_pool_cap(&self) {
-        if self.pool_capped {
+        if self.charge.pool_capped {
             self.store.limit_ram(self.cfg.group, self.pool_cap());
         }
     }
 
     /// What [`Pager::set_outside`] last set.
     pub fn outside_bytes(&self) -> u64 {
-        self.outside.load(Ordering::Relaxed)
+        self.charge.outside.load(Ordering::Relaxed)
     }
 
     fn apply_limit(&self) -> u64 {
-        let budget = self.budget.load(Ordering::Relaxed);
+        let budget = self.charge.budget.load(Ordering::Relaxed);
         let floor = (budget / 4).max(4 * self.cfg.folio_size as u64);
-        let v = budget.saturating_sub(self.outside.load(Ordering::Relaxed)).max(floor).min(budget);
-        self.limit.store(v, Ordering::Relaxed);
+        let v = budget.saturating_sub(self.charge.outside.load(Ordering::Relaxed)).max(floor).min(budget);
+        self.charge.limit.store(v, Ordering::Relaxed);
         // The pool's cap follows.
         self.apply_pool_cap();
         if self.charged_bytes() > reclaim::wake_mark(self) {
-            sys::futex_wake(&self.reclaim_wake);
+            sys::futex_wake(&self.kswapd.wake);
         }
         v
     }
@@ -1018,7 +968,7 @@ impl Pager {
     /// True when the store's RAM is capped (a tier outside RAM takes what the pool's share
     /// does not hold): without, the limit holds only while the data compresses.
     pub fn pool_capped(&self) -> bool {
-        self.pool_capped
+        self.charge.pool_capped
     }
 
     /// A snapshot of the statistics.
@@ -1034,9 +984,9 @@ impl Drop for Pager {
         // non-blocking) and the background reclaimer out of its futex wait.
         let one = 1u64;
         // SAFETY: an 8-byte write of a valid u64 to our eventfd.
-        unsafe { libc::write(std::os::fd::AsRawFd::as_raw_fd(&self.stop_fd), (&one as *const u64).cast(), 8) };
-        sys::futex_wake(&self.reclaim_wake);
-        sys::futex_wake(&self.recomp_wake);
+        unsafe { libc::write(std::os::fd::AsRawFd::as_raw_fd(&self.ev.stop_fd), (&one as *const u64).cast(), 8) };
+        sys::futex_wake(&self.kswapd.wake);
+        sys::futex_wake(&self.recomp.wake);
         let th = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         for t in th {
             let _ = t.join();

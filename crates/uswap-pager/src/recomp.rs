@@ -31,12 +31,16 @@
 //!
 //! Fork: [`Pager::quiesce`](crate::Pager::quiesce) (the preload's atfork prepare handler)
 //! holds the process's passes off (`uswap::tier::zpool::hold_off`: a pass in flight stops at
-//! its next object) and waits until this thread is out of its pass (`recomp_busy`), so a fork
+//! its next object) and waits until this thread is out of its pass ([`Recomp::busy`]), so a fork
 //! never copies a pool lock or a zspage's draining mark held by a pass; no pass starts until
 //! [`Pager::resume`](crate::Pager::resume).
 //!
+//! Of the pager: its handshake with this thread is [`Recomp`], the pager's `recomp`; the thread
+//! also reads the configuration, the counters, the limit and charge, the stop and pause flags
+//! and the background reclaimer's `stuck`, and drives the store.
+//!
 //! Locking: none of its own. The thread sleeps on a futex word of the pager
-//! (`recomp_wake`, woken by `Drop`); the pass takes the pool's locks (compaction mutex with
+//! ([`Recomp::wake`], woken by `Drop`); the pass takes the pool's locks (compaction mutex with
 //! `try_lock`, one class or large-area lock at a time) and the engine's cluster locks, never
 //! two pool locks at once, as compaction does. It blocks asynchronous signals, records its
 //! stack as the pager's own, and calls no symbol the LD_PRELOAD library interposes except
@@ -45,7 +49,7 @@
 use crate::stats::inc;
 use crate::store::RecompressPass;
 use crate::Pager;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 /// Swap-in faults per second above which a pass is put off.
 pub(crate) const BUSY_SWAPINS_PER_S: u64 = 2000;
@@ -66,7 +70,7 @@ fn lower_priority() {
 /// `elapsed_ns` the time since.
 fn busy(p: &Pager, swapins: u64, now_swapins: u64, elapsed_ns: u64) -> bool {
     let rate = now_swapins.saturating_sub(swapins).saturating_mul(1_000_000_000) / elapsed_ns.max(1);
-    rate > BUSY_SWAPINS_PER_S || p.charged_bytes() > p.limit() || p.reclaim_stuck.load(Ordering::Relaxed)
+    rate > BUSY_SWAPINS_PER_S || p.charged_bytes() > p.limit() || p.kswapd.stuck.load(Ordering::Relaxed)
 }
 
 /// One pass now, counted in the pager's statistics; returns what it did and its CPU time, ns.
@@ -107,6 +111,17 @@ pub(crate) fn tier_moves(p: &Pager) {
     }
 }
 
+/// The recompressor's handshake with the rest of the pager (the pager's `recomp`).
+#[derive(Default)]
+pub(crate) struct Recomp {
+    /// The futex word the thread sleeps on (woken by `Drop`).
+    pub(crate) wake: AtomicU32,
+    /// The thread is in a pass (or about to check [`Pager::quiesce`]'s pause).
+    pub(crate) busy: AtomicBool,
+    /// This pager holds the process's recompression passes off ([`Pager::quiesce`]).
+    pub(crate) held: AtomicBool,
+}
+
 /// The recompressor thread's body (see the module doc). Returns when the pager stops.
 pub(crate) fn recompressor(p: &Pager) {
     p.place.join();
@@ -117,21 +132,21 @@ pub(crate) fn recompressor(p: &Pager) {
     let mut last = (crate::stats::now_ns(), p.counters.fault_swapin.load(Ordering::Relaxed));
     let mut due = last.0 + ms(period_ms);
     while !p.stop.load(Ordering::Acquire) {
-        let v = p.recomp_wake.load(Ordering::Acquire);
+        let v = p.recomp.wake.load(Ordering::Acquire);
         // This thread's thread vector stays pinned where glibc keeps it (`own`).
         crate::own::pin_thread_vector();
         let now = crate::stats::now_ns();
         if now < due {
             // Drop wakes us early (and the loop then ends).
-            crate::sys::futex_wait(&p.recomp_wake, v, (due - now).div_ceil(1_000_000));
+            crate::sys::futex_wait(&p.recomp.wake, v, (due - now).div_ceil(1_000_000));
             continue;
         }
         let swapins = p.counters.fault_swapin.load(Ordering::Relaxed);
         // Busy before the pause is read (both SeqCst): a quiesce either sees us busy and waits,
         // or we see its pause.
-        p.recomp_busy.store(true, Ordering::SeqCst);
+        p.recomp.busy.store(true, Ordering::SeqCst);
         if p.pause.load(Ordering::SeqCst) || busy(p, last.1, swapins, now - last.0) {
-            p.recomp_busy.store(false, Ordering::SeqCst);
+            p.recomp.busy.store(false, Ordering::SeqCst);
             inc(&p.counters.recomp_deferred, 1);
             last = (now, swapins);
             due = now + ms(period_ms);
@@ -143,7 +158,7 @@ pub(crate) fn recompressor(p: &Pager) {
         }
         tier_moves(p);
         let cpu = thread_cpu_ns().saturating_sub(t0);
-        p.recomp_busy.store(false, Ordering::SeqCst);
+        p.recomp.busy.store(false, Ordering::SeqCst);
         last = (crate::stats::now_ns(), p.counters.fault_swapin.load(Ordering::Relaxed));
         due = last.0 + ms(period_ms).max(cpu * 100 / percent);
     }

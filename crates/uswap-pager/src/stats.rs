@@ -344,7 +344,7 @@ fn arr(a: &[AtomicU64; NR_ORDERS]) -> [u64; NR_ORDERS] {
 pub(crate) fn snapshot(p: &Pager, regions_live: usize) -> PagerStats {
     let c = &p.counters;
     let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    let resident = p.resident_pages.load(Ordering::Relaxed).max(0) as u64 * crate::PAGE_SIZE as u64;
+    let resident = p.charge.resident_pages.load(Ordering::Relaxed).max(0) as u64 * crate::PAGE_SIZE as u64;
     let cache = p.cache.resident_bytes();
     let pool = p.store.pool_bytes();
     PagerStats {
@@ -396,8 +396,8 @@ pub(crate) fn snapshot(p: &Pager, regions_live: usize) -> PagerStats {
         limit_bytes: p.cfg.limit_bytes,
         limit_in_force_bytes: p.budget(),
         outside_bytes: p.outside_bytes(),
-        pool_capped: p.pool_capped,
-        pool_share_permille: p.pool_permille.load(std::sync::atomic::Ordering::Relaxed),
+        pool_capped: p.charge.pool_capped,
+        pool_share_permille: p.charge.pool_permille.load(std::sync::atomic::Ordering::Relaxed),
         fault_p50_ns: c.percentile(0.5),
         fault_p99_ns: c.percentile(0.99),
         events_unmap: g(&c.ev_unmap),
@@ -410,7 +410,7 @@ pub(crate) fn snapshot(p: &Pager, regions_live: usize) -> PagerStats {
         store_errors: g(&c.store_errors),
         limit_breaks: g(&c.limit_breaks),
         store_failing: p.health.failing(),
-        inactive_bypassed: p.ws.bypassed(),
+        inactive_bypassed: p.lru.ws.bypassed(),
         clean_kept: g(&c.clean_kept),
         clean_dirtied: g(&c.clean_dirtied),
         clean_evicted: g(&c.clean_evicted),

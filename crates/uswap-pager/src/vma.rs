@@ -90,7 +90,7 @@ pub(crate) fn adopt(p: &Pager, start: usize, len: usize) -> Result<usize, PagerE
         unsafe { crate::reclaim::free_unpublished(r) };
     }
     if p.charged_bytes() > crate::reclaim::wake_mark(p) {
-        crate::sys::futex_wake(&p.reclaim_wake);
+        crate::sys::futex_wake(&p.kswapd.wake);
     }
     match first_err {
         Some(e) if adopted == 0 => Err(e),
@@ -262,7 +262,7 @@ fn adopt_piece(
         }
         count += mark_present(p, r, c, &present[..n], order);
     }
-    p.resident_pages.fetch_add(count as i64, Ordering::AcqRel);
+    p.charge.resident_pages.fetch_add(count as i64, Ordering::AcqRel);
     inc(&p.counters.adopted_pages, count);
     Ok(bytes)
 }
@@ -311,7 +311,7 @@ fn mark_present(p: &Pager, r: &RegionInner, first: usize, present: &[u8], order:
 }
 
 fn push_active(p: &Pager, r: &RegionInner, pg: usize, k: u32) {
-    if !p.active.push(crate::reclaim::entry(r, pg, k)) {
+    if !p.lru.active.push(crate::reclaim::entry(r, pg, k)) {
         // The active list is full: the folio stays resident unqueued (counted; the ring is
         // sized for several times the limit, so reclaim is far behind if this happens).
         inc(&p.counters.reclaim_fail, 1);
@@ -505,7 +505,7 @@ pub(crate) fn remap(p: &Pager, from: usize, to: usize, len: usize) -> bool {
             }
             match w.kind() {
                 kind::RESIDENT | kind::CLEAN => push_active(p, nr, i, k),
-                kind::CACHED if !p.inactive.push(crate::reclaim::entry(nr, i, k)) => {
+                kind::CACHED if !p.lru.inactive.push(crate::reclaim::entry(nr, i, k)) => {
                     inc(&p.counters.reclaim_fail, 1);
                 }
                 _ => {}
@@ -555,7 +555,7 @@ fn to_order0(p: &Pager, start: usize, words: &mut [PageWord]) {
                             // is missing (a cached page is unmapped) and claimed (moving).
                             let _ =
                                 unsafe { p.uffd.copy(start + (i + j) * PAGE_SIZE, d.as_ptr(), PAGE_SIZE, false, true) };
-                            p.resident_pages.fetch_add(1, Ordering::AcqRel);
+                            p.charge.resident_pages.fetch_add(1, Ordering::AcqRel);
                             PageWord::resident(0)
                         }
                     };

@@ -13,11 +13,18 @@
 //! messages and queue them; decide the round under a fork hold ([`crate::forkhold`]); apply
 //! the events; retry the faults. Its state is its own ([`EventLoop`]).
 //!
-//! Locking: the read gate ([`Pager::read_gate`], held only around the read: reclaim holds it
-//! while it drops pages in thread fault mode, so a program's `munmap` stays blocked in the
-//! kernel until the drop is done); what [`try_fault`] and the event handlers of [`crate::vma`]
-//! take. It publishes its progress (`ev_reads`, `ev_done`, `ev_pending`,
-//! `ev_quiet`) with SeqCst for threads that wait for it to catch up and for the fork hold.
+//! What it shares with other threads is [`EventState`], the pager's `ev`: its progress, its
+//! quiet flag, the read gate and the stop eventfd. Of the rest of the pager it reads the uffd,
+//! the configuration, the stop flag, the placement (`cpu`), the fork hold and the fork
+//! service, the store's health, and what [`try_fault`] and [`crate::vma`]'s event handlers
+//! touch.
+//!
+//! Locking: the read gate ([`EventState::read_gate`], held only around the read: reclaim
+//! holds it while it drops pages in thread fault mode, so a program's `munmap` stays blocked
+//! in the kernel until the drop is done); what [`try_fault`] and the event handlers of
+//! [`crate::vma`] take. It publishes its progress ([`EventState`]'s `reads`, `done`,
+//! `pending`, `quiet`) with SeqCst for threads that wait for it to catch up and for the fork
+//! hold.
 
 use super::throttle::THROTTLE_MAX_NS;
 use super::{try_fault, Try};
@@ -29,7 +36,41 @@ use crate::uffd::{Event, Filled};
 use crate::{Pager, PAGE_SIZE};
 use linux_raw_sys::general::uffd_msg;
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+/// What the event thread shares with the threads that wait for it (the pager's `ev`): they
+/// read its progress, and reclaim takes its read gate.
+pub(crate) struct EventState {
+    /// Event reads started / fully processed (orders the pager's own madvise REMOVE events
+    /// before its evictions publish, when `event_remove` is on).
+    pub(crate) reads: AtomicU64,
+    pub(crate) done: AtomicU64,
+    /// Events read but not yet applied (they wait for a page another thread holds).
+    pub(crate) pending: AtomicUsize,
+    /// The event thread is not resolving faults (idle in poll, or paused).
+    pub(crate) quiet: AtomicBool,
+    /// Held by the event thread while it reads messages, and by reclaim while it drops pages
+    /// in thread fault mode: a program's `munmap` stays blocked in the kernel (its UNMAP event
+    /// unread) while reclaim drops, so its range cannot be mapped again and dropped by mistake.
+    pub(crate) read_gate: crate::sys::YieldLock,
+    /// An eventfd the event thread polls next to the uffd; written once by `Drop` so the
+    /// thread leaves its `poll` at once instead of at its next timeout.
+    pub(crate) stop_fd: std::os::fd::OwnedFd,
+}
+
+impl EventState {
+    /// Nothing read yet, the thread quiet; `stop_fd` its stop eventfd.
+    pub(crate) fn new(stop_fd: std::os::fd::OwnedFd) -> EventState {
+        EventState {
+            reads: AtomicU64::new(0),
+            done: AtomicU64::new(0),
+            pending: AtomicUsize::new(0),
+            quiet: AtomicBool::new(true),
+            read_gate: crate::sys::YieldLock::new(),
+            stop_fd,
+        }
+    }
+}
 
 /// How long the event thread keeps polling after a page fault in thread mode.
 const SPIN_NS: u64 = 100_000;
@@ -128,7 +169,7 @@ impl<'p> EventLoop<'p> {
             msgs: [crate::uffd::empty_msg(); 64],
             faults: Vec::with_capacity(1024),
             events: VecDeque::with_capacity(64),
-            stop_fd: std::os::fd::AsRawFd::as_raw_fd(&p.stop_fd),
+            stop_fd: std::os::fd::AsRawFd::as_raw_fd(&p.ev.stop_fd),
             // In thread mode, after a page fault the thread polls the uffd without sleeping for
             // a while: the next fault of a thrashing program then finds it awake, which saves
             // the wake-up of an idle vCPU on every fault. Not while several program threads
@@ -165,7 +206,7 @@ impl<'p> EventLoop<'p> {
         let p = self.p;
         let pending = !self.faults.is_empty() || !self.events.is_empty();
         if self.spin_until != 0 && now_ns() <= self.spin_until {
-            p.ev_quiet.store(false, Ordering::SeqCst);
+            p.ev.quiet.store(false, Ordering::SeqCst);
             return Woken::Read;
         }
         self.spin_until = 0;
@@ -175,7 +216,7 @@ impl<'p> EventLoop<'p> {
             libc::pollfd { fd: self.child.as_ref().map_or(-1, |c| c.raw()), events: libc::POLLIN, revents: 0 },
             libc::pollfd { fd: p.fork_serve.wake_fd(), events: libc::POLLIN, revents: 0 },
         ];
-        p.ev_quiet.store(true, Ordering::SeqCst);
+        p.ev.quiet.store(true, Ordering::SeqCst);
         if self.child.is_some() {
             let ts = libc::timespec { tv_sec: 0, tv_nsec: if pending { 100_000 } else { 1_000_000 } };
             // SAFETY: four valid pollfds (a negative fd is ignored) and a valid timeout.
@@ -197,7 +238,7 @@ impl<'p> EventLoop<'p> {
                 return Woken::Again;
             }
         }
-        p.ev_quiet.store(false, Ordering::SeqCst);
+        p.ev.quiet.store(false, Ordering::SeqCst);
         if pfd[1].revents != 0 {
             return Woken::Again;
         }
@@ -208,12 +249,12 @@ impl<'p> EventLoop<'p> {
     /// this round waiting) apply the events and retry the faults.
     fn turn(&mut self) {
         let p = self.p;
-        // A fork hold in force (checked after `ev_quiet` is false: `ForkHold::begin`).
+        // A fork hold in force (checked after `ev.quiet` is false: `ForkHold::begin`).
         let mut hold_tid = p.hold.check(&mut self.hold_view);
         let hold_gen = hold_tid.map(|_| p.hold.generation());
-        let seq = p.ev_reads.fetch_add(1, Ordering::SeqCst) + 1;
+        let seq = p.ev.reads.fetch_add(1, Ordering::SeqCst) + 1;
         let n = {
-            let _g = p.read_gate.lock();
+            let _g = p.ev.read_gate.lock();
             p.uffd.read_msgs(&mut self.msgs).unwrap_or(0)
         };
         if n == 0 {
@@ -221,15 +262,15 @@ impl<'p> EventLoop<'p> {
         }
         self.take_msgs(n, &mut hold_tid, hold_gen);
         let Some(held) = self.hold_round(hold_tid) else {
-            p.ev_pending.store(self.events.len(), Ordering::SeqCst);
-            p.ev_done.store(seq, Ordering::SeqCst);
+            p.ev.pending.store(self.events.len(), Ordering::SeqCst);
+            p.ev.done.store(seq, Ordering::SeqCst);
             return;
         };
         if held {
             p.hold.set_busy(true);
         }
         self.apply_events();
-        p.ev_pending.store(self.events.len(), Ordering::SeqCst);
+        p.ev.pending.store(self.events.len(), Ordering::SeqCst);
         if !self.faults.is_empty() {
             self.retry_faults(held);
         }
@@ -240,7 +281,7 @@ impl<'p> EventLoop<'p> {
                 let _ = p.uffd.wake(a, PAGE_SIZE);
             }
         }
-        p.ev_done.store(seq, Ordering::SeqCst);
+        p.ev.done.store(seq, Ordering::SeqCst);
     }
 
     /// A read during a spin found nothing. A spin gives way to other threads: once it has found

@@ -6,6 +6,10 @@
 //! mapped ([`super::map`]), and **put** what held the data before (store entries, the cache
 //! object). How many pages a fill takes is [`super::readahead`]'s.
 //!
+//! Of the pager: the uffd, the store, the swap cache and the bounce buffers, the active list and
+//! workingset (`lru`), the clean-page policy (`keep`), the counters and the resident page count
+//! (`charge`).
+//!
 //! Locking: the claims of [`crate::page`] (a [`Claim`] rolls back to the old words when
 //! dropped unpublished, so every way out of a fill leaves no page `BUSY`); the engine locks of
 //! the store's `load` and `put`; a buffer from the pool ([`crate::bufs`], taken by CAS) before
@@ -99,10 +103,10 @@ fn fill_cached(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, writ
     }
     p.cache.free(o);
     inc(&p.counters.fault_cache, 1);
-    if !p.ws.bypassed() {
+    if !p.lru.ws.bypassed() {
         // (While bypassed, the swap cache is not aged: a hit on what it still holds
         // from before says nothing about recency; shadows measure instead.)
-        p.ws.hit(1);
+        p.lru.ws.hit(1);
     }
     true
 }
@@ -346,7 +350,7 @@ fn uncache_by_page(
                 p.store.put(kept[i].payload(), 1);
             }
             c.set(i, PageWord::resident(0));
-            p.active.push(entry(r, head + i, 0));
+            p.lru.active.push(entry(r, head + i, 0));
             mapped += 1;
             continue;
         }
@@ -363,6 +367,6 @@ fn uncache_by_page(
             crate::sys::fatal("uswap-pager: a cached page could be neither mapped nor stored\n");
         }
     }
-    p.resident_pages.fetch_add(mapped, Ordering::AcqRel);
+    p.charge.resident_pages.fetch_add(mapped, Ordering::AcqRel);
     p.cache.free(o);
 }

@@ -4,6 +4,10 @@
 //! of the refaults ([`note_refaults`]), and wake a faulting thread the fill did not map for
 //! ([`wake_page`]).
 //!
+//! Of the pager: the uffd, the lists (`lru`: a mapped folio is queued there, a refault counted
+//! against the workingset), the clean-page policy (`keep`), the configuration, the counters and the
+//! resident page count (`charge`).
+//!
 //! Locking: none of its own. It works on pages the caller holds (`BUSY` through a [`Claim`]);
 //! publishing queues them on the replacement lists (their rings' spinlocks).
 
@@ -48,10 +52,10 @@ pub(super) fn publish(
             };
             c.set(i, w);
         }
-        reclaim::queue_mapped(p, r, pg, k, hot);
+        p.lru.queue_mapped(&p.counters, r, pg, k, hot);
         count += 1 << k;
     });
-    p.resident_pages.fetch_add(count as i64, Ordering::AcqRel);
+    p.charge.resident_pages.fetch_add(count as i64, Ordering::AcqRel);
     inc(&p.counters.pages_mapped, count as u64);
     if !matches!(how, Mapped::Resident) {
         r.had_clean.store(true, Ordering::Relaxed);
@@ -70,7 +74,7 @@ pub(super) fn note_refaults(p: &Pager, r: &RegionInner, first: usize, swapped: i
     let win = reclaim::inactive_window(p);
     for (i, s) in swapped.enumerate() {
         if s {
-            p.ws.refault(r, first + i, win);
+            p.lru.ws.refault(r, first + i, win);
         }
     }
 }

@@ -62,7 +62,7 @@ mod throttle;
 mod tests;
 
 pub(crate) use clean::KeepClean;
-pub(crate) use event::{event_loop, on_event_thread};
+pub(crate) use event::{event_loop, on_event_thread, EventState};
 pub(crate) use resolve::{resolve, Wait};
 pub(crate) use sigbus::install_sigbus_handler;
 

@@ -3,6 +3,9 @@
 //! the limit waits for the reclaimer instead ([`throttled`]: the caller retries it), for at
 //! most [`THROTTLE_MAX_NS`], or for as long as a failing store holds faults (`stall`).
 //!
+//! Of the pager: the limit and charge, the configuration, the store's health, the background
+//! reclaimer's futex and stuck flag (`kswapd`) and the counters.
+//!
 //! Locking: none of its own; [`maybe_reclaim`] runs direct reclaim ([`crate::reclaim`]),
 //! which claims the pages it evicts. The rest is atomics and a futex wake.
 
@@ -35,7 +38,7 @@ pub(super) fn maybe_reclaim(p: &Pager, need: u64) {
         }
         ReclaimMode::Background => {
             if charged + need > reclaim::wake_mark(p) {
-                crate::sys::futex_wake(&p.reclaim_wake);
+                crate::sys::futex_wake(&p.kswapd.wake);
             }
             if charged + need > p.limit() {
                 reclaim::direct_reclaim(p, need);
@@ -72,7 +75,7 @@ pub(super) fn throttled(p: &Pager, r: &RegionInner, pg: usize, force: bool, wp: 
         // well past its limit before the reconciler's next pass).
         let charged = p.charged_bytes();
         if charged + need > reclaim::wake_mark(p) {
-            crate::sys::futex_wake(&p.reclaim_wake);
+            crate::sys::futex_wake(&p.kswapd.wake);
         }
         let k = r.word(pg).load(Ordering::Acquire).kind();
         let needs_memory = matches!(k, kind::NONE | kind::SWAPPED | kind::CACHED);
@@ -80,7 +83,7 @@ pub(super) fn throttled(p: &Pager, r: &RegionInner, pg: usize, force: bool, wp: 
         // room all the same, for as long as `stall` says.
         if needs_memory
             && charged + need > p.limit() + throttle_slack(p)
-            && (!p.reclaim_stuck.load(Ordering::Relaxed) || p.health.holds_faults(now_ns(), p.cfg.full_wait_ms))
+            && (!p.kswapd.stuck.load(Ordering::Relaxed) || p.health.holds_faults(now_ns(), p.cfg.full_wait_ms))
         {
             inc(&p.counters.fault_throttled, 1);
             return true;

@@ -15,9 +15,13 @@
 //! - If the store fails, the eviction is undone: write protection is removed and the folio
 //!   stays resident.
 //!
+//! Of the pager: its lists and workingset (`lru`), the event thread's progress and read gate
+//! (`ev`), the uffd, the store, the swap cache, the batch and bounce-buffer pools, the
+//! configuration, the counters, the resident page count (`charge`) and the stop flag.
+//!
 //! Locking: pages are claimed by CAS to `BUSY` (see [`crate::region`]); the batch is taken
 //! from the [`BatchPool`](super::batch::BatchPool). In thread fault mode without REMOVE
-//! events the drop holds the pager's read gate ([`gate_or_abort`]), never while waiting for
+//! events the drop holds the event thread's read gate (`ev.read_gate`) ([`gate_or_abort`]), never while waiting for
 //! anything. A copy to the store takes a bounce buffer: waited for in thread fault mode; in
 //! SIGBUS mode only for an adopted region, and only if one is free. Nothing here allocates.
 
@@ -331,13 +335,13 @@ unsafe fn read_pages(p: &Pager, r: &RegionInner, src: usize, dst: *mut u8, len: 
 /// is pending in the kernel or deferred here; otherwise give the batch up.
 fn gate_or_abort<'p>(p: &'p Pager, b: &mut Batch) -> Option<crate::sys::YieldGuard<'p>> {
     let gated = p.cfg.fault_mode == crate::FaultMode::Thread && !p.cfg.event_remove;
-    let gate = gated.then(|| p.read_gate.lock());
+    let gate = gated.then(|| p.ev.read_gate.lock());
     if gated {
         let first = b.blocks[..b.nblocks].iter().find(|blk| blk.dest != Dest::Aborted);
         let quiet = first.is_none_or(|blk| {
             // SAFETY: the block's region came from the registry inside enter()/leave().
             let r = unsafe { &*blk.r };
-            p.ev_pending.load(Ordering::SeqCst) == 0 && p.uffd.probe_quiet(r.addr(blk.page))
+            p.ev.pending.load(Ordering::SeqCst) == 0 && p.uffd.probe_quiet(r.addr(blk.page))
         });
         if !quiet {
             // Never wait for anything with the gate held: undoing takes ioctls that wait for
@@ -447,8 +451,8 @@ fn drop_pages(p: &Pager, b: &mut Batch, gate: &mut Option<crate::sys::YieldGuard
             // Our madvise raised REMOVE events, acknowledged by the event thread's read() but
             // maybe not yet processed: wait until they are, while our pages are still BUSY
             // (which the event thread skips), so they cannot release what we publish next.
-            let target = p.ev_reads.load(Ordering::SeqCst);
-            while p.ev_done.load(Ordering::SeqCst) < target && !p.stop.load(Ordering::Relaxed) {
+            let target = p.ev.reads.load(Ordering::SeqCst);
+            while p.ev.done.load(Ordering::SeqCst) < target && !p.stop.load(Ordering::Relaxed) {
                 std::thread::yield_now();
             }
         }
@@ -494,7 +498,7 @@ fn publish(p: &Pager, b: &Batch, shadows: bool) -> usize {
                     backoff.snooze();
                 }
             }
-            p.active.push(entry(r, blk.page, blk.order));
+            p.lru.active.push(entry(r, blk.page, blk.order));
             continue;
         }
         for i in 0..n {
@@ -503,7 +507,7 @@ fn publish(p: &Pager, b: &Batch, shadows: bool) -> usize {
         // The workingset clock counts the pages that leave the active list; every page that
         // leaves gets the clock as its shadow, so that its refault distance says whether it
         // comes back hot (`refault_is_hot`).
-        let t = p.ws.tick(n as u64);
+        let t = p.lru.ws.tick(n as u64);
         if matches!(blk.dest, Dest::Store | Dest::CleanKept | Dest::Cache) {
             for i in 0..n {
                 r.shadow(blk.page + i).store(t, Ordering::Relaxed);
@@ -512,15 +516,15 @@ fn publish(p: &Pager, b: &Batch, shadows: bool) -> usize {
         if shadows && matches!(blk.dest, Dest::Store | Dest::CleanKept) {
             // Straight to the store with the inactive list bypassed: count the pages as if
             // demoted (their shadows measure whether the inactive list should come back).
-            p.ws.demoted(n as u64, inactive_window(p));
+            p.lru.ws.demoted(n as u64, inactive_window(p));
         }
         match blk.dest {
             Dest::CleanKept => inc(&p.counters.clean_evicted, n as u64),
             Dest::CleanDropped => inc(&p.counters.clean_discarded, n as u64),
             Dest::Cache => {
                 inc(&p.counters.demoted_pages, n as u64);
-                p.ws.demoted(n as u64, inactive_window(p));
-                if !p.inactive.push(entry(r, blk.page, blk.order)) {
+                p.lru.ws.demoted(n as u64, inactive_window(p));
+                if !p.lru.inactive.push(entry(r, blk.page, blk.order)) {
                     // Inactive list full: this folio stays cached until it refaults or its
                     // region goes; count it as a reclaim failure.
                     inc(&p.counters.reclaim_fail, 1);
@@ -530,6 +534,6 @@ fn publish(p: &Pager, b: &Batch, shadows: bool) -> usize {
         }
         out += n;
     }
-    p.resident_pages.fetch_sub(out as i64, Ordering::AcqRel);
+    p.charge.resident_pages.fetch_sub(out as i64, Ordering::AcqRel);
     out
 }

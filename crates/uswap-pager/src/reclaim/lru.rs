@@ -1,6 +1,8 @@
 //! The reclaim lists: the active list and the inactive list ([`Ring`]s of folio references),
 //! the protected list ([`Protect`]) and its balance against the active list, and the folio
-//! reference ([`entry`]) they all hold.
+//! reference ([`entry`]) they all hold. [`Lru`] owns the three lists and the workingset state
+//! ([`Workingset`]) that decides where a folio goes: the pager's one `lru` (the kernel's
+//! `lruvec`).
 //!
 //! The active list holds mapped folios in the order they were mapped (user space sees no
 //! accessed bits to rotate them by); the protected list, folios that came back hot
@@ -12,10 +14,13 @@
 //! nothing but the push or pop itself (so a signal handler taking it cannot deadlock with
 //! the thread it interrupted); a pop may give a page of the buffer back (one `madvise`) under
 //! it. Nothing here allocates.
+//!
+//! Of the pager, nothing: [`Lru`]'s functions take the statistics' counters and the resident
+//! page count they need from their callers.
 
+use super::workingset::Workingset;
 use crate::region::{self, RegionInner};
-use crate::stats::inc;
-use crate::Pager;
+use crate::stats::{inc, Counters};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// A bounded FIFO of folio references, preallocated. Its buffer is sized for the worst case
@@ -162,37 +167,58 @@ impl Protect {
 /// [`PROTECT_WINDOW_PERCENT`]: super::workingset::PROTECT_WINDOW_PERCENT
 const PROTECT_TARGET_PERCENT: u64 = 80;
 
-/// Queue a folio just mapped: on the protected list when `hot` (and the two-list policy is
-/// on), else on the active list.
-pub(crate) fn queue_mapped(p: &Pager, r: &RegionInner, page: usize, order: u32, hot: bool) {
-    let e = entry(r, page, order);
-    if hot && p.protected.push(e) {
-        inc(&p.counters.workingset_activate, 1u64 << order);
-    } else {
-        p.active.push(e);
-    }
+/// The pager's lists and the workingset state they share (the kernel's `lruvec`): mapped
+/// folios on the active and protected lists, folios demoted to the swap cache on the inactive
+/// list. Written by the fault path (a folio mapped or swapped in) and by reclaim.
+pub(crate) struct Lru {
+    /// Mapped folios in the order they were mapped.
+    pub(crate) active: Ring,
+    /// Mapped folios that came back soon after they were evicted (see [`Protect`]).
+    pub(crate) protected: Protect,
+    /// Folios demoted to the swap cache (unmapped, uncompressed).
+    pub(crate) inactive: Ring,
+    /// Refault distances and the bypass of the inactive stage.
+    pub(crate) ws: Workingset,
 }
 
-/// Keep the protected list at most [`PROTECT_TARGET_PERCENT`] of the resident pages: move its
-/// oldest folios to the active list's tail, at most `max_pages` pages.
-pub(super) fn balance_protected(p: &Pager, max_pages: usize) {
-    let target = resident_percent(p, PROTECT_TARGET_PERCENT);
-    let mut moved = 0usize;
-    while moved < max_pages && p.protected.pages() > target {
-        let Some(e) = p.protected.pop() else { break };
-        let n = 1usize << decode(e).3;
-        if !p.active.push(e) {
-            p.protected.push(e);
-            break;
+impl Lru {
+    /// Empty lists of `cap` entries each (a power of two).
+    pub(crate) fn new(cap: usize) -> std::io::Result<Lru> {
+        Ok(Lru {
+            active: Ring::new(cap)?,
+            protected: Protect::new(cap)?,
+            inactive: Ring::new(cap)?,
+            ws: Workingset::default(),
+        })
+    }
+
+    /// Queue a folio just mapped: on the protected list when `hot` (and the two-list policy is
+    /// on), else on the active list.
+    pub(crate) fn queue_mapped(&self, counters: &Counters, r: &RegionInner, page: usize, order: u32, hot: bool) {
+        let e = entry(r, page, order);
+        if hot && self.protected.push(e) {
+            inc(&counters.workingset_activate, 1u64 << order);
+        } else {
+            self.active.push(e);
         }
-        inc(&p.counters.pgdeactivate, n as u64);
-        moved += n;
     }
-}
 
-/// `percent` % of the pages resident now.
-pub(super) fn resident_percent(p: &Pager, percent: u64) -> u64 {
-    p.resident_pages.load(Ordering::Relaxed).max(0) as u64 * percent / 100
+    /// Keep the protected list at most [`PROTECT_TARGET_PERCENT`] of the `resident` pages: move
+    /// its oldest folios to the active list's tail, at most `max_pages` pages.
+    pub(super) fn balance_protected(&self, counters: &Counters, resident: u64, max_pages: usize) {
+        let target = resident * PROTECT_TARGET_PERCENT / 100;
+        let mut moved = 0usize;
+        while moved < max_pages && self.protected.pages() > target {
+            let Some(e) = self.protected.pop() else { break };
+            let n = 1usize << decode(e).3;
+            if !self.active.push(e) {
+                self.protected.push(e);
+                break;
+            }
+            inc(&counters.pgdeactivate, n as u64);
+            moved += n;
+        }
+    }
 }
 
 /// Encode a folio reference: region slot and generation, first page, order.

@@ -18,10 +18,11 @@
 //! The files, one role each, lowest layer first (after the kernel's split of `mm/vmscan.c`,
 //! `mm/workingset.c` and `mm/swap_state.c`):
 //!
-//! - `lru`: the lists ([`Ring`], [`Protect`]), the folio references they hold ([`entry`]),
-//!   queuing a mapped folio ([`queue_mapped`]) and the protected list's balance.
+//! - `lru`: the lists (`Ring`, `Protect`) and [`Lru`], which owns them and the workingset
+//!   state (the pager's `lru`), the folio references they hold ([`entry`]), queuing a mapped
+//!   folio ([`Lru::queue_mapped`]) and the protected list's balance.
 //! - `workingset`: shadows, refault distance, whether a refault is hot ([`refault_is_hot`]),
-//!   and the bypass of the inactive stage ([`Workingset`]).
+//!   and the bypass of the inactive stage (`Workingset`).
 //! - `swap`: storing a folio ([`store_folio`]) and the tags of clean swap-cache copies
 //!   ([`clean_tags`]).
 //! - `batch`: an eviction batch, its blocks and their destinations, and the pool of batches
@@ -56,9 +57,9 @@ mod swap;
 mod workingset;
 
 pub(crate) use batch::{BatchPool, IN_RECLAIM};
-pub(crate) use kswapd::{kswapd, wake_mark};
-pub(crate) use lru::{blocks, entry, queue_mapped, Protect, Ring};
+pub(crate) use kswapd::{kswapd, wake_mark, Kswapd};
+pub(crate) use lru::{blocks, entry, Lru};
 pub(crate) use release::{forget_clean, free_unpublished, release_pages, release_pages_ex, retire_region};
 pub(crate) use shrink::{direct_reclaim, evict_region};
 pub(crate) use swap::{clean_tags, clear_clean_tags, store_failed, store_folio};
-pub(crate) use workingset::{inactive_window, refault_is_hot, Workingset};
+pub(crate) use workingset::{inactive_window, refault_is_hot};

@@ -5,6 +5,9 @@
 //! a fork child, [`forget_clean`] gives up the swap entries clean pages kept. After the
 //! kernel's `free_swap_and_cache` in `mm/swapfile.c`.
 //!
+//! Of the pager: the uffd, the store, the swap cache, the active list (`lru`) and the resident page
+//! count (`charge`).
+//!
 //! Locking: pages are claimed by CAS (a page another thread holds `BUSY` is waited for by
 //! yielding, or passed over with `skip_busy`). Retiring a region waits for every thread
 //! inside the registry ([`region::enter`]), so it is called with no lock held that such a
@@ -130,8 +133,8 @@ pub(crate) fn release_pages_ex(r: &RegionInner, a: usize, b: usize, live: bool, 
                         // SAFETY: the cache page is readable; q is claimed and missing.
                         let _ = unsafe { p.uffd.copy(r.addr(q), d.as_ptr(), PAGE_SIZE, false, true) };
                         r.word(q).store(PageWord::resident(0), Ordering::Release);
-                        p.resident_pages.fetch_add(1, Ordering::AcqRel);
-                        p.active.push(entry(r, q, 0));
+                        p.charge.resident_pages.fetch_add(1, Ordering::AcqRel);
+                        p.lru.active.push(entry(r, q, 0));
                     }
                 }
                 p.cache.free(o);
@@ -140,7 +143,7 @@ pub(crate) fn release_pages_ex(r: &RegionInner, a: usize, b: usize, live: bool, 
             _ => pg += 1,
         }
     }
-    p.resident_pages.fetch_sub(resident, Ordering::AcqRel);
+    p.charge.resident_pages.fetch_sub(resident, Ordering::AcqRel);
     if live && b > a {
         // SAFETY: advice on the region's own memory.
         unsafe { libc::madvise(r.addr(a) as *mut _, (b - a) * PAGE_SIZE, libc::MADV_DONTNEED) };

@@ -7,6 +7,10 @@
 //! takes a whole region out to the store. After the kernel's `shrink_lruvec` and
 //! `reclaim_pages` in `mm/vmscan.c`.
 //!
+//! Of the pager: its lists and workingset (`lru`), configuration, limit, resident page count
+//! (`charge`), swap cache, counters, store, and the copy-on-write preference (`cow_shared`,
+//! `pagemap`).
+//!
 //! Locking: pages are claimed by CAS to `BUSY` (see [`crate::region`]); the caller is inside
 //! [`region::enter`]/[`region::leave`]. Shrinking the inactive list and evicting a region's
 //! cached folios take a bounce buffer from the pager's pool for their words (not the stack:
@@ -21,7 +25,7 @@ use std::sync::atomic::Ordering;
 
 use super::batch::{IN_RECLAIM, MAX_BATCH_PAGES};
 use super::evict::evict_resident;
-use super::lru::{balance_protected, decode};
+use super::lru::decode;
 use super::swap::{keep_or_forget_clean, store_failed, store_folio};
 
 /// One reclaim step. Returns true if it made progress.
@@ -32,10 +36,11 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
     // a small limit is not emptied by one batch.
     let limit_pages = (p.limit() / PAGE_SIZE as u64) as usize;
     let batch = p.cfg.reclaim_batch.min(limit_pages / 64).clamp(16, MAX_BATCH_PAGES);
+    let lru = &p.lru;
     let two = p.cfg.replacement == Replacement::TwoList;
     let target = p.limit() * u64::from(p.cfg.inactive_percent) / 100;
     if two {
-        balance_protected(p, batch);
+        lru.balance_protected(&p.counters, p.charge.resident_pages.load(Ordering::Relaxed).max(0) as u64, batch);
     }
     // While pages are shared with a fork relative, pass over up to four batches' worth of
     // folios it maps too (see `Pager::set_cow_shared`) before taking such folios anyway.
@@ -49,7 +54,7 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
     let mut next = || loop {
         // Everything mapped is protected (a hot working set that fits the resident pages and
         // keeps coming back): take from it rather than evict nothing.
-        let e = p.active.pop().or_else(|| p.protected.pop())?;
+        let e = lru.active.pop().or_else(|| lru.protected.pop())?;
         let (slot, gen, page, order) = decode(e);
         // SAFETY: as in shrink_inactive: inside enter/leave, used only in this batch.
         let r = unsafe { region::by_slot(slot, gen) };
@@ -58,8 +63,8 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
         if let Some(reg) = r.filter(|reg| page < reg.npages) {
             if holds_pinned(reg, page, order) {
                 inc(&p.counters.reclaim_pinned_skipped, 1);
-                if !p.active.push(e) {
-                    p.protected.push(e);
+                if !lru.active.push(e) {
+                    lru.protected.push(e);
                 }
                 if pinned_skips == 0 {
                     return None;
@@ -70,7 +75,7 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
         }
         if let (Some(fd), Some(reg)) = (pagemap, r) {
             let n = 1usize << order;
-            if skips >= n && page < reg.npages && crate::sys::all_shared(fd, reg.addr(page), n) && p.active.push(e) {
+            if skips >= n && page < reg.npages && crate::sys::all_shared(fd, reg.addr(page), n) && lru.active.push(e) {
                 skips -= n;
                 inc(&p.counters.reclaim_cow_skipped, 1);
                 continue;
@@ -91,8 +96,8 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
     // compressed); if that is not enough the charge stays over the limit (`reclaim_fail`),
     // by at most the floor.
     let floor = (limit_pages / 8).max(4 * (p.cfg.folio_size / PAGE_SIZE)) as i64;
-    let at_floor = p.resident_pages.load(Ordering::Relaxed) <= floor;
-    let bypass = !at_floor && two && p.ws.bypassed();
+    let at_floor = p.charge.resident_pages.load(Ordering::Relaxed) <= floor;
+    let bypass = !at_floor && two && lru.ws.bypassed();
     if at_floor {
         progress += shrink_inactive(p, batch);
     } else if bypass {
@@ -104,7 +109,7 @@ pub(crate) fn reclaim_batch(p: &Pager) -> bool {
         // Age the inactive list first (this is what lowers the charge), then refill it from
         // the active list so that it keeps its share of the limit.
         let cache = p.cache.live_bytes();
-        if cache + (batch * PAGE_SIZE) as u64 > target || p.active.is_empty() {
+        if cache + (batch * PAGE_SIZE) as u64 > target || lru.active.is_empty() {
             progress += shrink_inactive(p, batch);
         }
         if p.cache.live_bytes() < target || progress == 0 {
@@ -143,7 +148,7 @@ fn shrink_inactive(p: &Pager, max_pages: usize) -> usize {
     let mut bi = p.bufs.take();
     let words = &mut bi.parts().1.kept;
     while done < max_pages {
-        let Some(e) = p.inactive.pop() else { break };
+        let Some(e) = p.lru.inactive.pop() else { break };
         let (slot, gen, page, order) = decode(e);
         // SAFETY: reclaim runs between region::enter and leave (kswapd, or direct reclaim in a
         // fault), and r does not outlive this pass.
@@ -195,7 +200,7 @@ fn shrink_inactive(p: &Pager, max_pages: usize) -> usize {
                 for i in 0..n {
                     r.word(page + i).store(w0, Ordering::Release);
                 }
-                p.inactive.push(e);
+                p.lru.inactive.push(e);
                 break;
             }
         }

@@ -6,12 +6,14 @@
 //!
 //! Locking: none; the clock and the counters are relaxed atomics (a lost race only blurs a
 //! statistic), and a shadow is a relaxed word of its page.
+//!
+//! Of the pager: [`Workingset`] is its `lru.ws`; [`refault_is_hot`] and [`inactive_window`]
+//! read the replacement policy and the inactive share of its configuration, its resident
+//! page count (`charge`) and its limit.
 
 use crate::region::RegionInner;
 use crate::{Pager, Replacement, PAGE_SIZE};
 use std::sync::atomic::{AtomicBool, Ordering};
-
-use super::lru::resident_percent;
 
 /// Workingset detection for the two-list policy: how many demoted pages come back while the
 /// inactive list would still hold them. When almost none do (a streaming or uniformly random
@@ -88,7 +90,12 @@ pub(crate) fn refault_is_hot(p: &Pager, r: &RegionInner, pg: usize) -> bool {
         return false;
     }
     let window = resident_percent(p, PROTECT_WINDOW_PERCENT).max(64);
-    p.ws.distance(r.shadow(pg).load(Ordering::Relaxed)).is_some_and(|d| d <= window)
+    p.lru.ws.distance(r.shadow(pg).load(Ordering::Relaxed)).is_some_and(|d| d <= window)
+}
+
+/// `percent` % of the pages resident now.
+pub(super) fn resident_percent(p: &Pager, percent: u64) -> u64 {
+    p.charge.resident_pages.load(Ordering::Relaxed).max(0) as u64 * percent / 100
 }
 
 /// Pages the inactive list holds at its target size (the workingset window).
