@@ -59,8 +59,8 @@ pub fn run_dir() -> Result<PathBuf, String> {
 }
 
 /// Every run directory where this user's runs may be, whatever the environment they started
-/// in: `<runtime dir>/uswap`, `/run/user/<uid>/uswap` (the runtime directory of a login
-/// session, also when this environment has no `XDG_RUNTIME_DIR`) and the per-user directory;
+/// in: `<runtime dir>/uswap`, `/run/user/<uid>/uswap` (the runtime directory systemd-logind
+/// makes for the user, also when this environment has no `XDG_RUNTIME_DIR`) and the per-user directory;
 /// those that exist as directories of the user that nobody else may write, each once.
 pub fn run_dirs() -> Vec<PathBuf> {
     use std::os::unix::fs::MetadataExt;

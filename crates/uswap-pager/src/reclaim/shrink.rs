@@ -161,17 +161,7 @@ fn shrink_inactive(p: &Pager, max_pages: usize) -> usize {
         if w0.kind() != kind::CACHED || w0.order() != order {
             continue; // promoted or released since
         }
-        // Claim the whole cached piece (all pages carry the same word).
-        let mut got = 0;
-        while got < n
-            && r.word(page + got).compare_exchange(w0, PageWord::BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok()
-        {
-            got += 1;
-        }
-        if got < n {
-            for i in 0..got {
-                r.word(page + i).store(w0, Ordering::Release);
-            }
+        if !claim_cached(r, page, n, w0) {
             continue;
         }
         let o = region::cached_obj(w0, order);
@@ -258,16 +248,7 @@ pub(crate) fn evict_region(r: &'static RegionInner) -> usize {
         let order = w0.order();
         let n = 1usize << order;
         let head = pg & !(n - 1);
-        let mut got = 0;
-        while got < n
-            && r.word(head + got).compare_exchange(w0, PageWord::BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok()
-        {
-            got += 1;
-        }
-        if got < n {
-            for i in 0..got {
-                r.word(head + i).store(w0, Ordering::Release);
-            }
+        if !claim_cached(r, head, n, w0) {
             pg = head + n;
             continue;
         }
@@ -289,6 +270,25 @@ pub(crate) fn evict_region(r: &'static RegionInner) -> usize {
     }
     IN_RECLAIM.with(|c| c.set(c.get() - 1));
     total
+}
+
+/// Claim the whole cached piece of `n` pages at `head` (all its pages carry the word `w0`):
+/// every word goes from `w0` to BUSY, or, when one has changed since, none does (the claimed
+/// ones get `w0` back) and the answer is false.
+fn claim_cached(r: &RegionInner, head: usize, n: usize, w0: PageWord) -> bool {
+    let mut got = 0;
+    while got < n
+        && r.word(head + got).compare_exchange(w0, PageWord::BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+    {
+        got += 1;
+    }
+    if got < n {
+        for i in 0..got {
+            r.word(head + i).store(w0, Ordering::Release);
+        }
+        return false;
+    }
+    true
 }
 
 #[cfg(test)]
