@@ -92,12 +92,14 @@ pub fn install_gate() -> Result<(), String> {
         PAGER_SIGINFO.store(old.sa_flags & libc::SA_SIGINFO != 0, Ordering::Release);
         let mut sa: libc::sigaction = std::mem::zeroed();
         sa.sa_sigaction = gate_sigbus as *const () as usize;
-        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_NODEFER;
+        // ONSTACK: on the thread's alternate stack (`preload::altstack`), as a fault on the
+        // thread's own stack leaves no room there for the signal frame.
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_NODEFER | libc::SA_ONSTACK;
         // Block asynchronous signals while a fault is resolved (the pager's own handler does
         // the same, see `docs/design.md`, "Deadlock freedom"): a program handler run on top of
         // the fault path could fault while this thread holds an engine lock.
         libc::sigfillset(&mut sa.sa_mask);
-        for sig in [libc::SIGBUS, libc::SIGSEGV, libc::SIGILL, libc::SIGFPE, libc::SIGTRAP, 32, 33] {
+        for sig in [libc::SIGBUS, libc::SIGSEGV, libc::SIGILL, libc::SIGFPE, libc::SIGTRAP, libc::SIGSYS, 32, 33] {
             libc::sigdelset(&mut sa.sa_mask, sig);
         }
         if real_sigaction(libc::SIGBUS, &sa, std::ptr::null_mut()) != 0 {

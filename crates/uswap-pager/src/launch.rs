@@ -15,7 +15,7 @@
 //!
 //! Locking: none (constants and pure functions).
 
-use crate::Replacement;
+use crate::{FaultMode, Replacement};
 use std::ffi::{CStr, OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 
@@ -261,6 +261,21 @@ pub const REPLACEMENT: Var<Replacement> = Var {
     format: |r| if r == Replacement::Fifo { "fifo" } else { "two-list" }.into(),
 };
 
+/// Where a managed page's fault is resolved: `thread` (the pager's event thread, the
+/// default) or `sigbus` (the faulting thread itself, with the system calls that take user
+/// buffers trapped by a seccomp filter and re-issued once their buffers are resident).
+pub const FAULT_MODE: Var<FaultMode> = Var {
+    name: c"USWAP_FAULT_MODE",
+    scope: Scope::User,
+    default: FaultMode::Thread,
+    parse: |name, t| match t {
+        "thread" => Ok(FaultMode::Thread),
+        "sigbus" => Ok(FaultMode::Sigbus),
+        _ => Err(format!("{name}={t}: expected `thread` or `sigbus`")),
+    },
+    format: |m| if m == FaultMode::Sigbus { "sigbus" } else { "thread" }.into(),
+};
+
 /// Period of background recompression and tier moves, in ms (`0`: no background thread).
 pub const RECOMP_MS: Var<u64> =
     Var { name: c"USWAP_RECOMP_MS", scope: Scope::User, default: 5000, parse: millis, format: decimal };
@@ -359,6 +374,7 @@ pub const ALL: &[Declared] = &[
     declared(&POOL_PERCENT),
     declared(&POOL_ADAPT),
     declared(&REPLACEMENT),
+    declared(&FAULT_MODE),
     declared(&RECOMP_MS),
     declared(&RECOMP_CPU_PERCENT),
     declared(&WRITEBACK_AGE_MS),
@@ -409,6 +425,8 @@ mod tests {
             round_trip(v, &[true, false]);
         }
         round_trip(&REPLACEMENT, &[Replacement::Fifo, Replacement::TwoList]);
+        round_trip(&FAULT_MODE, &[FaultMode::Thread, FaultMode::Sigbus]);
+        assert!(FAULT_MODE.parse("Sigbus").is_err());
         round_trip(&BENCH_DISK_ZSWAP, &[Some(true), Some(false), None]);
         round_trip(&REQUIRE_UFFD, &[true]);
         for v in [&TIERS, &STATS_DIR, &TREE_BUDGET, &PRELOAD] {

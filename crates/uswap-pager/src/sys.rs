@@ -149,7 +149,8 @@ pub unsafe fn copy_from_self(src: usize, dst: *mut u8, len: usize) -> bool {
 }
 
 /// The signal mask of a handler that resolves faults (the SIGBUS handler): every signal but
-/// the synchronous ones (a fault inside the handler's own reclaim must still be delivered) and
+/// the synchronous ones (a fault inside the handler's own reclaim must still be delivered; a
+/// system call trapped by the preload's seccomp filter raises SIGSYS, fatal while blocked) and
 /// glibc's two internal ones (32, 33, which it never lets a program block either). Blocked
 /// while the handler runs, an asynchronous signal cannot run a program handler on top of the
 /// fault path, where it could fault on managed memory while this thread holds an engine lock
@@ -158,7 +159,7 @@ pub(crate) fn fault_handler_mask(set: &mut libc::sigset_t) {
     // SAFETY: sigfillset/sigdelset on a sigset we own.
     unsafe {
         libc::sigfillset(set);
-        for sig in [libc::SIGBUS, libc::SIGSEGV, libc::SIGILL, libc::SIGFPE, libc::SIGTRAP, 32, 33] {
+        for sig in [libc::SIGBUS, libc::SIGSEGV, libc::SIGILL, libc::SIGFPE, libc::SIGTRAP, libc::SIGSYS, 32, 33] {
             libc::sigdelset(set, sig);
         }
     }

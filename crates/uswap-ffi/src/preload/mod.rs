@@ -26,7 +26,9 @@
 //!
 //! Faults are resolved by the pager's event thread (thread fault mode: a `read(2)` into
 //! swapped-out memory works in an unmodified program) and reclaim runs in its background
-//! reclaimer.
+//! reclaimer. With `USWAP_FAULT_MODE=sigbus` each fault is resolved in the thread that takes
+//! it (SIGBUS fault mode); the system calls libc makes with user buffers are then trapped by a
+//! seccomp filter ([`seccomp`]) and re-issued once their buffers are resident ([`sigsys`]).
 //!
 //! Deadlock freedom: no code here holds a lock that a thread may hold while touching managed
 //! memory. The interposed calls take no lock of their own; the pager's adoption lock is never
@@ -43,6 +45,7 @@
 //! Locking: [`RESERVED`] (the program's `PROT_NONE` reservations) is behind a [`RawLock`] held
 //! only for map updates; everything else is atomics or the pager's own locks.
 
+mod altstack;
 pub mod dl;
 pub mod exit;
 pub mod failures;
@@ -50,7 +53,9 @@ pub mod io;
 pub mod malloc;
 pub mod scan;
 pub mod sched;
+mod seccomp;
 pub mod signals;
+mod sigsys;
 pub mod thrash;
 pub mod tls;
 
@@ -254,11 +259,12 @@ fn start() -> Result<(), String> {
     let folio = launch::FOLIO.read(env)? as usize;
     MMAP_MIN.store(launch::MMAP_MIN.read(env)? as usize, Ordering::Relaxed);
     let scan_ms = launch::SCAN_MS.read(env)?;
+    let fault_mode = launch::FAULT_MODE.read(env)?;
     let cfg = PagerConfig {
         limit_bytes: limit,
         folio_size: folio,
         tiers: launch::TIERS.read(env).unwrap_or_default().to_string(),
-        fault_mode: uswap_pager::FaultMode::Thread,
+        fault_mode,
         // No REMOVE events: reclaim's own madvise would then wait for the event thread, which
         // must hold off reading while reclaim drops (see the pager's read gate). The program's
         // madvise goes through the interposed `madvise` below instead.
@@ -306,6 +312,13 @@ fn start() -> Result<(), String> {
     crate::BIG.unlock();
     r?;
     crate::gate::install_gate()?;
+    if fault_mode == uswap_pager::FaultMode::Sigbus {
+        // The system calls libc makes with user buffers, made resident first (`sigsys`).
+        altstack::ensure(None);
+        sigsys::install()?;
+        seccomp::install(&seccomp::libc_and_loader_text())?;
+        sigsys::ON.store(true, Ordering::Release);
+    }
     let _ = PAGER.set(pager.clone());
     fork::on_child_rebuilt(restart_scan_in_child);
     // One limit for the tree `uswap run` started (its budget file): from now on this process's

@@ -5,7 +5,7 @@
 //!   the program's mask ([`uswap_pager::Pager::reported_cpu_mask`]);
 //! - `sched_setaffinity` and `pthread_setaffinity_np`: the program sets masks itself, so the
 //!   pager gives its pin up and pins nothing again ([`uswap_pager::Pager::program_sets_cpu_masks`]);
-//! - `pthread_create`, `posix_spawn`, `posix_spawnp`, `system`, `popen` and the non-variadic
+//! - `pthread_create` (also run as uswap code, for the new thread's TLS vector), `posix_spawn`, `posix_spawnp`, `system`, `popen` and the non-variadic
 //!   `exec` functions run with the pin lifted ([`uswap_pager::Pager::without_cpu_pin`]), so the
 //!   new thread or program gets the program's mask (a `fork` child takes it back in the atfork
 //!   handler);
@@ -143,11 +143,35 @@ macro_rules! unpinned_wrapper {
     };
 }
 
-unpinned_wrapper!(
-    /// `pthread_create(3)`: the new thread gets the program's mask, not a pin.
-    pthread_create, c"pthread_create",
-    (th: *mut pthread_t, attr: *const pthread_attr_t, start: StartFn, arg: *mut c_void) -> c_int, libc::EAGAIN
-);
+/// `pthread_create(3)`: the new thread gets the program's mask, not a pin; and the call runs
+/// as uswap code ([`crate::reentry::internal`]), so the new thread's TLS vector (DTV), which
+/// the loader allocates with the global `calloc` inside this call, comes from the internal
+/// heap (`free` and `realloc` follow a block by address, so a later resize stays there).
+/// Every thread-local access of uswap code reads the DTV (`__tls_get_addr`); in the program's
+/// heap it could be swapped out, and a fault handler running on that thread (SIGBUS mode)
+/// would fault on it again before it could serve anything.
+///
+/// # Safety
+/// - As for `pthread_create(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_create(
+    th: *mut pthread_t,
+    attr: *const pthread_attr_t,
+    start: StartFn,
+    arg: *mut c_void,
+) -> c_int {
+    let f = next_fn!(
+        c"pthread_create",
+        unsafe extern "C" fn(*mut pthread_t, *const pthread_attr_t, StartFn, *mut c_void) -> c_int,
+        libc::EAGAIN
+    );
+    // SAFETY: the caller's arguments, as the next definition takes them.
+    let call = || unsafe { f(th, attr, start, arg) };
+    unpinned(|| match pager() {
+        Some(_) => crate::reentry::internal(call),
+        None => call(),
+    })
+}
 unpinned_wrapper!(
     /// `posix_spawn(3)`.
     posix_spawn, c"posix_spawn",

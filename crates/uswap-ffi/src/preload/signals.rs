@@ -3,6 +3,9 @@
 //! - `sigaction(SIGBUS, ...)` and `signal(SIGBUS, ...)` by the program are recorded instead of
 //!   installed: the gate ([`crate::gate`]) calls the program's handler for faults outside the
 //!   regions and resolves faults inside them. Other signals go to libc's `__sigaction`.
+//! - In SIGBUS fault mode, the program's `sigaction(SIGSYS, ...)` is reported done and not
+//!   made (the trap handler of [`super::sigsys`] stays), and no handler's mask holds SIGBUS or
+//!   SIGSYS.
 //! - `sigprocmask`/`pthread_sigmask` never block SIGBUS: a synchronous SIGBUS raised while it is
 //!   blocked kills the process (the kernel forces the default action), and worker threads that
 //!   block "all signals" are common. Like glibc, the internal signals 32 and 33 are not blocked.
@@ -17,6 +20,13 @@ fn guarding(sig: libc::c_int) -> bool {
     sig == libc::SIGBUS && GATE_ON.load(Ordering::Acquire) && !in_internal()
 }
 
+/// SIGBUS fault mode's trap handler is installed: the program may not replace it, and no
+/// handler's mask may hold SIGBUS or SIGSYS (a fault or a trapped call in a handler that
+/// blocks them would kill the process).
+fn trapping() -> bool {
+    super::sigsys::ON.load(Ordering::Acquire) && !in_internal()
+}
+
 /// `sigaction(2)`.
 ///
 /// # Safety
@@ -27,7 +37,26 @@ pub unsafe extern "C" fn sigaction(
     act: *const libc::sigaction,
     old: *mut libc::sigaction,
 ) -> libc::c_int {
+    if trapping() && sig == libc::SIGSYS && !act.is_null() {
+        // Reported done, not made (the program keeps SIGSYS's default action in its view).
+        if !old.is_null() {
+            // SAFETY: old points to writable storage (caller's contract).
+            unsafe {
+                *old = std::mem::zeroed();
+                (*old).sa_sigaction = libc::SIG_DFL;
+            }
+        }
+        return 0;
+    }
     if !guarding(sig) {
+        if trapping() && !act.is_null() {
+            // SAFETY: act is non-null and valid (caller's contract).
+            let mut a = unsafe { *act };
+            unblocked(&mut a.sa_mask, libc::SIGBUS);
+            unblocked(&mut a.sa_mask, libc::SIGSYS);
+            // SAFETY: forwarded with the mask filtered.
+            return unsafe { real_sigaction(sig, &a, old) };
+        }
         // SAFETY: forwarded.
         return unsafe { real_sigaction(sig, act, old) };
     }
@@ -82,6 +111,9 @@ fn filtered(how: libc::c_int, set: *const libc::sigset_t, out: &mut libc::sigset
     if GATE_ON.load(Ordering::Acquire) {
         unblocked(out, libc::SIGBUS);
     }
+    if super::sigsys::ON.load(Ordering::Acquire) {
+        unblocked(out, libc::SIGSYS);
+    }
     unblocked(out, 32);
     unblocked(out, 33);
     out
@@ -113,9 +145,9 @@ pub unsafe extern "C" fn pthread_sigmask(
     let mut tmp: libc::sigset_t = unsafe { std::mem::zeroed() };
     let s = filtered(how, set, &mut tmp);
     // SAFETY: rt_sigprocmask with valid (or null) pointers and the kernel's sigset size.
-    let r = unsafe { libc::syscall(libc::SYS_rt_sigprocmask, how, s, old, 8usize) };
-    // SAFETY: errno of this thread.
-    let e = if r < 0 { unsafe { *libc::__errno_location() } } else { 0 };
+    // (Issued from this library, not libc: SIGBUS mode's filter would trap libc's.)
+    let r = unsafe { super::sigsys::raw(libc::SYS_rt_sigprocmask, [how as u64, s as u64, old as u64, 8, 0, 0]) };
+    let e = if r < 0 { -r as i32 } else { 0 };
     keep.ok(e)
 }
 
@@ -133,5 +165,11 @@ pub unsafe extern "C" fn sigprocmask(
     let mut tmp: libc::sigset_t = unsafe { std::mem::zeroed() };
     let s = filtered(how, set, &mut tmp);
     // SAFETY: as above. (`filtered` sets no errno: a success leaves it alone.)
-    unsafe { libc::syscall(libc::SYS_rt_sigprocmask, how, s, old, 8usize) as libc::c_int }
+    let r = unsafe { super::sigsys::raw(libc::SYS_rt_sigprocmask, [how as u64, s as u64, old as u64, 8, 0, 0]) };
+    if r < 0 {
+        // SAFETY: errno of this thread.
+        unsafe { *libc::__errno_location() = -r as i32 };
+        return -1;
+    }
+    0
 }

@@ -45,7 +45,7 @@ static KEPT: AtomicU64 = AtomicU64::new(0);
 /// The key whose destructor runs a thread's kept destructors (`u32::MAX`: none).
 static KEY: AtomicU32 = AtomicU32::new(u32::MAX);
 
-type Dtor = unsafe extern "C" fn(*mut c_void);
+pub(super) type Dtor = unsafe extern "C" fn(*mut c_void);
 
 thread_local! {
     // Const-initialised, no destructor: touching them registers nothing.
@@ -69,6 +69,12 @@ pub fn init() {
 /// Thread-local destructors registered by uswap code that were dropped.
 pub fn kept() -> u64 {
     KEPT.load(Ordering::Relaxed)
+}
+
+/// Run `dtor(obj)` when the calling thread exits (uswap code's destructors); false if it
+/// cannot be kept.
+pub(super) fn at_thread_exit(dtor: Dtor, obj: *mut c_void) -> bool {
+    keep(dtor, obj)
 }
 
 /// Keep `dtor(obj)` for this thread's exit; false if it cannot be kept.

@@ -328,13 +328,20 @@ unsafe fn read_pages(p: &Pager, r: &RegionInner, src: usize, dst: *mut u8, len: 
 /// whole batch up ([`abort_all`]) when an event is pending. Returns the gate, held until the
 /// drop is done.
 ///
-/// In thread fault mode the program's threads run while we work, and one may have unmapped
+/// In thread fault mode, and in SIGBUS mode for adopted regions (the program unmaps those
+/// with its own `munmap`), the program's threads run while we work, and one may have unmapped
 /// (or moved) a range of this batch: its UNMAP/REMAP event was read, or is pending. Its
 /// address may then hold a new mapping, which our madvise must not drop. So: hold the read
 /// gate (no event is read, so no munmap in progress can return), and drop only if no event
 /// is pending in the kernel or deferred here; otherwise give the batch up.
 fn gate_or_abort<'p>(p: &'p Pager, b: &mut Batch) -> Option<crate::sys::YieldGuard<'p>> {
-    let gated = p.cfg.fault_mode == crate::FaultMode::Thread && !p.cfg.event_remove;
+    let adopted = || {
+        b.blocks[..b.nblocks].iter().any(|blk| {
+            // SAFETY: the block's region came from the registry inside enter()/leave().
+            blk.dest != Dest::Aborted && unsafe { &*blk.r }.adopted
+        })
+    };
+    let gated = !p.cfg.event_remove && (p.cfg.fault_mode == crate::FaultMode::Thread || adopted());
     let gate = gated.then(|| p.ev.read_gate.lock());
     if gated {
         let first = b.blocks[..b.nblocks].iter().find(|blk| blk.dest != Dest::Aborted);

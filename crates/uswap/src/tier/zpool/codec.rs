@@ -42,6 +42,28 @@ thread_local! {
     pub(super) static SCRATCH: RefCell<Scratch> = const { RefCell::new(Scratch { buf: Vec::new(), zc: None, zd: None, lz4: None }) };
 }
 
+/// Run `f` with this thread's scratch state; with a fresh one when the thread's own cannot be
+/// had: during the thread's exit, after its thread-locals were destroyed (a fault served in
+/// the exiting thread, SIGBUS mode, while glibc frees its last blocks), or while it is
+/// borrowed. The fresh state allocates, which only those cases pay.
+pub(super) fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
+    let mut f = Some(f);
+    let own = SCRATCH.try_with(|s| match (s.try_borrow_mut(), f.take()) {
+        (Ok(mut s), Some(g)) => Ok(g(&mut s)),
+        (_, g) => Err(g),
+    });
+    let g = match own {
+        Ok(Ok(r)) => return r,
+        Ok(Err(g)) => g,
+        Err(_) => f.take(),
+    };
+    let mut fresh = Scratch { buf: Vec::new(), zc: None, zd: None, lz4: None };
+    match g {
+        Some(g) => g(&mut fresh),
+        None => unreachable!("the closure runs once: it was not run when no state was had"),
+    }
+}
+
 /// Make this thread's decoding state now (the zstd decompression context a pool that may
 /// hold zstd objects uses): a thread that serves faults calls it when it starts, so its first
 /// swap-in of a zstd object does not allocate on the fault path.

@@ -67,7 +67,7 @@ use crate::error::TierError;
 use crate::swap_table::{SwapEntry, MAX_ORDER, PAGE_SIZE, PAYLOAD_MAX};
 use crate::sync::{AtomicBool, AtomicU64, LockClass, Mutex, Ordering};
 use class::{Class, SpareBudget};
-use codec::{zstd_ctx, SCRATCH};
+use codec::{with_scratch, zstd_ctx};
 use crossbeam_utils::CachePadded;
 use large::LargeArea;
 use layout::{class_of, hdr_codec, hdr_order, make_hdr, merged_classes, CODEC_RAW, HDR};
@@ -171,9 +171,8 @@ impl Backend for ZPool {
             return Err(TierError::Reject);
         }
         let order = pages.trailing_zeros() as u8;
-        SCRATCH.with(|s| {
-            let mut s = s.borrow_mut();
-            let (codec, len) = match self.compress(&mut s, data) {
+        with_scratch(|s| {
+            let (codec, len) = match self.compress(s, data) {
                 Some(x) => x,
                 None if self.cfg.incompressible == Incompressible::Reject => {
                     self.poor.fetch_add(1, Ordering::Relaxed);
@@ -187,7 +186,7 @@ impl Backend for ZPool {
                     (CODEC_RAW, data.len())
                 }
             };
-            let st = self.place(&mut s, make_hdr(codec, order, len, owner.0), len, true)?;
+            let st = self.place(s, make_hdr(codec, order, len, owner.0), len, true)?;
             self.stored_pages.fetch_add(pages as u64, Ordering::Relaxed);
             if codec == CODEC_RAW {
                 self.incompressible.fetch_add(pages as u64, Ordering::Relaxed);
@@ -201,9 +200,7 @@ impl Backend for ZPool {
     }
 
     fn load_part(&self, handle: u64, out: &mut [u8], at: usize, part: usize) -> Result<(), TierError> {
-        SCRATCH.with(|s| {
-            let mut s = s.borrow_mut();
-            let s = &mut *s;
+        with_scratch(|s| {
             if self.zstd_loads {
                 zstd_ctx(&mut s.zd);
             }

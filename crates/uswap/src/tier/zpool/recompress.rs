@@ -39,7 +39,7 @@
 //! decompression, compression or the relocate hook.
 
 use super::class::Zspage;
-use super::codec::{codec_of, SCRATCH};
+use super::codec::{codec_of, with_scratch};
 use super::config::Compressor;
 use super::large::Large;
 use super::layout::{
@@ -275,9 +275,7 @@ impl ZPool {
     fn recompress_one(&self, old: u64, hdr: u64, old_bytes: u64, comp: Compressor, w: &mut Work) -> Outcome {
         let n = PAGE_SIZE << hdr_order(hdr);
         w.plain.resize(n, 0);
-        SCRATCH.with(|s| {
-            let mut s = s.borrow_mut();
-            let s = &mut *s;
+        with_scratch(|s| {
             if self.decode_part(old, hdr, &w.src, &mut s.zd, &mut w.plain, 0..n).is_err() {
                 return Outcome::Skipped;
             }

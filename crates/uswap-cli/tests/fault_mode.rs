@@ -1,0 +1,71 @@
+//! End-to-end tests of SIGBUS fault mode (`USWAP_FAULT_MODE=sigbus`): faults served in the
+//! faulting thread, and libc's system calls on user buffers trapped and re-issued once their
+//! buffers are resident. Each program runs natively and under `uswap run` with a limit far
+//! below what it touches, and its output must be the same byte for byte; the program under
+//! uswap must have run with the filter installed (`Seccomp: 2`). Every run has the deadline of
+//! [`common::timeout`] and prints every thread's stack when it fires. Tests skip only when
+//! userfaultfd is not permitted and `USWAP_REQUIRE_UFFD` is unset.
+
+mod common;
+
+use common::*;
+use std::process::Command;
+
+const SIGBUS: &[(&str, &str)] = &[("USWAP_FAULT_MODE", "sigbus")];
+
+fn native(program: &[&str]) -> Ran {
+    let mut cmd = Command::new(program[0]);
+    cmd.args(&program[1..]);
+    let r = run(cmd, program[0]);
+    assert_eq!(r.code, Some(0), "{program:?} natively: {}", r.stderr);
+    r
+}
+
+/// Run `program` natively and under `uswap run --limit LIMIT` in SIGBUS mode; the two
+/// outputs (after `strip`) must match. Returns the managed run's stdout, or None when
+/// userfaultfd is not permitted.
+fn same_output(limit: &str, program: &[&str], strip: impl Fn(&str) -> String) -> Option<String> {
+    let n = native(program);
+    let mut args = vec!["--limit", limit, "--"];
+    args.extend_from_slice(program);
+    let u = uswap_run_env(&args, SIGBUS);
+    if no_uffd(&u) {
+        return None;
+    }
+    assert_eq!(u.code, Some(0), "{program:?} under uswap (SIGBUS mode): stderr:\n{}", u.stderr);
+    assert_eq!(strip(&u.out()), strip(&n.out()), "{program:?}: output differs; stderr:\n{}", u.stderr);
+    Some(u.out())
+}
+
+#[test]
+fn threads_read_swapped_out_memory_and_pass_it_to_system_calls() {
+    let dir = tempdir();
+    let exe = compile("random_read", dir.path());
+    let exe = exe.to_str().expect("utf-8 path");
+    let no_mode = |s: &str| s.lines().filter(|l| !l.starts_with("seccomp")).collect::<Vec<_>>().join("\n");
+    let Some(out) = same_output("32M", &[exe, "128", "2", "20000"], no_mode) else { return };
+    assert!(out.contains("seccomp 2"), "the filter was not installed: {out}");
+}
+
+#[test]
+fn cpython_threads_build_dicts() {
+    let script = "import threading\n\
+                  r = [0] * 4\n\
+                  def w(i):\n    d = {j: str(j) * 2 for j in range(150000)}\n    r[i] = sum(map(len, d.values()))\n\
+                  t = [threading.Thread(target=w, args=(i,)) for i in range(4)]\n\
+                  [x.start() for x in t]\n[x.join() for x in t]\nprint(r)\n\
+                  print([l for l in open('/proc/self/status') if l.startswith('Seccomp:')][0].split()[1])\n";
+    let strip = |s: &str| s.lines().next().unwrap_or("").to_string();
+    let Some(out) = same_output("48M", &["python3", "-c", script], strip) else { return };
+    assert_eq!(out.lines().nth(1), Some("2"), "the filter was not installed: {out}");
+}
+
+#[test]
+fn sort_reads_and_writes_through_swapped_out_buffers() {
+    let dir = tempdir();
+    let input = dir.path().join("in");
+    let lines: String = (0..400_000u64).map(|i| format!("{}\n", i.wrapping_mul(2654435761) % 1_000_003)).collect();
+    std::fs::write(&input, lines).expect("write the input");
+    let input = input.to_str().expect("utf-8 path");
+    same_output("16M", &["sort", "-n", "-S", "64M", input], str::to_string);
+}
