@@ -16,7 +16,7 @@
 //! until the array drops.
 
 use super::list::Lists;
-use super::Cluster;
+use super::state::Cluster;
 use crate::sync::{AtomicUsize, Ordering};
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;

@@ -1,7 +1,8 @@
 //! Fragment-cluster search policy: Chris Li's buckets (his review of "mm, swap: only scan one cluster in fragment list") and the success model.
 //!
-//! Owns no lock and no shared state: the probability table is computed once and read-only,
-//! and the per-bucket estimates live in the caller's allocator shard (under its lock).
+//! Locking: none. This file owns no lock and no shared state: the probability table is
+//! computed once and read-only, and the per-bucket estimates live in the caller's allocator
+//! shard (under its lock).
 //!
 //! # The success model P(order, used)
 //! A cluster has `N = 512` slots of which `used` are taken, placed uniformly at random. An

@@ -5,6 +5,10 @@
 //! `try_lock` a mutex as blocked when another thread takes that mutex first, which reports a
 //! deadlock that cannot happen with a real `try_lock` (it returns at once). The flag gives the
 //! model the real non-blocking semantics; the mutex behind it is then never contended.
+//!
+//! Locking: this is the cluster lock (`LockClass::Cluster`), the middle of the space's lock
+//! order shard -> cluster -> list (`mod.rs`). A holder of the list lock only uses `try_lock`
+//! (`relocate.rs`), which never waits.
 
 use crate::sync::{lock, LockClass, Mutex, MutexGuard};
 use std::ops::{Deref, DerefMut};

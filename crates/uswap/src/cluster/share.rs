@@ -25,7 +25,8 @@
 //! the cluster lock, then the list lock (the allocator's order); candidates are collected under
 //! the list lock and checked under each cluster's lock.
 
-use super::{ClusterFlag, ClusterState, SwapSpace, L_FOREIGN, L_FREE, L_FULL, L_SHARED, N};
+use super::state::{l_nonfull, ClusterFlag, ClusterState, L_FOREIGN, L_FREE, L_FULL, L_SHARED, N};
+use super::SwapSpace;
 use crate::sync::lock;
 
 /// Holds of one process on the clusters of a space shared with other processes. Implemented
@@ -105,7 +106,7 @@ impl SwapSpace {
         if st.count as usize == N {
             self.move_cluster(ci, st, ClusterFlag::Full, L_FULL);
         } else {
-            self.move_cluster(ci, st, ClusterFlag::Nonfull, super::l_nonfull(st.order));
+            self.move_cluster(ci, st, ClusterFlag::Nonfull, l_nonfull(st.order));
         }
     }
 

@@ -1,10 +1,15 @@
 //! Allocator statistics: per-order allocations, fallbacks and where allocations came from,
-//! list lengths, and the fragment buckets. Counted per allocator shard under the shard's lock
-//! (every allocation holds its shard lock anyway), summed on read.
+//! list lengths, and the fragment buckets.
+//!
+//! Locking: counted per allocator shard under the shard's lock (every allocation holds its
+//! shard lock anyway); summed on read by [`SwapSpace::alloc_stats`], which takes each shard's
+//! lock in turn, then the list lock for the lengths of the lists.
 
-use super::frag::NR_BUCKETS;
-use super::FragPolicy;
-use crate::swap_table::NR_ORDERS;
+use super::frag::{bucket_prior, bucket_range, NR_BUCKETS};
+use super::state::{l_frag, l_nonfull, L_DISCARD, L_FOREIGN, L_FREE, L_FULL, L_SHARED, N};
+use super::{FragPolicy, SwapSpace};
+use crate::swap_table::{MAX_ORDER, NR_ORDERS};
+use crate::sync::lock;
 
 /// Where an allocation was satisfied (kernel `cluster_alloc_swap_entry` steps).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -117,5 +122,56 @@ impl AllocStats {
         } else {
             self.fallback[order] as f64 / tries as f64
         }
+    }
+}
+
+impl SwapSpace {
+    /// A snapshot of the allocator statistics.
+    pub fn alloc_stats(&self) -> AllocStats {
+        let mut s = AllocStats { policy: self.cfg.frag_policy, ..AllocStats::default() };
+        let mut scans = [[0u64; NR_BUCKETS]; NR_ORDERS];
+        let mut hits = [[0u64; NR_BUCKETS]; NR_ORDERS];
+        for sh in self.shards.iter() {
+            let sh = lock(sh);
+            sh.stats.add(&mut s);
+            for o in 0..NR_ORDERS {
+                for b in 0..NR_BUCKETS {
+                    scans[o][b] += sh.stats.bucket_scans[o][b];
+                    hits[o][b] += sh.stats.bucket_hits[o][b];
+                }
+            }
+        }
+        let l = lock(&self.lists);
+        s.free_clusters = l.len(L_FREE) + (self.clusters.len() - self.clusters.ready());
+        s.full_clusters = l.len(L_FULL);
+        s.discard_clusters = l.len(L_DISCARD);
+        s.shared_clusters = l.len(L_SHARED);
+        s.foreign_clusters = l.len(L_FOREIGN);
+        for o in 0..NR_ORDERS as u8 {
+            s.nonfull_clusters[o as usize] = l.len(l_nonfull(o));
+            s.frag_clusters[o as usize] = (0..NR_BUCKETS as u8).map(|b| l.len(l_frag(o, b))).sum();
+        }
+        for o in 0..MAX_ORDER {
+            for b in 0..self.nr_buckets() as u8 {
+                let (lo, hi, p) = match self.cfg.frag_policy {
+                    FragPolicy::Buckets => {
+                        let (lo, hi) = bucket_range(b);
+                        (lo, hi.min(N as u16), Some(bucket_prior(o, b)))
+                    }
+                    FragPolicy::ScanOne => (0, N as u16, None),
+                };
+                s.buckets.push(BucketStats {
+                    order: o,
+                    bucket: b,
+                    min_used: lo,
+                    max_used: hi,
+                    clusters: l.len(l_frag(o, b)),
+                    scans: scans[o as usize][b as usize],
+                    hits: hits[o as usize][b as usize],
+                    p_model: p,
+                });
+            }
+        }
+        s
     }
 }
