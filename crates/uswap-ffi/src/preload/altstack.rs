@@ -16,7 +16,7 @@
 //!
 //! Locking: none; a per-thread flag.
 
-use super::sigsys::raw;
+use super::raw::raw;
 use std::cell::Cell;
 
 /// Bytes of one stack, its lowest page a guard (`PROT_NONE`). Only the pages a handler

@@ -51,6 +51,7 @@ pub mod exit;
 pub mod failures;
 pub mod io;
 pub mod malloc;
+mod raw;
 pub mod scan;
 pub mod sched;
 mod seccomp;

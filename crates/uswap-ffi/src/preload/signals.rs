@@ -146,7 +146,7 @@ pub unsafe extern "C" fn pthread_sigmask(
     let s = filtered(how, set, &mut tmp);
     // SAFETY: rt_sigprocmask with valid (or null) pointers and the kernel's sigset size.
     // (Issued from this library, not libc: SIGBUS mode's filter would trap libc's.)
-    let r = unsafe { super::sigsys::raw(libc::SYS_rt_sigprocmask, [how as u64, s as u64, old as u64, 8, 0, 0]) };
+    let r = unsafe { super::raw::raw(libc::SYS_rt_sigprocmask, [how as u64, s as u64, old as u64, 8, 0, 0]) };
     let e = if r < 0 { -r as i32 } else { 0 };
     keep.ok(e)
 }
@@ -165,7 +165,7 @@ pub unsafe extern "C" fn sigprocmask(
     let mut tmp: libc::sigset_t = unsafe { std::mem::zeroed() };
     let s = filtered(how, set, &mut tmp);
     // SAFETY: as above. (`filtered` sets no errno: a success leaves it alone.)
-    let r = unsafe { super::sigsys::raw(libc::SYS_rt_sigprocmask, [how as u64, s as u64, old as u64, 8, 0, 0]) };
+    let r = unsafe { super::raw::raw(libc::SYS_rt_sigprocmask, [how as u64, s as u64, old as u64, 8, 0, 0]) };
     if r < 0 {
         // SAFETY: errno of this thread.
         unsafe { *libc::__errno_location() = -r as i32 };

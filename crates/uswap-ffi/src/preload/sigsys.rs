@@ -25,6 +25,7 @@
 //! allocates nothing and calls no interposed symbol (the rules of `docs/design.md`, "Deadlock
 //! freedom", for fault handlers).
 
+use super::raw::raw;
 use std::sync::atomic::{AtomicI32, Ordering};
 use uswap_pager::prefault;
 
@@ -75,28 +76,6 @@ pub(super) fn install() -> Result<(), String> {
 fn getpid() -> i32 {
     // SAFETY: no arguments.
     unsafe { raw(libc::SYS_getpid, [0; 6]) as i32 }
-}
-
-/// Issue system call `nr` from this library's text (not trapped). Returns the kernel's result
-/// (`-errno` on failure).
-///
-/// # Safety
-/// - As for the system call `nr` with `args`.
-#[inline(never)]
-pub(super) unsafe fn raw(nr: libc::c_long, a: [u64; 6]) -> i64 {
-    let ret: i64;
-    // SAFETY: the caller vouches for the call; `syscall` clobbers rcx and r11 only.
-    unsafe {
-        std::arch::asm!(
-            "syscall",
-            inlateout("rax") nr => ret,
-            in("rdi") a[0], in("rsi") a[1], in("rdx") a[2],
-            in("r10") a[3], in("r8") a[4], in("r9") a[5],
-            lateout("rcx") _, lateout("r11") _,
-            options(nostack),
-        )
-    };
-    ret
 }
 
 extern "C" fn on_sigsys(_sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
