@@ -131,6 +131,9 @@ Environment:
   USWAP_PIN_THREAD   `0`: follow, but do not pin the thread that faults beside it (the pin
                      is on while one process of the tree takes nearly all the faults; it is
                      hidden from sched_getaffinity and not inherited)
+  USWAP_FAULT_MODE   `sigbus` (experimental): faults are served in the thread that takes
+                     them, and libc's system calls on user buffers are trapped (seccomp) and
+                     issued again once their buffers are resident (default `thread`)
   USWAP_STATS_INTERVAL_MS  how often each process rewrites its statistics in USWAP_STATS_DIR
                      (the live view of `uswap status`; uswap run sets 500 unless it is set)
   Set by uswap run for the program (inherited by everything it starts): LD_PRELOAD,
