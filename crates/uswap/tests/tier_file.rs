@@ -12,6 +12,16 @@ use uswap::internals::swapfile::{HEADER_BYTES, MAGIC};
 use uswap::tier::file::{open_target, EngineKind, FileConfig, FileTarget, FileTier, CLUSTER_STRIDE};
 use uswap::{SwapEntry, TierError, PAGE_SIZE};
 
+/// A swap file's lock belongs to its open file description, so a child forked by another test
+/// between `fork` and `exec` keeps a dropped tier's file locked for a moment. Tests that open a
+/// file again after dropping its tier hold this shared; the test that spawns programs holds it
+/// exclusively.
+static SPAWNING: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn reopening() -> std::sync::RwLockReadGuard<'static, ()> {
+    SPAWNING.read().unwrap_or_else(|e| e.into_inner())
+}
+
 fn engines() -> Vec<EngineKind> {
     let mut v = vec![EngineKind::Psync];
     if io_uring::IoUring::new(4).is_ok() {
@@ -406,6 +416,7 @@ fn uring_engine_owns_buffers() {
 /// nothing is left behind when the process ends (however it ends); an existing one is kept.
 #[test]
 fn a_new_swap_file_leaves_nothing_behind() {
+    let _g = reopening();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("new.swap");
     let t =
@@ -443,6 +454,7 @@ fn open_err(c: &FileConfig) -> String {
 /// change. With force it gets a header, and data never starts at offset 0.
 #[test]
 fn an_existing_file_without_a_header_is_refused_unless_forced() {
+    let _g = reopening();
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("data.bin");
@@ -505,6 +517,7 @@ fn an_existing_file_without_a_header_is_refused_unless_forced() {
 /// Two tiers (two processes) never share one swap file.
 #[test]
 fn a_file_in_use_is_refused_even_with_force() {
+    let _g = reopening();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("shared.swap");
     std::fs::File::create(&path).unwrap();
@@ -520,6 +533,7 @@ fn a_file_in_use_is_refused_even_with_force() {
 /// usable with force, and refused while another program holds it exclusively.
 #[test]
 fn block_devices_need_a_header_and_must_be_free() {
+    let _spawning = SPAWNING.write().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("disk.img");
     std::fs::File::create(&img).unwrap().set_len(16 << 20).unwrap();
