@@ -7,8 +7,9 @@
 //! pager's handler), issues the call from this library's text ([`raw`], which the filter lets
 //! through), and puts its result in the context's `rax`; returning resumes the program after
 //! its `syscall` instruction. A call that still fails with `EFAULT` while one of its buffers
-//! lies in a managed region (an eviction took a page between the touch and the call) is
-//! prefaulted and issued again, a bounded number of times.
+//! lies in a managed region (an eviction took a page between the touch and the call, or the
+//! reconciler adopted the buffer's mapping during the call) is prefaulted and issued again, a
+//! bounded number of times.
 //!
 //! Two calls are not re-issued as they are:
 //! - `rt_sigprocmask` that blocks: applied to the mask the program returns to (the context's
@@ -103,8 +104,10 @@ extern "C" fn on_sigsys(_sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut
             .map(|r| g[r as usize] as u64);
         let r = match nr {
             libc::SYS_rt_sigprocmask => {
-                // A thread glibc starts sets its mask first: give it its stack now.
+                // A thread glibc starts sets its mask first: give it its stack now, and pin its
+                // thread control block.
                 super::altstack::ensure(Some(&mut *uc));
+                super::tcb::pin_this_thread();
                 sigprocmask(uc, a)
             }
             libc::SYS_rt_sigaction => sigaction(a),
@@ -120,15 +123,24 @@ extern "C" fn on_sigsys(_sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut
 /// # Safety
 /// - `a` are the arguments the program passed to `nr`.
 unsafe fn call(nr: libc::c_long, a: [u64; 6]) -> i64 {
+    // SAFETY: the program's arguments; prefault touches managed memory only.
+    let mut managed = unsafe { buffers(nr, a) };
     let mut tries = 0;
     loop {
-        // SAFETY: the program's arguments; prefault touches managed memory only.
-        let managed = unsafe { buffers(nr, a) };
         // SAFETY: the program's call, re-issued unchanged.
         let r = unsafe { raw(nr, a) };
-        if r != -(libc::EFAULT as i64) || !managed || tries >= MAX_RETRIES {
+        if r != -(libc::EFAULT as i64) || tries >= MAX_RETRIES {
             return r;
         }
+        // Look again (and prefault again): a buffer no region held before the call may have
+        // been adopted during it (an adopter publishes its region before it registers the
+        // range, so a page the call found registered is in a region by now).
+        // SAFETY: as above.
+        let now = unsafe { buffers(nr, a) };
+        if !managed && !now {
+            return r;
+        }
+        managed = now;
         tries += 1;
     }
 }
@@ -165,21 +177,38 @@ unsafe fn sigprocmask(uc: &mut libc::ucontext_t, a: [u64; 6]) -> i64 {
     0
 }
 
-/// `rt_sigaction(SIGBUS or SIGSYS, act, old, size)`: made in this process, reported done and
-/// not made in a `vfork` child.
+/// `rt_sigaction(sig, act, old, size)` that sets an action. A handler runs on the thread's
+/// alternate stack (`SA_ONSTACK` added): the kernel writes the signal frame below the
+/// interrupted stack pointer otherwise, and where that page of a managed stack is swapped out
+/// it cannot (a kernel access to a missing page fails in this mode) and kills the process
+/// with SIGSEGV; a JVM takes a SIGSEGV at every implicit null check and safepoint poll, with
+/// handlers that do not ask for `SA_ONSTACK`. SIGBUS's and SIGSYS's action is made in this
+/// process, reported done and not made in a `vfork` child.
 ///
 /// # Safety
 /// - `a` are the trapped call's arguments.
 unsafe fn sigaction(a: [u64; 6]) -> i64 {
-    if getpid() == PID.load(Ordering::Relaxed) {
-        // SAFETY: the program's call.
+    let sig = a[0] as i32;
+    if (sig == libc::SIGBUS || sig == libc::SIGSYS) && getpid() != PID.load(Ordering::Relaxed) {
+        if a[2] == 0 {
+            return 0;
+        }
+        // SAFETY: the old action only: the kernel writes it to the program's `old`.
+        return unsafe { raw(libc::SYS_rt_sigaction, [a[0], 0, a[2], a[3], 0, 0]) };
+    }
+    // The kernel's `struct sigaction`: handler, flags, restorer, mask (`a[3]` bytes, 8 here).
+    let mut act = [0u64; 4];
+    // SAFETY: `act` is 32 writable bytes of this stack.
+    if a[3] != 8 || !unsafe { copy_in(a[1], act.as_mut_ptr().cast(), 32) } {
+        // SAFETY: the program's call (the kernel reports its bad argument).
         return unsafe { call(libc::SYS_rt_sigaction, a) };
     }
-    if a[2] == 0 {
-        return 0;
+    if act[0] != libc::SIG_DFL as u64 && act[0] != libc::SIG_IGN as u64 {
+        act[1] |= libc::SA_ONSTACK as u64;
     }
-    // SAFETY: the old action only: the kernel writes it to the program's `old`.
-    unsafe { raw(libc::SYS_rt_sigaction, [a[0], 0, a[2], a[3], 0, 0]) }
+    // SAFETY: the program's call with its action copied to this stack; `old` is the program's
+    // (prefaulted by `call`).
+    unsafe { call(libc::SYS_rt_sigaction, [a[0], act.as_ptr() as u64, a[2], a[3], 0, 0]) }
 }
 
 /// Copy `len` bytes of our memory at `src` to `dst` through the kernel (a bad `src` fails
@@ -246,7 +275,8 @@ unsafe fn buffers(nr: libc::c_long, a: [u64; 6]) -> bool {
     use Dir::{In, Out};
     let mut m = Touch { managed: false };
     match nr {
-        libc::SYS_read | libc::SYS_pread64 | libc::SYS_getdents64 | libc::SYS_getrandom => m.buf(a[1], a[2], Out),
+        libc::SYS_read | libc::SYS_pread64 | libc::SYS_getdents64 => m.buf(a[1], a[2], Out),
+        libc::SYS_getrandom => m.buf(a[0], a[1], Out),
         libc::SYS_write | libc::SYS_pwrite64 => m.buf(a[1], a[2], In),
         libc::SYS_readv | libc::SYS_preadv | libc::SYS_preadv2 => m.iov(a[1], a[2], Out),
         libc::SYS_writev | libc::SYS_pwritev | libc::SYS_pwritev2 => m.iov(a[1], a[2], In),
