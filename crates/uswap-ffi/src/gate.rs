@@ -6,7 +6,10 @@
 //! `sigaction`, [`PROGRAM`]), a fault inside them to the pager's handler. A thread that forks
 //! closes the gate ([`close_for_fork`]): every other thread that takes a SIGBUS waits before it
 //! enters the pager, and the forker waits until no fault is in progress, so no page is `BUSY`
-//! in the child's snapshot. A leaf module below `fork` and the preload library's `signals`.
+//! in the child's snapshot. In a fork child the gate stays closed until its pager is rebuilt;
+//! a fault there is served by the parent's event thread, which still holds the child's
+//! registrations ([`uswap_pager::fault_from_fork_parent`]). A leaf module below `fork` and the
+//! preload library's `signals`.
 //!
 //! Locking: the gate is an atomic (tid of the forking thread) plus an in-flight counter, with
 //! SeqCst on both sides (a thread increments, then re-checks the gate; the forker closes, then
@@ -30,6 +33,9 @@ pub unsafe fn real_sigaction(sig: libc::c_int, act: *const libc::sigaction, old:
 
 /// The tid of a thread that is forking (0: open).
 static GATE: AtomicI32 = AtomicI32::new(0);
+/// The process that closed the gate: a fork child finds another pid here until it opens the
+/// gate again ([`reset_in_child`]).
+static GATE_PID: AtomicI32 = AtomicI32::new(0);
 static INFLIGHT: AtomicI32 = AtomicI32::new(0);
 static PAGER_ACTION: AtomicUsize = AtomicUsize::new(0);
 static PAGER_SIGINFO: AtomicBool = AtomicBool::new(true);
@@ -137,6 +143,9 @@ extern "C" fn gate_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mu
     loop {
         let g = GATE.load(Ordering::SeqCst);
         if g != 0 && g != me {
+            if ours && getpid() != GATE_PID.load(Ordering::SeqCst) && in_fork_child(addr) {
+                return; // served: the access runs again
+            }
             std::thread::yield_now();
             continue;
         }
@@ -163,9 +172,35 @@ extern "C" fn gate_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mu
     INFLIGHT.fetch_sub(1, Ordering::SeqCst);
 }
 
+fn getpid() -> i32 {
+    // SAFETY: getpid has no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_getpid) as i32 }
+}
+
+/// A fault at `addr` in a fork child whose pager is not rebuilt yet: true once the parent
+/// served it; false when the child has released its parent (its own pager serves the fault
+/// once the gate opens: wait for that). A parent that does not answer ends the child.
+fn in_fork_child(addr: usize) -> bool {
+    use uswap_pager::ForkChildFault as F;
+    match uswap_pager::fault_from_fork_parent(addr) {
+        F::Served => true,
+        F::Released | F::NotOurs => false,
+        F::NoAnswer => {
+            let msg =
+                b"uswap: fork: the child faulted on a page before its pager ran, and the parent did not serve it\n";
+            // SAFETY: write(2) of a static buffer and _exit(2), both async-signal-safe.
+            unsafe {
+                libc::write(2, msg.as_ptr().cast(), msg.len());
+                libc::_exit(125)
+            }
+        }
+    }
+}
+
 /// Close the gate for a fork by the calling thread and wait until no other thread is inside
 /// the pager's SIGBUS handler.
 pub fn close_for_fork() {
+    GATE_PID.store(getpid(), Ordering::SeqCst);
     GATE.store(gettid(), Ordering::SeqCst);
     while INFLIGHT.load(Ordering::SeqCst) != 0 {
         std::thread::yield_now();

@@ -20,6 +20,13 @@
 //! (it was missing in the parent too); a write-protect fault (a clean page's protection) is
 //! lifted, and the child's pager forgets clean pages anyway.
 //!
+//! In SIGBUS fault mode the kernel does not queue the child's faults on that descriptor (its
+//! features, `UFFD_FEATURE_SIGBUS` among them, are the parent's): it raises SIGBUS in the
+//! child. The child's SIGBUS path then asks instead ([`fault_from_fork_parent`]): it puts the
+//! page's address in the shared page's request word and writes the eventfd, and the event
+//! thread serves the request as it would the fault and clears the word, which the child
+//! waits for.
+//!
 //! The child's handler first calls [`crate::Pager::fork_child_release`]: a word in a page
 //! shared with the child ([`ForkServe`]'s slot). The event thread then closes the descriptor,
 //! which lets the child register its regions on a uffd of its own. The pages served are listed
@@ -31,7 +38,9 @@
 //!
 //! Locking: atomics only. The slot is written by one side at a time: the parent's event thread
 //! writes the list before it closes the descriptor, the child reads it after its registration
-//! succeeded (which needs that close); `released` is the child's.
+//! succeeded (which needs that close); `released` is the child's. The request word is taken by
+//! a child thread with a compare-and-swap from 0 and cleared by the event thread once served
+//! (one request at a time).
 
 use crate::page::{kind, PageWord};
 use crate::region;
@@ -42,11 +51,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use uswap::tier::shared::SharedMap;
 
 /// Slot layout (8-byte words): the generation the child released, the generation of the
-/// served list, its length, then the addresses.
+/// served list, its length, the child's request (a page address with [`REQ_PENDING`], or 0),
+/// then the served list's addresses.
 const RELEASED: usize = 0;
 const LIST_GEN: usize = 8;
 const LIST_LEN: usize = 16;
-const LIST: usize = 24;
+const REQUEST: usize = 24;
+const LIST: usize = 32;
+/// Low bit of the request word: a request is posted (addresses are page-aligned).
+const REQ_PENDING: u64 = 1;
+/// How long a fork child waits for its parent to serve a request before it gives up (the
+/// caller then ends the child with a message: the parent stopped or died).
+const ASK_TIMEOUT_NS: u64 = 30_000_000_000;
 const SLOT_BYTES: usize = 4096;
 const LIST_MAX: usize = (SLOT_BYTES - LIST) / 8;
 
@@ -215,6 +231,7 @@ impl<'p> Child<'p> {
             return None; // dropping `uffd` closes it
         };
         slot.u64_at(LIST_LEN).store(0, Ordering::SeqCst);
+        slot.u64_at(REQUEST).store(0, Ordering::SeqCst);
         slot.u64_at(LIST_GEN).store(gen, Ordering::SeqCst);
         p.fork_serve.active.store(true, Ordering::SeqCst);
         Some(Child {
@@ -251,11 +268,19 @@ impl<'p> Child<'p> {
         let mut i = 0;
         while i < self.npending {
             let (a, wp) = self.pending[i];
-            if serve(p, &self.uffd, a, wp, self.gen) {
+            if serve(p, &self.uffd, a, wp, self.gen).is_some() {
                 self.npending -= 1;
                 self.pending[i] = self.pending[self.npending];
             } else {
                 i += 1;
+            }
+        }
+        if let Some(w) = p.fork_serve.word(REQUEST) {
+            let req = w.load(Ordering::SeqCst);
+            if req & REQ_PENDING != 0
+                && serve_request(p, &self.uffd, (req & !(PAGE_SIZE as u64 - 1)) as usize, self.gen)
+            {
+                let _ = w.compare_exchange(req, 0, Ordering::SeqCst, Ordering::SeqCst);
             }
         }
         let released = p.fork_serve.word(RELEASED).is_some_and(|w| w.load(Ordering::SeqCst) == self.gen);
@@ -278,14 +303,26 @@ impl Drop for Child<'_> {
     }
 }
 
-/// Serve the child's fault at page `a`; false to retry later (an event of the child is
+/// Serve a request the child posted for page `a` (SIGBUS mode, which does not say whether the
+/// fault was a write to a protected page or a missing page): fill the page, and where it was
+/// present already, lift its protection. False to retry later.
+fn serve_request(p: &Pager, u: &Uffd, a: usize, gen: u64) -> bool {
+    match serve(p, u, a, false, gen) {
+        None => false,
+        Some(Filled::Done) => true,
+        Some(Filled::Exists) => serve(p, u, a, true, gen).is_some(),
+    }
+}
+
+/// Serve the child's fault at page `a`: `Done` when this filled it, `Exists` when it was
+/// present (or `wp`: its protection lifted); None to retry later (an event of the child is
 /// pending, or the page is held: neither lasts).
-fn serve(p: &Pager, u: &Uffd, a: usize, wp: bool, gen: u64) -> bool {
+fn serve(p: &Pager, u: &Uffd, a: usize, wp: bool, gen: u64) -> Option<Filled> {
     crate::uffd::AGAIN.with(|c| c.set(false));
     let again = || crate::uffd::AGAIN.with(|c| c.replace(false));
     if wp {
         let _ = u.writeprotect(a, PAGE_SIZE, false, true);
-        return !again();
+        return (!again()).then_some(Filled::Exists);
     }
     let mut buf = p.bufs.take();
     region::enter();
@@ -307,7 +344,7 @@ fn serve(p: &Pager, u: &Uffd, a: usize, wp: bool, gen: u64) -> bool {
         }
         (kind::BUSY, _) => {
             region::leave();
-            return false;
+            return None;
         }
         _ => p.bufs.zero(),
     };
@@ -316,7 +353,7 @@ fn serve(p: &Pager, u: &Uffd, a: usize, wp: bool, gen: u64) -> bool {
     let res = unsafe { u.copy(a, src, PAGE_SIZE, false, true) };
     region::leave();
     if again() {
-        return false;
+        return None;
     }
     if matches!(res, Ok(Filled::Done)) {
         inc(&p.counters.fork_child_faults, 1);
@@ -328,5 +365,66 @@ fn serve(p: &Pager, u: &Uffd, a: usize, wp: bool, gen: u64) -> bool {
             }
         }
     }
-    true
+    Some(res.unwrap_or(Filled::Done))
+}
+
+/// What [`fault_from_fork_parent`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ForkChildFault {
+    /// The parent served the page: return and let the access run again.
+    Served,
+    /// The address is in no region: not the pager's fault.
+    NotOurs,
+    /// The child released its parent already (its own pager takes over next): wait for that.
+    Released,
+    /// The parent did not serve the request in time (it stopped or died).
+    NoAnswer,
+}
+
+/// In a fork child whose pager is not rebuilt yet, in SIGBUS fault mode: have the parent's
+/// event thread, which holds the child's registrations until the child releases it, resolve
+/// the fault at `addr`. Allocates nothing and takes no lock (a SIGBUS handler's rules).
+pub fn fault_from_fork_parent(addr: usize) -> ForkChildFault {
+    region::enter();
+    // SAFETY: between enter and leave; only the pager reference is kept, which outlives the
+    // region (a region's pager is freed after its regions).
+    let pager = unsafe { region::lookup(addr) }.map(|r| r.pager() as *const Pager);
+    region::leave();
+    let Some(pager) = pager else { return ForkChildFault::NotOurs };
+    // SAFETY: as above: the pager outlives its regions, and a fork child frees none of them
+    // before its own pager runs.
+    let p = unsafe { &*pager };
+    let serve = &p.fork_serve;
+    let gen = p.hold.generation();
+    let (Some(req_w), Some(released)) = (serve.word(REQUEST), serve.word(RELEASED)) else {
+        return ForkChildFault::NoAnswer;
+    };
+    let req = (addr & !(PAGE_SIZE - 1)) as u64 | REQ_PENDING;
+    let t0 = now_ns();
+    let late = || now_ns() - t0 > ASK_TIMEOUT_NS;
+    loop {
+        if released.load(Ordering::SeqCst) == gen {
+            return ForkChildFault::Released;
+        }
+        if req_w.compare_exchange(0, req, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            break;
+        }
+        if late() {
+            return ForkChildFault::NoAnswer;
+        }
+        std::thread::yield_now();
+    }
+    if serve.wake_fd >= 0 {
+        let one = 1u64;
+        // SAFETY: write of 8 bytes from a local to the eventfd inherited from the parent.
+        unsafe { libc::syscall(libc::SYS_write, serve.wake_fd, (&one as *const u64).cast::<libc::c_void>(), 8) };
+    }
+    while req_w.load(Ordering::SeqCst) == req {
+        if late() {
+            let _ = req_w.compare_exchange(req, 0, Ordering::SeqCst, Ordering::SeqCst);
+            return ForkChildFault::NoAnswer;
+        }
+        std::thread::yield_now();
+    }
+    ForkChildFault::Served
 }
