@@ -102,6 +102,14 @@ static STACKS: [AtomicUsize; MAX_STACKS] = [const { AtomicUsize::new(0) }; MAX_S
 static PINNED: [Range; MAX_STACKS] = [const { Range(AtomicU64::new(0)) }; MAX_STACKS];
 /// Slots of [`PINNED`] ever claimed (readers scan only these).
 static PIN_HIGH: AtomicUsize = AtomicUsize::new(0);
+/// Ranges of the program's memory pinned by its embedder ([`pin_range`]): in SIGBUS fault
+/// mode, each program thread's thread control block and static TLS, which the fault handler
+/// reads through `%fs` on that thread (a missing page there would fault again inside the
+/// handler, for ever).
+static PROGRAM_PINNED: [Range; MAX_PROGRAM_PINS] = [const { Range(AtomicU64::new(0)) }; MAX_PROGRAM_PINS];
+/// Slots of [`PROGRAM_PINNED`] ever claimed.
+static PROGRAM_PIN_HIGH: AtomicUsize = AtomicUsize::new(0);
+const MAX_PROGRAM_PINS: usize = 4096;
 /// Added to every pager thread's stack size (see the module's paragraph).
 pub const STACK_PAD: usize = 68 << 10;
 /// The default stack of a pager thread, before [`STACK_PAD`] (the Rust runtime's default).
@@ -424,7 +432,28 @@ pub fn pin_thread_vector() -> Option<usize> {
 
 /// True if `[start, end)` holds a pinned range: reclaim must leave the folio resident.
 pub fn pinned(start: usize, end: usize) -> bool {
-    PINNED[..PIN_HIGH.load(Ordering::Acquire)].iter().filter_map(Range::read).any(|(s, e)| s < end && e > start)
+    let hit = |t: &[Range]| t.iter().filter_map(Range::read).any(|(s, e)| s < end && e > start);
+    hit(&PINNED[..PIN_HIGH.load(Ordering::Acquire)]) || hit(&PROGRAM_PINNED[..PROGRAM_PIN_HIGH.load(Ordering::Acquire)])
+}
+
+/// Keep the program's pages of `[start, end)` (rounded out to pages) resident for the rest of
+/// the process: reclaim passes over the folios that hold them. A range pinned already (a
+/// thread started on a stack glibc cached from one that ended) takes no new slot. False when
+/// the table is full or the range cannot be packed. Allocates nothing (a signal handler may
+/// call it).
+pub fn pin_range(start: usize, end: usize) -> bool {
+    let Some(w) = Range::pack(start & !(PAGE - 1), end.div_ceil(PAGE) * PAGE) else { return false };
+    let high = PROGRAM_PIN_HIGH.load(Ordering::Acquire);
+    if PROGRAM_PINNED[..high].iter().any(|r| r.0.load(Ordering::Relaxed) == w) {
+        return true;
+    }
+    let Some(slot) = PROGRAM_PINNED.iter().position(|r| {
+        r.0.load(Ordering::Relaxed) == 0 && r.0.compare_exchange(0, w, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+    }) else {
+        return false;
+    };
+    PROGRAM_PIN_HIGH.fetch_max(slot + 1, Ordering::AcqRel);
+    true
 }
 
 /// Where the calling thread's dynamic thread vector is (glibc's `dtv` pointer: its entry 0;

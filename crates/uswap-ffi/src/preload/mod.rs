@@ -57,6 +57,7 @@ pub mod sched;
 mod seccomp;
 pub mod signals;
 mod sigsys;
+mod tcb;
 pub mod thrash;
 pub mod tls;
 
@@ -316,6 +317,8 @@ fn start() -> Result<(), String> {
     if fault_mode == uswap_pager::FaultMode::Sigbus {
         // The system calls libc makes with user buffers, made resident first (`sigsys`).
         altstack::ensure(None);
+        tcb::init();
+        tcb::pin_this_thread();
         sigsys::install()?;
         seccomp::install(&seccomp::libc_and_loader_text())?;
         sigsys::ON.store(true, Ordering::Release);

@@ -8,8 +8,8 @@
 //! `opendir`'s `getdents64`, a contended mutex's `futex`) are not. The filter traps, by
 //! instruction pointer, the calls issued from the text of libc and of the loader, and only
 //! those that take a user pointer ([`TRAPPED`]; `futex` only for the operations that read or
-//! write its words, `rt_sigaction` only when it would change SIGBUS's or SIGSYS's action,
-//! `rt_sigprocmask` only when it would block). Every other call, and every call from
+//! write its words, `rt_sigaction` only when it sets an action, `rt_sigprocmask` only when it
+//! would block). Every other call, and every call from
 //! elsewhere (the preload's own raw calls, which re-issue the trapped ones), runs untouched.
 //!
 //! A filter lasts for the life of the process and of what it `exec`s, and cannot be removed:
@@ -216,12 +216,9 @@ pub(super) fn program(ranges: &[Range]) -> Vec<libc::sock_filter> {
     p.op(JEQ_K, 1, 0, FUTEX_WAKE_BITSET);
     p.ret(SECCOMP_RET_TRAP);
     p.ret(SECCOMP_RET_ALLOW);
-    // rt_sigaction(SIGBUS or SIGSYS, act != NULL): trapped (see `sigsys::sigaction`).
+    // rt_sigaction(any signal, act != NULL): trapped (see `sigsys::sigaction`).
     p.ld(OFF_NR);
-    p.op(JEQ_K, 0, 10, libc::SYS_rt_sigaction as u32);
-    p.ld(off_arg(0));
-    p.op(JEQ_K, 1, 0, libc::SIGBUS as u32);
-    p.op(JEQ_K, 0, 6, libc::SIGSYS as u32);
+    p.op(JEQ_K, 0, 7, libc::SYS_rt_sigaction as u32);
     p.trap_if_arg_nonzero(1);
     p.ret(SECCOMP_RET_ALLOW);
     // rt_sigprocmask(how != SIG_UNBLOCK, set != NULL): trapped (see `sigsys::sigprocmask`).
@@ -356,12 +353,13 @@ mod tests {
             ] {
                 assert_eq!(run(&ins, libc::SYS_futex, ip, [0x1000, op, 0, 0, 0, 0]), want, "futex op {op}");
             }
-            // rt_sigaction: only a change of SIGBUS's or SIGSYS's action.
+            // rt_sigaction: a call that sets an action, of any signal; not a mere read.
             let act = 0x7ffd_0000_1000;
-            assert_eq!(run(&ins, libc::SYS_rt_sigaction, ip, [libc::SIGBUS as u64, act, 0, 8, 0, 0]), trap);
-            assert_eq!(run(&ins, libc::SYS_rt_sigaction, ip, [libc::SIGSYS as u64, 1 << 32, 0, 8, 0, 0]), trap);
-            assert_eq!(run(&ins, libc::SYS_rt_sigaction, ip, [libc::SIGBUS as u64, 0, act, 8, 0, 0]), allow);
-            assert_eq!(run(&ins, libc::SYS_rt_sigaction, ip, [libc::SIGINT as u64, act, 0, 8, 0, 0]), allow);
+            for sig in [libc::SIGBUS, libc::SIGSYS, libc::SIGSEGV, libc::SIGINT] {
+                assert_eq!(run(&ins, libc::SYS_rt_sigaction, ip, [sig as u64, act, 0, 8, 0, 0]), trap);
+                assert_eq!(run(&ins, libc::SYS_rt_sigaction, ip, [sig as u64, 1 << 32, 0, 8, 0, 0]), trap);
+                assert_eq!(run(&ins, libc::SYS_rt_sigaction, ip, [sig as u64, 0, act, 8, 0, 0]), allow);
+            }
             // rt_sigprocmask: only a call that may block.
             for how in [libc::SIG_BLOCK, libc::SIG_SETMASK] {
                 assert_eq!(run(&ins, libc::SYS_rt_sigprocmask, ip, [how as u64, act, 0, 8, 0, 0]), trap);
