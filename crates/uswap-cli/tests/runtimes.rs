@@ -29,13 +29,14 @@ fn require_runtimes() -> bool {
 /// `uswap bench programs ARGS… --json` under an outer deadline (the benchmark's own per-run
 /// deadline should fire first); the parsed JSON, or None when the program was skipped (its
 /// runtime is missing) or userfaultfd is not permitted.
-fn bench(args: &[&str], per_run: Duration) -> (Ran, Option<Value>) {
+fn bench(args: &[&str], envs: &[(&str, &str)], per_run: Duration) -> (Ran, Option<Value>) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
     cmd.args(["bench", "programs", "--json", "--compare", "none", "--timeout"])
         .arg(per_run.as_secs().to_string())
         .args(args)
         .env("USWAP_PRELOAD", preload())
-        .env_remove("LD_PRELOAD");
+        .env_remove("LD_PRELOAD")
+        .envs(envs.iter().copied());
     let what = format!("uswap bench programs {}", args.join(" "));
     // Native + uswap runs, input generation, and gdb's time if a run hangs.
     let r = run_with(cmd, &what, per_run * 3 + Duration::from_secs(120));
@@ -50,9 +51,22 @@ fn runtime(name: &str, scale: f64) -> Option<Value> {
 
 /// [`runtime`] with `secs` for each run (`USWAP_E2E_TIMEOUT` overrides it).
 fn runtime_within(name: &str, scale: f64, secs: u64) -> Option<Value> {
+    runtime_with(name, scale, LIMIT_FRACTION, &[], secs)
+}
+
+/// [`runtime`] in SIGBUS fault mode (`USWAP_FAULT_MODE=sigbus`), at `fraction` of the native
+/// peak.
+fn runtime_sigbus(name: &str, scale: f64, fraction: f64) -> Option<Value> {
+    runtime_with(name, scale, fraction, &[("USWAP_FAULT_MODE", "sigbus")], 120)
+}
+
+/// Run program `name` at `scale` under a limit of `fraction` of its native peak, with `envs`
+/// set for the runs, and check it.
+fn runtime_with(name: &str, scale: f64, fraction: f64, envs: &[(&str, &str)], secs: u64) -> Option<Value> {
     let per_run = timeout_or(secs);
     let (r, v) = bench(
-        &["--only", name, "--scale", &scale.to_string(), "--limit-fraction", &LIMIT_FRACTION.to_string()],
+        &["--only", name, "--scale", &scale.to_string(), "--limit-fraction", &fraction.to_string()],
+        envs,
         per_run,
     );
     let v =
@@ -228,6 +242,7 @@ fn bench_timeout_prints_stacks_and_kills_the_tree() {
             work.to_str().expect("UTF-8 temp path"),
             "--keep",
         ],
+        &[],
         Duration::from_secs(1),
     );
     let v = v.unwrap_or_else(|| panic!("no JSON (exit {:?}); stderr:\n{}", r.code, r.stderr));
@@ -289,4 +304,24 @@ fn redis_gets_during_bgsave_and_the_dump_reloads() {
     assert_eq!(run["outcome"], "ok", "{v:#}");
     assert!(v["get_rps_uswap"].as_f64().is_some_and(|x| x > 0.0), "{v:#}");
     assert!(v["bgsave_seconds_uswap"].as_f64().is_some_and(|x| x > 0.0), "{v:#}");
+}
+
+/// SIGBUS fault mode: a JVM whose threads block for a while (their thread control blocks, at
+/// the top of their adopted stacks, cold) and whose handlers take implicit null checks and
+/// safepoint polls without `SA_ONSTACK`, at the benchmark's own size and limit.
+#[test]
+fn jvm_hashmap_in_sigbus_mode() {
+    runtime_sigbus("java-hashmap", 0.5, 0.4);
+}
+
+/// SIGBUS fault mode: forked workers whose first steps read pages their parent had swapped out.
+#[test]
+fn cpython_multiprocessing_fork_in_sigbus_mode() {
+    runtime_sigbus("python-fork", 0.25, 0.4);
+}
+
+/// SIGBUS fault mode: a pipeline whose last reader's buffer is adopted while it reads.
+#[test]
+fn shell_pipeline_in_sigbus_mode() {
+    runtime_sigbus("pipeline", 0.25, 0.4);
 }
