@@ -325,3 +325,10 @@ fn cpython_multiprocessing_fork_in_sigbus_mode() {
 fn shell_pipeline_in_sigbus_mode() {
     runtime_sigbus("pipeline", 0.25, 0.4);
 }
+
+/// SIGBUS fault mode: a list whose item array glibc's `realloc` grows in place with `mremap`
+/// (the grown tail is registered, sends no event, and no region holds it).
+#[test]
+fn cpython_list_in_sigbus_mode() {
+    runtime_sigbus("python-list", 0.25, 0.4);
+}

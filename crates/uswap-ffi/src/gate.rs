@@ -119,7 +119,16 @@ pub fn install_gate() -> Result<(), String> {
 extern "C" fn gate_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo.
     let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
-    let ours = code > 0 && uswap_pager::overlaps_region(addr, addr + 1);
+    let mut ours = code > 0 && uswap_pager::overlaps_region(addr, addr + 1);
+    // Registered memory no region holds yet (a `mremap` moved or grew a region), unless a fork
+    // has closed the gate: that is served below (a fork child asks its parent).
+    if code > 0 && !ours && GATE.load(Ordering::SeqCst) == 0 {
+        match uswap_pager::sigbus_outside_regions(addr) {
+            uswap_pager::Outside::InRegion => ours = true,
+            uswap_pager::Outside::Served => return,
+            uswap_pager::Outside::NotOurs => {}
+        }
+    }
     if !ours {
         if let Some(pa) = PROGRAM.get() {
             let h = pa.sa_sigaction;

@@ -98,6 +98,7 @@ pub mod loom_api {
     pub use crate::slots::Slots;
 }
 
+pub use fault::{sigbus_outside_regions, Outside};
 pub use forkserve::{fault_from_fork_parent, ForkChildFault};
 pub use handle::Region;
 pub use region::manages as manages_page;

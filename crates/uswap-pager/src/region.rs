@@ -154,6 +154,31 @@ pub fn overlaps(a: usize, b: usize) -> bool {
     })
 }
 
+/// The distinct pagers that hold live regions, at most `out.len()` of them, into `out`;
+/// returns how many. Allocates nothing. The pointers stay valid only while those pagers live
+/// (a pager is dropped after its regions; under `uswap run` it lives for the process).
+pub(crate) fn live_pagers(out: &mut [*const Pager]) -> usize {
+    let mut k = 0;
+    enter();
+    for s in &REGISTRY[..HIGH.load(Ordering::Acquire)] {
+        let r = s.ptr.load(Ordering::Acquire);
+        if r.is_null() {
+            continue;
+        }
+        // SAFETY: a non-null slot names a live region while this thread is inside enter().
+        let pager = unsafe { &*r }.pager() as *const Pager;
+        if !out[..k].contains(&pager) {
+            if k == out.len() {
+                break;
+            }
+            out[k] = pager;
+            k += 1;
+        }
+    }
+    leave();
+    k
+}
+
 /// Call `f` for every live region of pager `p`.
 ///
 /// # Safety

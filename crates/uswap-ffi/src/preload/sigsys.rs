@@ -221,16 +221,8 @@ unsafe fn copy_in(src: u64, dst: *mut u8, len: usize) -> bool {
         // SAFETY: managed memory is mapped; touching it makes it resident.
         unsafe { prefault(src as *const u8, len, false) };
     }
-    let local = libc::iovec { iov_base: dst.cast(), iov_len: len };
-    let remote = libc::iovec { iov_base: src as *mut _, iov_len: len };
-    // SAFETY: process_vm_readv of one iovec from this process into `dst`.
-    let r = unsafe {
-        raw(
-            libc::SYS_process_vm_readv,
-            [getpid() as u64, &local as *const _ as u64, 1, &remote as *const _ as u64, 1, 0],
-        )
-    };
-    r == len as i64
+    // SAFETY: `dst` is ours and writable (the caller's obligation); the kernel checks `src`.
+    unsafe { vm_copy(libc::SYS_process_vm_readv, dst.cast(), src, len) }
 }
 
 /// Copy `len` bytes from `src` to our memory at `dst` through the kernel.
@@ -238,15 +230,20 @@ unsafe fn copy_in(src: u64, dst: *mut u8, len: usize) -> bool {
 /// # Safety
 /// - `src` is valid for reads of `len` bytes.
 unsafe fn copy_out(dst: u64, src: *const u8, len: usize) -> bool {
-    let local = libc::iovec { iov_base: src.cast_mut().cast(), iov_len: len };
-    let remote = libc::iovec { iov_base: dst as *mut _, iov_len: len };
-    // SAFETY: process_vm_writev of one iovec into this process.
-    let r = unsafe {
-        raw(
-            libc::SYS_process_vm_writev,
-            [getpid() as u64, &local as *const _ as u64, 1, &remote as *const _ as u64, 1, 0],
-        )
-    };
+    // SAFETY: `src` is readable (the caller's obligation); the kernel checks `dst`.
+    unsafe { vm_copy(libc::SYS_process_vm_writev, src.cast_mut(), dst, len) }
+}
+
+/// `process_vm_readv` or `process_vm_writev` (`nr`) of one iovec each side between `local`
+/// and this process's `remote`; true if all `len` bytes moved.
+///
+/// # Safety
+/// - `local` is valid for `len` bytes in the direction `nr` uses it.
+unsafe fn vm_copy(nr: libc::c_long, local: *mut u8, remote: u64, len: usize) -> bool {
+    let local = libc::iovec { iov_base: local.cast(), iov_len: len };
+    let remote = libc::iovec { iov_base: remote as *mut _, iov_len: len };
+    // SAFETY: one iovec each side, in this process; the caller vouches for `local`.
+    let r = unsafe { raw(nr, [getpid() as u64, &local as *const _ as u64, 1, &remote as *const _ as u64, 1, 0]) };
     r == len as i64
 }
 

@@ -65,6 +65,7 @@ pub(crate) use clean::KeepClean;
 pub(crate) use event::{event_loop, on_event_thread, EventState};
 pub(crate) use resolve::{resolve, Wait};
 pub(crate) use sigbus::install_sigbus_handler;
+pub use sigbus::{sigbus_outside_regions, Outside};
 
 use crate::region;
 use crate::stats::{inc, now_ns};

@@ -14,6 +14,9 @@
 
 use super::{handle_fault, Handled};
 use crate::reclaim;
+use crate::region;
+use crate::stats::inc;
+use crate::uffd::Filled;
 use std::sync::OnceLock;
 
 static PREV: OnceLock<libc::sigaction> = OnceLock::new();
@@ -57,6 +60,54 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
         chain(sig, info, ctx);
         *libc::__errno_location() = errno;
     }
+}
+
+/// What [`sigbus_outside_regions`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outside {
+    /// The address is in a region now (an event that put it there was applied meanwhile):
+    /// serve it as any fault.
+    InRegion,
+    /// A registered page no region holds was zero-filled (or its stale protection lifted):
+    /// return and let the access run again.
+    Served,
+    /// No pager's registration covers it: not the pager's fault.
+    NotOurs,
+}
+
+/// A SIGBUS (SIGBUS mode) at `addr`, which no region held when the handler looked. The range a
+/// `mremap` just moved is in no region until its event is applied, so first every event read
+/// so far is applied; and a registration the pager has no region for (a `mremap` that grew a
+/// registered mapping in place sends no event) is served as the event thread serves such a
+/// fault in thread mode: nothing there was ever evicted, so a missing page reads as zeros.
+/// Allocates nothing.
+pub fn sigbus_outside_regions(addr: usize) -> Outside {
+    let mut pagers = [std::ptr::null::<crate::Pager>(); 8];
+    let n = region::live_pagers(&mut pagers);
+    // Outside enter(): applying an event may retire a region, which waits for every thread
+    // inside enter().
+    for &p in &pagers[..n] {
+        // SAFETY: `live_pagers`' pagers outlive their regions; this process's live for it.
+        unsafe { &*p }.sync_events();
+    }
+    if region::overlaps(addr, addr + 1) {
+        return Outside::InRegion;
+    }
+    let page = addr & !(crate::PAGE_SIZE - 1);
+    for &p in &pagers[..n] {
+        // SAFETY: as above.
+        let p = unsafe { &*p };
+        let served = match p.uffd.zeropage(page, crate::PAGE_SIZE, false) {
+            Ok(Filled::Done) => true,
+            Ok(Filled::Exists) => p.uffd.writeprotect(page, crate::PAGE_SIZE, false, false).is_ok(),
+            Err(_) => false,
+        };
+        if served {
+            inc(&p.counters.fault_unowned, 1);
+            return Outside::Served;
+        }
+    }
+    Outside::NotOurs
 }
 
 #[cfg(target_arch = "x86_64")]
