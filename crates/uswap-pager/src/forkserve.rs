@@ -140,18 +140,7 @@ impl ForkServe {
         if fd >= 0 {
             let mut v = 0u64;
             // SAFETY: a non-blocking read of 8 bytes from our eventfd into a local.
-            unsafe { crate::syscall::raw_syscall(libc::SYS_read, [fd as u64, &raw mut v as u64, 8, 0, 0, 0]) };
-        }
-    }
-
-    /// Wake the parent's event thread (the eventfd inherited from it), from uswap's text: a
-    /// fork child's SIGBUS path calls it, where a call from libc's would be trapped again.
-    fn wake_parent(&self) {
-        let fd = self.wake_fd;
-        if fd >= 0 {
-            let one = 1u64;
-            // SAFETY: a write of 8 bytes from a local to the eventfd.
-            unsafe { crate::syscall::raw_syscall(libc::SYS_write, [fd as u64, &raw const one as u64, 8, 0, 0, 0]) };
+            unsafe { libc::syscall(libc::SYS_read, fd, (&mut v as *mut u64).cast::<libc::c_void>(), 8) };
         }
     }
 
@@ -160,7 +149,12 @@ impl ForkServe {
     pub(crate) fn release(&self, gen: u64) {
         if let Some(w) = self.word(RELEASED) {
             w.store(gen, Ordering::SeqCst);
-            self.wake_parent();
+            let fd = self.wake_fd;
+            if fd >= 0 {
+                let one = 1u64;
+                // SAFETY: write of 8 bytes from a local to the eventfd inherited from the parent.
+                unsafe { libc::syscall(libc::SYS_write, fd, (&one as *const u64).cast::<libc::c_void>(), 8) };
+            }
         }
     }
 
@@ -420,7 +414,11 @@ pub fn fault_from_fork_parent(addr: usize) -> ForkChildFault {
         }
         std::thread::yield_now();
     }
-    serve.wake_parent();
+    if serve.wake_fd >= 0 {
+        let one = 1u64;
+        // SAFETY: write of 8 bytes from a local to the eventfd inherited from the parent.
+        unsafe { libc::syscall(libc::SYS_write, serve.wake_fd, (&one as *const u64).cast::<libc::c_void>(), 8) };
+    }
     while req_w.load(Ordering::SeqCst) == req {
         if late() {
             let _ = req_w.compare_exchange(req, 0, Ordering::SeqCst, Ordering::SeqCst);

@@ -220,9 +220,9 @@ pub fn write(fd: i32, buf: &[u8]) -> std::io::Result<usize> {
 /// # Safety
 /// - `buf` must be valid for writes of `n` bytes, as for `read(2)`.
 pub unsafe fn read_raw(fd: i32, buf: *mut u8, n: usize) -> isize {
-    retry_efault(&[(buf as usize, n)], true, || {
-        // SAFETY: forwarding the caller's arguments to the system call.
-        unsafe { sys(libc::SYS_read, [fd as u64, buf as u64, n as u64, 0, 0, 0]) }
+    // SAFETY: forwarding the caller's arguments to the system call.
+    retry_efault(&[(buf as usize, n)], true, || unsafe {
+        sys(libc::SYS_read, [fd as u64, buf as u64, n as u64, 0, 0, 0])
     })
 }
 
@@ -231,9 +231,9 @@ pub unsafe fn read_raw(fd: i32, buf: *mut u8, n: usize) -> isize {
 /// # Safety
 /// - `buf` must be valid for writes of `n` bytes.
 pub unsafe fn pread_raw(fd: i32, buf: *mut u8, n: usize, off: i64) -> isize {
-    retry_efault(&[(buf as usize, n)], true, || {
-        // SAFETY: forwarding the caller's arguments.
-        unsafe { sys(libc::SYS_pread64, [fd as u64, buf as u64, n as u64, off as u64, 0, 0]) }
+    // SAFETY: forwarding the caller's arguments.
+    retry_efault(&[(buf as usize, n)], true, || unsafe {
+        sys(libc::SYS_pread64, [fd as u64, buf as u64, n as u64, off as u64, 0, 0])
     })
 }
 
@@ -242,9 +242,9 @@ pub unsafe fn pread_raw(fd: i32, buf: *mut u8, n: usize, off: i64) -> isize {
 /// # Safety
 /// - `buf` must be valid for reads of `n` bytes.
 pub unsafe fn write_raw(fd: i32, buf: *const u8, n: usize) -> isize {
-    retry_efault(&[(buf as usize, n)], false, || {
-        // SAFETY: forwarding the caller's arguments.
-        unsafe { sys(libc::SYS_write, [fd as u64, buf as u64, n as u64, 0, 0, 0]) }
+    // SAFETY: forwarding the caller's arguments.
+    retry_efault(&[(buf as usize, n)], false, || unsafe {
+        sys(libc::SYS_write, [fd as u64, buf as u64, n as u64, 0, 0, 0])
     })
 }
 
@@ -253,9 +253,9 @@ pub unsafe fn write_raw(fd: i32, buf: *const u8, n: usize) -> isize {
 /// # Safety
 /// - `buf` must be valid for reads of `n` bytes.
 pub unsafe fn pwrite_raw(fd: i32, buf: *const u8, n: usize, off: i64) -> isize {
-    retry_efault(&[(buf as usize, n)], false, || {
-        // SAFETY: forwarding the caller's arguments.
-        unsafe { sys(libc::SYS_pwrite64, [fd as u64, buf as u64, n as u64, off as u64, 0, 0]) }
+    // SAFETY: forwarding the caller's arguments.
+    retry_efault(&[(buf as usize, n)], false, || unsafe {
+        sys(libc::SYS_pwrite64, [fd as u64, buf as u64, n as u64, off as u64, 0, 0])
     })
 }
 
@@ -276,10 +276,8 @@ fn iov_bufs(iov: *const libc::iovec, cnt: i32, out: &mut [(usize, usize); 64]) -
 pub unsafe fn readv_raw(fd: i32, iov: *const libc::iovec, cnt: i32) -> isize {
     let mut b = [(0usize, 0usize); 64];
     let n = iov_bufs(iov, cnt, &mut b);
-    retry_efault(&b[..n], true, || {
-        // SAFETY: forwarding the caller's arguments.
-        unsafe { sys(libc::SYS_readv, [fd as u64, iov as u64, cnt as u64, 0, 0, 0]) }
-    })
+    // SAFETY: forwarding the caller's arguments.
+    retry_efault(&b[..n], true, || unsafe { sys(libc::SYS_readv, [fd as u64, iov as u64, cnt as u64, 0, 0, 0]) })
 }
 
 /// Raw `writev` with fault service.
@@ -289,10 +287,8 @@ pub unsafe fn readv_raw(fd: i32, iov: *const libc::iovec, cnt: i32) -> isize {
 pub unsafe fn writev_raw(fd: i32, iov: *const libc::iovec, cnt: i32) -> isize {
     let mut b = [(0usize, 0usize); 64];
     let n = iov_bufs(iov, cnt, &mut b);
-    retry_efault(&b[..n], false, || {
-        // SAFETY: forwarding the caller's arguments.
-        unsafe { sys(libc::SYS_writev, [fd as u64, iov as u64, cnt as u64, 0, 0, 0]) }
-    })
+    // SAFETY: forwarding the caller's arguments.
+    retry_efault(&b[..n], false, || unsafe { sys(libc::SYS_writev, [fd as u64, iov as u64, cnt as u64, 0, 0, 0]) })
 }
 
 /// Raw `recvfrom` with fault service (`recv` is `recvfrom` with no address).
@@ -307,6 +303,7 @@ pub unsafe fn recvfrom_raw(
     addr: *mut libc::sockaddr,
     alen: *mut libc::socklen_t,
 ) -> isize {
+    // SAFETY: forwarding the caller's arguments.
     retry_efault(&[(buf as usize, n)], true, || {
         // SAFETY: forwarding the caller's arguments.
         unsafe { sys(libc::SYS_recvfrom, [fd as u64, buf as u64, n as u64, flags as u64, addr as u64, alen as u64]) }
@@ -325,6 +322,7 @@ pub unsafe fn sendto_raw(
     addr: *const libc::sockaddr,
     alen: libc::socklen_t,
 ) -> isize {
+    // SAFETY: forwarding the caller's arguments.
     retry_efault(&[(buf as usize, n)], false, || {
         // SAFETY: forwarding the caller's arguments.
         unsafe { sys(libc::SYS_sendto, [fd as u64, buf as u64, n as u64, flags as u64, addr as u64, alen as u64]) }

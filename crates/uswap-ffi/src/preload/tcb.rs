@@ -17,9 +17,8 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// The static TLS block's size with the TCB (glibc's `dl_tls_static_size`), set by [`init`]
-/// before any thread pins.
-static STATIC_TLS: AtomicUsize = AtomicUsize::new(STATIC_TLS_GUESS);
+/// The static TLS block's size with the TCB (glibc's `dl_tls_static_size`); 0 until [`init`].
+static STATIC_TLS: AtomicUsize = AtomicUsize::new(0);
 /// Used when the loader does not say: larger than glibc's default surplus and a few modules'.
 const STATIC_TLS_GUESS: usize = 16 << 10;
 /// `struct pthread` and its alignment, above the thread pointer.
@@ -53,7 +52,11 @@ pub(super) fn pin_this_thread() {
     }
     DONE.with(|d| d.set(true));
     let Some(tp) = thread_pointer() else { return };
-    uswap_pager::own::pin_range(tp.saturating_sub(STATIC_TLS.load(Ordering::Relaxed)), tp + TCB_ABOVE);
+    let below = match STATIC_TLS.load(Ordering::Relaxed) {
+        0 => STATIC_TLS_GUESS,
+        n => n,
+    };
+    uswap_pager::own::pin_range(tp.saturating_sub(below), tp + TCB_ABOVE);
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -32,7 +32,7 @@ use crate::cpu::Follower;
 use crate::forkhold::{HoldView, Round};
 use crate::forkserve::Child;
 use crate::stats::{inc, now_ns};
-use crate::uffd::Event;
+use crate::uffd::{Event, Filled};
 use crate::{Pager, PAGE_SIZE};
 use linux_raw_sys::general::uffd_msg;
 use std::collections::VecDeque;
@@ -446,7 +446,15 @@ impl<'p> EventLoop<'p> {
 /// thread. Returns false to retry later (an event is pending).
 fn serve_unowned(p: &Pager, addr: usize, wake: bool) -> bool {
     inc(&p.counters.fault_unowned, 1);
-    let Some(ok) = super::fill_unowned(p, addr, wake) else { return false };
+    crate::uffd::AGAIN.with(|c| c.set(false));
+    let ok = match p.uffd.zeropage(addr, PAGE_SIZE, wake) {
+        Ok(Filled::Done) => true,
+        Ok(Filled::Exists) => p.uffd.writeprotect(addr, PAGE_SIZE, false, wake).is_ok(),
+        Err(_) => false,
+    };
+    if crate::uffd::AGAIN.with(|c| c.replace(false)) {
+        return false;
+    }
     if !ok && wake {
         // Unmapped meanwhile, or not ours at all: wake the thread so it sees what is there
         // (during a fork hold the round's end does).

@@ -102,20 +102,6 @@ pub(crate) fn handle_fault(addr: usize, write: bool, wake: bool) -> Handled {
     Handled::Yes
 }
 
-/// Zero-fill the missing page at `addr` of registered memory that no region holds, or lift its
-/// stale write protection: nothing there was ever evicted (every evicted page has a word), so
-/// it reads as zeros. `Some(true)`: served; `Some(false)`: `p`'s uffd refused it (not registered
-/// there, or unmapped meanwhile); `None`: an event is pending, retry later.
-pub(crate) fn fill_unowned(p: &Pager, addr: usize, wake: bool) -> Option<bool> {
-    crate::uffd::AGAIN.with(|c| c.set(false));
-    let ok = match p.uffd.zeropage(addr, PAGE_SIZE, wake) {
-        Ok(crate::uffd::Filled::Done) => true,
-        Ok(crate::uffd::Filled::Exists) => p.uffd.writeprotect(addr, PAGE_SIZE, false, wake).is_ok(),
-        Err(_) => false,
-    };
-    (!crate::uffd::AGAIN.with(|c| c.replace(false))).then_some(ok)
-}
-
 /// Outcome of [`try_fault`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Try {

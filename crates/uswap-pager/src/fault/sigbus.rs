@@ -16,6 +16,7 @@ use super::{handle_fault, Handled};
 use crate::reclaim;
 use crate::region;
 use crate::stats::inc;
+use crate::uffd::Filled;
 use std::sync::OnceLock;
 
 static PREV: OnceLock<libc::sigaction> = OnceLock::new();
@@ -96,7 +97,12 @@ pub fn sigbus_outside_regions(addr: usize) -> Outside {
     for &p in &pagers[..n] {
         // SAFETY: as above.
         let p = unsafe { &*p };
-        if super::fill_unowned(p, page, false) == Some(true) {
+        let served = match p.uffd.zeropage(page, crate::PAGE_SIZE, false) {
+            Ok(Filled::Done) => true,
+            Ok(Filled::Exists) => p.uffd.writeprotect(page, crate::PAGE_SIZE, false, false).is_ok(),
+            Err(_) => false,
+        };
+        if served {
             inc(&p.counters.fault_unowned, 1);
             return Outside::Served;
         }
