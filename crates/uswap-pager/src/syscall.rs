@@ -4,11 +4,8 @@
 //! swapped-out buffer) does not fault into our handler: it fails with `EFAULT`. The wrappers
 //! here ([`read()`](fn@read), [`pread`], [`write()`](fn@write), [`readv_raw`], [`recvfrom_raw`], ...) touch the buffer from user
 //! space first ([`prefault`]), which runs the normal fault path, and retry the call when it
-//! still fails with `EFAULT` (an eviction raced the call, or the buffer's mapping was adopted
-//! during it). The LD_PRELOAD library exports its own interposed `read`, `write`, ... symbols
-//! (`uswap-ffi`'s `preload/io.rs`) over these. The calls are issued from uswap's own text
-//! ([`raw_syscall`]): SIGBUS mode's seccomp filter traps only those from libc's and the loader's
-//! text, so a call these wrappers have made safe is not trapped and made safe again.
+//! still fails with `EFAULT` (an eviction raced the call). The LD_PRELOAD library exports its
+//! own interposed `read`, `write`, ... symbols (`uswap-ffi`'s `preload/io.rs`) over these.
 //!
 //! Locking: none of its own. Region lookups go through the registry between
 //! `region::enter` and `region::leave`; the faults taken serve themselves as usual.
@@ -87,7 +84,7 @@ fn retry_efault(bufs: &[(usize, usize)], write: bool, mut call: impl FnMut() -> 
     // A call that succeeds after an EFAULT retry leaves errno as it found it, as libc's do.
     // SAFETY: reading this thread's errno.
     let errno_at_entry = unsafe { *libc::__errno_location() };
-    let mut mine = bufs.iter().any(|&(p, l)| in_any_region(p, l));
+    let mine = bufs.iter().any(|&(p, l)| in_any_region(p, l));
     if mine {
         for &(p, l) in bufs {
             // SAFETY: the caller passes buffers valid for the system call.
@@ -101,18 +98,12 @@ fn retry_efault(bufs: &[(usize, usize)], write: bool, mut call: impl FnMut() -> 
             // SAFETY: writing this thread's errno.
             unsafe { *libc::__errno_location() = errno_at_entry };
         }
-        if r >= 0 || tries >= MAX_RETRIES {
+        if r >= 0 || !mine || tries >= MAX_RETRIES {
             return r;
         }
         // SAFETY: reading this thread's errno.
         let e = unsafe { *libc::__errno_location() };
         if e != libc::EFAULT {
-            return r;
-        }
-        // A buffer no region held before the call may have been adopted during it (an adopter
-        // publishes its region before it registers the range).
-        mine = mine || bufs.iter().any(|&(p, l)| in_any_region(p, l));
-        if !mine {
             return r;
         }
         tries += 1;
@@ -129,56 +120,7 @@ fn retry_efault(bufs: &[(usize, usize)], write: bool, mut call: impl FnMut() -> 
     }
 }
 
-/// Issue system call `nr` from uswap's own text (not trapped by SIGBUS mode's filter). Returns
-/// the kernel's result (`-errno` on failure).
-///
-/// # Safety
-/// - As for the system call `nr` with `a`.
-#[cfg(target_arch = "x86_64")]
-#[inline(never)]
-pub unsafe fn raw_syscall(nr: libc::c_long, a: [u64; 6]) -> i64 {
-    let ret: i64;
-    // SAFETY: the caller vouches for the call; `syscall` clobbers rcx and r11 only.
-    unsafe {
-        std::arch::asm!(
-            "syscall",
-            inlateout("rax") nr => ret,
-            in("rdi") a[0], in("rsi") a[1], in("rdx") a[2],
-            in("r10") a[3], in("r8") a[4], in("r9") a[5],
-            lateout("rcx") _, lateout("r11") _,
-            options(nostack),
-        )
-    };
-    ret
-}
-
-/// [`raw_syscall`] where no inline system call is written for the target: through libc.
-///
-/// # Safety
-/// - As for the system call `nr` with `a`.
-#[cfg(not(target_arch = "x86_64"))]
-pub unsafe fn raw_syscall(nr: libc::c_long, a: [u64; 6]) -> i64 {
-    // SAFETY: the caller's obligations.
-    let r = unsafe { libc::syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]) };
-    if r < 0 {
-        // SAFETY: reading this thread's errno.
-        return -i64::from(unsafe { *libc::__errno_location() });
-    }
-    r as i64
-}
-
-/// [`raw_syscall`] with libc's convention: -1 and `errno` on failure.
-///
-/// # Safety
-/// - As for the system call `nr` with `a`.
-unsafe fn sys(nr: libc::c_long, a: [u64; 6]) -> isize {
-    // SAFETY: the caller's obligations.
-    let r = unsafe { raw_syscall(nr, a) };
-    if (-4095..0).contains(&r) {
-        // SAFETY: writing this thread's errno.
-        unsafe { *libc::__errno_location() = -r as i32 };
-        return -1;
-    }
+fn sys_ret(r: libc::c_long) -> isize {
     r as isize
 }
 
@@ -221,9 +163,7 @@ pub fn write(fd: i32, buf: &[u8]) -> std::io::Result<usize> {
 /// - `buf` must be valid for writes of `n` bytes, as for `read(2)`.
 pub unsafe fn read_raw(fd: i32, buf: *mut u8, n: usize) -> isize {
     // SAFETY: forwarding the caller's arguments to the system call.
-    retry_efault(&[(buf as usize, n)], true, || unsafe {
-        sys(libc::SYS_read, [fd as u64, buf as u64, n as u64, 0, 0, 0])
-    })
+    retry_efault(&[(buf as usize, n)], true, || sys_ret(unsafe { libc::syscall(libc::SYS_read, fd, buf, n) }))
 }
 
 /// Raw `pread64` with fault service.
@@ -232,9 +172,7 @@ pub unsafe fn read_raw(fd: i32, buf: *mut u8, n: usize) -> isize {
 /// - `buf` must be valid for writes of `n` bytes.
 pub unsafe fn pread_raw(fd: i32, buf: *mut u8, n: usize, off: i64) -> isize {
     // SAFETY: forwarding the caller's arguments.
-    retry_efault(&[(buf as usize, n)], true, || unsafe {
-        sys(libc::SYS_pread64, [fd as u64, buf as u64, n as u64, off as u64, 0, 0])
-    })
+    retry_efault(&[(buf as usize, n)], true, || sys_ret(unsafe { libc::syscall(libc::SYS_pread64, fd, buf, n, off) }))
 }
 
 /// Raw `write` with fault service.
@@ -243,9 +181,7 @@ pub unsafe fn pread_raw(fd: i32, buf: *mut u8, n: usize, off: i64) -> isize {
 /// - `buf` must be valid for reads of `n` bytes.
 pub unsafe fn write_raw(fd: i32, buf: *const u8, n: usize) -> isize {
     // SAFETY: forwarding the caller's arguments.
-    retry_efault(&[(buf as usize, n)], false, || unsafe {
-        sys(libc::SYS_write, [fd as u64, buf as u64, n as u64, 0, 0, 0])
-    })
+    retry_efault(&[(buf as usize, n)], false, || sys_ret(unsafe { libc::syscall(libc::SYS_write, fd, buf, n) }))
 }
 
 /// Raw `pwrite64` with fault service.
@@ -254,9 +190,7 @@ pub unsafe fn write_raw(fd: i32, buf: *const u8, n: usize) -> isize {
 /// - `buf` must be valid for reads of `n` bytes.
 pub unsafe fn pwrite_raw(fd: i32, buf: *const u8, n: usize, off: i64) -> isize {
     // SAFETY: forwarding the caller's arguments.
-    retry_efault(&[(buf as usize, n)], false, || unsafe {
-        sys(libc::SYS_pwrite64, [fd as u64, buf as u64, n as u64, off as u64, 0, 0])
-    })
+    retry_efault(&[(buf as usize, n)], false, || sys_ret(unsafe { libc::syscall(libc::SYS_pwrite64, fd, buf, n, off) }))
 }
 
 fn iov_bufs(iov: *const libc::iovec, cnt: i32, out: &mut [(usize, usize); 64]) -> usize {
@@ -277,7 +211,7 @@ pub unsafe fn readv_raw(fd: i32, iov: *const libc::iovec, cnt: i32) -> isize {
     let mut b = [(0usize, 0usize); 64];
     let n = iov_bufs(iov, cnt, &mut b);
     // SAFETY: forwarding the caller's arguments.
-    retry_efault(&b[..n], true, || unsafe { sys(libc::SYS_readv, [fd as u64, iov as u64, cnt as u64, 0, 0, 0]) })
+    retry_efault(&b[..n], true, || sys_ret(unsafe { libc::syscall(libc::SYS_readv, fd, iov, cnt) }))
 }
 
 /// Raw `writev` with fault service.
@@ -288,7 +222,7 @@ pub unsafe fn writev_raw(fd: i32, iov: *const libc::iovec, cnt: i32) -> isize {
     let mut b = [(0usize, 0usize); 64];
     let n = iov_bufs(iov, cnt, &mut b);
     // SAFETY: forwarding the caller's arguments.
-    retry_efault(&b[..n], false, || unsafe { sys(libc::SYS_writev, [fd as u64, iov as u64, cnt as u64, 0, 0, 0]) })
+    retry_efault(&b[..n], false, || sys_ret(unsafe { libc::syscall(libc::SYS_writev, fd, iov, cnt) }))
 }
 
 /// Raw `recvfrom` with fault service (`recv` is `recvfrom` with no address).
@@ -306,7 +240,7 @@ pub unsafe fn recvfrom_raw(
     // SAFETY: forwarding the caller's arguments.
     retry_efault(&[(buf as usize, n)], true, || {
         // SAFETY: forwarding the caller's arguments.
-        unsafe { sys(libc::SYS_recvfrom, [fd as u64, buf as u64, n as u64, flags as u64, addr as u64, alen as u64]) }
+        sys_ret(unsafe { libc::syscall(libc::SYS_recvfrom, fd, buf, n, flags, addr, alen) })
     })
 }
 
@@ -325,6 +259,6 @@ pub unsafe fn sendto_raw(
     // SAFETY: forwarding the caller's arguments.
     retry_efault(&[(buf as usize, n)], false, || {
         // SAFETY: forwarding the caller's arguments.
-        unsafe { sys(libc::SYS_sendto, [fd as u64, buf as u64, n as u64, flags as u64, addr as u64, alen as u64]) }
+        sys_ret(unsafe { libc::syscall(libc::SYS_sendto, fd, buf, n, flags, addr, alen) })
     })
 }

@@ -9,7 +9,19 @@
 ///
 /// # Safety
 /// - As for the system call `nr` with `args`.
+#[inline(never)]
 pub(super) unsafe fn raw(nr: libc::c_long, a: [u64; 6]) -> i64 {
-    // SAFETY: the caller's obligations.
-    unsafe { uswap_pager::syscall::raw_syscall(nr, a) }
+    let ret: i64;
+    // SAFETY: the caller vouches for the call; `syscall` clobbers rcx and r11 only.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") nr => ret,
+            in("rdi") a[0], in("rsi") a[1], in("rdx") a[2],
+            in("r10") a[3], in("r8") a[4], in("r9") a[5],
+            lateout("rcx") _, lateout("r11") _,
+            options(nostack),
+        )
+    };
+    ret
 }
