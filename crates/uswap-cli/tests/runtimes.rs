@@ -306,14 +306,6 @@ fn redis_gets_during_bgsave_and_the_dump_reloads() {
     assert!(v["bgsave_seconds_uswap"].as_f64().is_some_and(|x| x > 0.0), "{v:#}");
 }
 
-/// SIGBUS fault mode: a JVM whose threads block for a while (their thread control blocks, at
-/// the top of their adopted stacks, cold) and whose handlers take implicit null checks and
-/// safepoint polls without `SA_ONSTACK`, at the benchmark's own size and limit.
-#[test]
-fn jvm_hashmap_in_sigbus_mode() {
-    runtime_sigbus("java-hashmap", 0.5, 0.4);
-}
-
 /// SIGBUS fault mode: forked workers whose first steps read pages their parent had swapped out.
 #[test]
 fn cpython_multiprocessing_fork_in_sigbus_mode() {
