@@ -108,6 +108,9 @@ Environment:
   USWAP_ON_ERROR     `warn`: a process that cannot be put under the pager runs unprotected
                      with a warning instead of exiting with 125
   USWAP_MMAP_MIN     smallest anonymous mapping adopted when the program maps it (default 16K)
+  USWAP_START_BYTES  experimental: a process starts its pager only once its anonymous memory
+                     reaches this (e.g. 16M, at most an eighth of the limit); below it, no pager
+                     (default 0: at once)
   USWAP_SCAN_MS      how often the resident set is checked for memory mapped where no call
                      is seen, e.g. glibc's heap, while it moves (default 1 ms; up to 5 ms
                      while it stays put)

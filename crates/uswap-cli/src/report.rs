@@ -312,6 +312,14 @@ pub fn process(v: &Value, tiers: &str) -> Value {
     // False: the process ended without exit(3) (`_exit`, a signal), and these are its last
     // snapshot's figures (at most USWAP_STATS_INTERVAL_MS old).
     m.insert("stats_final".into(), json!(v.get("final").and_then(Value::as_bool).unwrap_or(true)));
+    // True: the process never grew to its start threshold (`start_bytes`) and ran with no
+    // pager; `anon_peak_bytes` is the most anonymous memory it was seen with.
+    let dormant = v.get("dormant").and_then(Value::as_bool).unwrap_or(false);
+    m.insert("dormant".into(), json!(dormant));
+    if dormant {
+        m.insert("start_bytes".into(), json!(u(v, "/start_bytes")));
+        m.insert("anon_peak_bytes".into(), json!(u(v, "/anon_peak_bytes")));
+    }
     // The fixed overhead: the RSS when the pager had started (binary, libraries, the pager's
     // reservations) plus what the library's own heap grew by since (the engine's tables).
     let fixed =

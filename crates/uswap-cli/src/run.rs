@@ -600,6 +600,11 @@ fn summary(prog: &Path, limit: u64, peak: u64, doc: &serde_json::Value) {
         ),
     }
     match main {
+        Some(m) if m["dormant"] == true => eprintln!(
+            "uswap: {name} never reached {} of anonymous memory (it held at most {}): it ran with no pager",
+            human(u(m, "/start_bytes")),
+            human(u(m, "/anon_peak_bytes"))
+        ),
         Some(m) => {
             for l in crate::report::human_lines(m) {
                 eprintln!("uswap: {l}");
@@ -610,10 +615,12 @@ fn summary(prog: &Path, limit: u64, peak: u64, doc: &serde_json::Value) {
     if !others.is_empty() {
         let out: u64 = others.iter().map(|o| u(o, "/swap/pswpout")).sum();
         let hwm = others.iter().map(|o| u(o, "/peak_rss_bytes")).max().unwrap_or(0);
+        let dormant = others.iter().filter(|o| o["dormant"] == true).count();
         eprintln!(
-            "uswap: {} more process(es) ran under uswap, sharing the {} limit: swapped out {}, largest peak RSS {}",
+            "uswap: {} more process(es) ran under uswap, sharing the {} limit{}: swapped out {}, largest peak RSS {}",
             others.len(),
             human(limit),
+            if dormant > 0 { format!(" ({dormant} of them stayed small and started no pager)") } else { String::new() },
             human(out * 4096),
             human(hwm)
         );

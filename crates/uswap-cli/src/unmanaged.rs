@@ -21,6 +21,9 @@
 //! once per image (pid, start time and `/proc/PID/exe`), and only after two readings a tree
 //! sample apart both lack the library: a program caught between `execve` and the dynamic
 //! loader's mapping of the preload has it mapped a few milliseconds later.
+//! A managed process that holds no slot of the budget file is *dormant* (it has not grown to
+//! `USWAP_START_BYTES`, so it runs with no pager yet): its anonymous RSS is counted with the
+//! unmanaged memory, without a warning, until it starts its pager and takes a slot.
 //!
 //! Locking: none inside; the runner keeps the watch behind a mutex (its tree sampler samples,
 //! the main thread takes the findings at the end).
@@ -342,7 +345,9 @@ impl Watch {
     pub fn sample(&mut self) -> Vec<i32> {
         let mut roots: Vec<i32> = vec![self.root];
         roots.extend(self.owner);
-        roots.extend(uswap_pager::tree::pids_in(&self.budget).into_iter().filter_map(|p| i32::try_from(p).ok()));
+        let holders: HashSet<i32> =
+            uswap_pager::tree::pids_in(&self.budget).into_iter().filter_map(|p| i32::try_from(p).ok()).collect();
+        roots.extend(holders.iter().copied());
         let mut procs = tree_processes(&roots);
         procs.retain(|p| Some(p.0) != self.owner);
         let pids: Vec<i32> = procs.iter().map(|p| p.0).collect();
@@ -360,8 +365,15 @@ impl Watch {
             let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) else { continue };
             let key = (pid, start, exe);
             let seen = self.seen.get(&key);
+            // A process that loaded the library but holds no slot runs dormant (no pager
+            // until it grows): its memory is counted as the unmanaged processes' is.
+            let dormant =
+                |pid: i32| if holders.contains(&pid) { 0 } else { crate::procsum::status_sum([pid], "RssAnon:") };
             let index = match seen {
-                Some(Seen::Managed) => continue,
+                Some(Seen::Managed) => {
+                    unmanaged_bytes += dormant(pid);
+                    continue;
+                }
                 Some(Seen::Unmanaged(i)) => *i,
                 _ => {
                     let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { continue };
@@ -373,6 +385,7 @@ impl Watch {
                         inert_reason(&maps).or((kind == Some(uswap_pager::exe::ExeKind::Go)).then_some(Reason::Go));
                     if maps.contains(&self.lib) && aside.is_none() {
                         self.seen.insert(key, Seen::Managed);
+                        unmanaged_bytes += dormant(pid);
                         continue;
                     }
                     if seen.is_none() && aside.is_none() {

@@ -1004,7 +1004,9 @@ fn shared_memory_is_reported_and_counted_against_the_limit() {
     let dir = tempdir();
     let hold = compile("hold", dir.path());
     let limit = 64 * MIB;
-    let script = format!("{h} 40 6 shared & sleep 1; {h} 64 3 cycle; wait", h = hold.display());
+    // The holder's anonymous memory stays small: its pager is started at once, so that its
+    // own figures of shared memory are there to check.
+    let script = format!("USWAP_START_BYTES=0 {h} 40 6 shared & sleep 1; {h} 64 3 cycle; wait", h = hold.display());
     let warning = "of shared memory (MAP_SHARED or memfd";
     let Some(s) = holder_beside_a_cycler(dir.path(), &script, limit, "shared", warning) else { return };
     let shm = num(&s, "/tree_peak/shmem_bytes");
@@ -1080,15 +1082,19 @@ fn a_program_that_drops_privileges_is_counted_not_paged() {
 /// that pager starts).
 #[test]
 fn a_fork_childs_descriptors_do_not_leak_into_what_it_execs() {
-    let r = uswap_run(&[
-        "--limit",
-        "32M",
-        "--quiet",
-        "--",
-        "perl",
-        "-e",
-        "if (fork() == 0) { exec 'ls', '-l', '/proc/self/fd' or die } wait",
-    ]);
+    // Pagers started at once (perl and ls stay small): the child is a managed process's.
+    let r = uswap_run_env(
+        &[
+            "--limit",
+            "32M",
+            "--quiet",
+            "--",
+            "perl",
+            "-e",
+            "if (fork() == 0) { exec 'ls', '-l', '/proc/self/fd' or die } wait",
+        ],
+        &[("USWAP_START_BYTES", "0")],
+    );
     if no_uffd(&r) {
         return;
     }

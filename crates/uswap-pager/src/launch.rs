@@ -158,6 +158,11 @@ fn size(name: &'static str, text: &str) -> Result<u64, String> {
 
 /// A duration in ms whose `0` means something (off, or no bound): `0`, or what [`size`] takes.
 fn millis(name: &'static str, text: &str) -> Result<u64, String> {
+    size_or_0(name, text)
+}
+
+/// A size whose `0` means something: `0`, or what [`size`] takes.
+fn size_or_0(name: &'static str, text: &str) -> Result<u64, String> {
     if text.trim() == "0" {
         Ok(0)
     } else {
@@ -223,6 +228,15 @@ pub const ON_ERROR: Var<bool> = Var {
 /// Smallest anonymous mapping adopted when the program maps it, in bytes.
 pub const MMAP_MIN: Var<u64> =
     Var { name: c"USWAP_MMAP_MIN", scope: Scope::User, default: 16 << 10, parse: size, format: decimal };
+
+/// Anonymous resident memory at which a process of the tree starts its pager, in bytes
+/// (thread fault mode; `0`, the default: every process starts it at once). Below it the
+/// process runs with no pager, its memory counted, and starts one the first time it grows past
+/// it (at most an eighth of the limit is used, so a small limit starts processes early).
+/// Experimental: off by default while a fork burst under load can still fail in it
+/// (`docs/design.md`, "Dormant start").
+pub const START_BYTES: Var<u64> =
+    Var { name: c"USWAP_START_BYTES", scope: Scope::User, default: 0, parse: size_or_0, format: decimal };
 
 /// Period of the resident-set check for memory mapped where no call is seen, in ms, while it
 /// moves (the scanner backs off while it stays put).
@@ -369,6 +383,7 @@ pub const ALL: &[Declared] = &[
     declared(&STATS_INTERVAL_MS),
     declared(&ON_ERROR),
     declared(&MMAP_MIN),
+    declared(&START_BYTES),
     declared(&SCAN_MS),
     declared(&INACTIVE_PERCENT),
     declared(&POOL_PERCENT),
@@ -409,11 +424,11 @@ mod tests {
 
     #[test]
     fn every_parser_reads_back_what_its_formatter_writes() {
-        for v in [&LIMIT, &FOLIO, &MMAP_MIN, &SCAN_MS, &RECOMP_MS, &WRITEBACK_AGE_MS, &FULL_WAIT_MS] {
+        for v in [&LIMIT, &FOLIO, &MMAP_MIN, &START_BYTES, &SCAN_MS, &RECOMP_MS, &WRITEBACK_AGE_MS, &FULL_WAIT_MS] {
             round_trip(v, &[1, 4096, 65536, 2 << 20, 3 << 30]);
         }
         // Durations whose 0 is documented (off, for ever) take it; sizes do not.
-        for v in [&RECOMP_MS, &WRITEBACK_AGE_MS, &FULL_WAIT_MS] {
+        for v in [&RECOMP_MS, &WRITEBACK_AGE_MS, &FULL_WAIT_MS, &START_BYTES] {
             round_trip(v, &[0]);
         }
         assert!(LIMIT.parse("0").is_err());

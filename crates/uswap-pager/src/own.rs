@@ -44,7 +44,7 @@
 //! it is gone. A [`Mapping`] has no lock: it is immutable after creation, and its contents
 //! are its user's to synchronize.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// The kernel's page: what `mmap` and `munmap` work in.
 const PAGE: usize = crate::PAGE_SIZE;
@@ -341,6 +341,28 @@ pub fn spawn<T: Send + 'static>(
     let mem = rx.recv().unwrap_or_default();
     drop(making);
     Ok(Thread { handle, mem })
+}
+
+/// Start a pager thread that lives as long as the process, without waiting for it: it records
+/// its stack and signal stack itself, first, then sets `recorded` (Release) and runs `f`.
+/// Until `recorded` is set its memory is not known as the pager's, so this is only for a
+/// process where no adopter can run until then: the caller makes whatever would adopt wait
+/// for `recorded` (a dormant process's watcher, which runs before any pager exists). Saves
+/// [`spawn`]'s wait for the new thread to be scheduled.
+pub fn spawn_detached(
+    name: &str,
+    stack_size: Option<usize>,
+    recorded: &'static AtomicBool,
+    f: impl FnOnce() + Send + 'static,
+) -> std::io::Result<()> {
+    recorded.store(false, Ordering::Release);
+    let b = std::thread::Builder::new().name(name.into()).stack_size(stack_size.unwrap_or(DEFAULT_STACK) + STACK_PAD);
+    b.spawn(move || {
+        let _ = ThreadMem::record_this_thread();
+        recorded.store(true, Ordering::Release);
+        f()
+    })
+    .map(drop)
 }
 
 impl<T> Thread<T> {

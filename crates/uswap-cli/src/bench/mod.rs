@@ -7,6 +7,7 @@ pub mod alloc;
 pub mod drain;
 pub mod file;
 pub mod programs;
+pub mod spawn;
 pub mod table;
 pub mod usemem;
 pub mod zpool;
@@ -68,6 +69,9 @@ pub enum Which {
     /// memory cgroup.
     #[command(after_help = crate::help::BENCH_REDIS)]
     Redis(Box<programs::bgsave::Args>),
+    /// Short-lived processes (a shell loop, a make of small files, a configure): native
+    /// against `uswap run`, what a build or a script pays per command.
+    Spawn(spawn::Args),
 }
 
 /// Run one benchmark.
@@ -81,5 +85,6 @@ pub fn run(w: Which) -> CliResult {
         Which::Usemem(a) => usemem::run(&a),
         Which::Programs(a) => programs::run(&a),
         Which::Redis(a) => programs::bgsave::run(&a),
+        Which::Spawn(a) => spawn::run(&a),
     }
 }

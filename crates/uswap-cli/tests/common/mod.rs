@@ -408,6 +408,16 @@ pub fn peak_and_bound(name: &str, st: &serde_json::Value, limit: u64, secs: f64)
         mib(bound),
     );
     for p in &procs {
+        if p["dormant"] == true {
+            eprintln!(
+                "  pid {} {}: VmHWM {}, dormant (at most {} anonymous, no pager)",
+                num(p, "/pid"),
+                p.pointer("/argv/0").and_then(|a| a.as_str()).unwrap_or("?"),
+                mib(num(p, "/peak_rss_bytes")),
+                mib(num(p, "/anon_peak_bytes")),
+            );
+            continue;
+        }
         let pg = &p["memory"];
         eprintln!(
             "  pid {} {}: VmHWM {}, RSS at start {}, internal heap {}; at exit: charged {}, resident {}, \

@@ -62,6 +62,7 @@ fn seen(r: *mut c_void, n: usize) -> *mut c_void {
     if n >= super::scan::NEW_MEMORY_MIN && !r.is_null() {
         // The allocation succeeded: errno stays what it was (`KeepErrno`).
         let keep = crate::reentry::KeepErrno::new();
+        super::dormant::note_growth(n);
         super::scan::note_block(r as usize, n);
         return keep.ok(r);
     }

@@ -47,6 +47,7 @@
 
 mod altstack;
 pub mod dl;
+mod dormant;
 pub mod exit;
 pub mod failures;
 pub mod io;
@@ -76,6 +77,10 @@ pub(crate) const OFF: u8 = 1;
 const BOOT: u8 = 2;
 const READY: u8 = 3;
 const FAILED: u8 = 4;
+/// Running with no pager until the process grows ([`dormant`]).
+const DORMANT: u8 = 5;
+/// Leaving [`DORMANT`]: the pager is being started.
+const STARTING: u8 = 6;
 
 static STATE: AtomicU8 = AtomicU8::new(UNKNOWN);
 static MMAP_MIN: AtomicUsize = AtomicUsize::new(16 << 10);
@@ -194,6 +199,29 @@ extern "C" fn init() {
         stand_aside(INERT_GO);
         return;
     }
+    // A process that stays small starts no pager ([`dormant`]); its figures at start are
+    // the fixed overhead, as an eager start's.
+    let limit = launch::LIMIT.read(env).unwrap_or(0);
+    if let Some(t) = dormant::threshold(limit) {
+        let (rss, shared) = scan::statm();
+        RSS_AT_START.store(rss, Ordering::Relaxed);
+        // Its shared count is file-backed pages (no shared memory yet).
+        scan::FILE_AT_START.store(shared.max(1), Ordering::Relaxed);
+        scan::ANON_AT_INIT.store(rss.saturating_sub(shared).max(1), Ordering::Relaxed);
+        HEAP_AT_START.store(crate::internal::mapped_bytes(), Ordering::Relaxed);
+        // SAFETY: registering an extern "C" function.
+        unsafe { libc::atexit(at_exit) };
+        dormant::enter(t);
+        return;
+    }
+    // SAFETY: registering an extern "C" function.
+    unsafe { libc::atexit(at_exit) };
+    boot();
+}
+
+/// Start the pager (at start-up, or when a dormant process grows): on failure, say so and
+/// exit 125, or run on without it when `USWAP_ON_ERROR=warn`.
+fn boot() {
     // A process that dropped root privileges (`runuser`, `gosu`, a server's `setuid`) may get
     // no fork events, and only a user-mode userfaultfd if any: it runs without a pager and is
     // counted (`uswap_pager::uffd::Uffd::fork_events_permitted`).
@@ -203,11 +231,7 @@ extern "C" fn init() {
     }
     let res = internal(start);
     match res {
-        Ok(()) => {
-            STATE.store(READY, Ordering::Release);
-            // SAFETY: registering an extern "C" function.
-            unsafe { libc::atexit(at_exit) };
-        }
+        Ok(()) => {}
         Err(e) => {
             let warn = launch::ON_ERROR.read(env).unwrap_or(false);
             let msg = if warn {
@@ -324,6 +348,9 @@ fn start() -> Result<(), String> {
         sigsys::ON.store(true, Ordering::Release);
     }
     let _ = PAGER.set(pager.clone());
+    // Published before the first adoption: from here the program's `madvise` frees the swap
+    // entries of what it drops (a dormant process's threads run on meanwhile).
+    STATE.store(READY, Ordering::SeqCst);
     fork::on_child_rebuilt(restart_scan_in_child);
     // One limit for the tree `uswap run` started (its budget file): from now on this process's
     // limit in force is its share (the scan thread updates it).
@@ -332,11 +359,14 @@ fn start() -> Result<(), String> {
     }
     let (rss, shared) = scan::statm();
     let (file, shmem) = scan::file_and_shmem();
-    RSS_AT_START.store(rss, Ordering::Relaxed);
-    scan::FILE_AT_START.store(file, Ordering::Relaxed);
+    // A dormant process measured its RSS, file-backed pages and heap when it began (what it
+    // mapped since is the program's, adopted below; the files it loaded since are counted as
+    // loaded after the start): its first sample splits the shared count again.
+    let _ = RSS_AT_START.compare_exchange(0, rss, Ordering::Relaxed, Ordering::Relaxed);
+    let dormant_start = scan::FILE_AT_START.compare_exchange(0, file, Ordering::Relaxed, Ordering::Relaxed).is_err();
     scan::SHMEM_AT_START.store(shmem, Ordering::Relaxed);
-    scan::SHARED_AT_SPLIT.store(shared, Ordering::Relaxed);
-    HEAP_AT_START.store(crate::internal::mapped_bytes(), Ordering::Relaxed);
+    scan::SHARED_AT_SPLIT.store(if dormant_start { 0 } else { shared }, Ordering::Relaxed);
+    let _ = HEAP_AT_START.compare_exchange(0, crate::internal::mapped_bytes(), Ordering::Relaxed, Ordering::Relaxed);
     // Whatever the program has mapped so far (its brk heap, what the loader allocated), then
     // the reconciler keeps up with what it maps where no call of ours sees it.
     scan::scan_once(&pager, true);
@@ -344,15 +374,19 @@ fn start() -> Result<(), String> {
 }
 
 extern "C" fn at_exit() {
-    write_stats(true);
-    uswap_pager::tree::detach();
+    if ready() || dormant::active() {
+        write_stats(true);
+    }
+    if ready() {
+        uswap_pager::tree::detach();
+    }
 }
 
 /// `_exit(2)` without `exit(3)`'s handlers (a fork child's usual end): what [`at_exit`] does,
 /// in a process that holds its own slot of the tree (not a `vfork` child, which runs in its
 /// parent's memory), so that its statistics are counted and its share goes back at once.
 pub(crate) fn at_underscore_exit() {
-    if ready() && uswap_pager::tree::holds_slot() {
+    if (ready() && uswap_pager::tree::holds_slot()) || dormant::writes_at_underscore_exit() {
         at_exit();
     }
 }
@@ -405,7 +439,12 @@ pub(crate) fn heap_growth() -> u64 {
 /// A snapshot for statistics (None when the pager is not up).
 pub fn stats_json() -> Option<serde_json::Value> {
     if !ready() {
-        return None;
+        return dormant::stats_json().map(|mut v| {
+            v["limit_bytes"] = launch::LIMIT.read(env).unwrap_or(0).into();
+            v["rss_at_start_bytes"] = RSS_AT_START.load(Ordering::Relaxed).into();
+            v["fixed_overhead_bytes"] = RSS_AT_START.load(Ordering::Relaxed).into();
+            v
+        });
     }
     let p = pager()?;
     let c = &COUNTERS;
@@ -541,7 +580,13 @@ pub unsafe extern "C" fn mmap(
         return r;
     }
     let a = r as usize;
-    if !ready() || !is_anon_private(flags, fd) {
+    if !is_anon_private(flags, fd) {
+        return keep.ok(r);
+    }
+    if prot & libc::PROT_WRITE != 0 {
+        dormant::note_growth(len);
+    }
+    if !ready() && !dormant::active() {
         return keep.ok(r);
     }
     if prot & libc::PROT_WRITE == 0 {
@@ -551,6 +596,9 @@ pub unsafe extern "C" fn mmap(
                 m.insert(a, a + len.div_ceil(4096) * 4096);
             });
         }
+        return keep.ok(r);
+    }
+    if !ready() {
         return keep.ok(r);
     }
     if len < MMAP_MIN.load(Ordering::Relaxed) {
@@ -597,7 +645,7 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
     let keep = KeepErrno::new();
     // SAFETY: forwarded.
     let r = unsafe { crate::internal::sys_munmap(addr, len) };
-    if r == 0 && mode() != OFF && ready() {
+    if r == 0 && mode() != OFF && (ready() || dormant::active()) {
         RESERVED.cut(addr as usize, (addr as usize).saturating_add(len));
     }
     if r == 0 {
@@ -616,6 +664,13 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
 pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
     let keep = KeepErrno::new();
     let releasing = matches!(advice, libc::MADV_DONTNEED | libc::MADV_FREE | libc::MADV_REMOVE);
+    if releasing && mode() != OFF && !ready() && !ours() && dormant::madvise_begin() {
+        // Dormant: straight to the kernel, and a start waits until this call is done.
+        // SAFETY: forwarded.
+        let r = unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) as c_int };
+        dormant::madvise_done();
+        return if r == 0 { keep.ok(r) } else { r };
+    }
     if releasing && ready() && !ours() && (addr as usize).is_multiple_of(4096) {
         let (a, b) = (addr as usize, (addr as usize).saturating_add(len));
         if uswap_pager::overlaps_region(a, b) {
@@ -644,6 +699,9 @@ pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -
     let r = unsafe { libc::syscall(libc::SYS_mprotect, addr, len, prot) } as c_int;
     if r != 0 {
         return r;
+    }
+    if prot & libc::PROT_WRITE != 0 && mode() != OFF && !ours() {
+        dormant::note_growth(len);
     }
     if prot & libc::PROT_WRITE != 0 && ready() && !ours() {
         let a = addr as usize;
@@ -689,6 +747,7 @@ pub unsafe extern "C" fn mremap(
     if r == libc::MAP_FAILED || mode() == OFF {
         return r;
     }
+    dormant::note_growth(new_len.saturating_sub(old_len));
     if ready() {
         let (a, b) = (old as usize, (old as usize).saturating_add(old_len));
         let was = uswap_pager::overlaps_region(a, b) || new_len >= MMAP_MIN.load(Ordering::Relaxed);

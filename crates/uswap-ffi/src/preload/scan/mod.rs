@@ -49,3 +49,4 @@ pub use resident::{
     SHARED_AT_SPLIT, SHMEM_AT_START,
 };
 pub use thread::{restart_in_child, start_thread};
+pub use unmanaged::ANON_AT_INIT;

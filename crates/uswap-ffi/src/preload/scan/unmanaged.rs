@@ -46,12 +46,19 @@ pub(super) fn mark_fork_child() {
     UNMANAGED.fork_child.store(true, Ordering::Relaxed);
 }
 
+/// The anonymous resident memory of a dormant process when it began (0: it started its pager
+/// at once). Its pager's start counts from there: what the program touched meanwhile is the
+/// program's, adopted and charged (or still being adopted) by then.
+pub static ANON_AT_INIT: AtomicU64 = AtomicU64::new(0);
+
 /// Measure the memory outside `p` (`first`: the pass at start-up, which records `RssAnon` as
-/// the start), charge the program's part of it, and warn once if it is too large.
+/// the start, or [`ANON_AT_INIT`]), charge the program's part of it, and warn once if it is too
+/// large.
 pub(super) fn measure(p: &Pager, first: bool) {
     let anon = super::resident::status_bytes("RssAnon:");
     if first {
-        UNMANAGED.anon_at_start.store(anon, Ordering::Relaxed);
+        let at_init = ANON_AT_INIT.load(Ordering::Relaxed);
+        UNMANAGED.anon_at_start.store(if at_init > 0 { at_init } else { anon }, Ordering::Relaxed);
         return;
     }
     let managed = p.charged_bytes();
