@@ -113,3 +113,15 @@ fn fork_children_read_swapped_out_pages_before_their_pager_runs() {
                   print(n, sum(b[0] for b in blocks) % 251)\n";
     same_output_env("32M", &["python3", "-c", script], &[("LC_ALL", "C.UTF-8")], str::to_string);
 }
+
+/// A mapping grown in place by a raw `mremap` (as glibc's `realloc` of a large chunk issues
+/// it) over a range of its own that was just unmapped: the new pages lie in a region whose
+/// words there say unmapped. The fault must be served as registered memory no region holds
+/// (zero-filled), not passed on as the program's own SIGBUS (CPython building a list).
+#[test]
+fn a_mapping_grown_in_place_over_its_unmapped_tail_reads_zeros() {
+    let dir = tempdir();
+    let exe = compile("mremap_grow", dir.path());
+    let exe = exe.to_str().expect("utf-8 path");
+    same_output("16M", &[exe, "48"], str::to_string);
+}

@@ -119,7 +119,12 @@ pub fn install_gate() -> Result<(), String> {
 extern "C" fn gate_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo.
     let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
-    let mut ours = code > 0 && uswap_pager::overlaps_region(addr, addr + 1);
+    // A region holds the page when its word is live: a region the program unmapped and that is
+    // not reaped yet still overlaps the address, and a `mremap` can grow a neighbour over it.
+    // While a fork has closed the gate an overlap is enough: a fork child asks its parent.
+    let closed = GATE.load(Ordering::SeqCst) != 0;
+    let mut ours =
+        code > 0 && uswap_pager::overlaps_region(addr, addr + 1) && (closed || uswap_pager::manages_page(addr));
     // Registered memory no region holds yet (a `mremap` moved or grew a region), unless a fork
     // has closed the gate: that is served below (a fork child asks its parent).
     if code > 0 && !ours && GATE.load(Ordering::SeqCst) == 0 {

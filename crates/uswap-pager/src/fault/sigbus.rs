@@ -53,12 +53,25 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
         let errno = *libc::__errno_location();
         let addr = (*info).si_addr() as usize;
         let write = fault_is_write(ctx);
-        if (*info).si_code > 0 && handle_fault(addr, write, false) == Handled::Yes {
+        if (*info).si_code > 0 && serve(addr, write) {
             *libc::__errno_location() = errno;
             return;
         }
         chain(sig, info, ctx);
         *libc::__errno_location() = errno;
+    }
+}
+
+/// Serve a kernel-raised SIGBUS at `addr`: in its region, or as registered memory no region
+/// holds ([`sigbus_outside_regions`]). False: not the pager's fault.
+fn serve(addr: usize, write: bool) -> bool {
+    if handle_fault(addr, write, false) == Handled::Yes {
+        return true;
+    }
+    match sigbus_outside_regions(addr) {
+        Outside::Served => true,
+        Outside::InRegion => handle_fault(addr, write, false) == Handled::Yes,
+        Outside::NotOurs => false,
     }
 }
 
@@ -80,7 +93,9 @@ pub enum Outside {
 /// so far is applied; and a registration the pager has no region for (a `mremap` that grew a
 /// registered mapping in place sends no event) is served as the event thread serves such a
 /// fault in thread mode: nothing there was ever evicted, so a missing page reads as zeros.
-/// Allocates nothing.
+/// "Held" means a live word ([`region::manages`]): a region whose range the program unmapped
+/// and that is not reaped yet still overlaps the address, and an in-place growth can extend a
+/// neighbour over that range. Allocates nothing.
 pub fn sigbus_outside_regions(addr: usize) -> Outside {
     let mut pagers = [std::ptr::null::<crate::Pager>(); 8];
     let n = region::live_pagers(&mut pagers);
@@ -90,7 +105,7 @@ pub fn sigbus_outside_regions(addr: usize) -> Outside {
         // SAFETY: `live_pagers`' pagers outlive their regions; this process's live for it.
         unsafe { &*p }.sync_events();
     }
-    if region::overlaps(addr, addr + 1) {
+    if region::manages(addr) {
         return Outside::InRegion;
     }
     let page = addr & !(crate::PAGE_SIZE - 1);
