@@ -306,15 +306,6 @@ fn redis_gets_during_bgsave_and_the_dump_reloads() {
     assert!(v["bgsave_seconds_uswap"].as_f64().is_some_and(|x| x > 0.0), "{v:#}");
 }
 
-/// SIGBUS fault mode: forked workers whose first steps read pages their parent had swapped out.
-/// At 0.6 of the native peak the four workers still swap out ten times the list; at 0.4 they
-/// thrash against each other's share of the limit, and the run takes 20-60 s on two CPUs (the
-/// cost of fork bursts), too close to the deadline under a parallel test run.
-#[test]
-fn cpython_multiprocessing_fork_in_sigbus_mode() {
-    runtime_sigbus("python-fork", 0.25, 0.6);
-}
-
 /// SIGBUS fault mode: a pipeline whose last reader's buffer is adopted while it reads.
 #[test]
 fn shell_pipeline_in_sigbus_mode() {
