@@ -16,6 +16,8 @@ mod progress;
 mod report;
 mod run;
 mod rundir;
+#[cfg(test)]
+mod stats_doc;
 mod stats_read;
 mod status;
 mod unmanaged;

@@ -84,9 +84,12 @@ mod tests {
     fn pss_watch_skips_walks_only_while_nothing_is_shared() {
         let me = std::process::id();
         let mut w = PssWatch::default();
-        // Other tests of this binary allocate meanwhile: of 50 readings some must find the
-        // counters no higher than at the last walk.
-        let walks: Vec<bool> = (0..50).map(|_| w.read(&[me], "Pss_Anon:", 0).is_some()).collect();
+        // A process at rest (not this one: other tests of this binary allocate meanwhile): of
+        // 50 readings, those after its start-up settled find its counters no higher.
+        let mut sleeper = std::process::Command::new("sleep").arg("30").spawn().expect("sleep");
+        let walks: Vec<bool> = (0..50).map(|_| w.read(&[sleeper.id()], "Pss_Anon:", 0).is_some()).collect();
+        let _ = sleeper.kill();
+        let _ = sleeper.wait();
         assert!(walks[0], "the first reading walks");
         assert!(walks.contains(&false), "a reading with nothing grown and nothing shared was never skipped");
         let mut block = vec![1u8; 16 << 20];

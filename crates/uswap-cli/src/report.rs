@@ -14,6 +14,8 @@
 
 use crate::stats_read::u;
 use serde_json::{json, Map, Value};
+use uswap_pager::record::ProcRecord;
+use uswap_pager::PagerStats;
 
 /// Version of the printed schema; bumped when a key changes meaning or goes away.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -82,9 +84,9 @@ pub fn self_cpu_s() -> (f64, f64) {
     (tv(ru.ru_utime), tv(ru.ru_stime))
 }
 
-/// A number, or absent when unknown or "unlimited" (u64::MAX).
-fn opt(v: &Value, p: &str) -> Option<u64> {
-    v.pointer(p).and_then(Value::as_u64).filter(|&n| n != u64::MAX)
+/// A number, or absent when "unlimited" (u64::MAX).
+fn limited(n: u64) -> Option<u64> {
+    (n != u64::MAX).then_some(n)
 }
 
 fn insert_opt(m: &mut Map<String, Value>, k: &str, v: Option<u64>) {
@@ -100,21 +102,13 @@ pub fn order_key(order: usize) -> String {
 
 /// A per-order array as an object keyed by folio size (all orders, zeros included, so the keys
 /// are always the same).
-pub fn per_order(v: Option<&Value>) -> Value {
-    let mut m = Map::new();
-    if let Some(a) = v.and_then(Value::as_array) {
-        for (o, n) in a.iter().enumerate() {
-            m.insert(order_key(o), json!(n.as_u64().unwrap_or(0)));
-        }
-    }
-    Value::Object(m)
+pub fn per_order(a: &[u64]) -> Value {
+    Value::Object(a.iter().enumerate().map(|(o, &n)| (order_key(o), json!(n))).collect())
 }
 
 /// Pages in a per-order array (folios × pages per folio).
-fn pages_of(v: Option<&Value>) -> u64 {
-    v.and_then(Value::as_array)
-        .map(|a| a.iter().enumerate().map(|(o, n)| n.as_u64().unwrap_or(0) << o).sum())
-        .unwrap_or(0)
+fn pages_of(a: &[u64]) -> u64 {
+    a.iter().enumerate().map(|(o, &n)| n << o).sum()
 }
 
 /// Names of the tiers a `--tiers` string configures, in order (the engine's tier list has no
@@ -140,59 +134,52 @@ pub fn tier_names(tiers: &str) -> Vec<String> {
         .collect()
 }
 
-/// The pager's statistics (`PagerStats` as JSON, the engine's inside under `engine`) in the
-/// schema. `tiers` is the `--tiers` string, to name the tiers.
-pub fn pager(p: &Value, tiers: &str) -> Value {
-    let e = p.get("engine").cloned().unwrap_or(Value::Null);
+/// The pager's statistics (the record's `pager` section, the store's inside under `engine`) in
+/// the schema. `tiers` is the `--tiers` string, to name the tiers.
+pub fn pager(p: &PagerStats, tiers: &str) -> Value {
+    let e = &p.engine;
     let names = tier_names(tiers);
     let mut tier_map = Map::new();
     let (mut pool_orig, mut pool_used) = (0u64, 0u64);
-    // The tiers in RAM and what each holds there: the parts of `memory.pool_bytes`.
-    let mut pool_parts: Option<Map<String, Value>> = None;
-    if let Some(ts) = e.get("tiers").and_then(Value::as_array) {
-        pool_parts = Some(Map::new());
-        for (i, t) in ts.iter().enumerate() {
-            let name = names.get(i).cloned().unwrap_or_else(|| format!("tier{i}"));
-            let stored = u(t, "/stored_pages");
-            let used = u(t, "/used_bytes");
-            if name.starts_with("zpool") {
-                pool_orig += stored * 4096;
-                pool_used += used;
-            }
-            if name.starts_with("zpool") || name == "mem" {
-                if let Some(parts) = pool_parts.as_mut() {
-                    parts.insert(name.clone(), json!(used));
-                }
-            }
-            let mut m = Map::new();
-            m.insert("index".into(), json!(i));
-            m.insert("stored_pages".into(), json!(stored));
-            m.insert("stored_bytes".into(), json!(stored * 4096));
-            m.insert("used_bytes".into(), json!(used));
-            insert_opt(&mut m, "limit_bytes", opt(t, "/limit_bytes"));
-            // A swap file shared with fork relatives: how many processes, and what is frozen
-            // for them (design.md, "One swap file for a fork tree").
-            if u(t, "/sharers") > 1 || u(t, "/frozen_bytes") > 0 {
-                m.insert("sharers".into(), json!(u(t, "/sharers")));
-                m.insert("frozen_bytes".into(), json!(u(t, "/frozen_bytes")));
-            }
-            if used > 0 && name.starts_with("zpool") {
-                m.insert("compression_ratio".into(), json!(ratio(stored * 4096, used)));
-            }
-            // Its store failures by kind (`uswap::fails`), when it had any.
-            if let Some(f) = t.get("failures").and_then(Value::as_object) {
-                if FAIL_KINDS.iter().any(|k| f.get(*k).and_then(Value::as_u64).unwrap_or(0) > 0) {
-                    m.insert("failures".into(), Value::Object(f.clone()));
-                }
-            }
-            tier_map.insert(name, Value::Object(m));
+    // The tiers in RAM and what each holds there: the parts of `memory.pool_bytes` (none when
+    // the store is not the engine, which has no tiers).
+    let mut pool_parts: Option<Map<String, Value>> = (!e.tiers.is_empty()).then(Map::new);
+    for (i, t) in e.tiers.iter().enumerate() {
+        let name = names.get(i).cloned().unwrap_or_else(|| format!("tier{i}"));
+        let (stored, used) = (t.usage.stored_pages, t.usage.used_bytes);
+        if name.starts_with("zpool") {
+            pool_orig += stored * 4096;
+            pool_used += used;
         }
+        if name.starts_with("zpool") || name == "mem" {
+            if let Some(parts) = pool_parts.as_mut() {
+                parts.insert(name.clone(), json!(used));
+            }
+        }
+        let mut m = Map::new();
+        m.insert("index".into(), json!(i));
+        m.insert("stored_pages".into(), json!(stored));
+        m.insert("stored_bytes".into(), json!(stored * 4096));
+        m.insert("used_bytes".into(), json!(used));
+        insert_opt(&mut m, "limit_bytes", limited(t.usage.limit_bytes).filter(|&l| l > 0));
+        // A swap file shared with fork relatives: how many processes, and what is frozen
+        // for them (design.md, "One swap file for a fork tree").
+        if t.usage.sharers > 1 || t.usage.frozen_bytes > 0 {
+            m.insert("sharers".into(), json!(t.usage.sharers));
+            m.insert("frozen_bytes".into(), json!(t.usage.frozen_bytes));
+        }
+        if used > 0 && name.starts_with("zpool") {
+            m.insert("compression_ratio".into(), json!(ratio(stored * 4096, used)));
+        }
+        // Its store failures by kind (`uswap::fails`), when it had any.
+        if t.failures.total() > 0 {
+            m.insert("failures".into(), json!(t.failures));
+        }
+        tier_map.insert(name, Value::Object(m));
     }
-    let resident = u(p, "/resident_bytes");
-    let cache = u(p, "/cache_bytes");
-    let pool = u(p, "/pool_bytes");
+    let (resident, cache, pool) = (p.resident_bytes, p.cache_bytes, p.pool_bytes);
     let mut memory = Map::new();
-    memory.insert("charged_bytes".into(), json!(u(p, "/charged_bytes").max(resident + cache + pool)));
+    memory.insert("charged_bytes".into(), json!(p.charged_bytes.max(resident + cache + pool)));
     memory.insert("resident_bytes".into(), json!(resident));
     memory.insert("swap_cache_bytes".into(), json!(cache));
     memory.insert("pool_bytes".into(), json!(pool));
@@ -203,58 +190,58 @@ pub fn pager(p: &Value, tiers: &str) -> Value {
         parts.insert("spare".into(), json!(pool.saturating_sub(in_tiers)));
         memory.insert("pool_parts".into(), Value::Object(parts));
     }
-    insert_opt(&mut memory, "pool_max_bytes", opt(&e, "/group/pool_max"));
-    insert_opt(&mut memory, "limit_bytes", opt(p, "/limit_bytes"));
-    insert_opt(&mut memory, "limit_in_force_bytes", opt(p, "/limit_in_force_bytes"));
-    insert_opt(&mut memory, "outside_bytes", opt(p, "/outside_bytes"));
-    memory.insert("pool_capped".into(), json!(p.get("pool_capped").and_then(Value::as_bool).unwrap_or(false)));
+    insert_opt(&mut memory, "pool_max_bytes", e.group.and_then(|g| limited(g.pool_max)));
+    insert_opt(&mut memory, "limit_bytes", limited(p.limit_bytes));
+    insert_opt(&mut memory, "limit_in_force_bytes", limited(p.limit_in_force_bytes));
+    insert_opt(&mut memory, "outside_bytes", limited(p.outside_bytes));
+    memory.insert("pool_capped".into(), json!(p.pool_capped));
     let mut faults = Map::new();
-    for (k, src) in [
-        ("total", "faults"),
-        ("zero_fill", "fault_zero"),
-        ("swapin", "fault_swapin"),
-        ("swap_cache", "fault_cache"),
-        ("write_protect", "fault_wp"),
-        ("spurious", "fault_spurious"),
-        ("waits", "fault_waits"),
-        ("throttled", "fault_throttled"),
-        ("cpu_moves", "fault_cpu_moves"),
-        ("cpu_pins", "fault_cpu_pins"),
-        ("cpu_pin_backoffs", "fault_cpu_pin_backoffs"),
+    for (k, n) in [
+        ("total", p.faults),
+        ("zero_fill", p.fault_zero),
+        ("swapin", p.fault_swapin),
+        ("swap_cache", p.fault_cache),
+        ("write_protect", p.fault_wp),
+        ("spurious", p.fault_spurious),
+        ("waits", p.fault_waits),
+        ("throttled", p.fault_throttled),
+        ("cpu_moves", p.fault_cpu_moves),
+        ("cpu_pins", p.fault_cpu_pins),
+        ("cpu_pin_backoffs", p.fault_cpu_pin_backoffs),
+        ("held_ms", p.fault_held_ns / 1_000_000),
     ] {
-        faults.insert(k.into(), json!(u(p, &format!("/{src}"))));
+        faults.insert(k.into(), json!(n));
     }
-    faults.insert("held_ms".into(), json!(u(p, "/fault_held_ns") / 1_000_000));
-    insert_opt(&mut faults, "latency_p50_ns", opt(p, "/fault_p50_ns"));
-    insert_opt(&mut faults, "latency_p99_ns", opt(p, "/fault_p99_ns"));
-    let swpout_pages = u(p, "/evicted_pages");
+    insert_opt(&mut faults, "latency_p50_ns", p.fault_p50_ns);
+    insert_opt(&mut faults, "latency_p99_ns", p.fault_p99_ns);
+    let c = &e.counters;
     json!({
         "memory": memory,
         "faults": faults,
         "swap": {
-            "pswpout": swpout_pages,
-            "stored_pages": u(&e, "/stored_pages"),
+            "pswpout": p.evicted_pages,
+            "stored_pages": e.stored_pages,
             // Pages swapped in: every swap-in is counted once in `swpin`, at the order it was
             // made; a fallback (`swpin_fallback`) is a large folio that was not, and its pages
             // are in `swpin` at order 0 (adding both counted them twice).
-            "pswpin": pages_of(p.get("swpin")),
-            "swpout": per_order(p.get("swpout")),
-            "swpout_fallback": per_order(p.get("swpout_fallback")),
-            "swpin": per_order(p.get("swpin")),
-            "swpin_fallback": per_order(p.get("swpin_fallback")),
-            "swpout_zero": u(&e, "/swpout_zero"),
-            "swpin_zero": u(&e, "/swpin_zero"),
-            "zswpout": u(&e, "/zswpout"),
-            "zswpin": u(&e, "/zswpin"),
-            "zswpwb": u(&e, "/zswpwb"),
-            "zswpwb_proactive": u(&e, "/zswpwb_proactive"),
-            "swp_promote": u(&e, "/swp_promote"),
-            "swp_promote_reject": u(&e, "/swp_promote_reject"),
-            "swap_ra": u(p, "/swap_ra"),
-            "swap_ra_hit": u(p, "/swap_ra_hit"),
-            "swpout_tier_fallback": u(&e, "/swpout_tier_fallback"),
-            "zswpout_over_cap": u(&e, "/zswpout_over_cap"),
-            "swpout_rejected": u(&e, "/swpout_rejected"),
+            "pswpin": pages_of(&p.swpin),
+            "swpout": per_order(&p.swpout),
+            "swpout_fallback": per_order(&p.swpout_fallback),
+            "swpin": per_order(&p.swpin),
+            "swpin_fallback": per_order(&p.swpin_fallback),
+            "swpout_zero": c.swpout_zero,
+            "swpin_zero": c.swpin_zero,
+            "zswpout": c.zswpout,
+            "zswpin": c.zswpin,
+            "zswpwb": c.zswpwb,
+            "zswpwb_proactive": c.zswpwb_proactive,
+            "swp_promote": c.swp_promote,
+            "swp_promote_reject": c.swp_promote_reject,
+            "swap_ra": p.swap_ra,
+            "swap_ra_hit": p.swap_ra_hit,
+            "swpout_tier_fallback": c.swpout_tier_fallback,
+            "zswpout_over_cap": c.zswpout_over_cap,
+            "swpout_rejected": c.swpout_rejected,
         },
         "compression": {
             "stored_bytes": pool_orig,
@@ -263,32 +250,32 @@ pub fn pager(p: &Value, tiers: &str) -> Value {
         },
         "tiers": tier_map,
         "reclaim": {
-            "batches": u(p, "/reclaim_batches"),
-            "failed": u(p, "/reclaim_fail"),
-            "demoted_pages": u(p, "/demoted_pages"),
-            "workingset_activate": u(p, "/workingset_activate"),
-            "pgdeactivate": u(p, "/pgdeactivate"),
-            "evicted_folios": u(p, "/evicted_folios"),
-            "clean_kept": u(p, "/clean_kept"),
-            "clean_evicted": u(p, "/clean_evicted"),
-            "store_errors": u(p, "/store_errors"),
-            "limit_breaks": u(p, "/limit_breaks"),
-            "handed_back": u(p, "/reclaim_handed_back"),
-            "cow_skipped": u(p, "/reclaim_cow_skipped"),
-            "pinned_skipped": u(p, "/reclaim_pinned_skipped"),
-            "write_protect_calls": u(p, "/wp_calls"),
-            "madvise_calls": u(p, "/madvise_calls"),
+            "batches": p.reclaim_batches,
+            "failed": p.reclaim_fail,
+            "demoted_pages": p.demoted_pages,
+            "workingset_activate": p.workingset_activate,
+            "pgdeactivate": p.pgdeactivate,
+            "evicted_folios": p.evicted_folios,
+            "clean_kept": p.clean_kept,
+            "clean_evicted": p.clean_evicted,
+            "store_errors": p.store_errors,
+            "limit_breaks": p.limit_breaks,
+            "handed_back": p.reclaim_handed_back,
+            "cow_skipped": p.reclaim_cow_skipped,
+            "pinned_skipped": p.reclaim_pinned_skipped,
+            "write_protect_calls": p.wp_calls,
+            "madvise_calls": p.madvise_calls,
         },
         // Background recompression of idle pool objects (zram's names where it has them).
         "recompression": {
-            "passes": u(p, "/recompress_passes"),
-            "deferred": u(p, "/recompress_deferred"),
-            "num_recompressed": u(p, "/num_recompressed"),
-            "recompressed_pages": u(p, "/recompressed_pages"),
-            "kept": u(p, "/recompress_kept"),
-            "saved_bytes": u(p, "/recompress_saved_bytes"),
-            "compacted_bytes": u(p, "/recompress_compacted_bytes"),
-            "cpu_ns": u(p, "/recompress_cpu_ns"),
+            "passes": p.recompress_passes,
+            "deferred": p.recompress_deferred,
+            "num_recompressed": p.num_recompressed,
+            "recompressed_pages": p.recompressed_pages,
+            "kept": p.recompress_kept,
+            "saved_bytes": p.recompress_saved_bytes,
+            "compacted_bytes": p.recompress_compacted_bytes,
+            "cpu_ns": p.recompress_cpu_ns,
         },
     })
 }
@@ -302,78 +289,75 @@ fn ratio(orig: u64, used: u64) -> Value {
     }
 }
 
-/// One process of `uswap run`, from the JSON its preload library wrote at exit.
-pub fn process(v: &Value, tiers: &str) -> Value {
+/// One process of `uswap run`, from the record its preload library wrote.
+pub fn process(r: &ProcRecord, tiers: &str) -> Value {
     let mut m = Map::new();
-    m.insert("pid".into(), json!(u(v, "/pid")));
-    m.insert("ppid".into(), json!(u(v, "/ppid")));
-    m.insert("argv".into(), v.get("argv").cloned().unwrap_or(json!([])));
-    m.insert("peak_rss_bytes".into(), json!(u(v, "/vm_hwm_bytes")));
+    m.insert("pid".into(), json!(r.pid));
+    m.insert("ppid".into(), json!(r.ppid));
+    m.insert("argv".into(), json!(r.argv));
+    m.insert("peak_rss_bytes".into(), json!(r.vm_hwm_bytes));
     // False: the process ended without exit(3) (`_exit`, a signal), and these are its last
     // snapshot's figures (at most USWAP_STATS_INTERVAL_MS old).
-    m.insert("stats_final".into(), json!(v.get("final").and_then(Value::as_bool).unwrap_or(true)));
+    m.insert("stats_final".into(), json!(r.is_final));
     // True: the process never grew to its start threshold (`start_bytes`) and ran with no
     // pager; `anon_peak_bytes` is the most anonymous memory it was seen with.
-    let dormant = v.get("dormant").and_then(Value::as_bool).unwrap_or(false);
-    m.insert("dormant".into(), json!(dormant));
-    if dormant {
-        m.insert("start_bytes".into(), json!(u(v, "/start_bytes")));
-        m.insert("anon_peak_bytes".into(), json!(u(v, "/anon_peak_bytes")));
+    m.insert("dormant".into(), json!(r.dormant));
+    if r.dormant {
+        m.insert("start_bytes".into(), json!(r.start_bytes));
+        m.insert("anon_peak_bytes".into(), json!(r.anon_peak_bytes));
     }
     // The fixed overhead: the RSS when the pager had started (binary, libraries, the pager's
     // reservations) plus what the library's own heap grew by since (the engine's tables).
-    let fixed =
-        v.get("fixed_overhead_bytes").map_or_else(|| u(v, "/rss_at_start_bytes"), |_| u(v, "/fixed_overhead_bytes"));
-    m.insert("fixed_overhead_bytes".into(), json!(fixed));
-    m.insert("rss_at_start_bytes".into(), json!(u(v, "/rss_at_start_bytes")));
-    m.insert("file_rss_growth_bytes".into(), json!(u(v, "/file_rss_growth_bytes")));
+    m.insert("fixed_overhead_bytes".into(), json!(r.fixed_overhead_bytes.max(r.rss_at_start_bytes)));
+    m.insert("rss_at_start_bytes".into(), json!(r.rss_at_start_bytes));
+    m.insert("file_rss_growth_bytes".into(), json!(r.file_rss_growth_bytes));
     // Shared memory (not in the fixed overhead: the pager cannot swap it).
-    m.insert("shmem_rss_growth_bytes".into(), json!(u(v, "/shmem_rss_growth_bytes")));
-    m.insert("engine_meta_peak_bytes".into(), json!(u(v, "/engine_meta_peak_bytes")));
-    m.insert("forks".into(), json!(u(v, "/forks")));
+    m.insert("shmem_rss_growth_bytes".into(), json!(r.shmem_rss_growth_bytes));
+    m.insert("engine_meta_peak_bytes".into(), json!(r.engine_meta_peak_bytes));
+    m.insert("forks".into(), json!(r.forks));
     // Of the forks, per swap file: children sharing it (nothing copied) and children that got
     // a copy (the parent could not share).
-    m.insert("forks_file_shared".into(), json!(u(v, "/forks_file_shared")));
-    m.insert("forks_file_copied".into(), json!(u(v, "/forks_file_copied")));
+    m.insert("forks_file_shared".into(), json!(r.forks_file_shared));
+    m.insert("forks_file_copied".into(), json!(r.forks_file_copied));
     // Forks during whose hold the event thread had to work while the forking thread could
     // still reach `clone` (uswap_pager's `forkhold`).
-    m.insert("forks_hold_forced".into(), json!(u(v, "/pager/fork_hold_forced")));
-    m.insert("fork_child_faults".into(), json!(u(v, "/pager/fork_child_faults")));
+    let (hold_forced, child_faults) = r.pager.as_ref().map_or((0, 0), |p| (p.fork_hold_forced, p.fork_child_faults));
+    m.insert("forks_hold_forced".into(), json!(hold_forced));
+    m.insert("fork_child_faults".into(), json!(child_faults));
     // What the library said on stderr while the program ran about the limit not holding.
-    if let Some(said) = v.get("said") {
-        m.insert("said".into(), said.clone());
+    if let Some(said) = &r.said {
+        m.insert("said".into(), json!(said));
     }
-    if let Some(p) = v.get("pager") {
+    if let Some(p) = &r.pager {
         if let Value::Object(pm) = pager(p, tiers) {
             m.extend(pm);
         }
     }
-    let mut pre = Map::new();
-    for k in [
-        "internal_heap_bytes",
-        "internal_heap_growth_bytes",
-        "adopt_calls",
-        "adopt_bytes",
-        "adopt_errors",
-        "adopt_deferred",
-        "mmap_small",
-        "reservations",
-    ] {
-        pre.insert(k.into(), json!(u(v, &format!("/{k}"))));
-    }
-    m.insert("preload".into(), Value::Object(pre));
+    m.insert(
+        "preload".into(),
+        json!({
+            "internal_heap_bytes": r.internal_heap_bytes,
+            "internal_heap_growth_bytes": r.internal_heap_growth_bytes,
+            "adopt_calls": r.adopt_calls,
+            "adopt_bytes": r.adopt_bytes,
+            "adopt_errors": r.adopt_errors,
+            "adopt_deferred": r.adopt_deferred,
+            "mmap_small": r.mmap_small,
+            "reservations": r.reservations,
+        }),
+    );
     // The thrashing check (preload/thrash.rs), passed through as written.
-    if let Some(t) = v.get("thrash") {
-        m.insert("thrash".into(), t.clone());
+    if let Some(t) = &r.thrash {
+        m.insert("thrash".into(), json!(t));
     }
     // The tree's shared limit as this process last saw it (uswap_pager::tree), as written.
-    if let Some(t) = v.get("tree").filter(|t| !t.is_null()) {
-        m.insert("tree".into(), t.clone());
+    if let Some(t) = &r.tree {
+        m.insert("tree".into(), json!(t));
     }
     // Anonymous memory the pager does not manage (thread stacks, shared memory, what it could
     // not adopt), as the reconciler measured it.
-    if let Some(un) = v.get("unmanaged") {
-        m.insert("unmanaged".into(), un.clone());
+    if let Some(un) = &r.unmanaged {
+        m.insert("unmanaged".into(), json!(un));
     }
     Value::Object(m)
 }
@@ -443,9 +427,9 @@ pub fn tree_anon_overhead(doc: &Value) -> u64 {
 }
 
 /// The whole `run --stats` document. `procs` are the preload's per-process files.
-pub fn run_report(r: &Run, procs: &[Value]) -> Value {
-    let main = procs.iter().find(|v| v["pid"] == r.pid).map(|v| process(v, r.tiers));
-    let others: Vec<Value> = procs.iter().filter(|v| v["pid"] != r.pid).map(|v| process(v, r.tiers)).collect();
+pub fn run_report(r: &Run, procs: &[ProcRecord]) -> Value {
+    let main = procs.iter().find(|v| v.pid == r.pid).map(|v| process(v, r.tiers));
+    let others: Vec<Value> = procs.iter().filter(|v| v.pid != r.pid).map(|v| process(v, r.tiers)).collect();
     json!({
         "schema_version": SCHEMA_VERSION,
         "uswap_version": env!("CARGO_PKG_VERSION"),
@@ -632,6 +616,11 @@ mod tests {
 
     use super::*;
 
+    /// A record from its JSON, as `stats_read::read_procs` reads it.
+    fn rec(v: Value) -> ProcRecord {
+        serde_json::from_value(v).expect("a record")
+    }
+
     fn sample() -> Value {
         json!({
             "pid": 7, "ppid": 1, "argv": ["a"], "vm_hwm_bytes": 100 << 20, "rss_at_start_bytes": 10 << 20,
@@ -654,7 +643,7 @@ mod tests {
 
     #[test]
     fn translates_to_the_schema() {
-        let p = process(&sample(), "zero,lz4,file:/var/tmp");
+        let p = process(&rec(sample()), "zero,lz4,file:/var/tmp");
         assert_eq!(p["peak_rss_bytes"], 100 << 20);
         assert_eq!(p["swap"]["swpout"]["64kB"], 2);
         assert_eq!(p["swap"]["swpout"]["4kB"], 0);
@@ -699,7 +688,7 @@ mod tests {
             unmanaged: &[],
             shmem_peak: 0,
         };
-        let d = run_report(&r, &[sample(), json!({"pid": 8, "argv": ["b"]})]);
+        let d = run_report(&r, &[rec(sample()), rec(json!({"pid": 8, "argv": ["b"]}))]);
         assert_eq!(d["schema_version"], SCHEMA_VERSION);
         assert_eq!(d["elapsed_s"], 1.235);
         assert_eq!(d["cpu_user_s"], 0.5);
@@ -726,7 +715,7 @@ mod tests {
 
     #[test]
     fn says_why_the_peak_went_over() {
-        let mut p = process(&sample(), "zero,lz4");
+        let mut p = process(&rec(sample()), "zero,lz4");
         assert!(why_over(&p, 64 << 20).contains("1/8"));
         p["memory"]["pool_capped"] = json!(false);
         p["memory"]["pool_bytes"] = json!(40 << 20);
@@ -751,13 +740,13 @@ mod tests {
             json!({"nospace": 5663, "readonly": 0, "io": 0, "full": 0, "errno": libc::ENOSPC});
         raw["pager"]["limit_breaks"] = json!(40);
         raw["pager"]["engine"]["swpout_rejected"] = json!(100);
-        let q = process(&raw, "zero,lz4,file:/mnt/small");
+        let q = process(&rec(raw), "zero,lz4,file:/mnt/small");
         let w = why_over(&q, 64 << 20);
         assert!(w.contains("file:/mnt/small: 5663 failed store(s), no space left"), "{w}");
         assert!(w.contains("No space left on device") && w.contains("40 were mapped over the limit"), "{w}");
         let lines = human_lines(&q).join("\n");
         assert!(lines.contains("store: file:/mnt/small: 5663") && lines.contains("400 KiB of evictions"), "{lines}");
         // No failure: not said.
-        assert!(!human_lines(&process(&sample(), "zero,lz4,file:/var/tmp")).join("\n").contains("store:"));
+        assert!(!human_lines(&process(&rec(sample()), "zero,lz4,file:/var/tmp")).join("\n").contains("store:"));
     }
 }

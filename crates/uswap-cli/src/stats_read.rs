@@ -1,22 +1,24 @@
-//! Reading back the statistics the preload library writes into a tree directory (`<pid>.json`
-//! snapshots and `<pid>.final.json` at exit, `docs/stats.md`): [`read_procs`], and [`u`], the
-//! one reading of a counter from such a document.
+//! Reading back the statistics records the preload library writes into a tree directory
+//! (`<pid>.json` snapshots and `<pid>.final.json` at exit, `uswap_pager::record`):
+//! [`read_procs`]; and [`u`], the one reading of a counter from a document of the printed
+//! schema (`docs/stats.md`).
 //!
 //! Locking: none (every reader works on its own copy).
 
 use serde_json::Value;
 use std::path::Path;
+use uswap_pager::record::ProcRecord;
 
-/// The unsigned counter at JSON pointer `p` in `v`, 0 when it is missing (a process's
-/// statistics from an older library, or a section it did not write).
+/// The unsigned counter at JSON pointer `p` in `v`, a document of the printed schema (a
+/// section it does not have reads as 0).
 pub fn u(v: &Value, p: &str) -> u64 {
     v.pointer(p).and_then(Value::as_u64).unwrap_or(0)
 }
 
 /// The per-process statistics in a tree directory, one per pid: its final file if it wrote
 /// one, else its last snapshot.
-pub fn read_procs(dir: &Path) -> Vec<Value> {
-    let mut by_pid: std::collections::BTreeMap<u64, Value> = std::collections::BTreeMap::new();
+pub fn read_procs(dir: &Path) -> Vec<ProcRecord> {
+    let mut by_pid: std::collections::BTreeMap<u64, ProcRecord> = std::collections::BTreeMap::new();
     let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
     for e in rd.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
@@ -26,7 +28,7 @@ pub fn read_procs(dir: &Path) -> Vec<Value> {
             None => (stem, false),
         };
         let Ok(pid) = pid.parse::<u64>() else { continue };
-        let Some(v) = std::fs::read(e.path()).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok()) else {
+        let Some(v) = std::fs::read(e.path()).ok().and_then(|b| serde_json::from_slice::<ProcRecord>(&b).ok()) else {
             continue;
         };
         if is_final || !by_pid.contains_key(&pid) {
@@ -50,7 +52,8 @@ mod tests {
         std::fs::write(d.path().join("run.json"), "{}").unwrap();
         let v = read_procs(d.path());
         assert_eq!(v.len(), 2, "{v:?}");
-        assert_eq!(v[0]["final"], true);
-        assert_eq!(v[1]["pid"], 11);
+        assert!(v[0].is_final);
+        assert_eq!(v[0].written_unix_ms, 2);
+        assert_eq!(v[1].pid, 11);
     }
 }

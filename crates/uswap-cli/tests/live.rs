@@ -1,4 +1,4 @@
-//! The live view (issue 12): `uswap status` sees a running tree, `--metrics-file` is kept
+//! The live view: `uswap status` sees a running tree, `--metrics-file` is kept
 //! current, and a process killed with SIGKILL still leaves its figures in `--stats` (its last
 //! snapshot, marked `stats_final: false`). Every wait has a deadline; on timeout the stacks of
 //! the tree are printed and the test fails.

@@ -1,4 +1,4 @@
-//! End-to-end tests of `uswap run` (issue 5): real programs run under the pager, their output is
+//! End-to-end tests of `uswap run`: real programs run under the pager, their output is
 //! checked byte for byte against values computed here independently (or against the same program
 //! run without uswap), and their peak RSS against the limit.
 //!
@@ -240,7 +240,7 @@ fn fork_copy_on_write_both_ways_two_generations() {
     // The child and the grandchild continued with pagers of their own, which wrote statistics.
     let others = s["other_processes"].as_array().map(Vec::len);
     assert_eq!(others, Some(2), "statistics of the child and the grandchild: {s:#}");
-    // Both forks shared the swap file (nothing copied: issue 12, item 2).
+    // Both forks shared the swap file (nothing copied).
     let shared: u64 = std::iter::once(&s["main"])
         .chain(s["other_processes"].as_array().into_iter().flatten())
         .map(|p| p["forks_file_shared"].as_u64().unwrap_or(0))
@@ -1201,7 +1201,7 @@ fn death_by_signal_is_128_plus_n() {
     assert!(r.stderr.contains("SIGKILL"), "stderr: {}", r.stderr);
 }
 
-/// Issue 12, item 1: reclaim takes the coldest memory across the tree. One child holds 40 MiB
+/// Reclaim takes the coldest memory across the tree. One child holds 40 MiB
 /// and sleeps, another cycles over 40 MiB of its own, under 64 MiB for the tree: the sleeper's
 /// pages must go so that the cycler's fit (shares in proportion to the charges would leave the
 /// cycler under 40 MiB, and a cyclic pass over more than fits misses on every page: several
@@ -1243,7 +1243,7 @@ fn the_tree_reclaims_an_idle_process_before_a_busy_one() {
     );
 }
 
-/// Issue 12, item 3: processes of one tree killed at any instant (while their pager restarts
+/// Processes of one tree killed at any instant (while their pager restarts
 /// after fork, mid-fault, mid-eviction) leave the rest of the tree with every byte right, and
 /// their share of the tree's limit comes back (the parent ends alone with the whole limit).
 #[test]

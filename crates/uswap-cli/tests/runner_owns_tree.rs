@@ -1,4 +1,4 @@
-//! The runner owns its tree (issue 46, item 3) and runs where the environment lets it (item 4):
+//! The runner owns its tree and runs where the environment lets it:
 //! a `uswap run` killed with SIGKILL, mid-run or while it starts its program, takes every
 //! process of its tree with it (managed or not, reparented orphans and `setsid` ones included)
 //! and its run is then over in the metrics file and gone from `uswap status`; a stale tree is

@@ -1,4 +1,4 @@
-//! End-to-end tests of `uswap run` on real runtimes (issue 10): every program of
+//! End-to-end tests of `uswap run` on real runtimes: every program of
 //! `uswap bench programs` (CPython, with a multiprocessing pool, Node.js, the JVM, SQLite, GNU sort, Redis, GCC, make -j2, xz,
 //! Perl, a shell pipeline) at a small size, run natively and under `uswap run` with a limit below its
 //! native peak RSS (`--limit-fraction` of it), through the benchmark itself with

@@ -76,6 +76,7 @@ mod page;
 mod pool_share;
 mod reclaim;
 mod recomp;
+pub mod record;
 mod region;
 mod slots;
 mod stall;
@@ -104,7 +105,7 @@ pub use handle::Region;
 pub use region::manages as manages_page;
 pub use region::overlaps as overlaps_region;
 pub use stats::{now_ns, PagerStats};
-pub use store::{PageStore, RecompressPass, StoreError};
+pub use store::{PageStore, RecompressPass, StoreError, StoreStats, TierFailures, TierStats};
 pub use sys::{copy_from_self, SignalsBlocked};
 pub use syscall::prefault;
 

@@ -154,8 +154,10 @@ impl Counters {
     }
 }
 
-/// A snapshot of a pager's statistics (serializable to JSON).
-#[derive(Clone, Debug, Default, serde::Serialize)]
+/// A snapshot of a pager's statistics: the `pager` section of the statistics record
+/// (`crate::record`), read back by the CLI with the same type.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct PagerStats {
     /// Faults handled (all kinds).
     pub faults: u64,
@@ -332,7 +334,7 @@ pub struct PagerStats {
     /// CPU time of the passes (the recompressor thread's), ns.
     pub recompress_cpu_ns: u64,
     /// The store's own counters.
-    pub engine: serde_json::Value,
+    pub engine: crate::store::StoreStats,
 }
 
 fn arr(a: &[AtomicU64; NR_ORDERS]) -> [u64; NR_ORDERS] {
@@ -424,7 +426,7 @@ pub(crate) fn snapshot(p: &Pager, regions_live: usize) -> PagerStats {
         recompress_saved_bytes: g(&c.recomp_saved_bytes),
         recompress_compacted_bytes: g(&c.recomp_compacted_bytes),
         recompress_cpu_ns: g(&c.recomp_cpu_ns),
-        engine: p.store.stats_json(),
+        engine: p.store.stats(),
     }
 }
 

@@ -56,8 +56,8 @@ pub trait PageStore: Send + Sync {
     fn put(&self, entry: u64, nr: u32);
     /// Bytes of memory holding stored data (charged to the group with its resident pages).
     fn pool_bytes(&self) -> u64;
-    /// Engine counters for statistics (free-form JSON).
-    fn stats_json(&self) -> serde_json::Value;
+    /// The store's counters for statistics ([`StoreStats`]).
+    fn stats(&self) -> StoreStats;
     /// Keep the RAM holding `group`'s stored data at most about `bytes`, sending what does not
     /// fit to a tier outside RAM (a file). Returns false, changing nothing, when every tier is
     /// in RAM: the store then grows with the data and the pager's limit holds only while the
@@ -186,8 +186,8 @@ impl<T: PageStore + ?Sized> PageStore for std::sync::Arc<T> {
     fn pool_bytes(&self) -> u64 {
         (**self).pool_bytes()
     }
-    fn stats_json(&self) -> serde_json::Value {
-        (**self).stats_json()
+    fn stats(&self) -> StoreStats {
+        (**self).stats()
     }
     fn limit_ram(&self, group: u16, bytes: u64) -> bool {
         (**self).limit_ram(group, bytes)
@@ -224,6 +224,74 @@ impl<T: PageStore + ?Sized> PageStore for std::sync::Arc<T> {
     }
     fn tier_fails_total(&self) -> u64 {
         (**self).tier_fails_total()
+    }
+}
+
+/// A store's counters, as [`crate::PagerStats::engine`] carries them into the statistics
+/// record (`crate::record`): the engine's event counters under the kernel's names, its
+/// group's usage and each tier's. A store other than the engine (a test's) fills what it has.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct StoreStats {
+    /// Which store: `uswap` (the engine) or a test store's name.
+    pub engine: String,
+    /// The engine's counters (`pswpout`, `zswpout`, `swpout_zero`, ...), flattened into this
+    /// object as the kernel's `/proc/vmstat` lists them.
+    #[serde(flatten)]
+    pub counters: uswap::StatsSnapshot,
+    /// The pager's group in the engine: pages held, pool bytes and the limits on them.
+    pub group: Option<uswap::GroupUsage>,
+    /// One entry per tier, in the configured order (the tiers string names them).
+    pub tiers: Vec<TierStats>,
+    /// Pages the store holds for this pager (the group's `swapped_pages`).
+    pub stored_pages: u64,
+}
+
+/// One tier's occupancy and store failures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct TierStats {
+    /// Pages, bytes, limit and sharing of the tier (flattened: `stored_pages`, `used_bytes`,
+    /// ...).
+    #[serde(flatten)]
+    pub usage: uswap::backend::Usage,
+    /// Its failed stores by kind.
+    pub failures: TierFailures,
+}
+
+/// A tier's failed stores by kind (`uswap::fails::FailKind`, under its names).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct TierFailures {
+    /// ENOSPC, EDQUOT.
+    pub nospace: u64,
+    /// EROFS, EACCES, EPERM.
+    pub readonly: u64,
+    /// Any other I/O error.
+    pub io: u64,
+    /// A swap file with no free slot.
+    pub full: u64,
+    /// The last failure's errno (0: none).
+    pub errno: i32,
+}
+
+impl TierFailures {
+    /// Failures of every kind.
+    pub fn total(&self) -> u64 {
+        self.nospace + self.readonly + self.io + self.full
+    }
+}
+
+impl From<uswap::fails::FailCounts> for TierFailures {
+    fn from(f: uswap::fails::FailCounts) -> Self {
+        use uswap::fails::FailKind;
+        TierFailures {
+            nospace: f.get(FailKind::NoSpace),
+            readonly: f.get(FailKind::ReadOnly),
+            io: f.get(FailKind::Io),
+            full: f.get(FailKind::Full),
+            errno: f.errno,
+        }
     }
 }
 
@@ -379,27 +447,18 @@ impl PageStore for EngineStore {
         }
         out
     }
-    fn stats_json(&self) -> serde_json::Value {
-        let mut v = serde_json::to_value(self.engine.stats().snapshot()).unwrap_or_default();
-        if let (Some(m), Ok(u)) = (v.as_object_mut(), self.engine.groups().usage(self.group)) {
-            m.insert("engine".into(), "uswap".into());
-            m.insert("group".into(), serde_json::to_value(u).unwrap_or_default());
-            let tiers: Vec<serde_json::Value> = (0..self.engine.nr_tiers())
-                .filter_map(|t| Some((self.engine.tier_usage(t).ok()?, self.engine.tier_fails(t).ok()?)))
-                .map(|(u, f)| {
-                    let mut v = serde_json::to_value(u).unwrap_or_default();
-                    if let Some(m) = v.as_object_mut() {
-                        let mut fm: serde_json::Map<String, serde_json::Value> =
-                            uswap::fails::FailKind::ALL.iter().map(|&k| (k.name().into(), f.get(k).into())).collect();
-                        fm.insert("errno".into(), f.errno.into());
-                        m.insert("failures".into(), fm.into());
-                    }
-                    v
-                })
-                .collect();
-            m.insert("tiers".into(), tiers.into());
-            m.insert("stored_pages".into(), u.swapped_pages.into());
+    fn stats(&self) -> StoreStats {
+        let tiers = (0..self.engine.nr_tiers())
+            .filter_map(|t| Some((self.engine.tier_usage(t).ok()?, self.engine.tier_fails(t).ok()?)))
+            .map(|(usage, f)| TierStats { usage, failures: TierFailures::from(f) })
+            .collect();
+        let group = self.engine.groups().usage(self.group).ok();
+        StoreStats {
+            engine: "uswap".into(),
+            counters: self.engine.stats().snapshot(),
+            stored_pages: group.map_or(0, |g| g.swapped_pages),
+            group,
+            tiers,
         }
-        v
     }
 }

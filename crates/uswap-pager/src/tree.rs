@@ -498,18 +498,41 @@ pub fn reap() {
     }
 }
 
+/// The tree's shared limit as one process last saw it: the `tree` section of the statistics
+/// record (`crate::record`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct TreeShare {
+    /// The tree's limit.
+    pub limit_bytes: u64,
+    /// Anonymous memory of the tree's processes that run without a pager, taken off the limit
+    /// before it is shared.
+    pub unmanaged_bytes: u64,
+    /// The tree's total charge at this process's last look.
+    pub charged_bytes: u64,
+    /// Processes holding a slot then.
+    pub processes: u64,
+    /// This process's use rate (bytes its faults brought in per second plus its CPU fraction
+    /// times its charge).
+    pub use_rate_bytes_per_s: u64,
+    /// Processes that found no slot.
+    pub overflow: u64,
+    /// This process's slot (`u64::MAX`: none).
+    pub slot: u64,
+}
+
 /// The tree's figures for the statistics (None outside a tree).
-pub fn stats_json() -> Option<serde_json::Value> {
+pub fn stats() -> Option<TreeShare> {
     let b = budget()?;
-    Some(serde_json::json!({
-        "limit_bytes": b.header.limit.load(Ordering::Relaxed),
-        "unmanaged_bytes": b.header.unmanaged.load(Ordering::Relaxed),
-        "charged_bytes": LAST_TOTAL.load(Ordering::Relaxed),
-        "processes": LAST_LIVE.load(Ordering::Relaxed),
-        "use_rate_bytes_per_s": LAST_RATE.load(Ordering::Relaxed),
-        "overflow": b.header.overflow.load(Ordering::Relaxed),
-        "slot": MY_SLOT.load(Ordering::Relaxed),
-    }))
+    Some(TreeShare {
+        limit_bytes: b.header.limit.load(Ordering::Relaxed),
+        unmanaged_bytes: b.header.unmanaged.load(Ordering::Relaxed),
+        charged_bytes: LAST_TOTAL.load(Ordering::Relaxed),
+        processes: LAST_LIVE.load(Ordering::Relaxed),
+        use_rate_bytes_per_s: LAST_RATE.load(Ordering::Relaxed),
+        overflow: b.header.overflow.load(Ordering::Relaxed),
+        slot: MY_SLOT.load(Ordering::Relaxed) as u64,
+    })
 }
 
 #[cfg(test)]

@@ -59,7 +59,7 @@ fn settle(r: &uswap_pager::Region) {
 }
 
 fn stored_pages(p: &uswap_pager::Pager) -> u64 {
-    p.stats().engine["stored_pages"].as_u64().unwrap_or(0)
+    p.stats().engine.stored_pages
 }
 
 /// Read passes keep entries and evict without storing again; then writes after reads (each

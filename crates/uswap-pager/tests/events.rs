@@ -4,7 +4,7 @@ mod common;
 use uswap_pager::PagerConfig;
 
 fn stored(p: &uswap_pager::Pager) -> u64 {
-    p.stats().engine["stored_pages"].as_u64().unwrap_or(0)
+    p.stats().engine.stored_pages
 }
 
 fn wait_for(p: &uswap_pager::Pager, what: &str, f: impl Fn(&uswap_pager::Pager) -> bool) {

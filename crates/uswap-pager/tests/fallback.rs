@@ -32,7 +32,7 @@ fn large_folios_fall_back_when_the_space_is_fragmented() {
     assert!(st.swpout[0] > 0, "{st:?}");
     drop(r);
     // Only the test's own pages are left in the store.
-    assert_eq!(p.stats().engine["stored_pages"], 2048);
+    assert_eq!(p.stats().engine.stored_pages, 2048);
 }
 
 #[test]

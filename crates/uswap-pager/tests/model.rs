@@ -85,7 +85,7 @@ proptest! {
             let st = p.stats();
             // What the pager holds (resident pages, cached folios, stored objects) stays under
             // the limit, give or take one reclaim batch ...
-            let group_pool = st.engine["group"]["pool_bytes"].as_u64().unwrap_or(st.pool_bytes);
+            let group_pool = st.engine.group.map_or(st.pool_bytes, |g| g.pool_bytes);
             let live = st.resident_bytes + st.cache_live_bytes + group_pool.min(st.pool_bytes);
             prop_assert!(live <= st.limit_bytes + folio as u64 + 8 * 4096, "{:?}", st);
             // ... and the charge adds only allocator granularity on top (free swap-cache objects
@@ -99,7 +99,7 @@ proptest! {
             }
         }
         drop(r);
-        prop_assert_eq!(p.stats().engine["stored_pages"].as_u64().unwrap(), 0);
+        prop_assert_eq!(p.stats().engine.stored_pages, 0);
         prop_assert_eq!(p.stats().resident_bytes, 0);
     }
 }

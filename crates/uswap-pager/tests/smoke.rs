@@ -80,7 +80,7 @@ fn discard_and_drop_free_swap_entries() {
         }
     }
     let st = p.stats();
-    assert_eq!(st.engine["stored_pages"], 0, "{st:?}");
+    assert_eq!(st.engine.stored_pages, 0, "{st:?}");
     assert_eq!(st.pool_bytes, 0);
     assert_eq!(st.cache_live_bytes, 0, "a cached folio leaked");
     assert_eq!(st.resident_bytes, 0);

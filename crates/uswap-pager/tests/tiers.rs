@@ -18,8 +18,8 @@ fn cfg(dir: &std::path::Path, writeback_age_ms: u64, promote: bool) -> PagerConf
     }
 }
 
-fn engine_counter(p: &uswap_pager::Pager, key: &str) -> u64 {
-    p.stats().engine[key].as_u64().unwrap_or(0)
+fn engine_counters(p: &uswap_pager::Pager) -> uswap::StatsSnapshot {
+    p.stats().engine.counters
 }
 
 /// Wait (bounded: the bound only guards against a hang) until `f` holds.
@@ -40,7 +40,7 @@ fn old_pool_objects_are_written_back_by_age() {
         common::fill_page(page, 1, pg, false);
     }
     assert!(p.pool_bytes() > 0, "the pool holds something: {:?}", p.stats());
-    wait_for("no proactive writeback", &p, &|| engine_counter(&p, "zswpwb_proactive") > 0);
+    wait_for("no proactive writeback", &p, &|| engine_counters(&p).zswpwb_proactive > 0);
     // Everything old in the pool goes; the pool empties down to what is young.
     wait_for("the pool did not empty", &p, &|| p.pool_bytes() < 1 << 20);
     for (pg, page) in r.as_slice().chunks(4096).enumerate() {
@@ -68,7 +68,7 @@ fn refaulted_file_objects_are_promoted_into_the_pool() {
         let pg = (x as usize) % pages;
         assert_eq!(common::check_page(&r.as_slice()[pg * 4096..(pg + 1) * 4096], 2, pg, false), None, "page {pg}");
     }
-    wait_for("no promotion", &p, &|| engine_counter(&p, "swp_promote") > 0);
+    wait_for("no promotion", &p, &|| engine_counters(&p).swp_promote > 0);
     for (pg, page) in r.as_slice().chunks(4096).enumerate() {
         assert_eq!(common::check_page(page, 2, pg, false), None, "page {pg}");
     }

@@ -40,7 +40,8 @@ pub struct Stored {
 }
 
 /// Occupancy of a backend.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Usage {
     /// Pages (4 KiB units of original data) stored.
     pub stored_pages: u64,

@@ -40,7 +40,8 @@ struct Group {
 }
 
 /// A snapshot of one group's counters and limits.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct GroupUsage {
     /// Pages held by the engine in any form.
     pub swapped_pages: u64,

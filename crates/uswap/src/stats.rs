@@ -169,7 +169,8 @@ pub fn now_ns() -> u64 {
 
 /// Every counter at one moment, with the kernel's names. Per-order arrays are indexed by
 /// order (0 = 4 KiB ... 9 = 2 MiB).
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct StatsSnapshot {
     pub pswpin: u64,
     pub pswpout: u64,

@@ -57,7 +57,7 @@ pub(super) fn realistic_doc() -> Value {
         json!({"runner_pid": runner, "runner_start_ticks": 1, "pid": pid, "command": ["python3", "train.py"],
                "limit_bytes": 512u64 << 20, "folio_bytes": 65536, "tiers": tiers, "started_unix_ms": now_ms()})
     };
-    let view = |r: Value| process_view(&r, tiers);
+    let view = |r: Value| process_view(&serde_json::from_value(r).expect("a record"), tiers);
     let a = Tree {
         dir: PathBuf::from("/nonexistent/4000001"),
         info: info(4_000_001, me),

@@ -13,12 +13,12 @@ use crate::rundir::run_dirs;
 use crate::stats_read::{read_procs, u};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
+use uswap_pager::record::ProcRecord;
 
 /// One process as `uswap status` shows it, from its raw statistics (`tiers` names the tiers).
-pub fn process_view(raw: &Value, tiers: &str) -> Value {
+pub fn process_view(raw: &ProcRecord, tiers: &str) -> Value {
     let p = report::process(raw, tiers);
-    let pid = u(raw, "/pid");
-    let is_final = raw.get("final").and_then(Value::as_bool).unwrap_or(true);
+    let (pid, is_final) = (raw.pid, raw.is_final);
     // Summed over the file tiers. A swap file shared with fork relatives (their `used_bytes`
     // then count the data stored before the fork in each of them) has clusters frozen for them.
     let files = |key: &str| -> u64 {
@@ -30,15 +30,15 @@ pub fn process_view(raw: &Value, tiers: &str) -> Value {
     let (file_bytes, file_frozen_bytes) = (files("/used_bytes"), files("/frozen_bytes"));
     json!({
         "pid": pid,
-        "argv": raw.get("argv").cloned().unwrap_or(json!([])),
-        "running": !is_final && alive(pid),
+        "argv": raw.argv,
+        "running": !is_final && alive(u64::try_from(pid).unwrap_or(0)),
         "final": is_final,
-        "written_unix_ms": u(raw, "/written_unix_ms"),
-        "rss_bytes": u(raw, "/vm_rss_bytes"),
+        "written_unix_ms": raw.written_unix_ms,
+        "rss_bytes": raw.vm_rss_bytes,
         "charged_bytes": u(&p, "/memory/charged_bytes"),
         // Its share of the tree's limit, and the use rate that decides it (`uswap_pager::tree`).
         "share_bytes": u(&p, "/memory/limit_in_force_bytes"),
-        "use_rate_bytes_per_s": u(raw, "/tree/use_rate_bytes_per_s"),
+        "use_rate_bytes_per_s": raw.tree.map_or(0, |t| t.use_rate_bytes_per_s),
         "resident_bytes": u(&p, "/memory/resident_bytes"),
         "swap_cache_bytes": u(&p, "/memory/swap_cache_bytes"),
         "pool_bytes": u(&p, "/memory/pool_bytes"),
@@ -56,7 +56,7 @@ pub fn process_view(raw: &Value, tiers: &str) -> Value {
         "store_failures": report::store_failures(&p),
         "store_rejected_pages": u(&p, "/swap/swpout_rejected"),
         "limit_breaks": u(&p, "/reclaim/limit_breaks"),
-        "store_failing": raw.pointer("/pager/store_failing").and_then(Value::as_bool).unwrap_or(false),
+        "store_failing": raw.pager.as_ref().is_some_and(|p| p.store_failing),
     })
 }
 

@@ -24,7 +24,7 @@
 //!
 //! A dormant process's memory is still counted: the runner counts every process of the tree
 //! that holds no slot of the budget file against the limit (`uswap run`'s tree watch), and the
-//! process writes its final statistics at exit ([`stats_json`]), so the summary counts it.
+//! process writes its final statistics at exit ([`stats_record`]), so the summary counts it.
 //!
 //! Invariants:
 //! - Until the pager is published the program's `madvise(MADV_DONTNEED)` calls pass straight to
@@ -246,16 +246,17 @@ fn getpid() -> i32 {
     unsafe { libc::syscall(libc::SYS_getpid) as i32 }
 }
 
-/// The statistics of a dormant process (None once it left the dormant state): what the
+/// The statistics record of a dormant process (None once it left the dormant state): what the
 /// runner's summary counts.
-pub(crate) fn stats_json() -> Option<serde_json::Value> {
+pub(crate) fn stats_record() -> Option<uswap_pager::record::ProcRecord> {
     if !active() {
         return None;
     }
     PEAK_ANON.fetch_max(anon_resident(), Ordering::Relaxed);
-    Some(serde_json::json!({
-        "dormant": true,
-        "start_bytes": THRESHOLD.load(Ordering::Relaxed),
-        "anon_peak_bytes": PEAK_ANON.load(Ordering::Relaxed),
-    }))
+    Some(uswap_pager::record::ProcRecord {
+        dormant: true,
+        start_bytes: THRESHOLD.load(Ordering::Relaxed),
+        anon_peak_bytes: PEAK_ANON.load(Ordering::Relaxed),
+        ..Default::default()
+    })
 }

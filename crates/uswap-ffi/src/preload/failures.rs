@@ -129,13 +129,13 @@ fn say(msg: &str) {
 }
 
 /// What was said, for the statistics.
-pub fn said() -> serde_json::Value {
+pub fn said() -> uswap_pager::record::Said {
     let s = SAID.load(Ordering::Relaxed);
-    serde_json::json!({
-        "tier_failures": s & ((1 << 32) - 1) != 0,
-        "rejected": s & REJECTED != 0,
-        "limit_broken": s & BROKEN != 0,
-    })
+    uswap_pager::record::Said {
+        tier_failures: s & ((1 << 32) - 1) != 0,
+        rejected: s & REJECTED != 0,
+        limit_broken: s & BROKEN != 0,
+    }
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@
 //! swapped-out memory works in an unmodified program) and reclaim runs in its background
 //! reclaimer. With `USWAP_FAULT_MODE=sigbus` each fault is resolved in the thread that takes
 //! it (SIGBUS fault mode); the system calls libc makes with user buffers are then trapped by a
-//! seccomp filter ([`seccomp`]) and re-issued once their buffers are resident ([`sigsys`]).
+//! seccomp filter (`seccomp`) and re-issued once their buffers are resident (`sigsys`).
 //!
 //! Deadlock freedom: no code here holds a lock that a thread may hold while touching managed
 //! memory. The interposed calls take no lock of their own; the pager's adoption lock is never
@@ -70,6 +70,7 @@ use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
+use uswap_pager::record::ProcRecord;
 use uswap_pager::{launch, Pager, PagerConfig};
 
 const UNKNOWN: u8 = 0;
@@ -404,25 +405,21 @@ pub fn write_stats(final_: bool) {
     }
     let Some(dir) = launch::STATS_DIR.read(env) else { return };
     internal(|| {
-        let Some(mut v) = stats_json() else { return };
+        let Some(mut r) = stats_record() else { return };
         let cmd = uswap::procfs::private(|| std::fs::read("/proc/self/cmdline")).unwrap_or_default();
-        let argv: Vec<String> =
+        r.argv =
             cmd.split(|&b| b == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect();
-        if let Some(o) = v.as_object_mut() {
-            o.insert("pid".into(), std::process::id().into());
-            // SAFETY: getppid cannot fail.
-            o.insert("ppid".into(), unsafe { libc::getppid() }.into());
-            o.insert("argv".into(), argv.into());
-            o.insert("vm_hwm_bytes".into(), scan::status_bytes("VmHWM:").into());
-            o.insert("vm_rss_bytes".into(), scan::status_bytes("VmRSS:").into());
-            o.insert("final".into(), final_.into());
-            let ms =
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-            o.insert("written_unix_ms".into(), ms.into());
-        }
+        r.pid = std::process::id() as i32;
+        // SAFETY: getppid cannot fail.
+        r.ppid = unsafe { libc::getppid() };
+        r.vm_hwm_bytes = scan::status_bytes("VmHWM:");
+        r.vm_rss_bytes = scan::status_bytes("VmRSS:");
+        r.is_final = final_;
+        r.written_unix_ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
         let path = format!("{dir}/{}{}.json", std::process::id(), if final_ { ".final" } else { "" });
         let tmp = format!("{path}.tmp");
-        let text = v.to_string();
+        let Ok(text) = serde_json::to_string(&r) else { return };
         uswap::procfs::private(|| {
             if std::fs::write(&tmp, text).is_ok() {
                 let _ = std::fs::rename(&tmp, &path);
@@ -436,51 +433,53 @@ pub(crate) fn heap_growth() -> u64 {
     crate::internal::mapped_bytes().saturating_sub(HEAP_AT_START.load(Ordering::Relaxed))
 }
 
-/// A snapshot for statistics (None when the pager is not up).
-pub fn stats_json() -> Option<serde_json::Value> {
+/// This process's statistics record, but for who and when (filled by [`write_stats`]); None
+/// when the pager is not up and the process is not dormant.
+pub fn stats_record() -> Option<ProcRecord> {
+    let rss_at_start = RSS_AT_START.load(Ordering::Relaxed);
     if !ready() {
-        return dormant::stats_json().map(|mut v| {
-            v["limit_bytes"] = launch::LIMIT.read(env).unwrap_or(0).into();
-            v["rss_at_start_bytes"] = RSS_AT_START.load(Ordering::Relaxed).into();
-            v["fixed_overhead_bytes"] = RSS_AT_START.load(Ordering::Relaxed).into();
-            v
+        return dormant::stats_record().map(|r| ProcRecord {
+            limit_bytes: launch::LIMIT.read(env).unwrap_or(0),
+            rss_at_start_bytes: rss_at_start,
+            fixed_overhead_bytes: rss_at_start,
+            ..r
         });
     }
     let p = pager()?;
     let c = &COUNTERS;
-    let u = scan::unmanaged();
     let heap_growth = heap_growth();
-    Some(serde_json::json!({
-        "limit_bytes": p.config().limit_bytes,
-        "rss_at_start_bytes": RSS_AT_START.load(Ordering::Relaxed),
+    Some(ProcRecord {
+        limit_bytes: p.config().limit_bytes,
+        rss_at_start_bytes: rss_at_start,
         // What the limit does not cover: the RSS at start, the growth of the library's own
         // heap (the engine's tables, the pager's bookkeeping: the analogue of the kernel's
         // swap metadata, which a memory cgroup does not charge either), and file-backed pages
         // loaded since (libraries opened later, mapped files), which are not anonymous memory.
-        "fixed_overhead_bytes": RSS_AT_START.load(Ordering::Relaxed) + heap_growth + scan::file_growth_peak() + scan::engine_meta_peak(),
-        "engine_meta_peak_bytes": scan::engine_meta_peak(),
-        "file_rss_growth_bytes": scan::file_growth_peak(),
+        fixed_overhead_bytes: rss_at_start + heap_growth + scan::file_growth_peak() + scan::engine_meta_peak(),
+        engine_meta_peak_bytes: scan::engine_meta_peak(),
+        file_rss_growth_bytes: scan::file_growth_peak(),
         // Not in the fixed overhead: shared memory the pager cannot swap (see
         // `scan::file_and_shmem`); the summary names it when the peak goes over.
-        "shmem_rss_growth_bytes": scan::shmem_growth_peak(),
-        "internal_heap_bytes": crate::internal::mapped_bytes(),
-        "internal_heap_growth_bytes": heap_growth,
-        "adopt_calls": c.adopt_calls.load(Ordering::Relaxed),
-        "adopt_bytes": c.adopt_bytes.load(Ordering::Relaxed),
-        "adopt_errors": c.adopt_errors.load(Ordering::Relaxed),
-        "adopt_deferred": c.adopt_deferred.load(Ordering::Relaxed),
-        "mmap_small": c.mmap_small.load(Ordering::Relaxed),
-        "reservations": c.reservations.load(Ordering::Relaxed),
-        "unmanaged": u,
-        "thrash": thrash::stats(),
-        "tree": uswap_pager::tree::stats_json(),
-        "forks": fork::FORKS.load(Ordering::Relaxed),
-        "forks_file_shared": fork::FORKS_FILE_SHARED.load(Ordering::Relaxed),
-        "forks_file_copied": fork::FORKS_FILE_COPIED.load(Ordering::Relaxed),
+        shmem_rss_growth_bytes: scan::shmem_growth_peak(),
+        internal_heap_bytes: crate::internal::mapped_bytes(),
+        internal_heap_growth_bytes: heap_growth,
+        adopt_calls: c.adopt_calls.load(Ordering::Relaxed),
+        adopt_bytes: c.adopt_bytes.load(Ordering::Relaxed),
+        adopt_errors: c.adopt_errors.load(Ordering::Relaxed),
+        adopt_deferred: c.adopt_deferred.load(Ordering::Relaxed),
+        mmap_small: c.mmap_small.load(Ordering::Relaxed),
+        reservations: c.reservations.load(Ordering::Relaxed),
+        unmanaged: Some(scan::unmanaged()),
+        thrash: Some(thrash::stats()),
+        tree: uswap_pager::tree::stats(),
+        forks: fork::FORKS.load(Ordering::Relaxed),
+        forks_file_shared: fork::FORKS_FILE_SHARED.load(Ordering::Relaxed),
+        forks_file_copied: fork::FORKS_FILE_COPIED.load(Ordering::Relaxed),
         // What `failures` said on stderr about the store.
-        "said": failures::said(),
-        "pager": p.stats(),
-    }))
+        said: Some(failures::said()),
+        pager: Some(p.stats()),
+        ..ProcRecord::default()
+    })
 }
 
 // ---------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@
 //!   installed: the gate ([`crate::gate`]) calls the program's handler for faults outside the
 //!   regions and resolves faults inside them. Other signals go to libc's `__sigaction`.
 //! - In SIGBUS fault mode, the program's `sigaction(SIGSYS, ...)` is reported done and not
-//!   made (the trap handler of [`super::sigsys`] stays), and no handler's mask holds SIGBUS or
+//!   made (the trap handler of `sigsys` stays), and no handler's mask holds SIGBUS or
 //!   SIGSYS.
 //! - `sigprocmask`/`pthread_sigmask` never block SIGBUS: a synchronous SIGBUS raised while it is
 //!   blocked kills the process (the kernel forces the default action), and worker threads that

@@ -75,12 +75,12 @@ pub fn sample(w: &mut Window, faults: u64, limit: u64) {
 }
 
 /// The figures for the statistics.
-pub fn stats() -> serde_json::Value {
-    serde_json::json!({
-        "warned": WARNED.load(Ordering::Relaxed),
-        "peak_window_swapins": PEAK_WINDOW_FAULTS.load(Ordering::Relaxed),
-        "window_s": WINDOW,
-    })
+pub fn stats() -> uswap_pager::record::Thrash {
+    uswap_pager::record::Thrash {
+        warned: WARNED.load(Ordering::Relaxed),
+        peak_window_swapins: PEAK_WINDOW_FAULTS.load(Ordering::Relaxed),
+        window_s: WINDOW as u64,
+    }
 }
 
 #[cfg(test)]

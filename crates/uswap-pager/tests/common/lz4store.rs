@@ -385,19 +385,12 @@ impl PageStore for Lz4Store {
         self.live.load(Ordering::Relaxed)
     }
 
-    fn stats_json(&self) -> serde_json::Value {
+    fn stats(&self) -> uswap_pager::StoreStats {
         let c = &self.counters;
-        serde_json::json!({
-            "engine": "lz4store",
-            "stored_folios": c.stored.load(Ordering::Relaxed),
-            "stored_zero": c.stored_zero.load(Ordering::Relaxed),
-            "stored_raw": c.stored_raw.load(Ordering::Relaxed),
-            "loads": c.loads.load(Ordering::Relaxed),
-            "no_space": c.no_space.load(Ordering::Relaxed),
-            "stored_pages": c.pages_in_store.load(Ordering::Relaxed),
-            "orig_bytes": c.orig_bytes.load(Ordering::Relaxed),
-            "pool_bytes": self.live.load(Ordering::Relaxed),
-            "scratch_waits": c.busy_waits.load(Ordering::Relaxed),
-        })
+        uswap_pager::StoreStats {
+            engine: "lz4store".into(),
+            stored_pages: c.pages_in_store.load(Ordering::Relaxed),
+            ..Default::default()
+        }
     }
 }

@@ -19,7 +19,7 @@ pub trait Backing {
     /// Map a region of `len` bytes, zero-filled.
     fn map(&self, len: usize) -> Result<Box<dyn Mapping>, String>;
     /// Statistics after the run, as JSON (swap counters, compression, ...).
-    fn stats(&self) -> serde_json::Value;
+    fn stats(&self) -> uswap_pager::PagerStats;
 }
 
 /// Plain private anonymous memory (the kernel pages it; a memory cgroup may limit it).
@@ -66,8 +66,8 @@ impl Backing for PlainMem {
         .map_err(|e| format!("mmap of {} failed: {e}", fmt_size(len as u64)))?;
         Ok(Box::new(PlainMapping { ptr: ptr.cast(), len }))
     }
-    fn stats(&self) -> serde_json::Value {
-        serde_json::json!({})
+    fn stats(&self) -> uswap_pager::PagerStats {
+        uswap_pager::PagerStats::default()
     }
 }
 
@@ -109,11 +109,7 @@ impl Backing for UswapMem {
         let r = self.pager.map(len).map_err(|e| format!("uswap pager: map {}: {e}", fmt_size(len as u64)))?;
         Ok(Box::new(UswapMapping(r)))
     }
-    fn stats(&self) -> serde_json::Value {
-        let mut v = serde_json::to_value(self.pager.stats()).unwrap_or(serde_json::Value::Null);
-        if let serde_json::Value::Object(m) = &mut v {
-            m.insert("charged_bytes".into(), serde_json::json!(self.pager.charged_bytes()));
-        }
-        v
+    fn stats(&self) -> uswap_pager::PagerStats {
+        uswap_pager::PagerStats { charged_bytes: self.pager.charged_bytes(), ..self.pager.stats() }
     }
 }

@@ -74,7 +74,7 @@ pub fn child_main(
         backing: backing.describe(),
         pinned_cpu: place.pin,
         workload: res,
-        stats: backing.stats(),
+        stats: serde_json::to_value(backing.stats()).unwrap_or_default(),
         kernel: serde_json::Value::Null,
     };
     let line = serde_json::to_string(&rep).map_err(|e| e.to_string())?;
