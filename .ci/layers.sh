@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # The crates whose src trees are checked.
-crates=(crates/uswap/src crates/uswap-pager/src crates/uswap-ffi/src crates/uswap-cli/src)
+crates=(crates/uswap/src crates/uswap-pager/src crates/uswap-ffi/src crates/uswap-run/src crates/uswap-bench/src crates/uswap-cli/src)
 
 # Crates not yet checked: their edges are printed, a cycle is reported but does not fail.
 # (None: every crate is held to its layers.)

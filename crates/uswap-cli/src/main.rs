@@ -1,26 +1,11 @@
-//! The `uswap` command: the pager's main job, and the benchmarks that compare uswap with
-//! the kernel's own swap on the same machine in the same run.
+//! The `uswap` command line: `run`, `status` and `top` (the runner library, `uswap_run`),
+//! `bench` and `demo` (`uswap_bench`), completions and the manual page.
 
 use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
 
-mod bench;
-mod exit;
-mod guardian;
-mod help;
-mod kernel;
-mod live;
-mod preload;
-mod procsum;
-mod progress;
-mod report;
-mod run;
-mod rundir;
-#[cfg(test)]
-mod stats_doc;
-mod stats_read;
-mod status;
-mod unmanaged;
+use uswap_bench as bench;
+use uswap_run::{guardian, help, run, status};
 
 #[derive(Parser)]
 #[command(
@@ -71,9 +56,9 @@ enum Cmd {
     },
 }
 
-fn man(dir: Option<&std::path::Path>) -> bench::CliResult {
+fn man(dir: Option<&std::path::Path>) -> uswap_run::exit::CliResult {
     let cmd = Cli::command();
-    let fail = |e: std::io::Error| bench::CliError::fail(format!("man: {e}"));
+    let fail = |e: std::io::Error| uswap_run::exit::CliError::fail(format!("man: {e}"));
     match dir {
         None => clap_mangen::Man::new(cmd).render(&mut std::io::stdout().lock()).map_err(fail),
         Some(d) => clap_mangen::generate_to(cmd, d).map_err(fail),

@@ -11,7 +11,7 @@
 //! started after their parent closed all its file descriptors.
 //!
 //! A run that writes a new copy (the first of a new build) removes the copies other builds
-//! left that nothing maps and nothing read for two days ([`prune`]).
+//! left that nothing maps and nothing read for two days (`prune`).
 //!
 //! Locking: none (the rename is atomic; two runs writing the same content race harmlessly).
 

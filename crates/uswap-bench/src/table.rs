@@ -17,7 +17,6 @@
 //!
 //! No locking of its own beyond the structures under test; threads start together on a barrier.
 
-use super::{CliError, CliResult};
 use indicatif::ProgressBar;
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -28,6 +27,7 @@ use uswap::internals::cluster::{SpaceConfig, SwapSpace};
 use uswap::internals::swap_table::Word;
 use uswap::vswap::{Engine, EngineConfig};
 use uswap::{SwapEntry, PAGE_SIZE};
+use uswap_run::exit::{CliError, CliResult};
 
 /// Options of `uswap bench table`.
 #[derive(clap::Args, Debug)]
@@ -163,13 +163,13 @@ pub fn run(a: &Args) -> CliResult {
         return Err(CliError::usage("--lookups and --pages must be positive"));
     }
     let t0 = Instant::now();
-    let machine = crate::report::machine();
+    let machine = crate::kernel::machine();
     let inserts = a.slots * 8 / 10;
-    let bar = crate::progress::Bar::new(
+    let bar = uswap_run::progress::Bar::new(
         a.json,
         "uswap bench table",
         total_ops(inserts, a.lookups, a.pages.min(inserts)),
-        crate::progress::Unit::Count("ops"),
+        uswap_run::progress::Unit::Count("ops"),
     );
     let r = measure(a, &bar)?;
     bar.done();
@@ -178,7 +178,7 @@ pub fn run(a: &Args) -> CliResult {
         if let Some(m) = doc.as_object_mut() {
             m.insert("elapsed_s".into(), ((t0.elapsed().as_secs_f64() * 100.0).round() / 100.0).into());
         }
-        println!("{}", crate::report::with_header("table", machine, doc));
+        println!("{}", uswap_run::report::with_header("table", machine, doc));
     } else {
         print_human(a, &r);
     }

@@ -18,7 +18,6 @@
 //! pages are written with O_DIRECT and read back (and compared), `mm_stat` gives
 //! `mem_used_total`; the device is reset and removed afterwards whatever happens.
 
-use super::{CliError, CliResult};
 use indicatif::ProgressBar;
 use serde_json::{json, Map, Value};
 use std::io::Read;
@@ -27,6 +26,7 @@ use uswap::backend::Backend;
 use uswap::internals::zero;
 use uswap::tier::zpool::{Compressor, FolioMode, PoolConfig, ZPool};
 use uswap::{SwapEntry, PAGE_SIZE};
+use uswap_run::exit::{CliError, CliResult};
 
 /// Options of `uswap bench zpool`.
 #[derive(clap::Args, Debug)]
@@ -524,16 +524,16 @@ pub fn run(a: &Args) -> CliResult {
         return Err(CliError::usage("--mib must be at least 1"));
     }
     let t0 = Instant::now();
-    let machine = crate::report::machine();
+    let machine = crate::kernel::machine();
     // Pages: building the corpus counts as one pass over it, then each pool run two (store,
     // load), then zram two (write, read). The corpus may come out a little smaller than asked
     // (short files): the length is corrected once it is built.
     let passes = 1 + 2 * POOL_RUNS + if a.no_zram { 0 } else { 2 };
-    let bar = crate::progress::Bar::new(
+    let bar = uswap_run::progress::Bar::new(
         a.json,
         "uswap bench zpool",
         passes * ((a.mib as u64) << 20) / PAGE_SIZE as u64,
-        crate::progress::Unit::Count("pages"),
+        uswap_run::progress::Unit::Count("pages"),
     );
     bar.set_message("building the corpus");
     let corpus = build_corpus(a.mib << 20);
@@ -637,7 +637,7 @@ pub fn run(a: &Args) -> CliResult {
     out.insert("elapsed_s".into(), json!(round2(t0.elapsed().as_secs_f64())));
     bar.done();
     if a.json {
-        println!("{}", crate::report::with_header("zpool", machine, Value::Object(out)));
+        println!("{}", uswap_run::report::with_header("zpool", machine, Value::Object(out)));
     } else {
         print_tree("zpool", &Value::Object(out));
     }

@@ -2,7 +2,7 @@
 //! (`uswap_pager::record::ProcRecord`, a generated list between markers) and every key the
 //! printed schema has (`report::run_report` on a record with every section filled).
 //!
-//! `USWAP_BLESS=1 cargo test -p uswap-cli stats_doc` rewrites the generated list after the
+//! `USWAP_BLESS=1 cargo test -p uswap-run stats_doc` rewrites the generated list after the
 //! record changed.
 //!
 //! Locking: none (tests only).
@@ -15,7 +15,7 @@ use uswap_pager::record::{ProcRecord, Said, Thrash, Unmanaged as UnmanagedMem};
 use uswap_pager::{PagerStats, StoreStats, TierFailures, TierStats};
 
 const BEGIN: &str =
-    "<!-- record keys: generated from uswap_pager::record::ProcRecord by crates/uswap-cli/src/stats_doc.rs -->";
+    "<!-- record keys: generated from uswap_pager::record::ProcRecord by crates/uswap-run/src/stats_doc.rs -->";
 const END: &str = "<!-- end of record keys -->";
 
 fn doc_path() -> std::path::PathBuf {

@@ -25,7 +25,7 @@ fn one_line(argv: &Value, max: usize) -> String {
 /// tree a line naming it, a line of its tiers, a header naming the columns, its running
 /// processes (`all`: ended ones too; else they are counted), a row of the tree's totals, then
 /// its processes that run without the pager. Figures are compact (`1.5G`, `999M`, `12k`: see
-/// [`compact_size`]); the command is cut to the room left. `--json` has every figure in full.
+/// `compact_size`); the command is cut to the room left. `--json` has every figure in full.
 pub fn render(doc: &Value, all: bool, width: usize) -> String {
     let width = width.max(MIN_WIDTH);
     let size = |v: &Value| compact_size(v.as_u64().unwrap_or(0));

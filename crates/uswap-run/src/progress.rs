@@ -63,7 +63,7 @@ impl Bar {
         Bar(pb)
     }
 
-    /// Start redrawing every [`TICK`] (no-op when hidden).
+    /// Start redrawing every `TICK` (no-op when hidden).
     pub fn tick_steadily(&self) {
         if !self.0.is_hidden() {
             self.0.enable_steady_tick(TICK);

@@ -1,49 +1,24 @@
-//! Benchmarks. Each submodule owns one `uswap bench NAME` and prints what it measured, as a
-//! table for people or as one JSON object with `--json`.
+//! The benchmarks of `uswap bench` and `uswap demo`. Each module owns one `uswap bench NAME`
+//! and prints what it measured, as a table for people or as one JSON object with `--json`;
+//! `kernel` is the kernel-swap side they compare with (memory cgroups, zram, a swap file, and
+//! their restore). Built on the runner library (`uswap_run`: the statistics schema, progress
+//! bars, the live view's samplers, the embedded preload library).
+//!
+//! Locking: none here (each benchmark documents its own threads).
 
 use clap::Subcommand;
 
 pub mod alloc;
 pub mod drain;
 pub mod file;
+pub mod kernel;
 pub mod programs;
 pub mod spawn;
 pub mod table;
 pub mod usemem;
 pub mod zpool;
 
-/// An error that ends the command with a message and an exit code.
-#[derive(Debug)]
-pub struct CliError {
-    /// What went wrong, for the user.
-    pub msg: String,
-    /// 2 for usage/configuration errors, 1 for failures while running.
-    pub code: u8,
-}
-
-impl CliError {
-    /// A failure while running (exit 1).
-    pub fn fail(msg: impl Into<String>) -> Self {
-        CliError { msg: msg.into(), code: 1 }
-    }
-    /// A usage or configuration error (exit 2).
-    pub fn usage(msg: impl Into<String>) -> Self {
-        CliError { msg: msg.into(), code: crate::exit::USAGE }
-    }
-    /// The process exit code.
-    pub fn exit_code(&self) -> u8 {
-        self.code
-    }
-}
-
-impl std::fmt::Display for CliError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.msg)
-    }
-}
-
-/// Result of a command.
-pub type CliResult = Result<(), CliError>;
+use uswap_run::exit::CliResult;
 
 /// The benchmarks.
 #[derive(Subcommand)]
@@ -67,7 +42,7 @@ pub enum Which {
     /// Redis holding several times the limit: GETs per second with and without a BGSAVE
     /// running, and the BGSAVE's time, uswap run against kernel zram and disk swap, each in a
     /// memory cgroup.
-    #[command(after_help = crate::help::BENCH_REDIS)]
+    #[command(after_help = uswap_run::help::BENCH_REDIS)]
     Redis(Box<programs::bgsave::Args>),
     /// Short-lived processes (a shell loop, a make of small files, a configure): native
     /// against `uswap run`, what a build or a script pays per command.

@@ -12,12 +12,12 @@
 
 use super::redis::{self, Plan, Throughput};
 use super::{median, parse_compare, r3, setup_kernel, side_begin, side_end, uswap_stats_of, Side, SideCtx};
-use crate::bench::usemem::size::parse_size;
-use crate::bench::{CliError, CliResult};
 use crate::kernel::{self, RealOps};
+use crate::usemem::size::parse_size;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use uswap_run::exit::{CliError, CliResult};
 
 /// `uswap bench redis`.
 #[derive(clap::Args, Debug)]
@@ -150,7 +150,7 @@ pub fn run(a: &Args) -> CliResult {
             let swapins = |pid: i32| -> Option<u64> {
                 match side {
                     Side::Uswap => {
-                        let tree = crate::live::tree_at(&crate::rundir::run_dir().ok()?.join(pid.to_string()))?;
+                        let tree = uswap_run::live::tree_at(&uswap_run::rundir::run_dir().ok()?.join(pid.to_string()))?;
                         Some(tree.procs.iter().filter_map(|v| v["swapin_pages"].as_u64()).sum())
                     }
                     _ => {
@@ -327,7 +327,7 @@ pub fn run(a: &Args) -> CliResult {
             doc[key] = v;
         }
     }
-    let doc = crate::report::with_header("redis", kernel::machine_facts(&RealOps::default()), doc);
+    let doc = uswap_run::report::with_header("redis", kernel::machine_facts(&RealOps::default()), doc);
     if a.json {
         println!("{doc:#}");
     } else {

@@ -4,7 +4,7 @@
 //!
 //! Locking: none.
 
-use crate::bench::{CliError, CliResult};
+use crate::exit::{CliError, CliResult};
 use crate::live;
 
 /// `uswap status`.

@@ -105,7 +105,7 @@ pub fn spawn(cmd: &mut Command, pgid: Option<i32>) -> Result<Proc, String> {
     cmd.process_group(pgid.unwrap_or(0));
     let start = Instant::now();
     // Every side starts from this process's high-water mark (see shed_before_spawn).
-    crate::preload::shed_before_spawn();
+    uswap_run::preload::shed_before_spawn();
     let child = cmd.spawn().map_err(|e| format!("cannot start {:?}: {e}", cmd.get_program()))?;
     let pid = child.id() as i32;
     // The waiter thread reaps it; `Child` itself never waits, so dropping it is harmless.

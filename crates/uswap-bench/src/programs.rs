@@ -11,7 +11,7 @@
 //! Outputs (stdout and output files) are compared byte for byte with the native run's; wall
 //! time and peak RSS are recorded; the kernel's own OOM kills are reported as such and left out
 //! of the speed comparison, an OOM kill in uswap's cgroup is a failure. The suite is in
-//! [`suite`], the process handling in [`runner`], the Redis scenario in [`redis`].
+//! `suite`, the process handling in `runner`, the Redis scenario in `redis`.
 //!
 //! Locking: none; the main thread runs everything in turn (each child has a waiter thread).
 
@@ -21,9 +21,8 @@ mod rng;
 mod runner;
 mod suite;
 
-use super::usemem::size::{fmt_size, parse_size};
-use super::{CliError, CliResult};
 use crate::kernel::{self, restore::Restore, restore::Undo, setup, RealOps, SysOps};
+use crate::usemem::size::{fmt_size, parse_size};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -32,6 +31,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use suite::{Body, Program};
+use uswap_run::exit::{CliError, CliResult};
 
 /// Options of `uswap bench programs`.
 #[derive(clap::Args, Debug, Clone)]
@@ -552,7 +552,7 @@ fn remove_run_statsdir(pid: i32) {
     if pid <= 0 {
         return;
     }
-    if let Ok(d) = crate::rundir::run_dir() {
+    if let Ok(d) = uswap_run::rundir::run_dir() {
         let _ = std::fs::remove_dir_all(d.join(pid.to_string()));
     }
     let prefix = format!("uswap-run-{pid}-");
@@ -1350,7 +1350,7 @@ pub fn run(a: &Args) -> CliResult {
                     uswap footprint <= (limit + the tree's fixed overheads summed) * 1.1; no OOM kill in uswap's cgroup; \
                     geomean kernel secs / uswap secs >= 1.0 against zram and against disk",
     });
-    let out = crate::report::with_header("programs", facts, doc);
+    let out = uswap_run::report::with_header("programs", facts, doc);
     if a.json {
         println!("{out}");
     } else {
@@ -1697,7 +1697,7 @@ mod tests {
         assert_eq!(median(&[]), None);
         assert_eq!(median_u(&[4, 1, 2, 3]), Some(3));
         assert!((geomean(&[2.0, 0.5]).unwrap() - 1.0).abs() < 1e-12);
-        let d = crate::report::now_utc();
+        let d = uswap_run::report::now_utc();
         assert_eq!(d.len(), 20, "{d}");
         assert!(d.starts_with("20"), "{d}");
     }

@@ -70,7 +70,7 @@ pub struct Tree {
     /// Whether its runner runs (the pid and start time of `run.json`): else the tree is
     /// *stale*, its runner died without ending it.
     pub up: bool,
-    /// [`process_view`] of each process, by pid.
+    /// `process_view` of each process, by pid.
     pub procs: Vec<Value>,
     /// The processes of the tree found running without the pager (`crate::unmanaged`).
     pub unmanaged: Vec<Value>,

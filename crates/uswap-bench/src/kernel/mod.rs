@@ -185,10 +185,12 @@ pub fn delta(
     serde_json::Value::Object(m)
 }
 
-/// The number of a `Key:  N kB` line of a procfs file (`/proc/meminfo`, `smaps_rollup`,
-/// `status`), in kB.
-pub fn kb_field(text: &str, key: &str) -> Option<u64> {
-    text.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+pub use uswap_run::procsum::kb_field;
+
+/// This machine's description for [`uswap_run::report::with_header`], taken before a benchmark
+/// changes anything.
+pub fn machine() -> serde_json::Value {
+    machine_facts(&RealOps::default())
 }
 
 /// Facts about the machine that explain the figures.

@@ -65,10 +65,16 @@ impl PssWatch {
     }
 }
 
+/// The number of a `Key:  N kB` line of a procfs file (`/proc/meminfo`, `smaps_rollup`,
+/// `status`), in kB.
+pub fn kb_field(text: &str, key: &str) -> Option<u64> {
+    text.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+}
+
 fn proc_sum<P: std::fmt::Display>(pids: impl IntoIterator<Item = P>, file: &str, key: &str) -> u64 {
     pids.into_iter()
         .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/{file}")).ok())
-        .filter_map(|st| crate::kernel::kb_field(&st, key))
+        .filter_map(|st| kb_field(&st, key))
         .sum::<u64>()
         * 1024
 }

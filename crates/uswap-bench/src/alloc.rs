@@ -9,7 +9,6 @@
 //! rate per order over the churn phase and over the whole run, the mean time of an `alloc`
 //! call, where allocations came from, the lists, and the fragment bucket statistics.
 
-use super::{CliError, CliResult};
 use indicatif::ProgressBar;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -19,6 +18,7 @@ use std::time::Instant;
 use uswap::internals::cluster::{AllocStats, BucketStats, FragPolicy, SpaceConfig, SwapSpace};
 use uswap::internals::swap_table::{Word, NR_ORDERS, SLOTS_PER_CLUSTER};
 use uswap::{SwapEntry, SwapError};
+use uswap_run::exit::{CliError, CliResult};
 
 /// Which policies to run.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -416,11 +416,11 @@ pub fn run(a: &Args) -> CliResult {
     };
     let t0 = Instant::now();
     let seeds: Vec<u64> = (0..a.seeds).map(|i| a.seed + i).collect();
-    let bar = crate::progress::Bar::new(
+    let bar = uswap_run::progress::Bar::new(
         a.json,
         "uswap bench alloc",
         policies.len() as u64 * a.seeds * a.ops,
-        crate::progress::Unit::Count("steps"),
+        uswap_run::progress::Unit::Count("steps"),
     );
     let mut results = Vec::new();
     for &p in policies {
@@ -478,7 +478,10 @@ pub fn run(a: &Args) -> CliResult {
             obj.insert("verdict".into(), v);
         }
         obj.insert("elapsed_s".into(), ((t0.elapsed().as_secs_f64() * 100.0).round() / 100.0).into());
-        println!("{}", crate::report::with_header("alloc", crate::report::machine(), serde_json::Value::Object(obj)));
+        println!(
+            "{}",
+            uswap_run::report::with_header("alloc", crate::kernel::machine(), serde_json::Value::Object(obj))
+        );
         return Ok(());
     }
     println!(

@@ -9,8 +9,7 @@
 //! cache; with encryption each store also reads and rewrites its 4 KiB metadata block).
 //! Also AES-256-GCM alone, per 4 KiB page.
 
-use super::zpool::print_tree;
-use super::{CliError, CliResult};
+use crate::zpool::print_tree;
 use indicatif::ProgressBar;
 use serde_json::{json, Map, Value};
 use std::path::PathBuf;
@@ -19,6 +18,7 @@ use uswap::backend::Backend;
 use uswap::internals::crypt::{PageCipher, META_BYTES};
 use uswap::tier::file::{EngineKind, FileConfig, FileTarget, FileTier};
 use uswap::{SwapEntry, PAGE_SIZE};
+use uswap_run::exit::{CliError, CliResult};
 
 /// Options of `uswap bench file`.
 #[derive(clap::Args, Debug)]
@@ -207,13 +207,13 @@ pub fn run(a: &Args) -> CliResult {
         return Err(CliError::usage(format!("--dir {}: not a directory", a.dir.display())));
     }
     let t0 = Instant::now();
-    let machine = crate::report::machine();
+    let machine = crate::kernel::machine();
     let plan = plan(a);
-    let bar = crate::progress::Bar::new(
+    let bar = uswap_run::progress::Bar::new(
         a.json,
         "uswap bench file",
         plan.iter().map(row_work).sum(),
-        crate::progress::Unit::Bytes,
+        uswap_run::progress::Unit::Bytes,
     );
     let (rows, skipped) = run_rows(a, &plan, &bar)?;
     bar.set_message("AES-256-GCM alone");
@@ -227,7 +227,7 @@ pub fn run(a: &Args) -> CliResult {
     });
     bar.done();
     if a.json {
-        println!("{}", crate::report::with_header("file", machine, v));
+        println!("{}", uswap_run::report::with_header("file", machine, v));
     } else {
         println!("uswap bench file (dir {})", a.dir.display());
         println!(

@@ -11,7 +11,7 @@
 //! tree takes its share of the limit less that. It warns once per process on stderr, includes
 //! them in the tree's peak, and lists them in the statistics (`unmanaged_processes`).
 //! *Shared memory* of any process of the tree (managed or not) is counted the same way
-//! ([`tree_shmem`]): the pager manages private anonymous memory only.
+//! (`tree_shmem`): the pager manages private anonymous memory only.
 //!
 //! *Which processes are the tree's*: the program, every process holding a slot of the budget
 //! file, and their descendants (through `/proc/PID/task/*/children`, or by parent pid from
@@ -451,7 +451,7 @@ impl Watch {
         &self.found
     }
 
-    /// The largest shared memory the tree held at a sample (see [`tree_shmem`]).
+    /// The largest shared memory the tree held at a sample (see `tree_shmem`).
     pub fn shmem_peak(&self) -> u64 {
         self.shmem_peak
     }

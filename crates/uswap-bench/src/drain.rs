@@ -17,8 +17,7 @@
 //! Everything is restored afterwards (child killed, swapoff, cgroup removed, zram reset and
 //! removed), also on error.
 
-use super::zpool::{print_tree, zram_add, ZramDev};
-use super::{CliError, CliResult};
+use crate::zpool::{print_tree, zram_add, ZramDev};
 use indicatif::ProgressBar;
 use serde_json::{json, Map, Value};
 use std::ffi::CString;
@@ -30,6 +29,7 @@ use uswap::tier::file::{FileConfig, FileTarget, FileTier};
 use uswap::tier::zpool::{PoolConfig, ZPool};
 use uswap::vswap::{Engine, EngineConfig};
 use uswap::PAGE_SIZE;
+use uswap_run::exit::{CliError, CliResult};
 
 /// Options of `uswap bench drain`.
 #[derive(clap::Args, Debug)]
@@ -345,18 +345,18 @@ pub fn run(a: &Args) -> CliResult {
     let file_bytes = a.file_mib << 20;
     let bytes = a.mib << 20;
     let t0 = Instant::now();
-    let machine = crate::report::machine();
+    let machine = crate::kernel::machine();
     let mut out = Map::new();
     out.insert("mib".into(), json!(a.mib));
     out.insert("file_mib".into(), json!(a.file_mib));
     // Bytes: the kernel side counts as the data it fills and swaps off (one step, when done),
     // then each uswap case its fill and drain.
     let kernel_work = if a.no_kernel { 0 } else { bytes as u64 };
-    let bar = crate::progress::Bar::without_ticker(
+    let bar = uswap_run::progress::Bar::without_ticker(
         a.json,
         "uswap bench drain",
         kernel_work + case_work(bytes, a.order) + 2 * case_work(file_bytes, a.order),
-        crate::progress::Unit::Bytes,
+        uswap_run::progress::Unit::Bytes,
     );
     // The kernel side first, while this process is still single-threaded (it forks): the bar's
     // ticker thread starts after it.
@@ -420,7 +420,7 @@ pub fn run(a: &Args) -> CliResult {
     out.insert("elapsed_s".into(), json!((t0.elapsed().as_secs_f64() * 100.0).round() / 100.0));
     bar.done();
     if a.json {
-        println!("{}", crate::report::with_header("drain", machine, Value::Object(out)));
+        println!("{}", uswap_run::report::with_header("drain", machine, Value::Object(out)));
     } else {
         print_tree("drain", &Value::Object(out));
     }

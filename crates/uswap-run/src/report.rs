@@ -44,8 +44,8 @@ fn civil_utc(secs: u64) -> String {
 
 /// The keys every `--json` document of `uswap bench NAME` and `uswap demo` starts with:
 /// `schema_version`, `uswap_version`, `bench` (the command's name), `date` (UTC, when the
-/// document was made) and `machine` (from [`crate::kernel::machine_facts`], taken before the
-/// command changed anything). `doc`'s own keys are kept after them.
+/// document was made) and `machine` (the benchmarks' description of the machine, taken before
+/// the command changed anything). `doc`'s own keys are kept after them.
 pub fn with_header(bench: &str, machine: Value, doc: Value) -> Value {
     let mut m = header(machine);
     m.insert("bench".into(), json!(bench));
@@ -65,11 +65,6 @@ pub fn header(machine: Value) -> Map<String, Value> {
     m.insert("date".into(), json!(now_utc()));
     m.insert("machine".into(), machine);
     m
-}
-
-/// This machine's description for [`with_header`].
-pub fn machine() -> Value {
-    crate::kernel::machine_facts(&crate::kernel::RealOps::default())
 }
 
 /// CPU time of this process so far (user, system), in seconds, three decimals.

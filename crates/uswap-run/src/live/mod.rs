@@ -10,7 +10,7 @@
 //!   ([`with_rates`], [`mark_over`]);
 //! - `render`: the document as the text of `uswap status` and `uswap top` ([`render`]), with
 //!   `compact`, its four-character figures;
-//! - `metrics`: the document in the Prometheus text format ([`prometheus`]);
+//! - `metrics`: the document in the Prometheus text format (`metrics::prometheus`);
 //! - `end`: the end of a run whose runner is gone ([`end_run`], [`forget_stale`]);
 //! - `peak`: a thread keeping the largest of periodic readings ([`PeakSampler`]).
 //!

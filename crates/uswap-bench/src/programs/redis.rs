@@ -504,13 +504,13 @@ pub struct Throughput {
 }
 
 /// Sums the Pss of a tree's `redis-server` processes every 50 ms, keeping the largest.
-fn sample_servers(pgid: i32, root: i32) -> crate::live::PeakSampler {
-    crate::live::PeakSampler::start(Duration::from_millis(50), move |peak| {
+fn sample_servers(pgid: i32, root: i32) -> uswap_run::live::PeakSampler {
+    uswap_run::live::PeakSampler::start(Duration::from_millis(50), move |peak| {
         let servers: Vec<i32> = runner::tree(pgid, root)
             .into_iter()
             .filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "redis-server"))
             .collect();
-        crate::procsum::pss_if_above(&servers, "Pss:", peak).map(|v| (v, 0))
+        uswap_run::procsum::pss_if_above(&servers, "Pss:", peak).map(|v| (v, 0))
     })
 }
 
@@ -561,7 +561,7 @@ pub fn throughput(
     deadline: Instant,
 ) -> (Result<Throughput, String>, Option<Waited>) {
     let mut server: Option<Proc> = None;
-    let mut sampler: Option<crate::live::PeakSampler> = None;
+    let mut sampler: Option<uswap_run::live::PeakSampler> = None;
     let res = throughput_steps(p, dir, wrap, swapins, requests, deadline, &mut server, &mut sampler);
     let peak = sampler.map_or(0, |s| s.finish().value);
     let _ = std::fs::remove_file(dir.join("dump.rdb"));
@@ -598,7 +598,7 @@ fn throughput_steps(
     requests: u64,
     deadline: Instant,
     server: &mut Option<Proc>,
-    sampler: &mut Option<crate::live::PeakSampler>,
+    sampler: &mut Option<uswap_run::live::PeakSampler>,
 ) -> Result<Throughput, Stop> {
     let port = free_port()?;
     let mut cmd = wrap(&server_argv(p, port, dir)).map_err(Stop::Error)?;

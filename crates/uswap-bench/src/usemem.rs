@@ -18,12 +18,12 @@ pub mod size;
 mod worker;
 pub mod workload;
 
-use super::{CliError, CliResult};
 use crate::kernel::{self, restore::Restore, restore::Undo, setup, RealOps};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{json, Map, Value};
 use size::{fmt_size, parse_limit, parse_size};
 use std::path::{Path, PathBuf};
+use uswap_run::exit::{CliError, CliResult};
 use workload::{DataKind, WorkloadCfg, PAGE};
 
 /// Options of `uswap bench usemem`.
@@ -649,7 +649,7 @@ pub fn run(a: &Args) -> CliResult {
     out.insert("failures".into(), json!(failures));
     out.insert("restore_errors".into(), json!(restore_errors));
     if a.json {
-        println!("{}", crate::report::with_header("usemem", facts, Value::Object(out)));
+        println!("{}", uswap_run::report::with_header("usemem", facts, Value::Object(out)));
     } else {
         for (di, &data) in p.kinds.iter().enumerate() {
             print_table(a, &p, data, &sides, &modes_of[di], &k, &results[di]);
@@ -894,7 +894,7 @@ pub fn demo(d: &DemoArgs) -> CliResult {
             backing.describe()
         );
     }
-    let pb = if crate::progress::visible(d.json) {
+    let pb = if uswap_run::progress::visible(d.json) {
         ProgressBar::with_draw_target(Some(pages * (u64::from(d.rounds) + 1)), ProgressDrawTarget::stderr())
     } else {
         ProgressBar::hidden()
@@ -905,10 +905,10 @@ pub fn demo(d: &DemoArgs) -> CliResult {
     let res = unsafe { workload::run(ptr, len, &cfg, &mut |n| pb.inc(n)) };
     pb.finish_and_clear();
     let res = res.map_err(|e| CliError::fail(e.to_string()))?;
-    let stats = crate::report::pager(&backing.stats(), &d.tiers);
-    let (cpu_user, cpu_system) = crate::report::self_cpu_s();
+    let stats = uswap_run::report::pager(&backing.stats(), &d.tiers);
+    let (cpu_user, cpu_system) = uswap_run::report::self_cpu_s();
     if d.json {
-        let mut doc = crate::report::header(crate::report::machine());
+        let mut doc = uswap_run::report::header(crate::kernel::machine());
         doc.insert("elapsed_s".into(), json!((t0.elapsed().as_secs_f64() * 1000.0).round() / 1000.0));
         doc.insert("cpu_user_s".into(), json!(cpu_user));
         doc.insert("cpu_system_s".into(), json!(cpu_system));
@@ -936,7 +936,7 @@ pub fn demo(d: &DemoArgs) -> CliResult {
             backing.describe(),
             t0.elapsed().as_secs_f64()
         );
-        for l in crate::report::human_lines(&stats) {
+        for l in uswap_run::report::human_lines(&stats) {
             println!("  {l}");
         }
         if let (Some(p50), Some(p99)) =

@@ -11,11 +11,11 @@
 //!
 //! Locking: none (single-threaded).
 
-use super::{CliError, CliResult};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
+use uswap_run::exit::{CliError, CliResult};
 
 /// Options of `uswap bench spawn`.
 #[derive(clap::Args, Debug)]
