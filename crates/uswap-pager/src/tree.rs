@@ -410,8 +410,8 @@ fn shared_anon() -> u64 {
 
 /// `Anonymous - Pss_Anon` of an smaps_rollup text, in bytes: the part of the anonymous
 /// resident pages that other processes map too and are counted for. (smaps_rollup names the
-/// anonymous RSS `Anonymous:`; `RssAnon:` is in `/proc/PID/status`. Until 2026-11-28 this
-/// read a `Rss_Anon:` line that does not exist, so shared pages were never discounted.)
+/// anonymous RSS `Anonymous:`; `RssAnon:` is in `/proc/PID/status`, and it has no
+/// `Rss_Anon:` line.)
 fn shared_from_rollup(s: &str) -> u64 {
     let kb = |key: &str| {
         s.lines()
