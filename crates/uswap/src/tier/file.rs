@@ -467,7 +467,7 @@ impl FileTier {
             (Some(b), Ok(())) => b,
             (None, Ok(())) => return Err(TierError::Io { errno: 0, op: "read", msg: "I/O buffer lost".into() }),
         };
-        self.read_done(len);
+        self.read_done(data_off(s0), len);
         let ok = self.open_pages(s0, owner + first as u64, &mut buf.as_mut_slice()[..len]);
         if ok {
             out[first * PAGE_SIZE..first * PAGE_SIZE + len].copy_from_slice(&buf.as_slice()[..len]);
@@ -480,10 +480,10 @@ impl FileTier {
         }
     }
 
-    /// Buffered I/O: a read of `len` bytes is done and copied out.
-    fn read_done(&self, len: usize) {
+    /// Buffered I/O: a read of `[off, off + len)` is done and copied out.
+    fn read_done(&self, off: u64, len: usize) {
         if let Some(d) = &self.drop_behind {
-            d.read(len as u64);
+            d.read(off, len as u64);
         }
     }
 
@@ -550,7 +550,7 @@ impl FileTier {
                 return;
             }
         };
-        self.read_done(len);
+        self.read_done(data_off(first), len);
         let data = buf.as_slice();
         for &k in idx {
             let r = &mut reqs[k];
