@@ -211,11 +211,12 @@ fn xz_compresses() {
     runtime_within("xz", 0.1, 240);
 }
 
-/// A Perl hash at half its peak thrashes like xz, its peak RSS within its bound. 240 s a run,
-/// as xz.
+/// A Perl hash at half its peak thrashes like xz, its peak RSS within its bound. It runs for
+/// 150-170 s alone on a 2-vCPU machine (1.5 M faults, steadily), longer beside the other
+/// tests: 480 s a run, so that only a hang reaches the deadline.
 #[test]
 fn perl_hash() {
-    runtime_within("perl-hash", 0.1, 240);
+    runtime_within("perl-hash", 0.1, 480);
 }
 
 #[test]
