@@ -120,26 +120,63 @@ mod tests {
     }
 
     /// The counters bound the page-table walk from above, which is what lets the samplers
-    /// skip the walk. Other tests of this binary allocate and free on other threads between
-    /// the two readings, so a reading counts only when the counter did not move across the
-    /// walk (by more than its lag); one such reading in ten is required.
+    /// skip the walk. Read on a fork child at rest that owns an 8 MiB block (not on this
+    /// process: other tests of this binary allocate and free on other threads meanwhile); a
+    /// reading counts only when the counter did not move across the walk (by more than its
+    /// lag), and one such reading in ten is required.
     #[test]
     fn status_counters_bound_the_proportional_sizes() {
-        let me = [std::process::id()];
-        let block = std::hint::black_box(vec![1u8; 8 << 20]);
+        let mut block = std::hint::black_box(vec![1u8; 8 << 20]);
+        let mut ready = [0i32; 2];
+        // SAFETY: pipe(2) into a two-element array.
+        assert_eq!(unsafe { libc::pipe(ready.as_mut_ptr()) }, 0);
+        // SAFETY: fork; the child only writes to memory it owns, write(2)s and pause(2)s, all
+        // async-signal-safe, until killed.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0);
+        if child == 0 {
+            // Break the copy-on-write sharing: the block becomes the child's own 8 MiB.
+            for page in block.chunks_mut(4096) {
+                page[0] = 2;
+            }
+            std::hint::black_box(&mut block);
+            // SAFETY: write(2) of one byte from a local; pause(2).
+            unsafe {
+                libc::write(ready[1], [1u8].as_ptr().cast(), 1);
+                loop {
+                    libc::pause();
+                }
+            }
+        }
+        let mut byte = 0u8;
+        // SAFETY: read(2) of one byte into a local; close(2) of our pipe ends.
+        let got = unsafe {
+            let got = libc::read(ready[0], (&raw mut byte).cast(), 1);
+            libc::close(ready[0]);
+            libc::close(ready[1]);
+            got
+        };
+        let pid = [child as u32];
         let steady = |counter: &str, pss_key: &str| {
             (0..10).find_map(|_| {
-                let before = status_sum(me, counter);
-                let pss = smaps_sum(me, pss_key);
-                let after = status_sum(me, counter);
+                let before = status_sum(pid, counter);
+                let pss = smaps_sum(pid, pss_key);
+                let after = status_sum(pid, counter);
                 (before.abs_diff(after) <= COUNTER_LAG).then_some((before.min(after), pss))
             })
         };
-        let (anon, pss_anon) = steady("RssAnon:", "Pss_Anon:").expect("RssAnon never steady across a walk");
-        let (rss, pss) = steady("VmRSS:", "Pss:").expect("VmRSS never steady across a walk");
-        assert!(pss_anon >= 8 << 20, "Pss_Anon {pss_anon} without the 8 MiB block");
+        let anon_reading = steady("RssAnon:", "Pss_Anon:");
+        let reading = steady("VmRSS:", "Pss:");
+        // SAFETY: our own child.
+        unsafe {
+            libc::kill(child, libc::SIGKILL);
+            libc::waitpid(child, std::ptr::null_mut(), 0);
+        }
+        assert_eq!(got, 1, "the child never reported its block written");
+        let (anon, pss_anon) = anon_reading.expect("RssAnon never steady across a walk");
+        let (rss, pss) = reading.expect("VmRSS never steady across a walk");
+        assert!(pss_anon >= 8 << 20, "Pss_Anon {pss_anon} without the child's 8 MiB block");
         assert!(may_exceed(anon, 1, pss_anon - 1), "RssAnon {anon} against Pss_Anon {pss_anon}");
         assert!(may_exceed(rss, 1, pss - 1), "VmRSS {rss} against Pss {pss}");
-        assert_eq!(std::hint::black_box(&block)[(4 << 20) + 7], 1);
     }
 }
