@@ -8,15 +8,17 @@
 
 use clap::Subcommand;
 
-pub mod alloc;
-pub mod drain;
-pub mod file;
-pub mod kernel;
-pub mod programs;
-pub mod spawn;
-pub mod table;
-pub mod usemem;
-pub mod zpool;
+mod alloc;
+mod drain;
+mod file;
+mod kernel;
+mod programs;
+mod spawn;
+mod table;
+mod usemem;
+mod zpool;
+
+pub use usemem::{demo, DemoArgs};
 
 use uswap_run::exit::CliResult;
 

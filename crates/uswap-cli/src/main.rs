@@ -30,7 +30,7 @@ enum Cmd {
     /// The main job: a usemem-like workload on a uswap region under a limit with the default
     /// tiers, ending in throughput and swap statistics.
     #[command(after_help = help::DEMO)]
-    Demo(bench::usemem::DemoArgs),
+    Demo(bench::DemoArgs),
     /// Run a program with its anonymous memory under the pager (LD_PRELOAD).
     #[command(after_help = "Examples:\n  uswap run --limit 512M -- python3 train.py\n  uswap run --limit 25% make -j2\n\nSee --help for the tier grammar, exit codes and environment variables.", after_long_help = help::RUN)]
     Run(run::RunArgs),
@@ -81,7 +81,7 @@ fn main() -> ExitCode {
     }
     let res = match cli.cmd {
         Cmd::Bench { which } => bench::run(which),
-        Cmd::Demo(a) => bench::usemem::demo(&a),
+        Cmd::Demo(a) => bench::demo(&a),
         Cmd::Status(a) => status::status(&a),
         Cmd::Top(a) => status::top(&a),
         Cmd::Completions { shell } => {

@@ -321,7 +321,7 @@ impl RegionInner {
     }
 
     /// The shadow of page `i`: the reclaim clock when it was last evicted straight to the store
-    /// while the inactive list was bypassed (0 = none); see [`crate::reclaim::Workingset`].
+    /// while the inactive list was bypassed (0 = none); see `Workingset` (`reclaim/workingset.rs`).
     #[inline]
     /// Panics unless `i < npages`.
     pub(crate) fn shadow(&self, i: usize) -> &AtomicU32 {

@@ -5,16 +5,16 @@
 //! Locking: none (constants and plain values).
 
 /// Bad usage or bad configuration (clap uses 2 as well), or a program uswap cannot page.
-pub const USAGE: u8 = 2;
+pub(crate) const USAGE: u8 = 2;
 
 /// userfaultfd is not permitted to this user.
-pub const NO_UFFD: u8 = 1;
+pub(crate) const NO_UFFD: u8 = 1;
 
 /// The program is not executable (as a shell reports it).
-pub const NOT_EXECUTABLE: u8 = 126;
+pub(crate) const NOT_EXECUTABLE: u8 = 126;
 
 /// The program was not found (as a shell reports it).
-pub const NOT_FOUND: u8 = 127;
+pub(crate) const NOT_FOUND: u8 = 127;
 
 /// An error that ends the command with a message and an exit code.
 #[derive(Debug)]

@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 /// The name (`argv[0]`) under which the guardian execs `uswap` to write the end of a run whose
 /// runner died ([`end_main`]), with the tree directory as the argument.
-pub const END_ARG0: &str = "uswap-end-tree";
+pub(crate) const END_ARG0: &str = "uswap-end-tree";
 
 /// The byte that releases the tree (any other byte is a signal number to forward).
 const RELEASE: u8 = 0;
@@ -476,7 +476,7 @@ fn report(fd: RawFd, kind: i32, pid: i32, value: i32, ru: Option<&libc::rusage>)
 /// keeps its pid until it is reaped here, so no other process can be hit. System calls and
 /// buffers on the stack only: it runs in the guardian. Returns when there are no children
 /// left; a process in uninterruptible sleep holds it until it dies.
-pub fn end_children() {
+pub(crate) fn end_children() {
     loop {
         let mut killed = false;
         for_each_child(&mut |c| {
@@ -500,7 +500,7 @@ pub fn end_children() {
 /// Call `f` with the pid of every child of this process, from the children files of each of
 /// its threads (`/proc/self/task/TID/children`), else (a kernel without them) from the parent
 /// pid of every process.
-pub fn for_each_child(f: &mut dyn FnMut(i32)) {
+pub(crate) fn for_each_child(f: &mut dyn FnMut(i32)) {
     let mut listed = false;
     for_each_number_in(c"/proc/self/task", &mut |tid| {
         let mut buf = [0u8; 64];

@@ -26,6 +26,6 @@ pub mod run;
 pub mod rundir;
 #[cfg(test)]
 mod stats_doc;
-pub mod stats_read;
+mod stats_read;
 pub mod status;
-pub mod unmanaged;
+mod unmanaged;

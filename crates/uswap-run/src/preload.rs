@@ -168,7 +168,7 @@ pub fn shed_before_spawn() {
 }
 
 /// The library to preload, or a message naming every way to provide one.
-pub fn locate() -> Result<PathBuf, String> {
+pub(crate) fn locate() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os(uswap_pager::launch::PRELOAD.os_name()) {
         return named(Path::new(&p));
     }

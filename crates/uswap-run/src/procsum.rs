@@ -6,14 +6,14 @@
 
 /// The sum of one `smaps_rollup` field (`Pss:`, `Pss_Anon:`, in bytes) over processes `pids`
 /// (those gone meanwhile count 0). Each read walks the process's page tables.
-pub fn smaps_sum<P: std::fmt::Display>(pids: impl IntoIterator<Item = P>, key: &str) -> u64 {
+pub(crate) fn smaps_sum<P: std::fmt::Display>(pids: impl IntoIterator<Item = P>, key: &str) -> u64 {
     proc_sum(pids, "smaps_rollup", key)
 }
 
 /// The sum of one `/proc/PID/status` field (`VmRSS:`, `RssAnon:`, in bytes) over processes
 /// `pids`: the kernel's counters, read without walking page tables. `RssAnon` bounds
 /// `Pss_Anon` from above, and `VmRSS` bounds `Pss` (a proportional share is at most the page).
-pub fn status_sum<P: std::fmt::Display>(pids: impl IntoIterator<Item = P>, key: &str) -> u64 {
+pub(crate) fn status_sum<P: std::fmt::Display>(pids: impl IntoIterator<Item = P>, key: &str) -> u64 {
     proc_sum(pids, "status", key)
 }
 
@@ -41,7 +41,7 @@ pub fn pss_if_above<P: std::fmt::Display>(pids: &[P], pss_key: &str, peak: u64) 
 /// brings a new process, so the sum is still the counters', at most the last reading. So a
 /// program at rest under its limit does not have its page tables walked at every sample.
 #[derive(Default)]
-pub struct PssWatch {
+pub(crate) struct PssWatch {
     /// (processes, counters' sum) at the last walk that found nothing shared.
     unshared: Option<(Vec<String>, u64)>,
 }

@@ -18,7 +18,7 @@ use uswap_pager::record::ProcRecord;
 use uswap_pager::PagerStats;
 
 /// Version of the printed schema; bumped when a key changes meaning or goes away.
-pub const SCHEMA_VERSION: u32 = 1;
+pub(crate) const SCHEMA_VERSION: u32 = 1;
 
 /// Civil date and time (UTC) of now, ISO 8601 (`2026-11-23T09:41:07Z`).
 pub fn now_utc() -> String {
@@ -91,13 +91,13 @@ fn insert_opt(m: &mut Map<String, Value>, k: &str, v: Option<u64>) {
 }
 
 /// The kernel's name of an order's folio size: 0 -> "4kB", 4 -> "64kB", 9 -> "2048kB".
-pub fn order_key(order: usize) -> String {
+pub(crate) fn order_key(order: usize) -> String {
     format!("{}kB", 4u64 << order)
 }
 
 /// A per-order array as an object keyed by folio size (all orders, zeros included, so the keys
 /// are always the same).
-pub fn per_order(a: &[u64]) -> Value {
+pub(crate) fn per_order(a: &[u64]) -> Value {
     Value::Object(a.iter().enumerate().map(|(o, &n)| (order_key(o), json!(n))).collect())
 }
 
@@ -108,7 +108,7 @@ fn pages_of(a: &[u64]) -> u64 {
 
 /// Names of the tiers a `--tiers` string configures, in order (the engine's tier list has no
 /// names; it has one entry per backend in this order).
-pub fn tier_names(tiers: &str) -> Vec<String> {
+pub(crate) fn tier_names(tiers: &str) -> Vec<String> {
     use uswap::config::{TierSpec, TiersConfig};
     use uswap::tier::file::FileTarget;
     use uswap::tier::zpool::Compressor;
@@ -358,7 +358,7 @@ pub fn process(r: &ProcRecord, tiers: &str) -> Value {
 }
 
 /// What `uswap run` measured, for the report.
-pub struct Run<'a> {
+pub(crate) struct Run<'a> {
     /// The program and its arguments.
     pub command: &'a [String],
     /// Its pid.
@@ -390,7 +390,7 @@ pub struct Run<'a> {
 
 /// The largest anonymous memory of the whole tree seen while it ran.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TreePeak {
+pub(crate) struct TreePeak {
     /// The largest sum of `Pss_Anon` over the processes under the pager.
     pub anon_pss_bytes: u64,
     /// How many processes that sum was over.
@@ -407,7 +407,7 @@ pub struct TreePeak {
 /// `fixed_overhead_bytes` that is anonymous memory), for the main process and the largest of
 /// the others, as many as were running at the peak (processes that ran one after another do
 /// not hold their overhead at once).
-pub fn tree_anon_overhead(doc: &Value) -> u64 {
+pub(crate) fn tree_anon_overhead(doc: &Value) -> u64 {
     let own = |p: &Value| {
         u(p, "/unmanaged/anon_at_start_bytes")
             + u(p, "/preload/internal_heap_growth_bytes")
@@ -422,7 +422,7 @@ pub fn tree_anon_overhead(doc: &Value) -> u64 {
 }
 
 /// The whole `run --stats` document. `procs` are the preload's per-process files.
-pub fn run_report(r: &Run, procs: &[ProcRecord]) -> Value {
+pub(crate) fn run_report(r: &Run, procs: &[ProcRecord]) -> Value {
     let main = procs.iter().find(|v| v.pid == r.pid).map(|v| process(v, r.tiers));
     let others: Vec<Value> = procs.iter().filter(|v| v.pid != r.pid).map(|v| process(v, r.tiers)).collect();
     json!({
@@ -453,7 +453,7 @@ pub fn run_report(r: &Run, procs: &[ProcRecord]) -> Value {
 }
 
 /// The kinds of store failure a tier's `failures` counts (`uswap::fails::FailKind::name`).
-pub const FAIL_KINDS: [&str; 4] = ["nospace", "readonly", "io", "full"];
+pub(crate) const FAIL_KINDS: [&str; 4] = ["nospace", "readonly", "io", "full"];
 
 /// What a kind of store failure means, for people.
 fn fail_text(kind: &str, errno: i64) -> String {
@@ -469,7 +469,7 @@ fn fail_text(kind: &str, errno: i64) -> String {
 
 /// The store's failures in a process's report, one phrase per tier that failed ("file:/x:
 /// 12 failed stores, no space left on its filesystem: ..."); empty when none failed.
-pub fn store_failures(p: &Value) -> Vec<String> {
+pub(crate) fn store_failures(p: &Value) -> Vec<String> {
     let Some(Value::Object(ts)) = p.get("tiers") else { return Vec::new() };
     ts.iter()
         .filter_map(|(name, t)| {
@@ -484,7 +484,7 @@ pub fn store_failures(p: &Value) -> Vec<String> {
 
 /// Why the peak went over limit + fixed overhead, from a process's report: the store's
 /// failures first (a tier that failed, pages no tier took), then the tier list and reclaim.
-pub fn why_over(p: &Value, limit: u64) -> String {
+pub(crate) fn why_over(p: &Value, limit: u64) -> String {
     let pool = u(p, "/memory/pool_bytes");
     let capped = p.pointer("/memory/pool_capped").and_then(Value::as_bool).unwrap_or(false);
     let failed = u(p, "/reclaim/failed");

@@ -10,14 +10,14 @@ use std::path::{Path, PathBuf};
 
 /// The tree's shared budget file in its tree directory (`uswap_pager::tree`), mapped by every
 /// process of the tree.
-pub const BUDGET_FILE: &str = "budget";
+pub(crate) const BUDGET_FILE: &str = "budget";
 
 /// The user's runtime directory, `$XDG_RUNTIME_DIR`, when it can be used: an absolute path to
 /// an existing directory of this user that nobody else may write and that this process may
 /// write into. Otherwise (unset; a directory that does not exist, as after `su`, in cron or
 /// over ssh; another user's; read-only) None, and the per-user directory is used instead,
 /// without a word.
-pub fn runtime_dir() -> Option<PathBuf> {
+pub(crate) fn runtime_dir() -> Option<PathBuf> {
     usable_runtime_dir(std::env::var_os("XDG_RUNTIME_DIR"), uid())
 }
 
@@ -62,7 +62,7 @@ pub fn run_dir() -> Result<PathBuf, String> {
 /// in: `<runtime dir>/uswap`, `/run/user/<uid>/uswap` (the runtime directory systemd-logind
 /// makes for the user, also when this environment has no `XDG_RUNTIME_DIR`) and the per-user directory;
 /// those that exist as directories of the user that nobody else may write, each once.
-pub fn run_dirs() -> Vec<PathBuf> {
+pub(crate) fn run_dirs() -> Vec<PathBuf> {
     use std::os::unix::fs::MetadataExt;
     let uid = uid();
     let candidates = [
@@ -98,7 +98,7 @@ fn is_tmpfs(dir: &Path) -> bool {
 /// under `uswap run` (`runuser`, `gosu`, a server's own `setuid`) must still be able to load
 /// the cached library by its name (with 0700 its loader printed "cannot be preloaded" and it
 /// ran without the pager). A 0700 directory of an older uswap is opened up to 0711.
-pub fn owned_dir(dir: &std::path::Path, uid: u32) -> Result<(), String> {
+pub(crate) fn owned_dir(dir: &std::path::Path, uid: u32) -> Result<(), String> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     match std::fs::DirBuilder::new().mode(0o711).create(dir) {
         Ok(()) => {}
@@ -121,7 +121,7 @@ pub fn owned_dir(dir: &std::path::Path, uid: u32) -> Result<(), String> {
 }
 
 /// Write `bytes` to `path` through a temporary name in the same directory and a rename.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> bool {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> bool {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, path).is_ok()

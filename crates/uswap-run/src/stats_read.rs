@@ -17,7 +17,7 @@ pub fn u(v: &Value, p: &str) -> u64 {
 
 /// The per-process statistics in a tree directory, one per pid: its final file if it wrote
 /// one, else its last snapshot.
-pub fn read_procs(dir: &Path) -> Vec<ProcRecord> {
+pub(crate) fn read_procs(dir: &Path) -> Vec<ProcRecord> {
     let mut by_pid: std::collections::BTreeMap<u64, ProcRecord> = std::collections::BTreeMap::new();
     let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
     for e in rd.flatten() {

@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 
 /// Why a process runs without the pager.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Reason {
+pub(crate) enum Reason {
     /// Its executable has no ELF interpreter: the LD_PRELOAD library is never loaded.
     Static,
     /// A Go program: the preload leaves it alone ([`uswap_pager::exe::GO_REFUSED`]).
@@ -65,7 +65,7 @@ impl Reason {
 
 /// One process of the tree found running without the pager.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Unmanaged {
+pub(crate) struct Unmanaged {
     /// Its pid.
     pub pid: i32,
     /// Its command line (at most 200 bytes).
@@ -91,7 +91,7 @@ enum Seen {
 }
 
 /// The state of the search, kept across tree samples.
-pub struct Watch {
+pub(crate) struct Watch {
     /// The program `uswap run` started.
     root: i32,
     /// The program's guardian (`crate::guardian`), a subreaper: the tree's orphans are its
@@ -300,7 +300,7 @@ fn inert_reason(maps: &str) -> Option<Reason> {
 }
 
 /// The file in the tree's directory that lists the processes found so far.
-pub const UNMANAGED_FILE: &str = "unmanaged.json";
+pub(crate) const UNMANAGED_FILE: &str = "unmanaged.json";
 
 impl Unmanaged {
     /// As the statistics and the live view show it.

@@ -66,7 +66,7 @@ pub(super) fn publish(
 }
 
 /// Workingset: page `first + i` (for each `swapped[i]`) came back from the store; see
-/// [`reclaim::Workingset`].
+/// `Workingset` (`reclaim/workingset.rs`).
 pub(super) fn note_refaults(p: &Pager, r: &RegionInner, first: usize, swapped: impl Iterator<Item = bool>) {
     if p.cfg.replacement != Replacement::TwoList {
         return;

@@ -24,7 +24,7 @@
 //!   fault, the event thread's wait for the reclaimer).
 //!
 //! The handler may have interrupted anything, `malloc` included. The contract of this path
-//! is `docs/design.md`, "Deadlock freedom": it runs inside a [`uswap::sync::FaultScope`]
+//! is `docs/design.md`, "Deadlock freedom": it runs inside a [`uswap::FaultScope`]
 //! (entered in [`handle_fault`] and [`try_fault`]); it calls no allocator (page claims are
 //! CASes on the page words, buffers come from a fixed pool taken by CAS ([`crate::bufs`]; the
 //! guard gives its buffer back when dropped), counters are atomics, and the engine takes its

@@ -4,12 +4,12 @@
 //! Locking: none.
 
 /// A size in at most four characters, 1024-based: `0`, `512B`, `4.0K`, `999M`, `1.5G`, `16E`.
-pub fn compact_size(b: u64) -> String {
+pub(crate) fn compact_size(b: u64) -> String {
     compact(b, 1024.0, ["B", "K", "M", "G", "T", "P", "E"])
 }
 
 /// A count in at most four characters, 1000-based: `0`, `999`, `1.2k`, `45k`, `3.4M`.
-pub fn compact_count(n: u64) -> String {
+pub(crate) fn compact_count(n: u64) -> String {
     compact(n, 1000.0, ["", "k", "M", "G", "T", "P", "E"])
 }
 

@@ -13,7 +13,7 @@ use std::path::Path;
 
 /// End the stale trees of `shown` (their runner died, e.g. with its guardian) that have no
 /// process left running ([`end_run`]); a stale tree with processes running stays listed.
-pub fn forget_stale(shown: &[Tree]) {
+pub(crate) fn forget_stale(shown: &[Tree]) {
     for t in shown.iter().filter(|t| !t.up) {
         if !t.procs.iter().chain(&t.unmanaged).any(running) {
             end_run(&t.dir);
@@ -25,7 +25,7 @@ pub fn forget_stale(shown: &[Tree]) {
 /// once it has ended the tree, `uswap status` for a stale tree): the metrics file named in
 /// `run.json` is rewritten once more saying the run is over (`uswap_run_up 0`), and the
 /// directory is removed. Nothing when its runner still runs.
-pub fn end_run(dir: &Path) {
+pub(crate) fn end_run(dir: &Path) {
     let Some(t) = tree_at(dir) else {
         // Its runner died before it described the tree: nothing to tell.
         let _ = std::fs::remove_dir_all(dir);

@@ -1,4 +1,4 @@
-//! The view in the Prometheus text format ([`prometheus`]): what `uswap run --metrics-file`
+//! The view in the Prometheus text format ([`prometheus`](fn@prometheus)): what `uswap run --metrics-file`
 //! writes for node_exporter's textfile collector, one family per figure, labelled by tree and
 //! process.
 //!
@@ -10,7 +10,7 @@ use serde_json::Value;
 /// textfile collector reads; not OpenMetrics: no `# EOF`, and a counter's `# HELP` and
 /// `# TYPE` name its samples' name, `_total` included): per process of each tree (ended ones
 /// with their last figures), labelled `runner` (the `uswap run` pid), `pid` and `comm`.
-pub fn prometheus(doc: &Value) -> String {
+pub(crate) fn prometheus(doc: &Value) -> String {
     use prometheus::{Encoder, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
     const TREE: &[&str] = &["runner"];
     const PROCESS: &[&str] = &["runner", "pid", "comm"];

@@ -8,7 +8,7 @@
 //! - `sample`: reading every tree back as it is now ([`trees`], [`tree_at`], [`Tree`]);
 //! - `view`: two readings joined into the view's document, with rates and totals
 //!   ([`with_rates`], [`mark_over`]);
-//! - `render`: the document as the text of `uswap status` and `uswap top` ([`render`]), with
+//! - `render`: the document as the text of `uswap status` and `uswap top` ([`render`](fn@render)), with
 //!   `compact`, its four-character figures;
 //! - `metrics`: the document in the Prometheus text format (`metrics::prometheus`);
 //! - `end`: the end of a run whose runner is gone ([`end_run`], [`forget_stale`]);
@@ -45,10 +45,11 @@ mod sample;
 mod tree_dir;
 mod view;
 
-pub use end::{end_run, forget_stale};
-pub use metrics::prometheus;
+pub(crate) use end::{end_run, forget_stale};
+pub(crate) use metrics::prometheus;
 pub use peak::PeakSampler;
 pub use render::render;
 pub use sample::{tree_at, trees, Tree};
-pub use tree_dir::{TreeDir, SNAPSHOT_MS};
-pub use view::{mark_over, with_rates};
+pub(crate) use tree_dir::TreeDir;
+pub use tree_dir::SNAPSHOT_MS;
+pub(crate) use view::{mark_over, with_rates};

@@ -8,7 +8,7 @@ use std::path::Path;
 
 /// A process's start time in clock ticks since boot (`/proc/PID/stat` field 22): with the pid,
 /// it names a process even after its pid is reused.
-pub fn start_ticks(pid: i32) -> Option<u64> {
+pub(crate) fn start_ticks(pid: i32) -> Option<u64> {
     u32::try_from(pid).ok().and_then(uswap::tier::holds::start_time)
 }
 

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use uswap_pager::record::ProcRecord;
 
 /// One process as `uswap status` shows it, from its raw statistics (`tiers` names the tiers).
-pub fn process_view(raw: &ProcRecord, tiers: &str) -> Value {
+pub(crate) fn process_view(raw: &ProcRecord, tiers: &str) -> Value {
     let p = report::process(raw, tiers);
     let (pid, is_final) = (raw.pid, raw.is_final);
     // Summed over the file tiers. A swap file shared with fork relatives (their `used_bytes`

@@ -15,12 +15,12 @@ use std::path::{Path, PathBuf};
 pub const SNAPSHOT_MS: u64 = 500;
 
 /// Milliseconds since the epoch.
-pub fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 /// A running tree's directory, removed on drop.
-pub struct TreeDir {
+pub(crate) struct TreeDir {
     /// The directory.
     pub path: PathBuf,
 }

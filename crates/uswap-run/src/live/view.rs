@@ -1,6 +1,6 @@
 //! The view's document: the trees of two successive readings ([`super::sample`]) joined into
 //! one JSON value with each process's rates (faults, swap-in and swap-out per second) and each
-//! tree's totals ([`with_rates`]); what `--json` prints and what [`super::render`] and
+//! tree's totals ([`with_rates`]); what `--json` prints and what [`super::render`](fn@super::render) and
 //! [`super::prometheus`] turn into text. [`mark_over`] marks a run as ended in it.
 //!
 //! Locking: none (it works on its caller's values).
@@ -11,7 +11,7 @@ use crate::stats_read::u;
 use serde_json::{json, Value};
 
 /// Mark every tree of a [`with_rates`] document as over (its last metrics: `uswap_run_up 0`).
-pub fn mark_over(doc: &mut Value) {
+pub(crate) fn mark_over(doc: &mut Value) {
     for t in doc["trees"].as_array_mut().into_iter().flatten() {
         t["up"] = json!(false);
     }
@@ -27,7 +27,7 @@ fn rates(prev: Option<&Value>, now: &Value) -> Option<(f64, f64, f64)> {
 
 /// Add `faults_per_s`, `swapin_bytes_per_s`, `swapout_bytes_per_s` to each process of `now`
 /// that `prev` also saw with an older snapshot, and the tree's totals over running processes.
-pub fn with_rates(prev: &[Tree], now: &[Tree]) -> Value {
+pub(crate) fn with_rates(prev: &[Tree], now: &[Tree]) -> Value {
     /// The byte figures summed over a tree's running processes.
     const SUMMED: [&str; 8] = [
         "rss_bytes",

@@ -48,7 +48,7 @@ impl Engine {
 
     /// Store `data` in tier `t` (checking the group's limits, the pool cap as `cap` says, and
     /// charging it). On success the tier's in-flight count is raised; the caller lowers it
-    /// once the words point at the data. A failure is counted in the tier's [`TierFails`]: an
+    /// once the words point at the data. A failure is counted in the tier's [`TierFails`](crate::fails::TierFails): an
     /// error that is one, or a rejection by a tier outside RAM (no free slot left).
     pub(super) fn store_in(
         &self,

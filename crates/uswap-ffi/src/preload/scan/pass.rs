@@ -3,7 +3,7 @@
 //! loader's data as the pager's own at start-up, count the thread stacks and small or
 //! executable mappings left out, retire the regions the program has unmapped, start the
 //! background threads once the charge reaches half the limit, and measure the memory outside
-//! the pager ([`super::unmanaged`]).
+//! the pager ([`super::unmanaged`](mod@super::unmanaged)).
 //!
 //! A mapping the kernel merged out of program memory and a small own mapping of the same flags
 //! (a pager thread's signal stack beside a program's fresh buffer) is adopted around the own

@@ -2,7 +2,7 @@
 //! as the `unmanaged` object of a statistics snapshot (written by
 //! [`crate::preload::write_stats`]).
 //!
-//! Locking: none; it reads relaxed atomics of [`super::unmanaged`], [`super::pass`] and
+//! Locking: none; it reads relaxed atomics of [`super::unmanaged`](mod@super::unmanaged), [`super::pass`] and
 //! [`super::block`], and the pager's own-memory records (`uswap_pager::own`).
 
 use super::block::SYNC;
