@@ -83,6 +83,58 @@ fn proc_sum<P: std::fmt::Display>(pids: impl IntoIterator<Item = P>, file: &str,
 mod tests {
     use super::*;
 
+    /// A fork child at rest: it runs `prepare` (which must be async-signal-safe: this test
+    /// binary has other threads), reports through a pipe that it did, and pauses until the
+    /// guard's drop kills and reaps it.
+    struct PausedChild(libc::pid_t);
+
+    impl PausedChild {
+        fn fork(prepare: impl FnOnce()) -> PausedChild {
+            let mut ready = [0i32; 2];
+            // SAFETY: pipe(2) into a two-element array.
+            assert_eq!(unsafe { libc::pipe(ready.as_mut_ptr()) }, 0);
+            // SAFETY: fork; the child runs only `prepare` (async-signal-safe by the caller),
+            // write(2) and pause(2) until killed.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0);
+            if pid == 0 {
+                prepare();
+                // SAFETY: write(2) of one byte from a local; pause(2).
+                unsafe {
+                    libc::write(ready[1], [1u8].as_ptr().cast(), 1);
+                    loop {
+                        libc::pause();
+                    }
+                }
+            }
+            let child = PausedChild(pid);
+            let mut byte = 0u8;
+            // SAFETY: read(2) of one byte into a local; close(2) of our pipe ends.
+            let got = unsafe {
+                let got = libc::read(ready[0], (&raw mut byte).cast(), 1);
+                libc::close(ready[0]);
+                libc::close(ready[1]);
+                got
+            };
+            assert_eq!(got, 1, "the child never reported itself ready");
+            child
+        }
+
+        fn pid(&self) -> u32 {
+            self.0 as u32
+        }
+    }
+
+    impl Drop for PausedChild {
+        fn drop(&mut self) {
+            // SAFETY: our own child, killed and reaped once.
+            unsafe {
+                libc::kill(self.0, libc::SIGKILL);
+                libc::waitpid(self.0, std::ptr::null_mut(), 0);
+            }
+        }
+    }
+
     /// A process alone: once walked, a reading with its counters no higher is skipped. With a
     /// fork child sharing its pages: every reading walks (the shared part can move while the
     /// counters stay).
@@ -100,22 +152,10 @@ mod tests {
         assert!(walks.contains(&false), "a reading with nothing grown and nothing shared was never skipped");
         let mut block = vec![1u8; 16 << 20];
         std::hint::black_box(&mut block);
-        // SAFETY: fork; the child only sleeps until killed.
-        let child = unsafe { libc::fork() };
-        assert!(child >= 0);
-        if child == 0 {
-            loop {
-                // SAFETY: pause(2) in the child.
-                unsafe { libc::pause() };
-            }
-        }
-        let pids = [me, child as u32];
+        let child = PausedChild::fork(|| {});
+        let pids = [me, child.pid()];
         let walked = (0..5).filter(|_| w.read(&pids, "Pss_Anon:", 0).is_some()).count();
-        // SAFETY: our own child.
-        unsafe {
-            libc::kill(child, libc::SIGKILL);
-            libc::waitpid(child, std::ptr::null_mut(), 0);
-        }
+        drop(child);
         assert_eq!(walked, 5, "16 MiB shared with a fork child: every reading walks");
     }
 
@@ -127,36 +167,14 @@ mod tests {
     #[test]
     fn status_counters_bound_the_proportional_sizes() {
         let mut block = std::hint::black_box(vec![1u8; 8 << 20]);
-        let mut ready = [0i32; 2];
-        // SAFETY: pipe(2) into a two-element array.
-        assert_eq!(unsafe { libc::pipe(ready.as_mut_ptr()) }, 0);
-        // SAFETY: fork; the child only writes to memory it owns, write(2)s and pause(2)s, all
-        // async-signal-safe, until killed.
-        let child = unsafe { libc::fork() };
-        assert!(child >= 0);
-        if child == 0 {
-            // Break the copy-on-write sharing: the block becomes the child's own 8 MiB.
+        // Breaking the copy-on-write sharing makes the block the child's own 8 MiB.
+        let child = PausedChild::fork(|| {
             for page in block.chunks_mut(4096) {
                 page[0] = 2;
             }
             std::hint::black_box(&mut block);
-            // SAFETY: write(2) of one byte from a local; pause(2).
-            unsafe {
-                libc::write(ready[1], [1u8].as_ptr().cast(), 1);
-                loop {
-                    libc::pause();
-                }
-            }
-        }
-        let mut byte = 0u8;
-        // SAFETY: read(2) of one byte into a local; close(2) of our pipe ends.
-        let got = unsafe {
-            let got = libc::read(ready[0], (&raw mut byte).cast(), 1);
-            libc::close(ready[0]);
-            libc::close(ready[1]);
-            got
-        };
-        let pid = [child as u32];
+        });
+        let pid = [child.pid()];
         let steady = |counter: &str, pss_key: &str| {
             (0..10).find_map(|_| {
                 let before = status_sum(pid, counter);
@@ -167,12 +185,7 @@ mod tests {
         };
         let anon_reading = steady("RssAnon:", "Pss_Anon:");
         let reading = steady("VmRSS:", "Pss:");
-        // SAFETY: our own child.
-        unsafe {
-            libc::kill(child, libc::SIGKILL);
-            libc::waitpid(child, std::ptr::null_mut(), 0);
-        }
-        assert_eq!(got, 1, "the child never reported its block written");
+        drop(child);
         let (anon, pss_anon) = anon_reading.expect("RssAnon never steady across a walk");
         let (rss, pss) = reading.expect("VmRSS never steady across a walk");
         assert!(pss_anon >= 8 << 20, "Pss_Anon {pss_anon} without the child's 8 MiB block");
