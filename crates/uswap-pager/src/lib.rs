@@ -105,7 +105,7 @@ pub use handle::Region;
 pub use region::manages as manages_page;
 pub use region::overlaps as overlaps_region;
 pub use stats::{now_ns, PagerStats};
-pub use store::{PageStore, RecompressPass, StoreError, StoreStats, TierFailures, TierStats};
+pub use store::{PageLoad, PageStore, RecompressPass, StoreError, StoreStats, TierFailures, TierStats};
 pub use sys::{copy_from_self, SignalsBlocked};
 pub use syscall::prefault;
 
@@ -191,6 +191,11 @@ pub struct PagerConfig {
     /// Swap-in readahead window for 4 KiB folios, in pages (0 = off; kernel-like growth on
     /// sequential faults up to this).
     pub readahead_pages: usize,
+    /// Readahead window of a random 4 KiB swap-in whose data is on a tier outside RAM (a
+    /// file), in pages (at most `uswap::SWAP_IN_BATCH`; 0 or 1 = off): the window's other
+    /// stored 4 KiB pages that come with the same wait go to the swap cache, clean, while
+    /// faults take enough of them (the kernel's `swap_vma_readahead`).
+    pub file_readahead_pages: usize,
     /// Adapt granularity per region: sequential faults take the whole folio, random faults in
     /// large-folio regions take only the 4 KiB page.
     pub adaptive: bool,
@@ -256,6 +261,7 @@ impl Default for PagerConfig {
             pool_adapt: false,
             reclaim_batch: 256,
             readahead_pages: 8,
+            file_readahead_pages: 16,
             adaptive: true,
             swap_slots: 1 << 24,
             group: 0,
@@ -324,6 +330,8 @@ pub struct Pager {
     /// The recompressor's futex word and state (see [`recomp::Recomp`]).
     pub(crate) recomp: recomp::Recomp,
     pub(crate) keep: fault::KeepClean,
+    /// Whether readahead from a tier outside RAM pays ([`fault::AheadTracker`]).
+    pub(crate) ahead: fault::AheadTracker,
     /// Eviction batches (off the stack of the thread that reclaims).
     pub(crate) batches: reclaim::BatchPool,
     /// Serializes adoption, remap and retirement of adopted regions ([`vma`]).
@@ -472,6 +480,7 @@ impl Pager {
             kswapd: reclaim::Kswapd::default(),
             recomp: recomp::Recomp::default(),
             keep: fault::KeepClean::new(cfg.keep_clean),
+            ahead: fault::AheadTracker::new(),
             batches: reclaim::BatchPool::new().map_err(os)?,
             vma_lock: sys::YieldLock::new(),
             pause: AtomicBool::new(false),

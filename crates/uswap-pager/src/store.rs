@@ -33,9 +33,24 @@ pub enum StoreError {
     /// Stored data failed to decode; it is never returned.
     #[error("corrupt data at entry {0:#x}")]
     Corrupt(u64),
+    /// A page read ahead was not read: its read would have been a wait of its own.
+    #[error("read ahead skipped")]
+    Skipped,
     /// Any other engine error.
     #[error("{0}")]
     Other(String),
+}
+
+/// One page of [`PageStore::load_pages`].
+pub struct PageLoad<'a> {
+    /// The page's entry (a 4 KiB stored object; the caller holds its reference, kept).
+    pub entry: u64,
+    /// Where its 4 KiB go.
+    pub out: &'a mut [u8],
+    /// Read ahead, not asked for: the store may skip it ([`StoreError::Skipped`]).
+    pub ahead: bool,
+    /// The outcome, set by `load_pages`.
+    pub result: Result<(), StoreError>,
 }
 
 /// A store of swapped-out folios. Implementations must be callable from a SIGBUS handler:
@@ -49,6 +64,19 @@ pub trait PageStore: Send + Sync {
     /// Load `out.len() / 4096` pages from `entry` (aligned to that size): a whole stored folio,
     /// or a naturally aligned part of one (the caller holds references on those slots).
     fn load(&self, entry: u64, out: &mut [u8]) -> Result<(), StoreError>;
+    /// Load several 4 KiB pages at once (a readahead window), each as [`PageStore::load`]
+    /// would; an `ahead` one may be skipped. Default: `load` each.
+    fn load_pages(&self, reqs: &mut [PageLoad<'_>]) {
+        for r in reqs {
+            r.result = self.load(r.entry, r.out);
+        }
+    }
+    /// Whether the data of `entry` lies on a tier outside RAM (a file), where a swap-in waits
+    /// for a device: what readahead is for. Lock-free. Default: false.
+    fn on_file(&self, entry: u64) -> bool {
+        let _ = entry;
+        false
+    }
     /// Add one reference to each of `nr` slots from `entry`.
     fn dup(&self, entry: u64, nr: u32) -> Result<(), StoreError>;
     /// Drop one reference from each of `nr` slots from `entry`; the data is freed when no slot
@@ -176,6 +204,12 @@ impl<T: PageStore + ?Sized> PageStore for std::sync::Arc<T> {
     }
     fn load(&self, entry: u64, out: &mut [u8]) -> Result<(), StoreError> {
         (**self).load(entry, out)
+    }
+    fn load_pages(&self, reqs: &mut [PageLoad<'_>]) {
+        (**self).load_pages(reqs)
+    }
+    fn on_file(&self, entry: u64) -> bool {
+        (**self).on_file(entry)
     }
     fn dup(&self, entry: u64, nr: u32) -> Result<(), StoreError> {
         (**self).dup(entry, nr)
@@ -359,6 +393,44 @@ impl PageStore for EngineStore {
     }
     fn load(&self, entry: u64, out: &mut [u8]) -> Result<(), StoreError> {
         self.engine.swap_in(uswap::SwapEntry(entry), out, false).map_err(|e| engine_err(e, entry))
+    }
+    fn load_pages(&self, reqs: &mut [PageLoad<'_>]) {
+        let nb = reqs.len().min(uswap::SWAP_IN_BATCH);
+        let (batch, rest) = reqs.split_at_mut(nb);
+        let mut results: [Result<(), uswap::SwapError>; uswap::SWAP_IN_BATCH] = std::array::from_fn(|_| Ok(()));
+        {
+            let mut ins: [uswap::PageIn<'_>; uswap::SWAP_IN_BATCH] = std::array::from_fn(|_| uswap::PageIn {
+                entry: uswap::SwapEntry(0),
+                out: &mut [],
+                ahead: true,
+                result: Ok(()),
+            });
+            for (i, r) in ins.iter_mut().zip(batch.iter_mut()) {
+                *i = uswap::PageIn {
+                    entry: uswap::SwapEntry(r.entry),
+                    out: &mut *r.out,
+                    ahead: r.ahead,
+                    result: Ok(()),
+                };
+            }
+            self.engine.swap_in_many(&mut ins[..nb]);
+            for (res, i) in results.iter_mut().zip(ins.iter_mut()) {
+                *res = std::mem::replace(&mut i.result, Ok(()));
+            }
+        }
+        for (r, res) in batch.iter_mut().zip(results) {
+            r.result = match res {
+                Ok(()) => Ok(()),
+                Err(uswap::SwapError::Tier(uswap::TierError::Reject)) => Err(StoreError::Skipped),
+                Err(e) => Err(engine_err(e, r.entry)),
+            };
+        }
+        for r in rest {
+            r.result = self.load(r.entry, r.out);
+        }
+    }
+    fn on_file(&self, entry: u64) -> bool {
+        self.engine.tier_kind(uswap::SwapEntry(entry)) == Some(uswap::TierKind::File)
     }
     fn dup(&self, entry: u64, nr: u32) -> Result<(), StoreError> {
         self.engine.dup(uswap::SwapEntry(entry), nr as usize).map_err(|e| engine_err(e, entry))

@@ -92,6 +92,10 @@ pub struct LoadReq<'a> {
     pub handle: u64,
     /// Where to put it (as long as the object).
     pub out: &'a mut [u8],
+    /// Read ahead, not asked for: a backend may skip it (result `Err(TierError::Reject)`,
+    /// `out` untouched) where reading it would cost a wait of its own, one it cannot overlap
+    /// with the reads of the requests that are not optional.
+    pub optional: bool,
     /// The outcome, set by `load_many`.
     pub result: Result<(), TierError>,
 }
@@ -139,7 +143,9 @@ pub trait Backend: Send + Sync {
     /// Load several objects (the batched drain): `reqs[i].result` gets the outcome of loading
     /// `reqs[i].handle` into `reqs[i].out`, as [`Backend::load`] would. A failed request
     /// changes nothing but its own `out`. Backends that can coalesce I/O override it (the file
-    /// tier reads runs of adjacent slots with one large read). Default: `load` each.
+    /// tier reads runs of adjacent slots with one large read, and skips optional requests
+    /// that need a read of their own where its I/O engine runs reads one after another).
+    /// Default: `load` each (optional ones too: a tier in RAM has no wait to save).
     fn load_many(&self, reqs: &mut [LoadReq<'_>]) {
         for r in reqs {
             r.result = self.load(r.handle, r.out);

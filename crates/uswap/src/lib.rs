@@ -90,7 +90,7 @@ pub use group::GroupUsage;
 pub use stats::{Event, Stats, StatsSnapshot};
 pub use swap_table::{SwapEntry, MAX_ORDER, PAGE_SIZE, SLOTS_PER_CLUSTER};
 pub use sync::FaultScope;
-pub use vswap::{Engine, EngineConfig, Location};
+pub use vswap::{Engine, EngineConfig, Location, PageIn, SWAP_IN_BATCH};
 
 #[doc(hidden)]
 pub mod internals {

@@ -292,3 +292,43 @@ fn writeback_by_age_leaves_young_pages() {
     assert_eq!((s.zswpwb, s.zswpwb_proactive), (30, 30));
     check(&e, &kept);
 }
+
+#[test]
+fn swap_in_many_reads_every_page_asked_for_and_keeps_its_count() {
+    use uswap::vswap::PageIn;
+    for tiers in ["zero,file:TMP", "zero,lz4,file:TMP", "lz4"] {
+        let e = engine(tiers);
+        // 4 KiB pages: random (to the file where there is one), patterned, zero.
+        let kept = store_all(&e, (0..24u64).map(|i| folio(0, (i % 3) as u8, 500 + i)));
+        let mut outs = vec![vec![0xa5u8; PAGE_SIZE]; 16];
+        let mut reqs: Vec<PageIn<'_>> = outs
+            .iter_mut()
+            .enumerate()
+            .map(|(i, o)| PageIn { entry: kept[i + 4].0, out: o, ahead: i % 2 == 1, result: Ok(()) })
+            .collect();
+        e.swap_in_many(&mut reqs);
+        let results: Vec<_> = reqs.into_iter().map(|r| r.result).collect();
+        for (i, (r, o)) in results.iter().zip(&outs).enumerate() {
+            let ahead = i % 2 == 1;
+            match r {
+                Ok(()) => assert!(o == &kept[i + 4].1, "{tiers}: page {i}: wrong bytes"),
+                Err(uswap::SwapError::Tier(uswap::TierError::Reject)) if ahead => {
+                    assert!(o.iter().all(|&b| b == 0xa5), "{tiers}: a skipped page's out was written")
+                }
+                Err(err) => panic!("{tiers}: page {i} (ahead {ahead}): {err}"),
+            }
+        }
+        // The counts are kept: every page reads again, then frees.
+        for (entry, d) in &kept {
+            let mut o = vec![0u8; PAGE_SIZE];
+            e.swap_in(*entry, &mut o, true).unwrap();
+            assert!(&o == d, "{tiers}: {entry:?} lost");
+        }
+        if tiers.starts_with("zero") {
+            assert!(e.stats().get(uswap::Event::SwpinZero) > 0, "{tiers}: no zero page read as zero");
+        }
+        for t in 0..e.nr_tiers() {
+            assert_eq!(e.tier_usage(t).unwrap().stored_pages, 0, "{tiers}: tier {t} still holds pages");
+        }
+    }
+}

@@ -16,12 +16,13 @@
 //! any page is claimed, so a fill never waits for the pool while holding pages.
 
 use super::map::{copy_runs, note_refaults, publish, wake_page, Mapped};
-use super::readahead::{large_whole, readahead_done, small_window};
+use super::readahead::{ahead_window, large_whole, readahead_done, small_window};
 use crate::bufs::Scratch;
-use crate::page::{kind, Claim, PageWord, CLEAN_MAX_ENTRY};
+use crate::page::{kind, Claim, PageSet, PageWord, CLEAN_MAX_ENTRY};
 use crate::reclaim::{self, entry};
 use crate::region::{self, RegionInner};
 use crate::stats::inc;
+use crate::store::PageLoad;
 use crate::uffd::Filled;
 use crate::{Pager, PAGE_SIZE};
 use std::sync::atomic::Ordering;
@@ -37,7 +38,9 @@ use std::sync::atomic::Ordering;
 /// - [`fill_cached`]: a refault from the swap cache, the whole cached folio;
 /// - [`fill_large`]: a large stored folio swapped in whole (or its still-stored parts);
 /// - [`fill_one_of_large`]: only the faulting page of a large stored folio;
-/// - [`fill_small`]: zero-fill or 4 KiB swap-in (a whole folio, a readahead window, a page).
+/// - [`fill_small`]: zero-fill or 4 KiB swap-in (a whole folio, a readahead window, a page);
+/// - [`fill_ahead`]: a random 4 KiB swap-in from a file, reading its neighbours into the
+///   swap cache.
 pub(super) fn fill(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write: bool, wake: bool) -> bool {
     let k0 = w0.order();
     match w0.kind() {
@@ -70,6 +73,7 @@ fn fill_cached(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, writ
     // Load: the cache object holds the folio. A clean folio demoted here still has its swap
     // entries: a read maps it clean again.
     let o = region::cached_obj(w0, k0);
+    let ahead = reclaim::ahead_pages(p, o, n);
     let k = reclaim::clean_tags(p, o, n, kept);
     let clean = k == n && !write && p.keep.keep(p);
     // Copy.
@@ -103,6 +107,10 @@ fn fill_cached(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, writ
     }
     p.cache.free(o);
     inc(&p.counters.fault_cache, 1);
+    if ahead > 0 {
+        inc(&p.counters.swap_ra_hit, ahead);
+        p.ahead.hit(ahead);
+    }
     if !p.lru.ws.bypassed() {
         // (While bypassed, the swap cache is not aged: a hit on what it still holds
         // from before says nothing about recency; shadows measure instead.)
@@ -230,6 +238,11 @@ fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord
 fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write: bool, wake: bool) -> bool {
     let fo = r.folio_order;
     let (first, n) = small_window(p, r, pg, w0);
+    if n == 1 {
+        if let Some((first, n)) = ahead_window(p, r, pg, w0) {
+            return fill_ahead(p, r, pg, w0, write, wake, first, n);
+        }
+    }
     // Claim: zero-fill and 4 KiB stored pages; the faulting one at least.
     let mut bi = p.bufs.take();
     let (data, scratch) = bi.parts();
@@ -322,6 +335,175 @@ fn fill_small(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord, write
             inc(&p.counters.swpin[0], swapped);
         }
     }
+    true
+}
+
+/// A random 4 KiB swap-in at `pg` (state `w0`) whose data is on a tier outside RAM, with
+/// readahead over `[first, first + n)` ([`ahead_window`]): the window's other stored 4 KiB
+/// pages on such a tier are read with the faulting one in one
+/// [`crate::PageStore::load_pages`] (the store reads along only what costs no wait of its
+/// own). The faulting page is mapped as a one-page [`fill_small`] maps it, and so are the
+/// pages read ahead (clean, their entries kept, on the active list: a program that uses them
+/// takes no fault at all), except one, the *probe*, which goes to the swap cache: CACHED,
+/// its entry kept ([`reclaim::TAG_CLEAN`]), marked read ahead ([`reclaim::TAG_AHEAD`]), on
+/// the inactive list. A fault on a probe is a swap-cache hit (`swap_ra_hit`), and the probes'
+/// hit rate is what says whether readahead pays ([`super::readahead::AheadTracker`]); a
+/// mapped page nobody uses is evicted clean, without a write. A page read ahead that fails
+/// to load, to map, or finds no room in the swap cache keeps its word.
+#[expect(clippy::too_many_arguments, reason = "fill's arguments and the window ahead_window chose")]
+fn fill_ahead(
+    p: &Pager,
+    r: &'static RegionInner,
+    pg: usize,
+    w0: PageWord,
+    write: bool,
+    wake: bool,
+    first: usize,
+    n: usize,
+) -> bool {
+    let e = w0.payload();
+    // Claim: the faulting page (`me`) alone; the window's other stored 4 KiB pages on a tier
+    // outside RAM, one of them the probe (`probe`), the others to map (`ahead`). Each claim
+    // publishes its own way.
+    let mut bi = p.bufs.take();
+    let (data, scratch) = bi.parts();
+    let (old_me, rest) = scratch.old.split_at_mut(1);
+    let (old_probe, old_ahead) = rest.split_at_mut(n);
+    let mut me = Claim::new(r.words(pg, 1), old_me);
+    if !me.take(0, w0) {
+        return false;
+    }
+    let mut probe = Claim::new(r.words(first, n), old_probe);
+    let mut ahead = Claim::new(r.words(first, n), old_ahead);
+    let at = p.ahead.probe_at(n);
+    let mut probed = false;
+    for k in 0..n {
+        // From the probe's place on, round the window: the probe is the first taken there.
+        let i = (at + k) % n;
+        if first + i == pg {
+            continue;
+        }
+        let w = r.word(first + i).load(Ordering::Acquire);
+        if w.kind() != kind::SWAPPED
+            || w.order() != 0
+            || w.payload() >= CLEAN_MAX_ENTRY
+            || !p.store.on_file(w.payload())
+        {
+            continue;
+        }
+        if !probed {
+            probed = probe.take(i, w);
+        } else {
+            ahead.take(i, w);
+        }
+    }
+    // Load: one batch, each page in its place in the window.
+    let buf = &mut data[..n * PAGE_SIZE];
+    let mut got = PageSet::default();
+    let mut me_ok = false;
+    {
+        let mut reqs: [PageLoad<'_>; uswap::SWAP_IN_BATCH] =
+            std::array::from_fn(|_| PageLoad { entry: 0, out: &mut [], ahead: true, result: Ok(()) });
+        let mut of = [0usize; uswap::SWAP_IN_BATCH];
+        let mut k = 0;
+        for (i, page) in buf.chunks_exact_mut(PAGE_SIZE).enumerate() {
+            let mine = first + i == pg;
+            let entry = if mine {
+                e
+            } else if probe.held(i) {
+                probe.old(i).payload()
+            } else if ahead.held(i) {
+                ahead.old(i).payload()
+            } else {
+                continue;
+            };
+            reqs[k] = PageLoad { entry, out: page, ahead: !mine, result: Ok(()) };
+            of[k] = i;
+            k += 1;
+        }
+        p.store.load_pages(&mut reqs[..k]);
+        for (q, &i) in reqs[..k].iter().zip(&of) {
+            if first + i == pg {
+                me_ok = q.result.is_ok();
+            } else if q.result.is_ok() {
+                got.insert(i);
+            }
+        }
+    }
+    if !me_ok {
+        crate::sys::fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
+    }
+    let mut unread = PageSet::default();
+    for i in (0..n).filter(|&i| !got.contains(i)) {
+        unread.insert(i);
+    }
+    probe.roll_back(&unread);
+    ahead.roll_back(&unread);
+    // Copy the faulting page (a failure gives every page back: they keep their words).
+    let mine = &buf[(pg - first) * PAGE_SIZE..(pg - first + 1) * PAGE_SIZE];
+    let clean = !write && p.keep.keep(p);
+    // SAFETY: page pg is claimed and missing; `mine` holds its data.
+    let res = unsafe { p.uffd.copy(r.addr(pg), mine.as_ptr(), PAGE_SIZE, clean, wake) };
+    if res.is_err() {
+        probe.roll_back_all();
+        ahead.roll_back_all();
+        me.roll_back_all();
+        wake_page(p, r, pg, wake);
+        return true;
+    }
+    // Publish, put (a page present already is not clean: see `Copied::existed`).
+    let clean = clean && matches!(res, Ok(Filled::Done));
+    let hot = reclaim::refault_is_hot(p, r, pg);
+    if clean {
+        publish(p, r, pg, &mut me, Mapped::CleanOld, hot);
+    } else {
+        p.store.put(e, 1);
+        publish(p, r, pg, &mut me, Mapped::Resident, hot);
+    }
+    note_refaults(p, r, pg, std::iter::once(true));
+    // The probe into the swap cache, clean, on the inactive list.
+    let mut probes = 0u64;
+    let probe_set = probe.held_set();
+    for i in (0..n).filter(|&i| probe_set.contains(i)) {
+        let Some(o) = p.cache.alloc(PAGE_SIZE) else {
+            probe.roll_back_all();
+            break;
+        };
+        // SAFETY: the cache object is ours and one page long; buf holds page i's data.
+        unsafe { std::ptr::copy_nonoverlapping(buf[i * PAGE_SIZE..].as_ptr(), p.cache.ptr(o), PAGE_SIZE) };
+        let t = reclaim::TAG_CLEAN | reclaim::TAG_AHEAD | crate::page::clean_payload(probe.old(i).payload(), 0);
+        p.cache.tag(o, 0).store(t, Ordering::Relaxed);
+        probe.set(i, PageWord::cached(0, (o.off / crate::arena::GRANULE) as u64));
+        if !p.lru.inactive.push(entry(r, first + i, 0)) {
+            // Inactive list full: the page stays cached until it refaults or its region goes
+            // (as a demoted folio that finds the list full).
+            inc(&p.counters.reclaim_fail, 1);
+        }
+        probes += 1;
+    }
+    p.ahead.read_ahead(probes);
+    // The other pages read ahead, mapped (no one waits for them: no wake).
+    let mut mapped = 0u64;
+    if (0..n).any(|i| ahead.held(i)) {
+        let wp = p.keep.keep(p);
+        match copy_runs(p, r, first, &ahead, buf.as_ptr(), wp, false) {
+            None => ahead.roll_back_all(),
+            Some(copied) => {
+                ahead.roll_back(&copied.failed);
+                let clean = wp && !copied.existed;
+                if !clean {
+                    for i in (0..n).filter(|&i| ahead.held(i)) {
+                        p.store.put(ahead.old(i).payload(), 1);
+                    }
+                }
+                let how = if clean { Mapped::CleanOld } else { Mapped::Resident };
+                mapped = publish(p, r, first, &mut ahead, how, false) as u64;
+            }
+        }
+    }
+    inc(&p.counters.swap_ra, probes + mapped);
+    inc(&p.counters.swpin[0], 1 + probes + mapped);
+    inc(&p.counters.fault_swapin, 1);
     true
 }
 

@@ -63,6 +63,7 @@ mod tests;
 
 pub(crate) use clean::KeepClean;
 pub(crate) use event::{event_loop, on_event_thread, EventState};
+pub(crate) use readahead::AheadTracker;
 pub(crate) use resolve::{resolve, Wait};
 pub(crate) use sigbus::install_sigbus_handler;
 pub use sigbus::{sigbus_outside_regions, Outside};

@@ -1,16 +1,104 @@
 //! How many pages a fill takes: the region's sequential-fault tracker ([`seq_fault`]), the
 //! stream rule for whole-folio swap-ins ([`STREAM_STEPS`], [`large_whole`]), and the
 //! window of a 4 KiB fill ([`small_window`]: the region's folio, a readahead window in a 4 KiB
-//! region, or the page), with the readahead counters (`swap_ra`, `swap_ra_hit`).
+//! region, or the page), with the readahead counters (`swap_ra`, `swap_ra_hit`); and the
+//! window of a random 4 KiB swap-in from a tier outside RAM ([`ahead_window`]: the kernel's
+//! `swap_vma_readahead`, sized by its hits, [`AheadTracker`]).
 //!
-//! Locking: none; the tracker and the readahead mark are relaxed atomics of the region
-//! (a lost update only changes how much a later fill takes).
+//! Locking: none; the trackers and the readahead mark are relaxed atomics of the region or
+//! the pager (a lost update only changes how much a later fill takes).
 
-use crate::page::{kind, PageWord};
+use crate::page::{kind, PageWord, CLEAN_MAX_ENTRY};
 use crate::region::RegionInner;
 use crate::stats::inc;
 use crate::{Pager, SwapinPolicy};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Probes before the hit rate decides.
+const AHEAD_WARMUP: u64 = 64;
+/// Past this many probes, both counts are halved: the rate follows the recent past.
+const AHEAD_DECAY: u64 = 1024;
+/// Below a hit rate of 1/`AHEAD_MIN_RATE`, only one fault in [`AHEAD_PROBE`] reads ahead.
+const AHEAD_MIN_RATE: u64 = 4;
+/// With a poor hit rate, one fault in this many still reads ahead, so the rate stays measured
+/// and readahead comes back when the access pattern changes.
+const AHEAD_PROBE: u64 = 16;
+
+/// Whether readahead from a tier outside RAM pays: of the probes it put into the swap cache
+/// lately (one page per window; the others are mapped, and their use cannot be seen), how
+/// many a fault then took from there. A swap-in from a file waits for the device whatever it
+/// reads along, so a page read ahead costs no wait, only room in memory until reclaim drops it
+/// (clean, no write).
+pub(crate) struct AheadTracker {
+    /// Probes read ahead (decayed).
+    issued: AtomicU64,
+    /// Of them, probes a fault took from the swap cache (decayed with `issued`).
+    hits: AtomicU64,
+    /// Faults that asked while the rate was poor (one in [`AHEAD_PROBE`] reads ahead).
+    asked: AtomicU64,
+    /// Where in its window the next fault's probe is (rotates, so that the probes sample
+    /// every distance from the faulting page).
+    probe_at: AtomicU64,
+}
+
+impl AheadTracker {
+    pub(crate) const fn new() -> AheadTracker {
+        AheadTracker {
+            issued: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+            asked: AtomicU64::new(0),
+            probe_at: AtomicU64::new(0),
+        }
+    }
+
+    /// Where the probe of a window of `n` pages starts looking (the first page read ahead
+    /// from there on, round the window).
+    pub(super) fn probe_at(&self, n: usize) -> usize {
+        (self.probe_at.fetch_add(5, Ordering::Relaxed) as usize) % n
+    }
+
+    /// `n` probes went to the swap cache.
+    pub(super) fn read_ahead(&self, n: u64) {
+        let i = self.issued.fetch_add(n, Ordering::Relaxed) + n;
+        if i > AHEAD_DECAY {
+            self.issued.store(i / 2, Ordering::Relaxed);
+            self.hits.store(self.hits.load(Ordering::Relaxed) / 2, Ordering::Relaxed);
+        }
+    }
+
+    /// A fault took `n` probes from the swap cache.
+    pub(super) fn hit(&self, n: u64) {
+        self.hits.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Whether this fault reads ahead.
+    fn wanted(&self) -> bool {
+        let i = self.issued.load(Ordering::Relaxed);
+        if i < AHEAD_WARMUP || self.hits.load(Ordering::Relaxed) * AHEAD_MIN_RATE >= i {
+            return true;
+        }
+        self.asked.fetch_add(1, Ordering::Relaxed).is_multiple_of(AHEAD_PROBE)
+    }
+}
+
+/// The window `[first, first + n)` a random 4 KiB swap-in at `pg` (state `w0`, one page by
+/// [`small_window`]) reads ahead, when its data is on a tier outside RAM: the aligned window
+/// of `file_readahead_pages` around it (the region's folio if smaller), while readahead pays
+/// ([`AheadTracker`]). `None`: read the page alone.
+pub(super) fn ahead_window(p: &Pager, r: &RegionInner, pg: usize, w0: PageWord) -> Option<(usize, usize)> {
+    let win = p.cfg.file_readahead_pages.min(uswap::SWAP_IN_BATCH);
+    if win < 2 || w0.kind() != kind::SWAPPED || w0.order() != 0 || w0.payload() >= CLEAN_MAX_ENTRY {
+        return None;
+    }
+    if !p.store.on_file(w0.payload()) || !p.ahead.wanted() {
+        return None;
+    }
+    let fp = 1usize << r.folio_order;
+    let w = if fp > 1 { fp.min(win) } else { win };
+    let w = 1usize << w.ilog2();
+    let first = pg & !(w - 1);
+    Some((first, w.min(r.npages - first)))
+}
 
 /// Record a fault at `pg` of `r`: whether it follows the region's last one (the next page, or
 /// the same or the next folio; the region's first fault counts), and how many such steps in a

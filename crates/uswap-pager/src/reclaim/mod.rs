@@ -61,5 +61,5 @@ pub(crate) use kswapd::{kswapd, wake_mark, Kswapd};
 pub(crate) use lru::{blocks, entry, Lru};
 pub(crate) use release::{forget_clean, free_unpublished, release_pages, release_pages_ex, retire_region};
 pub(crate) use shrink::{direct_reclaim, evict_region};
-pub(crate) use swap::{clean_tags, clear_clean_tags, store_failed, store_folio};
+pub(crate) use swap::{ahead_pages, clean_tags, clear_clean_tags, store_failed, store_folio, TAG_AHEAD, TAG_CLEAN};
 pub(crate) use workingset::{inactive_window, refault_is_hot};

@@ -62,7 +62,16 @@ pub(super) fn release_words(p: &Pager, words: &[PageWord]) {
 
 /// Tag of a swap-cache page that is a clean folio's copy whose swap entries are kept (the
 /// rest of the tag is the page's [`crate::page::clean_payload`]); see [`crate::arena::Arena::tag`].
-pub(super) const TAG_CLEAN: u64 = 1 << 63;
+pub(crate) const TAG_CLEAN: u64 = 1 << 63;
+
+/// Tag bit of a swap-cache page that readahead brought in and no fault has taken yet (with
+/// [`TAG_CLEAN`]: its entry is kept).
+pub(crate) const TAG_AHEAD: u64 = 1 << 62;
+
+/// How many of the `n` pages of cache object `o` readahead brought in ([`TAG_AHEAD`]).
+pub(crate) fn ahead_pages(p: &Pager, o: crate::arena::Obj, n: usize) -> u64 {
+    (0..n).filter(|&i| p.cache.tag(o, i).load(Ordering::Relaxed) & TAG_AHEAD != 0).count() as u64
+}
 
 /// The kept swap entries of the `n` pages of cache object `o`: `out[i]` is page `i`'s SWAPPED
 /// word, or 0 when the cached copy is its only copy. Returns how many pages have one.
@@ -72,7 +81,7 @@ pub(crate) fn clean_tags(p: &Pager, o: crate::arena::Obj, n: usize, out: &mut [P
         let t = p.cache.tag(o, i).load(Ordering::Relaxed);
         *w = if t & TAG_CLEAN != 0 {
             k += 1;
-            PageWord::new(kind::CLEAN, 0, t & !TAG_CLEAN).clean_to_swapped()
+            PageWord::new(kind::CLEAN, 0, t & !(TAG_CLEAN | TAG_AHEAD)).clean_to_swapped()
         } else {
             PageWord::NONE
         };

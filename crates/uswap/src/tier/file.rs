@@ -531,39 +531,65 @@ impl FileTier {
     }
 }
 
+/// Most runs of adjacent slots one [`Backend::load_many`] submits at once (a fault's
+/// readahead window); a larger batch (the drain) reads run by run.
+const RUNS_AT_ONCE: usize = 16;
+
+/// A run of adjacent slots in one cluster: requests `order[at..end]`, slots `[first, first +
+/// slots)`.
+#[derive(Copy, Clone, Default)]
+struct Run {
+    at: usize,
+    end: usize,
+    first: u64,
+    slots: usize,
+}
+
 impl FileTier {
-    /// [`Backend::load_many`] of one run of `n` adjacent slots from `first` (one cluster):
-    /// `idx` are the requests of the run, in slot order. One read, then each object is checked
-    /// against the reverse map and decrypted into its `out`; a failure (I/O, bad handle,
-    /// authentication) is reported per request.
-    fn load_run(&self, first: u64, n: usize, idx: &[usize], reqs: &mut [LoadReq<'_>]) {
-        let len = n * PAGE_SIZE;
-        let buf = IoBuf::new(len);
-        let (b, r) = self.io.submit(buf, &[IoOp::read(data_off(first), 0, len)]);
+    /// [`Backend::load_many`] of `runs` (requests `order[run.at..run.end]` each, in slot
+    /// order) with one submission: the runs are read into one buffer from the pool (in flight
+    /// together with io_uring), then each object is checked against the reverse map and
+    /// decrypted into its `out`; a failure (I/O, bad handle, authentication) is reported per
+    /// request.
+    fn load_runs(&self, runs: &[Run], order: &[usize], reqs: &mut [LoadReq<'_>]) {
+        let mut ops = [IoOp::read(0, 0, 0); RUNS_AT_ONCE];
+        let mut len = 0;
+        for (op, run) in ops.iter_mut().zip(runs) {
+            *op = IoOp::read(data_off(run.first), len, run.slots * PAGE_SIZE);
+            len += run.slots * PAGE_SIZE;
+        }
+        let buf = self.get_buf(len);
+        let (b, r) = self.io.submit(buf, &ops[..runs.len()]);
         let buf = match (b, r) {
             (Some(b), Ok(())) => b,
-            (_, r) => {
+            (b, r) => {
+                self.put_buf(b);
                 let e = r.err().unwrap_or(TierError::Io { errno: 0, op: "read", msg: "I/O buffer lost".into() });
-                for &k in idx {
+                for &k in runs.iter().flat_map(|run| &order[run.at..run.end]) {
                     reqs[k].result = Err(e.clone());
                 }
                 return;
             }
         };
-        self.read_done(data_off(first), len);
-        let data = buf.as_slice();
-        for &k in idx {
-            let r = &mut reqs[k];
-            r.result = (|| {
-                let (slot, np, owner) = self.live_folio(r.handle, r.out.len())?;
-                let at = (slot - first) as usize;
-                r.out.copy_from_slice(&data[at * PAGE_SIZE..(at + np) * PAGE_SIZE]);
-                if !self.open_pages(slot, owner, r.out) {
-                    return Err(TierError::Corrupt { tier: self.name.clone(), handle: r.handle });
-                }
-                Ok(())
-            })();
+        let mut base = 0;
+        for run in runs {
+            self.read_done(data_off(run.first), run.slots * PAGE_SIZE);
+            let data = &buf.as_slice()[base..base + run.slots * PAGE_SIZE];
+            base += run.slots * PAGE_SIZE;
+            for &k in &order[run.at..run.end] {
+                let r = &mut reqs[k];
+                r.result = (|| {
+                    let (slot, np, owner) = self.live_folio(r.handle, r.out.len())?;
+                    let at = (slot - run.first) as usize;
+                    r.out.copy_from_slice(&data[at * PAGE_SIZE..(at + np) * PAGE_SIZE]);
+                    if !self.open_pages(slot, owner, r.out) {
+                        return Err(TierError::Corrupt { tier: self.name.clone(), handle: r.handle });
+                    }
+                    Ok(())
+                })();
+            }
         }
+        self.put_buf(Some(buf));
     }
 }
 
@@ -648,12 +674,27 @@ impl Backend for FileTier {
     }
 
     fn load_many(&self, reqs: &mut [LoadReq<'_>]) {
-        let mut order: Vec<usize> = (0..reqs.len()).collect();
+        // In slot order; a small batch (a fault's readahead window) allocates nothing.
+        let mut small = [0usize; RUNS_AT_ONCE];
+        let mut big = Vec::new();
+        let at_once = reqs.len() <= RUNS_AT_ONCE;
+        let order: &mut [usize] = if at_once {
+            &mut small[..reqs.len()]
+        } else {
+            big.resize(reqs.len(), 0);
+            &mut big
+        };
+        for (i, o) in order.iter_mut().enumerate() {
+            *o = i;
+        }
         order.sort_unstable_by_key(|&i| split(reqs[i].handle).0);
+        let overlap = self.io.overlaps_reads();
+        let mut runs = [Run::default(); RUNS_AT_ONCE];
+        let mut nruns = 0;
         let mut i = 0;
         while i < order.len() {
             // A run: requests whose slots follow each other inside one cluster, read with one
-            // data read (and one metadata read).
+            // data read.
             let first = split(reqs[order[i]].handle).0;
             let cluster = first / SLOTS_PER_CLUSTER as u64;
             let mut next = first;
@@ -674,8 +715,22 @@ impl Backend for FileTier {
                 i += 1;
                 continue;
             }
-            self.load_run(first, (next - first) as usize, &order[i..j], reqs);
+            let run = Run { at: i, end: j, first, slots: (next - first) as usize };
+            if !overlap && order[i..j].iter().all(|&k| reqs[k].optional) {
+                // A read of its own, after the others: not worth its wait.
+                for &k in &order[i..j] {
+                    reqs[k].result = Err(TierError::Reject);
+                }
+            } else if at_once {
+                runs[nruns] = run;
+                nruns += 1;
+            } else {
+                self.load_runs(&[run], order, reqs);
+            }
             i = j;
+        }
+        if nruns > 0 {
+            self.load_runs(&runs[..nruns], order, reqs);
         }
     }
 

@@ -95,6 +95,12 @@ pub trait IoEngine: Send + Sync {
     /// Run every op to completion. Ops complete fully or the call fails; a short transfer is
     /// continued, and reported as an error only if it cannot progress.
     fn submit(&self, buf: IoBuf, ops: &[IoOp]) -> IoResult;
+    /// True when the reads of one [`IoEngine::submit`] are in flight together (a queue), so
+    /// a read added to a submission costs little more wait; false when they run one after
+    /// another. Default: false.
+    fn overlaps_reads(&self) -> bool {
+        false
+    }
     /// Release the disk blocks of a byte range (discard); reads of it return zeros.
     fn punch_hole(&self, off: u64, len: u64) -> Result<(), TierError>;
     /// In a `fork` child, before its first I/O: take whatever an engine cannot share with the
@@ -269,6 +275,9 @@ impl IoEngine for UringEngine {
     fn name(&self) -> &'static str {
         "io_uring"
     }
+    fn overlaps_reads(&self) -> bool {
+        true
+    }
     fn submit(&self, mut buf: IoBuf, ops: &[IoOp]) -> IoResult {
         if let Err(e) = check_ops(&buf, ops) {
             return (Some(buf), Err(e));
@@ -416,6 +425,9 @@ impl IoEngine for FaultEngine {
                 }
             }
         }
+    }
+    fn overlaps_reads(&self) -> bool {
+        self.inner.overlaps_reads()
     }
     fn punch_hole(&self, off: u64, len: u64) -> Result<(), TierError> {
         self.inner.punch_hole(off, len)

@@ -187,7 +187,7 @@ impl Engine {
                 .iter_mut()
                 .map(|(lf, _)| {
                     let handle = lf.backing().payload();
-                    LoadReq { handle, out: lf.data_mut().unwrap_or_default(), result: Ok(()) }
+                    LoadReq { handle, out: lf.data_mut().unwrap_or_default(), optional: false, result: Ok(()) }
                 })
                 .collect();
             tier.backend.load_many(&mut reqs);

@@ -67,6 +67,8 @@ use std::sync::atomic::AtomicUsize as StdAtomicUsize;
 use std::sync::Arc;
 use tiers::Tier;
 
+pub use swap_in::{PageIn, SWAP_IN_BATCH};
+
 /// Configuration of an [`Engine`].
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -187,6 +189,15 @@ impl Engine {
     /// Slots in the virtual space.
     pub fn nr_slots(&self) -> u64 {
         self.nr_slots
+    }
+
+    /// The kind of tier that holds the data of `entry` now (`None`: zero, cached, not in
+    /// use). One lock-free word load: the fault path asks it to decide on readahead.
+    pub fn tier_kind(&self, entry: SwapEntry) -> Option<crate::backend::TierKind> {
+        match self.location(entry) {
+            Ok(Location::Tier(t)) => self.tiers.get(t).map(|t| t.kind),
+            _ => None,
+        }
     }
 
     /// Where the data of `entry` is now.
