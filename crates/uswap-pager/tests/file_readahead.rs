@@ -24,15 +24,21 @@ fn file_pager(dir: &std::path::Path, limit: u64) -> Option<std::sync::Arc<uswap_
     })
 }
 
+/// A region of `len` bytes of random pages (`seed`), every page evicted to the file.
+fn stored_region(p: &std::sync::Arc<uswap_pager::Pager>, len: usize, seed: u64) -> uswap_pager::Region {
+    let mut r = p.map(len).unwrap();
+    for (pg, page) in r.as_mut_slice().chunks_mut(4096).enumerate() {
+        common::fill_page(page, seed, pg, true);
+    }
+    r.evict_all();
+    r
+}
+
 #[test]
 fn a_file_swap_in_reads_its_window_into_the_swap_cache() {
     let dir = tempfile::tempdir().unwrap();
     let Some(p) = file_pager(dir.path(), 16 << 20) else { return };
-    let mut r = p.map(8 << 20).unwrap();
-    for (pg, page) in r.as_mut_slice().chunks_mut(4096).enumerate() {
-        common::fill_page(page, 3, pg, true);
-    }
-    r.evict_all();
+    let r = stored_region(&p, 8 << 20, 3);
     assert_eq!(r.page_states()[4], r.len() / 4096, "every page stored: {:?}", r.page_states());
     // Windows in a scattered order; in each, one page first, then the rest of the window.
     let windows = r.len() / 4096 / WINDOW;
@@ -68,11 +74,7 @@ fn readahead_that_faults_do_not_use_stops() {
     // A limit far below the region: what is read ahead is reclaimed long before a random
     // fault comes back to it.
     let Some(p) = file_pager(dir.path(), 4 << 20) else { return };
-    let mut r = p.map(32 << 20).unwrap();
-    for (pg, page) in r.as_mut_slice().chunks_mut(4096).enumerate() {
-        common::fill_page(page, 4, pg, true);
-    }
-    r.evict_all();
+    let r = stored_region(&p, 32 << 20, 4);
     let pages = r.len() / 4096;
     let faults = 4000;
     let mut x = 0x2545_F491_4F6C_DD1Du64;

@@ -205,28 +205,49 @@ fn fill_one_of_large(p: &Pager, r: &'static RegionInner, pg: usize, w0: PageWord
     if p.store.load(e, buf).is_err() {
         crate::sys::fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
     }
-    // Copy.
-    let clean = !write && e < CLEAN_MAX_ENTRY && p.keep.keep(p);
-    // SAFETY: page pg is claimed and missing; the buffer holds its data.
-    let res = unsafe { p.uffd.copy(r.addr(pg), buf.as_ptr(), PAGE_SIZE, clean, wake) };
-    if res.is_err() {
-        c.roll_back_all();
-        wake_page(p, r, pg, wake);
+    // Copy, publish, put.
+    if !map_one(p, r, pg, &mut c, e, buf, write, wake) {
         return true;
     }
-    // Publish, put (a page present already is not clean: see `Copied::existed`).
-    let clean = clean && matches!(res, Ok(Filled::Done));
-    let hot = reclaim::refault_is_hot(p, r, pg);
-    if clean {
-        publish(p, r, pg, &mut c, Mapped::CleanOld, hot);
-    } else {
-        p.store.put(e, 1);
-        publish(p, r, pg, &mut c, Mapped::Resident, hot);
-    }
-    note_refaults(p, r, pg, std::iter::once(true));
     inc(&p.counters.swpin_fallback[k0 as usize], 1);
     inc(&p.counters.swpin[0], 1);
     inc(&p.counters.fault_swapin, 1);
+    true
+}
+
+/// Map page `pg`, claimed alone by `c` (its old word SWAPPED at entry `e`), from `data` (its
+/// 4 KiB), and publish it: clean, keeping `e`, for a read while clean pages are kept, else
+/// resident with `e` put. False when the kernel refused the copy (unmapped meanwhile, or an
+/// event pending): the page is rolled back and its thread woken.
+#[expect(clippy::too_many_arguments, reason = "the page, its claim, entry and data, and the fault's flags")]
+fn map_one(
+    p: &Pager,
+    r: &RegionInner,
+    pg: usize,
+    c: &mut Claim<'_>,
+    e: u64,
+    data: &[u8],
+    write: bool,
+    wake: bool,
+) -> bool {
+    let clean = !write && e < CLEAN_MAX_ENTRY && p.keep.keep(p);
+    // SAFETY: page pg is claimed and missing; `data` holds its 4 KiB.
+    let res = unsafe { p.uffd.copy(r.addr(pg), data.as_ptr(), PAGE_SIZE, clean, wake) };
+    if res.is_err() {
+        c.roll_back_all();
+        wake_page(p, r, pg, wake);
+        return false;
+    }
+    // A page present already is not clean: see `Copied::existed`.
+    let clean = clean && matches!(res, Ok(Filled::Done));
+    let hot = reclaim::refault_is_hot(p, r, pg);
+    if clean {
+        publish(p, r, pg, c, Mapped::CleanOld, hot);
+    } else {
+        p.store.put(e, 1);
+        publish(p, r, pg, c, Mapped::Resident, hot);
+    }
+    note_refaults(p, r, pg, std::iter::once(true));
     true
 }
 
@@ -439,28 +460,13 @@ fn fill_ahead(
     }
     probe.roll_back(&unread);
     ahead.roll_back(&unread);
-    // Copy the faulting page (a failure gives every page back: they keep their words).
+    // The faulting page (a failure gives every page back: they keep their words).
     let mine = &buf[(pg - first) * PAGE_SIZE..(pg - first + 1) * PAGE_SIZE];
-    let clean = !write && p.keep.keep(p);
-    // SAFETY: page pg is claimed and missing; `mine` holds its data.
-    let res = unsafe { p.uffd.copy(r.addr(pg), mine.as_ptr(), PAGE_SIZE, clean, wake) };
-    if res.is_err() {
+    if !map_one(p, r, pg, &mut me, e, mine, write, wake) {
         probe.roll_back_all();
         ahead.roll_back_all();
-        me.roll_back_all();
-        wake_page(p, r, pg, wake);
         return true;
     }
-    // Publish, put (a page present already is not clean: see `Copied::existed`).
-    let clean = clean && matches!(res, Ok(Filled::Done));
-    let hot = reclaim::refault_is_hot(p, r, pg);
-    if clean {
-        publish(p, r, pg, &mut me, Mapped::CleanOld, hot);
-    } else {
-        p.store.put(e, 1);
-        publish(p, r, pg, &mut me, Mapped::Resident, hot);
-    }
-    note_refaults(p, r, pg, std::iter::once(true));
     // The probe into the swap cache, clean, on the inactive list.
     let mut probes = 0u64;
     let probe_set = probe.held_set();
