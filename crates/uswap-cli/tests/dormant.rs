@@ -66,8 +66,8 @@ fn dormant_processes_are_counted_in_the_summary() {
 }
 
 /// `grow` writes 1 MiB while dormant, forks, and both processes grow to 96 MiB through the brk
-/// heap (which no interposed call sees: the watcher starts each pager) under a 32 MiB limit,
-/// then check every block twice.
+/// heap (which no interposed call sees: the watcher starts each pager; their mallocs wait for
+/// the reclaimer while over the limit) under a 32 MiB limit, then check every block twice.
 #[test]
 fn a_process_that_grows_starts_its_pager_and_keeps_every_byte() {
     let dir = tempdir();
@@ -96,6 +96,7 @@ fn a_process_that_grows_starts_its_pager_and_keeps_every_byte() {
     for p in &procs {
         assert_eq!(p["dormant"], false, "each grew past the threshold and started its pager: {p:#}");
         assert!(num(p, "/swap/pswpout") * 4096 >= 32 * MIB, "each swapped out what did not fit: {p:#}");
+        assert!(num(p, "/faults/alloc_throttled") > 0, "its mallocs waited for the reclaimer: {p:#}");
     }
     check_tree_peak("grow", &s, limit);
 }

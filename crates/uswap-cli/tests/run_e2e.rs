@@ -192,6 +192,34 @@ fn threads_fault_inside_their_allocator_while_the_pager_evicts() {
     assert!(num(&s, "/main/swap/pswpout") > 0, "alloc_storm: nothing was swapped out: {s:#}");
 }
 
+/// A program that fills a heap glibc grows with `brk` (`grow`: 4000-byte mallocs, then a fork
+/// child that does the same) keeps to its limit: that memory takes no fault, and no interposed
+/// call maps it, so what holds it back is its allocations waiting for the reclaimer while the
+/// charge is over the limit (`alloc_throttled`). The tree's anonymous memory stays within limit
+/// + own memory + limit/8 (with the reclaimer's speed as the only bound, it did not).
+#[test]
+fn a_heap_grown_with_brk_keeps_to_the_limit() {
+    let dir = tempdir();
+    let prog = compile("grow", dir.path());
+    let limit = 32 * MIB;
+    let st = dir.path().join("stats.json");
+    let r = uswap_run_stats(&limit_arg(limit), &st, &[prog.as_os_str(), "96".as_ref()]);
+    if no_uffd(&r) {
+        return;
+    }
+    assert_eq!(r.code, Some(0), "grow: stdout:\n{}\nstderr:\n{}", r.out(), r.stderr);
+    let mut lines: Vec<String> = r.out().lines().map(str::to_owned).collect();
+    lines.sort();
+    assert_eq!(lines, ["grow: child 96 MiB mismatches 0", "grow: parent 96 MiB mismatches 0"], "stderr:\n{}", r.stderr);
+    let s = stats(&st);
+    let procs = records(&s);
+    assert_eq!(procs.len(), 2, "the parent and the child wrote statistics: {s:#}");
+    for p in &procs {
+        assert!(num(p, "/faults/alloc_throttled") > 0, "its mallocs waited for the reclaimer: {p:#}");
+    }
+    check_tree_peak_within("grow", &s, limit, limit / 8);
+}
+
 #[test]
 fn fork_copy_on_write_both_ways_two_generations() {
     let dir = tempdir();

@@ -805,6 +805,19 @@ impl Pager {
         self.place.join();
     }
 
+    /// Called by a program thread before it uses memory that takes no fault of this pager (the
+    /// preload calls it as `malloc` returns: a heap grown with `brk` is resident before the
+    /// embedder's next reconciliation adopts it): while the charge is over the limit, it wakes
+    /// the reclaimer and waits for it, at most 20 ms, so a program that fills such memory fast
+    /// keeps to the limit as one that faults does. Holds nothing while it waits (call it with
+    /// no lock the reclaimer might need) and leaves `errno` as it was; under half the limit it
+    /// is two loads, inlined. Returns whether it waited (counted as `alloc_throttled`).
+    #[inline]
+    pub fn wait_for_room(&self) -> bool {
+        let resident = self.charge.resident_pages.load(Ordering::Relaxed).max(0) as u64 * PAGE_SIZE as u64;
+        resident >= self.limit() / 2 && fault::wait_for_room(self)
+    }
+
     /// Bytes charged to the group: resident pages + swap cache + compressed pool. The swap
     /// cache counts what its arena holds in memory (free objects too, until trimmed), so the
     /// charge is the pager's share of the process's RSS.

@@ -27,6 +27,7 @@ pub(crate) struct Counters {
     pub(crate) fault_held_ns: AtomicU64,
     pub(crate) reclaim_handed_back: AtomicU64,
     pub(crate) fault_throttled: AtomicU64,
+    pub(crate) alloc_throttled: AtomicU64,
     pub(crate) fault_unowned: AtomicU64,
     pub(crate) adopted_pages: AtomicU64,
     pub(crate) adopted_regions: AtomicU64,
@@ -177,6 +178,9 @@ pub struct PagerStats {
     /// Faults retried because the charge was over the limit while the reclaimer caught up
     /// (thread fault mode).
     pub fault_throttled: u64,
+    /// Program allocations that waited for the reclaimer while the charge was over the limit
+    /// ([`crate::Pager::wait_for_room`]: memory a heap grows by `brk` takes no fault).
+    pub alloc_throttled: u64,
     /// Total time faults were held by the event thread before it resolved them (thread fault
     /// mode: a page another thread held, an event pending, or the charge over the limit).
     pub fault_held_ns: u64,
@@ -363,6 +367,7 @@ pub(crate) fn snapshot(p: &Pager, regions_live: usize) -> PagerStats {
         fault_cpu_pins: g(&p.place.pins),
         fault_cpu_pin_backoffs: g(&p.place.pin_backoffs),
         fault_throttled: g(&c.fault_throttled),
+        alloc_throttled: g(&c.alloc_throttled),
         fault_unowned: g(&c.fault_unowned),
         adopted_pages: g(&c.adopted_pages),
         adopted_regions: g(&c.adopted_regions),

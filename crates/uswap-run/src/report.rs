@@ -200,6 +200,7 @@ pub fn pager(p: &PagerStats, tiers: &str) -> Value {
         ("spurious", p.fault_spurious),
         ("waits", p.fault_waits),
         ("throttled", p.fault_throttled),
+        ("alloc_throttled", p.alloc_throttled),
         ("cpu_moves", p.fault_cpu_moves),
         ("cpu_pins", p.fault_cpu_pins),
         ("cpu_pin_backoffs", p.fault_cpu_pin_backoffs),

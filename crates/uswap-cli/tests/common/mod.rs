@@ -353,6 +353,11 @@ pub fn records(st: &serde_json::Value) -> Vec<&serde_json::Value> {
 /// started, its library heap's growth and the engine's tables), so that processes sharing one
 /// limit are checked together, not one by one. Requires more than one sample.
 pub fn check_tree_peak(name: &str, st: &serde_json::Value, limit: u64) {
+    check_tree_peak_within(name, st, limit, slack(limit));
+}
+
+/// [`check_tree_peak`] with a slack of the caller's.
+pub fn check_tree_peak_within(name: &str, st: &serde_json::Value, limit: u64, slack: u64) {
     let procs = records(st);
     let own: u64 = procs
         .iter()
@@ -364,7 +369,7 @@ pub fn check_tree_peak(name: &str, st: &serde_json::Value, limit: u64) {
         .sum();
     let peak = num(st, "/tree_peak/anon_pss_bytes");
     let samples = num(st, "/tree_peak/samples");
-    let bound = limit + own + slack(limit);
+    let bound = limit + own + slack;
     eprintln!(
         "{name}: the tree's anonymous memory peaked at {} over {} processes ({samples} samples); bound {} = limit {} + own {} + slack {}",
         mib(peak),
@@ -372,7 +377,7 @@ pub fn check_tree_peak(name: &str, st: &serde_json::Value, limit: u64) {
         mib(bound),
         mib(limit),
         mib(own),
-        mib(slack(limit))
+        mib(slack)
     );
     assert!(samples > 1 && peak > 0, "{name}: the tree's memory was not sampled: {st:#}");
     assert!(peak <= bound, "{name}: the tree's anonymous memory {} exceeds {}", mib(peak), mib(bound));

@@ -19,6 +19,10 @@
 //! program gets it: a reconciliation pass on the calling thread (`scan::note_block`), not a
 //! scan period later.
 //!
+//! While the pager's charge is over the limit, a call of the program's waits for the reclaimer
+//! as its allocator returns ([`keep_to_limit`]): a block from a heap glibc grew with `brk` is
+//! resident before the next reconciliation pass adopts it, and takes no fault that would wait.
+//!
 //! Locking: none here; glibc's and the internal heap's own locks (and [`crate::BIG`] for a
 //! pass started by a large block, after the allocator returned, signals blocked). The internal heap's lock is
 //! never held across a fault on managed memory (its memory is never managed).
@@ -59,6 +63,7 @@ static NEXT: Next = Next {
 /// calls no symbol sees, and it is adopted now ([`super::scan::note_block`]).
 #[inline]
 fn seen(r: *mut c_void, n: usize) -> *mut c_void {
+    keep_to_limit();
     if n >= super::scan::NEW_MEMORY_MIN && !r.is_null() {
         // The allocation succeeded: errno stays what it was (`KeepErrno`).
         let keep = crate::reentry::KeepErrno::new();
@@ -67,6 +72,19 @@ fn seen(r: *mut c_void, n: usize) -> *mut c_void {
         return keep.ok(r);
     }
     r
+}
+
+/// The program's allocator returned (holding none of its locks): while the pager's charge is
+/// over the limit, wait for the reclaimer ([`uswap_pager::Pager::wait_for_room`], at most
+/// 20 ms; errno stays; under half the limit a few loads). Not while a fork is being prepared:
+/// the reclaimer is paused then.
+#[inline]
+fn keep_to_limit() {
+    if let Some(p) = super::pager() {
+        if super::ready() && !crate::fork::FORKING.load(Ordering::Relaxed) {
+            p.wait_for_room();
+        }
+    }
 }
 
 #[cold]

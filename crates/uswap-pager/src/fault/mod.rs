@@ -21,7 +21,7 @@
 //! - [`clean`]: clean pages ([`KeepClean`], the policy that decides whether a read's swap-in
 //!   keeps its swap entry and maps the page write-protected; the write fault that ends it);
 //! - [`throttle`]: keeping to the limit on the fault path (direct reclaim before a blocking
-//!   fault, the event thread's wait for the reclaimer).
+//!   fault, the event thread's wait for the reclaimer, a program allocation's wait for it).
 //!
 //! The handler may have interrupted anything, `malloc` included. The contract of this path
 //! is `docs/design.md`, "Deadlock freedom": it runs inside a [`uswap::FaultScope`]
@@ -67,6 +67,7 @@ pub(crate) use readahead::AheadTracker;
 pub(crate) use resolve::{resolve, Wait};
 pub(crate) use sigbus::install_sigbus_handler;
 pub use sigbus::{sigbus_outside_regions, Outside};
+pub(crate) use throttle::wait_for_room;
 
 use crate::region;
 use crate::stats::{inc, now_ns};

@@ -1,7 +1,9 @@
 //! Keeping to the limit on the fault path: a blocking fault reclaims first
 //! ([`maybe_reclaim`]); a fault on the event thread that needs memory while the charge is over
 //! the limit waits for the reclaimer instead ([`throttled`]: the caller retries it), for at
-//! most [`THROTTLE_MAX_NS`], or for as long as a failing store holds faults (`stall`).
+//! most [`THROTTLE_MAX_NS`], or for as long as a failing store holds faults (`stall`). A
+//! program thread about to use memory no fault sees (a heap grown with `brk`, adopted at the
+//! embedder's next reconciliation) waits for the reclaimer the same way ([`wait_for_room`]).
 //!
 //! Of the pager: the limit and charge, the configuration, the store's health, the background
 //! reclaimer's futex and stuck flag (`kswapd`) and the counters.
@@ -58,6 +60,34 @@ pub(super) fn maybe_reclaim(p: &Pager, need: u64) {
             inc(&p.counters.limit_breaks, 1);
         }
     }
+}
+
+/// Before a program thread uses memory that takes no fault of the pager (its allocator grew a
+/// heap with `brk`, which the embedder adopts at its next reconciliation, already resident):
+/// while the charge is over the limit by more than a fault's slack, wake the reclaimer and
+/// wait for it, as a throttled fault does, for at most [`THROTTLE_MAX_NS`] and not at all while
+/// the reclaimer is stuck. Without it such a program runs as fast as it writes, and only the
+/// reclaimer's speed bounds how far past the limit it gets. Holds nothing while it waits, and
+/// leaves `errno` as it was (a sleep cut short by a signal sets it). Returns whether it waited.
+/// [`Pager::wait_for_room`] calls it with the resident pages alone at half the limit or more.
+#[cold]
+pub(crate) fn wait_for_room(p: &Pager) -> bool {
+    let over = || p.charged_bytes() > p.limit() + throttle_slack(p);
+    let stuck = || p.kswapd.stuck.load(Ordering::Relaxed);
+    if !over() || stuck() {
+        return false;
+    }
+    inc(&p.counters.alloc_throttled, 1);
+    // SAFETY: __errno_location returns the calling thread's errno, always valid.
+    let errno = unsafe { *libc::__errno_location() };
+    let t0 = now_ns();
+    while over() && !stuck() && now_ns().saturating_sub(t0) < THROTTLE_MAX_NS {
+        crate::sys::futex_wake(&p.kswapd.wake);
+        crate::sys::sleep_ms(1);
+    }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+    true
 }
 
 /// Whether a fault message on page `pg` of `r` must wait for the reclaimer (counted as
