@@ -467,7 +467,7 @@ impl FileTier {
             (Some(b), Ok(())) => b,
             (None, Ok(())) => return Err(TierError::Io { errno: 0, op: "read", msg: "I/O buffer lost".into() }),
         };
-        self.read_done(data_off(s0), len);
+        self.read_done(len);
         let ok = self.open_pages(s0, owner + first as u64, &mut buf.as_mut_slice()[..len]);
         if ok {
             out[first * PAGE_SIZE..first * PAGE_SIZE + len].copy_from_slice(&buf.as_slice()[..len]);
@@ -480,10 +480,10 @@ impl FileTier {
         }
     }
 
-    /// Buffered I/O: a read of `[off, off + len)` is done and copied out.
-    fn read_done(&self, off: u64, len: usize) {
+    /// Buffered I/O: a read of `len` bytes is done and copied out.
+    fn read_done(&self, len: usize) {
         if let Some(d) = &self.drop_behind {
-            d.read(off, len as u64);
+            d.read(len as u64);
         }
     }
 
@@ -573,7 +573,7 @@ impl FileTier {
         };
         let mut base = 0;
         for run in runs {
-            self.read_done(data_off(run.first), run.slots * PAGE_SIZE);
+            self.read_done(run.slots * PAGE_SIZE);
             let data = &buf.as_slice()[base..base + run.slots * PAGE_SIZE];
             base += run.slots * PAGE_SIZE;
             for &k in &order[run.at..run.end] {
