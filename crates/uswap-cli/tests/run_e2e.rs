@@ -207,16 +207,7 @@ fn a_heap_grown_with_brk_keeps_to_the_limit() {
     if no_uffd(&r) {
         return;
     }
-    assert_eq!(r.code, Some(0), "grow: stdout:\n{}\nstderr:\n{}", r.out(), r.stderr);
-    let mut lines: Vec<String> = r.out().lines().map(str::to_owned).collect();
-    lines.sort();
-    assert_eq!(lines, ["grow: child 96 MiB mismatches 0", "grow: parent 96 MiB mismatches 0"], "stderr:\n{}", r.stderr);
-    let s = stats(&st);
-    let procs = records(&s);
-    assert_eq!(procs.len(), 2, "the parent and the child wrote statistics: {s:#}");
-    for p in &procs {
-        assert!(num(p, "/faults/alloc_throttled") > 0, "its mallocs waited for the reclaimer: {p:#}");
-    }
+    let s = checked_grow_96(&r, &st);
     check_tree_peak_within("grow", &s, limit, limit / 8);
 }
 

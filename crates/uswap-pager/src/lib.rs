@@ -814,16 +814,20 @@ impl Pager {
     /// is two loads, inlined. Returns whether it waited (counted as `alloc_throttled`).
     #[inline]
     pub fn wait_for_room(&self) -> bool {
-        let resident = self.charge.resident_pages.load(Ordering::Relaxed).max(0) as u64 * PAGE_SIZE as u64;
-        resident >= self.limit() / 2 && fault::wait_for_room(self)
+        self.resident_bytes() >= self.limit() / 2 && fault::wait_for_room(self)
+    }
+
+    /// Bytes of the resident pages (the first part of [`Pager::charged_bytes`]).
+    #[inline]
+    pub(crate) fn resident_bytes(&self) -> u64 {
+        self.charge.resident_pages.load(Ordering::Relaxed).max(0) as u64 * PAGE_SIZE as u64
     }
 
     /// Bytes charged to the group: resident pages + swap cache + compressed pool. The swap
     /// cache counts what its arena holds in memory (free objects too, until trimmed), so the
     /// charge is the pager's share of the process's RSS.
     pub fn charged_bytes(&self) -> u64 {
-        let r = self.charge.resident_pages.load(Ordering::Relaxed).max(0) as u64 * PAGE_SIZE as u64;
-        r + self.cache.resident_bytes() + self.store.pool_bytes()
+        self.resident_bytes() + self.cache.resident_bytes() + self.store.pool_bytes()
     }
 
     /// Pages that entered the resident set since the pager started: mapped by faults, or

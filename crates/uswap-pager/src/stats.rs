@@ -350,7 +350,7 @@ fn arr(a: &[AtomicU64; NR_ORDERS]) -> [u64; NR_ORDERS] {
 pub(crate) fn snapshot(p: &Pager, regions_live: usize) -> PagerStats {
     let c = &p.counters;
     let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    let resident = p.charge.resident_pages.load(Ordering::Relaxed).max(0) as u64 * crate::PAGE_SIZE as u64;
+    let resident = p.resident_bytes();
     let cache = p.cache.resident_bytes();
     let pool = p.store.pool_bytes();
     PagerStats {

@@ -397,8 +397,7 @@ impl PageStore for EngineStore {
     fn load_pages(&self, reqs: &mut [PageLoad<'_>]) {
         let nb = reqs.len().min(uswap::SWAP_IN_BATCH);
         let (batch, rest) = reqs.split_at_mut(nb);
-        let mut results: [Result<(), uswap::SwapError>; uswap::SWAP_IN_BATCH] = std::array::from_fn(|_| Ok(()));
-        {
+        let results = {
             let mut ins: [uswap::PageIn<'_>; uswap::SWAP_IN_BATCH] = std::array::from_fn(|_| uswap::PageIn {
                 entry: uswap::SwapEntry(0),
                 out: &mut [],
@@ -414,10 +413,9 @@ impl PageStore for EngineStore {
                 };
             }
             self.engine.swap_in_many(&mut ins[..nb]);
-            for (res, i) in results.iter_mut().zip(ins.iter_mut()) {
-                *res = std::mem::replace(&mut i.result, Ok(()));
-            }
-        }
+            // Taken out, so `batch` is free of the loans in `ins` again.
+            ins.map(|i| i.result)
+        };
         for (r, res) in batch.iter_mut().zip(results) {
             r.result = match res {
                 Ok(()) => Ok(()),

@@ -347,6 +347,23 @@ pub fn records(st: &serde_json::Value) -> Vec<&serde_json::Value> {
         .collect()
 }
 
+/// Check a run of `grow 96` (`programs/grow.c`): it exited 0, both processes printed no
+/// mismatch, and each wrote statistics in which its mallocs waited for the reclaimer
+/// (`alloc_throttled`). Returns the statistics.
+pub fn checked_grow_96(r: &Ran, st: &Path) -> serde_json::Value {
+    assert_eq!(r.code, Some(0), "grow: stdout:\n{}\nstderr:\n{}", r.out(), r.stderr);
+    let mut lines: Vec<String> = r.out().lines().map(str::to_owned).collect();
+    lines.sort();
+    assert_eq!(lines, ["grow: child 96 MiB mismatches 0", "grow: parent 96 MiB mismatches 0"], "stderr:\n{}", r.stderr);
+    let s = stats(st);
+    let procs = records(&s);
+    assert_eq!(procs.len(), 2, "the parent and the child wrote statistics: {s:#}");
+    for p in &procs {
+        assert!(num(p, "/faults/alloc_throttled") > 0, "its mallocs waited for the reclaimer: {p:#}");
+    }
+    s
+}
+
 /// Check the whole tree's peak anonymous memory (`tree_peak.anon_pss_bytes`: the largest sum
 /// of `Pss_Anon` over the processes under the pager, sampled by `uswap run`) against `limit +
 /// slack + every process's own anonymous overhead` (its anonymous RSS when its pager had

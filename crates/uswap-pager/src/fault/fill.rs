@@ -16,7 +16,7 @@
 //! any page is claimed, so a fill never waits for the pool while holding pages.
 
 use super::map::{copy_runs, note_refaults, publish, wake_page, Mapped};
-use super::readahead::{ahead_window, large_whole, readahead_done, small_window};
+use super::readahead::{ahead_window, large_whole, readahead_done, small_window, stored_on_file};
 use crate::bufs::Scratch;
 use crate::page::{kind, Claim, PageSet, PageWord, CLEAN_MAX_ENTRY};
 use crate::reclaim::{self, entry};
@@ -405,11 +405,7 @@ fn fill_ahead(
             continue;
         }
         let w = r.word(first + i).load(Ordering::Acquire);
-        if w.kind() != kind::SWAPPED
-            || w.order() != 0
-            || w.payload() >= CLEAN_MAX_ENTRY
-            || !p.store.on_file(w.payload())
-        {
+        if !stored_on_file(p, w) {
             continue;
         }
         if !probed {
@@ -420,7 +416,7 @@ fn fill_ahead(
     }
     // Load: one batch, each page in its place in the window.
     let buf = &mut data[..n * PAGE_SIZE];
-    let mut got = PageSet::default();
+    let mut failed = PageSet::default();
     let mut me_ok = false;
     {
         let mut reqs: [PageLoad<'_>; uswap::SWAP_IN_BATCH] =
@@ -446,20 +442,17 @@ fn fill_ahead(
         for (q, &i) in reqs[..k].iter().zip(&of) {
             if first + i == pg {
                 me_ok = q.result.is_ok();
-            } else if q.result.is_ok() {
-                got.insert(i);
+            } else if q.result.is_err() {
+                failed.insert(i);
             }
         }
     }
     if !me_ok {
         crate::sys::fatal("uswap-pager: swap-in failed: stored data is corrupt or missing\n");
     }
-    let mut unread = PageSet::default();
-    for i in (0..n).filter(|&i| !got.contains(i)) {
-        unread.insert(i);
-    }
-    probe.roll_back(&unread);
-    ahead.roll_back(&unread);
+    // Every held page was asked for: those not read keep their words.
+    probe.roll_back(&failed);
+    ahead.roll_back(&failed);
     // The faulting page (a failure gives every page back: they keep their words).
     let mine = &buf[(pg - first) * PAGE_SIZE..(pg - first + 1) * PAGE_SIZE];
     if !map_one(p, r, pg, &mut me, e, mine, write, wake) {

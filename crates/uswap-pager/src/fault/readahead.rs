@@ -81,16 +81,19 @@ impl AheadTracker {
     }
 }
 
+/// Whether `w` is a 4 KiB page stored (its entry keepable clean) on a tier outside RAM: what
+/// [`ahead_window`] reads ahead for, and the pages of its window it reads along.
+pub(super) fn stored_on_file(p: &Pager, w: PageWord) -> bool {
+    w.kind() == kind::SWAPPED && w.order() == 0 && w.payload() < CLEAN_MAX_ENTRY && p.store.on_file(w.payload())
+}
+
 /// The window `[first, first + n)` a random 4 KiB swap-in at `pg` (state `w0`, one page by
 /// [`small_window`]) reads ahead, when its data is on a tier outside RAM: the aligned window
 /// of `file_readahead_pages` around it (the region's folio if smaller), while readahead pays
 /// ([`AheadTracker`]). `None`: read the page alone.
 pub(super) fn ahead_window(p: &Pager, r: &RegionInner, pg: usize, w0: PageWord) -> Option<(usize, usize)> {
     let win = p.cfg.file_readahead_pages.min(uswap::SWAP_IN_BATCH);
-    if win < 2 || w0.kind() != kind::SWAPPED || w0.order() != 0 || w0.payload() >= CLEAN_MAX_ENTRY {
-        return None;
-    }
-    if !p.store.on_file(w0.payload()) || !p.ahead.wanted() {
+    if win < 2 || !stored_on_file(p, w0) || !p.ahead.wanted() {
         return None;
     }
     let fp = 1usize << r.folio_order;
